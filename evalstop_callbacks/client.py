@@ -1,0 +1,98 @@
+"""Information-boundary clients: the only way the trainer side talks to a scheduler.
+
+A client takes whitelisted :class:`~platform_sim.core.boundary.Report` objects and returns
+:class:`~platform_sim.core.boundary.Decision` objects. :class:`EmbeddedClient` (the default) runs the scheduler core
+in-process with no server; ``PlatformClient`` (``evalstop_callbacks.platform_client``) sends the same reports to an
+``evalstop-server`` over HTTP. Switching between them is the only change a user makes.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from typing import Any, Mapping, Protocol, runtime_checkable
+
+from platform_sim.core import Decision, JobMonitor, Report, detector_from_spec
+from platform_sim.core.boundary import check_job_type
+
+logger = logging.getLogger(__name__)
+
+
+@runtime_checkable
+class BoundaryClient(Protocol):
+    """What a trainer-side client must do.
+
+    ``register`` is called once per job before its first report, ``report`` at every evaluation and ``finish`` when
+    training ends. Implementations never send anything but the fields of :class:`Report`.
+    """
+
+    def register(
+        self,
+        job_type: str,
+        detector: Mapping[str, Any] | None = None,
+        job_id: str | None = None,
+        gpus: int | None = None,
+    ) -> str:
+        """Register a job and return its id (``job_id`` if given, else a new one)."""
+
+    def report(self, report: Report) -> Decision:
+        """Send one evaluation and return the scheduler's decision."""
+
+    def finish(self, job_id: str, reason: str = "completed") -> None:
+        """Tell the scheduler the job ended (completed, stopped, failed)."""
+
+
+class EmbeddedClient:
+    """The scheduler core, in-process: no server, no network, same rule as the service.
+
+    Its state (one :class:`JobMonitor` per job) is a plain dict, so the trainer callback can save it with the
+    checkpoint and a resumed run continues with the same declines and best step.
+    """
+
+    def __init__(self) -> None:
+        self._jobs: dict[str, JobMonitor] = {}
+        self._finished: dict[str, str] = {}
+
+    def register(
+        self,
+        job_type: str,
+        detector: Mapping[str, Any] | None = None,
+        job_id: str | None = None,
+        gpus: int | None = None,
+    ) -> str:
+        check_job_type(job_type)
+        job_id = job_id or f"job-{uuid.uuid4().hex[:12]}"
+        if job_id in self._jobs:
+            # Re-registering after a resume keeps the loaded state; a different type or detector is a user error.
+            existing = self._jobs[job_id]
+            if existing.job_type != job_type or existing.detector.spec() != detector_from_spec(detector).spec():
+                raise ValueError(f"job {job_id!r} is already registered with another type or detector")
+            return job_id
+        self._jobs[job_id] = JobMonitor(job_id=job_id, job_type=job_type, detector=detector_from_spec(detector))
+        return job_id
+
+    def report(self, report: Report) -> Decision:
+        try:
+            monitor = self._jobs[report.job_id]
+        except KeyError:
+            raise KeyError(f"job {report.job_id!r} is not registered; call register() first") from None
+        return monitor.observe_report(report)
+
+    def finish(self, job_id: str, reason: str = "completed") -> None:
+        if job_id not in self._jobs:
+            raise KeyError(f"job {job_id!r} is not registered")
+        self._finished[job_id] = reason
+
+    def monitor(self, job_id: str) -> JobMonitor:
+        """The core's state of one job (read it, do not mutate it)."""
+        return self._jobs[job_id]
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "jobs": {job_id: m.state_dict() for job_id, m in self._jobs.items()},
+            "finished": dict(self._finished),
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self._jobs = {job_id: JobMonitor.from_state_dict(s) for job_id, s in state["jobs"].items()}
+        self._finished = dict(state.get("finished", {}))

@@ -1,0 +1,33 @@
+"""The pure scheduler core: decline detectors, per-job monitors, the information boundary and scheduling policies.
+
+No I/O, no torch, no HTTP: everything else imports this package, and it imports nothing of theirs.
+"""
+
+from .boundary import (
+    JOB_TYPES,
+    Action,
+    BoundaryError,
+    ConflictError,
+    Decision,
+    InvalidReportError,
+    Report,
+)
+from .detectors import DETECTORS, Detector, KDeclineDetector, detector_from_spec, make_detector, register_detector
+from .monitor import JobMonitor
+
+__all__ = [
+    "JOB_TYPES",
+    "Action",
+    "BoundaryError",
+    "ConflictError",
+    "DETECTORS",
+    "Decision",
+    "Detector",
+    "InvalidReportError",
+    "JobMonitor",
+    "KDeclineDetector",
+    "Report",
+    "detector_from_spec",
+    "make_detector",
+    "register_detector",
+]

@@ -1,0 +1,178 @@
+"""The information boundary: what may cross from a training job to the scheduler, and what comes back.
+
+A :class:`Report` is a whitelist (DESIGN.md section 3). Unknown fields are rejected, never ignored, so a client that
+tries to send a training loss, a proxy reward or a path fails loudly instead of leaking it. A :class:`Decision` is
+the scheduler's only answer. Both are plain frozen dataclasses with ``to_dict``/``from_dict`` so that the embedded
+client, the HTTP service and the simulator all speak the same objects.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any, Mapping, Sequence
+
+JOB_TYPES: tuple[str, ...] = ("rlhf", "dpo", "lora", "sft", "other")
+"""Job types a report may name. Schedulers may treat them differently (StopAt-p only stops ``rlhf``)."""
+
+REPORT_FIELDS: frozenset[str] = frozenset({"job_id", "job_type", "step", "eval_score", "eval_scores"})
+DECISION_FIELDS: frozenset[str] = frozenset({"action", "reason", "declines", "best_step", "best_score"})
+
+
+class BoundaryError(ValueError):
+    """A report or decision that violates the boundary contract (bad field, bad value)."""
+
+
+class InvalidReportError(BoundaryError):
+    """The report itself is malformed: unknown field, wrong type, non-finite score, negative step."""
+
+
+class ConflictError(BoundaryError):
+    """The report contradicts what the job already reported (different score for a seen step, step went back)."""
+
+
+class Action(str, Enum):
+    """What the scheduler tells a job to do after an evaluation."""
+
+    CONTINUE = "continue"
+    STOP = "stop"
+
+
+def check_finite_score(value: Any, field: str = "eval_score") -> float:
+    """Return ``value`` as a float, or raise :class:`InvalidReportError` naming ``field`` if it is not a finite number."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise InvalidReportError(f"{field} must be a number, got {type(value).__name__}")
+    value = float(value)
+    if not math.isfinite(value):
+        raise InvalidReportError(f"{field} must be finite, got {value}")
+    return value
+
+
+def check_step(value: Any) -> int:
+    """Return ``value`` as an int step, or raise :class:`InvalidReportError` if it is not an integer >= 0."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        # Accept integral floats from JSON encoders that write 10.0, nothing else.
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)
+        else:
+            raise InvalidReportError(f"step must be an integer >= 0, got {value!r}")
+    if value < 0:
+        raise InvalidReportError(f"step must be >= 0, got {value}")
+    return value
+
+
+def check_job_type(value: Any) -> str:
+    if value not in JOB_TYPES:
+        raise InvalidReportError(f"job_type must be one of {', '.join(JOB_TYPES)}; got {value!r}")
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class Report:
+    """One evaluation of one job, as seen by the scheduler.
+
+    Args:
+        job_id: Identifier of the job, unique within its tenant.
+        job_type: One of :data:`JOB_TYPES`.
+        step: Training step of the evaluated checkpoint, an integer >= 0. Steps of one job strictly increase.
+        eval_score: Mean held-out world-feedback score of the checkpoint (higher is better). Must be finite.
+        eval_scores: Optional per-example scores of the same evaluation, for detectors that use paired tests.
+            All finite; the same held-out examples in the same order at every eval of a job.
+    """
+
+    job_id: str
+    job_type: str
+    step: int
+    eval_score: float
+    eval_scores: tuple[float, ...] | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.job_id, str) or not self.job_id:
+            raise InvalidReportError(f"job_id must be a non-empty string, got {self.job_id!r}")
+        check_job_type(self.job_type)
+        object.__setattr__(self, "step", check_step(self.step))
+        object.__setattr__(self, "eval_score", check_finite_score(self.eval_score))
+        if self.eval_scores is not None:
+            if isinstance(self.eval_scores, (str, bytes)) or not isinstance(self.eval_scores, Sequence):
+                raise InvalidReportError("eval_scores must be a list of numbers")
+            if len(self.eval_scores) == 0:
+                raise InvalidReportError("eval_scores must not be empty when given")
+            scores = tuple(check_finite_score(s, "eval_scores[]") for s in self.eval_scores)
+            object.__setattr__(self, "eval_scores", scores)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "Report":
+        """Build a report from a mapping, rejecting any field outside the whitelist."""
+        if not isinstance(data, Mapping):
+            raise InvalidReportError(f"a report must be an object, got {type(data).__name__}")
+        unknown = sorted(set(data) - REPORT_FIELDS)
+        if unknown:
+            raise InvalidReportError(
+                f"unknown report field(s) {', '.join(unknown)}: only {', '.join(sorted(REPORT_FIELDS))} may cross "
+                "the information boundary"
+            )
+        missing = sorted({"job_id", "job_type", "step", "eval_score"} - set(data))
+        if missing:
+            raise InvalidReportError(f"missing report field(s): {', '.join(missing)}")
+        return cls(**dict(data))
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "job_id": self.job_id,
+            "job_type": self.job_type,
+            "step": self.step,
+            "eval_score": self.eval_score,
+        }
+        if self.eval_scores is not None:
+            out["eval_scores"] = list(self.eval_scores)
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """The scheduler's answer to a report.
+
+    Args:
+        action: :attr:`Action.CONTINUE` or :attr:`Action.STOP`. Once a job is stopped every later decision is STOP.
+        reason: Human-readable reason, e.g. ``"2 consecutive declines (k=2, min_delta=0)"``.
+        declines: The detector's current evidence count (consecutive declines for the k-decline rule).
+        best_step: Step of the best checkpoint observed so far (highest score, earliest on ties).
+        best_score: Its score.
+    """
+
+    action: Action
+    reason: str
+    declines: int
+    best_step: int | None
+    best_score: float | None
+
+    @property
+    def should_stop(self) -> bool:
+        return self.action is Action.STOP
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "action": self.action.value,
+            "reason": self.reason,
+            "declines": self.declines,
+            "best_step": self.best_step,
+            "best_score": self.best_score,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "Decision":
+        unknown = sorted(set(data) - DECISION_FIELDS)
+        if unknown:
+            raise BoundaryError(f"unknown decision field(s): {', '.join(unknown)}")
+        try:
+            action = Action(data["action"])
+        except (KeyError, ValueError) as exc:
+            raise BoundaryError(f"decision has no valid action: {data.get('action')!r}") from exc
+        return cls(
+            action=action,
+            reason=str(data.get("reason", "")),
+            declines=int(data.get("declines", 0)),
+            best_step=data.get("best_step"),
+            best_score=data.get("best_score"),
+        )

@@ -1,0 +1,154 @@
+"""Per-job observed state: validation of the eval stream, best-checkpoint bookkeeping and the stop latch.
+
+:class:`JobMonitor` is what every adapter calls. It enforces DESIGN.md section 2 (finite scores, strictly increasing
+steps, idempotent re-sends, conflicts as errors), feeds valid evals to the job's detector, keeps the best step
+(highest score, earliest on ties), and latches STOP: once a job is stopped every later decision is STOP. A rejected
+report never changes the state.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
+
+from .boundary import (
+    Action,
+    ConflictError,
+    Decision,
+    InvalidReportError,
+    Report,
+    check_finite_score,
+    check_job_type,
+    check_step,
+)
+from .detectors import Detector, detector_from_spec
+
+
+@dataclass(slots=True)
+class JobMonitor:
+    """The scheduler's view of one job's evaluations.
+
+    Args:
+        job_id: The job's identifier.
+        job_type: One of :data:`~platform_sim.core.boundary.JOB_TYPES`.
+        detector: The stop detector of this job (default: the paper's k=2 rule).
+    """
+
+    job_id: str
+    job_type: str = "rlhf"
+    detector: Detector = field(default_factory=lambda: detector_from_spec(None))
+    steps: list[int] = field(default_factory=list)
+    scores: list[float] = field(default_factory=list)
+    decisions: list[Decision] = field(default_factory=list)
+    best_step: int | None = None
+    best_score: float | None = None
+    stopped_at: int | None = None
+    stop_reason: str = ""
+
+    def __post_init__(self) -> None:
+        check_job_type(self.job_type)
+
+    @property
+    def stopped(self) -> bool:
+        return self.stopped_at is not None
+
+    @property
+    def last_decision(self) -> Decision | None:
+        return self.decisions[-1] if self.decisions else None
+
+    def observe_report(self, report: Report) -> Decision:
+        """Apply a whitelisted report; the report's job must be this job."""
+        if report.job_id != self.job_id:
+            raise InvalidReportError(f"report for job {report.job_id!r} sent to job {self.job_id!r}")
+        if report.job_type != self.job_type:
+            raise ConflictError(f"job {self.job_id!r} is of type {self.job_type!r}, report says {report.job_type!r}")
+        return self.observe(report.step, report.eval_score, report.eval_scores)
+
+    def observe(self, step: int, score: float, scores: Sequence[float] | None = None) -> Decision:
+        """Take the eval of ``step`` and return the decision.
+
+        Raises:
+            InvalidReportError: ``score`` is not finite or ``step`` is not an integer >= 0.
+            ConflictError: ``step`` was seen with another score, or is older than the last step.
+        """
+        step = check_step(step)
+        score = check_finite_score(score)
+        if self.steps and step <= self.steps[-1]:
+            return self._resend(step, score)
+        if scores is not None and not all(math.isfinite(s) for s in scores):
+            raise InvalidReportError("eval_scores must all be finite")
+        stop_now = self.detector.observe(step, score, scores)
+        self.steps.append(step)
+        self.scores.append(score)
+        if self.best_score is None or score > self.best_score:
+            self.best_step, self.best_score = step, score
+        if self.stopped_at is None and stop_now:
+            self.stopped_at = step
+            self.stop_reason = self.detector.reason()
+        decision = self._decision()
+        self.decisions.append(decision)
+        return decision
+
+    def _resend(self, step: int, score: float) -> Decision:
+        # A re-send of a seen step (a client retry after a lost reply) gets the decision it got then; anything else
+        # that goes back in time is a conflict, because silently accepting it would change the job's history.
+        lo, hi = 0, len(self.steps)
+        while lo < hi:  # binary search: steps are strictly increasing
+            mid = (lo + hi) // 2
+            if self.steps[mid] < step:
+                lo = mid + 1
+            else:
+                hi = mid
+        if lo < len(self.steps) and self.steps[lo] == step:
+            if self.scores[lo] == score:
+                return self.decisions[lo]
+            raise ConflictError(
+                f"job {self.job_id!r} already reported step {step} with eval_score {self.scores[lo]!r}, "
+                f"now {score!r}"
+            )
+        raise ConflictError(
+            f"job {self.job_id!r}: step {step} is older than the last reported step {self.steps[-1]}; "
+            "steps must strictly increase"
+        )
+
+    def _decision(self) -> Decision:
+        if self.stopped_at is not None:
+            return Decision(Action.STOP, f"stopped at step {self.stopped_at}: {self.stop_reason}",
+                            self.detector.declines, self.best_step, self.best_score)
+        return Decision(Action.CONTINUE, "no stop signal", self.detector.declines, self.best_step, self.best_score)
+
+    # -- persistence ---------------------------------------------------------------------------------------------
+
+    def state_dict(self) -> dict[str, Any]:
+        """Everything needed to rebuild this monitor, as plain JSON-serializable data."""
+        return {
+            "job_id": self.job_id,
+            "job_type": self.job_type,
+            "detector": self.detector.spec(),
+            "detector_state": self.detector.state_dict(),
+            "steps": list(self.steps),
+            "scores": list(self.scores),
+            "decisions": [d.to_dict() for d in self.decisions],
+            "best_step": self.best_step,
+            "best_score": self.best_score,
+            "stopped_at": self.stopped_at,
+            "stop_reason": self.stop_reason,
+        }
+
+    @classmethod
+    def from_state_dict(cls, state: Mapping[str, Any]) -> "JobMonitor":
+        detector = detector_from_spec(state["detector"])
+        detector.load_state_dict(state["detector_state"])
+        return cls(
+            job_id=state["job_id"],
+            job_type=state["job_type"],
+            detector=detector,
+            steps=list(state["steps"]),
+            scores=list(state["scores"]),
+            decisions=[Decision.from_dict(d) for d in state["decisions"]],
+            best_step=state["best_step"],
+            best_score=state["best_score"],
+            stopped_at=state["stopped_at"],
+            stop_reason=state["stop_reason"],
+        )
