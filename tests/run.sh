@@ -20,6 +20,10 @@ setup_env .venv tests/constraints.txt -e ".[all]"
 setup_env .venv-ppo tests/constraints-ppo.txt -e ".[train,test]" "trl==1.12.0"
 
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
+# A throw-away PostgreSQL server on loopback for the tests marked `postgres` (skipped when none can be had).
+. tests/pg.sh
+pg_start
+trap pg_stop EXIT
 status=0
 .venv/bin/python -m pytest -m "not slow and not ppo" "$@" || status=$?
 # PPO tests run in their own environment; exit code 5 means none were selected (e.g. by -k) and is no failure.
