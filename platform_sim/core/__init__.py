@@ -14,18 +14,22 @@ from .boundary import (
 )
 from .detectors import DETECTORS, Detector, KDeclineDetector, detector_from_spec, make_detector, register_detector
 from .monitor import JobMonitor
+from .robust_detectors import CusumDetector, KDeclineSEDetector, PairedTestDetector  # registers them by name
 
 __all__ = [
     "JOB_TYPES",
     "Action",
     "BoundaryError",
     "ConflictError",
+    "CusumDetector",
     "DETECTORS",
     "Decision",
     "Detector",
     "InvalidReportError",
     "JobMonitor",
     "KDeclineDetector",
+    "KDeclineSEDetector",
+    "PairedTestDetector",
     "Report",
     "detector_from_spec",
     "make_detector",
