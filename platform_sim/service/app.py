@@ -1,0 +1,343 @@
+"""The HTTP scheduler service: validation, tenant auth, persistence, then one call into the scheduler core.
+
+Build it with :func:`create_app` around a :class:`~platform_sim.service.store.Store`; ``evalstop-server serve`` runs it
+under uvicorn. The API is versioned under ``/v1``; the OpenAPI spec is at ``/openapi.json``.
+
+The service makes no decision of its own: a report is checked against the whitelist schema, then handed to the store,
+which applies :class:`~platform_sim.core.monitor.JobMonitor` inside the job's write transaction and answers the
+core's :class:`~platform_sim.core.boundary.Decision` after the commit.
+"""
+
+# No `from __future__ import annotations` here: FastAPI resolves the dependency annotations defined inside
+# create_app at runtime.
+import asyncio
+import json
+import logging
+import time
+import uuid
+from contextlib import asynccontextmanager
+from typing import Annotated, Any, AsyncIterator, Awaitable, Callable
+
+import anyio
+from fastapi import Depends, FastAPI, Path, Query, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from platform_sim.core import ConflictError, InvalidReportError, Report
+
+from .metrics import ServiceMetrics
+from .schemas import JOB_ID_PATTERN, DecisionOut, ErrorOut, FinishIn, JobCreate, JobList, JobOut, ReportIn
+from .store import (
+    JobExists,
+    JobFinished,
+    JobNotFound,
+    JobRecord,
+    Store,
+    StoreUnavailable,
+    Tenant,
+)
+
+logger = logging.getLogger(__name__)
+
+API_VERSION = "v1"
+DEFAULT_MAX_BODY_BYTES = 1 << 20
+"""Largest request body accepted (1 MiB: a report with tens of thousands of per-example scores)."""
+
+
+class ApiError(Exception):
+    """An error answered as ``{"error": code, "message": message}`` with an HTTP status."""
+
+    def __init__(self, status: int, code: str, message: str, headers: dict[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.status, self.code, self.message, self.headers = status, code, message, headers
+
+
+def _error_body(code: str, message: str) -> bytes:
+    return json.dumps({"error": code, "message": message}).encode()
+
+
+class _BodyTooLarge(Exception):
+    pass
+
+
+class BodyLimitMiddleware:
+    """Refuse request bodies over ``max_bytes`` with 413, by Content-Length or by counting a streamed body.
+
+    A plain ASGI middleware (not ``BaseHTTPMiddleware``) because it runs on every report and must stay cheap.
+    """
+
+    def __init__(self, app: Callable[..., Awaitable[None]], max_bytes: int) -> None:
+        self.app = app
+        self.max_bytes = max_bytes
+
+    async def __call__(self, scope: dict[str, Any], receive: Callable[..., Awaitable[Any]],
+                       send: Callable[..., Awaitable[None]]) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        for name, value in scope["headers"]:
+            if name == b"content-length":
+                try:
+                    length = int(value)
+                except ValueError:
+                    await self._refuse(send, 400, "bad_request", "Content-Length is not an integer")
+                    return
+                if length > self.max_bytes:
+                    await self._refuse(send, 413, "body_too_large",
+                                       f"request body of {length} bytes exceeds the limit of {self.max_bytes} bytes")
+                    return
+        seen = 0
+        started = False
+
+        async def limited_receive() -> Any:
+            nonlocal seen
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > self.max_bytes:
+                    raise _BodyTooLarge
+            return message
+
+        async def tracking_send(message: Any) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+            await send(message)
+
+        try:
+            await self.app(scope, limited_receive, tracking_send)
+        except _BodyTooLarge:
+            if not started:
+                await self._refuse(send, 413, "body_too_large",
+                                   f"request body exceeds the limit of {self.max_bytes} bytes")
+
+    @staticmethod
+    async def _refuse(send: Callable[..., Awaitable[None]], status: int, code: str, message: str) -> None:
+        body = _error_body(code, message)
+        await send({"type": "http.response.start", "status": status,
+                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
+                                (b"connection", b"close")]})
+        await send({"type": "http.response.body", "body": body})
+
+
+def _validation_message(exc: RequestValidationError) -> str:
+    parts = []
+    for err in exc.errors():
+        loc = [str(x) for x in err.get("loc", ()) if x != "body"]
+        where = ".".join(loc) or "body"
+        if err.get("type") == "extra_forbidden":
+            parts.append(f"{where}: unknown field (unknown fields are rejected: only the whitelisted fields may "
+                         "cross the information boundary)")
+        else:
+            # Never echo the input back: it may hold a value that is not JSON (NaN) or that should not be logged.
+            parts.append(f"{where}: {err.get('msg', 'invalid')}")
+    return "invalid request: " + "; ".join(parts)
+
+
+def _job_out(job: JobRecord) -> dict[str, Any]:
+    return {
+        "job_id": job.job_id, "job_type": job.job_type, "status": job.status, "detector": job.detector,
+        "gpus": job.gpus, "planned_steps": job.planned_steps, "created_at": job.created_at,
+        "n_reports": job.n_reports, "last_step": job.last_step,
+        "last_decision": None if job.last_decision is None else job.last_decision.to_dict(),
+        "best_step": job.best_step, "best_score": job.best_score, "stopped_at": job.stopped_at,
+        "finished_at": job.finished_at, "finish_reason": job.finish_reason,
+    }
+
+
+_ERRORS: dict[int | str, dict[str, Any]] = {
+    401: {"model": ErrorOut, "description": "Missing, unknown or revoked bearer token."},
+    413: {"model": ErrorOut, "description": "Request body too large."},
+    422: {"model": ErrorOut, "description": "Invalid request (unknown field, bad value, non-finite score)."},
+}
+_NOT_FOUND: dict[int | str, dict[str, Any]] = {404: {"model": ErrorOut, "description": "No such job for this tenant."}}
+_CONFLICT: dict[int | str, dict[str, Any]] = {409: {"model": ErrorOut, "description": "Conflicts with the job's state."}}
+_UNAVAILABLE: dict[int | str, dict[str, Any]] = {503: {"model": ErrorOut, "description": "Store cannot commit."}}
+
+JobIdPath = Annotated[str, Path(pattern=JOB_ID_PATTERN, description="The job's id.")]
+
+
+def create_app(store: Store, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES, close_store: bool = False) -> FastAPI:
+    """Build the service around ``store``.
+
+    Args:
+        store: Where tenants, jobs and reports live.
+        max_body_bytes: Largest request body accepted; larger ones get 413.
+        close_store: Close ``store`` when the app shuts down (set by the CLI, which owns it).
+    """
+    metrics = ServiceMetrics()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        yield
+        if close_store:
+            store.close()
+
+    app = FastAPI(
+        title="evalstop scheduler service",
+        version="1.0.0",
+        description="Stops RLHF and fine-tuning jobs after k consecutive declines of their held-out eval score. "
+                    "Only whitelisted fields cross the boundary; unknown fields are rejected.",
+        lifespan=lifespan,
+    )
+    app.state.store = store
+    app.state.metrics = metrics
+    app.add_middleware(BodyLimitMiddleware, max_bytes=max_body_bytes)
+
+    @app.exception_handler(ApiError)
+    async def _api_error(request: Request, exc: ApiError) -> JSONResponse:
+        return JSONResponse({"error": exc.code, "message": exc.message}, status_code=exc.status, headers=exc.headers)
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+        return JSONResponse({"error": "invalid_request", "message": _validation_message(exc)}, status_code=422)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        codes = {404: "not_found", 405: "method_not_allowed", 400: "bad_request"}
+        return JSONResponse({"error": codes.get(exc.status_code, "http_error"), "message": str(exc.detail)},
+                            status_code=exc.status_code, headers=getattr(exc, "headers", None))
+
+    bearer = HTTPBearer(auto_error=False, description="A tenant token from `evalstop-server tenant add NAME`.")
+
+    async def tenant(creds: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]) -> Tenant:
+        challenge = {"WWW-Authenticate": "Bearer"}
+        if creds is None:
+            metrics.auth_failures.inc()
+            raise ApiError(401, "unauthorized", "missing bearer token: send 'Authorization: Bearer <token>'",
+                           challenge)
+        found = store.tenant_for_token(creds.credentials)
+        if found is None:
+            metrics.auth_failures.inc()
+            raise ApiError(401, "unauthorized", "invalid or revoked token", challenge)
+        return found
+
+    TenantDep = Annotated[Tenant, Depends(tenant)]
+
+    def not_found(job_id: str) -> ApiError:
+        # The same answer whether the job does not exist or belongs to another tenant: never leak existence.
+        return ApiError(404, "not_found", f"no job {job_id!r} for this tenant")
+
+    # -- jobs ------------------------------------------------------------------------------------------------------
+    @app.post(f"/{API_VERSION}/jobs", status_code=201, response_model=JobOut, tags=["jobs"],
+              responses={200: {"model": JobOut, "description": "Already registered (idempotent)."},
+                         **_ERRORS, **_CONFLICT, **_UNAVAILABLE})
+    async def register_job(body: JobCreate, t: TenantDep) -> JSONResponse:
+        """Register a job and return it; its ``job_id`` is made up if not given."""
+        spec = body.detector.model_dump() if body.detector is not None else None
+        record = JobRecord(job_id=body.job_id or f"job-{uuid.uuid4().hex[:16]}", job_type=body.job_type,
+                           detector=spec or {"name": "k-decline", "params": {}}, gpus=body.gpus,
+                           planned_steps=body.planned_steps)
+        try:
+            job, created = await anyio.to_thread.run_sync(store.register_job, t.tenant_id, record)
+        except JobExists as exc:
+            raise ApiError(409, "conflict", str(exc)) from None
+        except ValueError as exc:  # unknown detector or bad detector parameter, from the core's registry
+            raise ApiError(422, "invalid_request", f"detector: {exc}") from None
+        except StoreUnavailable as exc:
+            raise ApiError(503, "unavailable", str(exc)) from None
+        if created:
+            metrics.jobs_registered.labels(job.job_type).inc()
+        return JSONResponse(_job_out(job), status_code=201 if created else 200)
+
+    @app.get(f"/{API_VERSION}/jobs", response_model=JobList, tags=["jobs"], responses=_ERRORS)
+    async def list_jobs(
+        t: TenantDep,
+        status: Annotated[str | None, Query(pattern="^(running|stopped|finished)$")] = None,
+        limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+        after: Annotated[str | None, Query(max_length=128)] = None,
+    ) -> JSONResponse:
+        """The tenant's jobs, ordered by id (keyset pagination with ``after``)."""
+        jobs = store.list_jobs(t.tenant_id, status=status, limit=limit, after=after)
+        nxt = jobs[-1].job_id if len(jobs) == limit else None
+        return JSONResponse({"jobs": [_job_out(j) for j in jobs], "next_after": nxt})
+
+    @app.get(f"/{API_VERSION}/jobs/{{job_id}}", response_model=JobOut, tags=["jobs"],
+             responses={**_ERRORS, **_NOT_FOUND})
+    async def get_job(job_id: JobIdPath, t: TenantDep) -> JSONResponse:
+        """One of the tenant's jobs (committed state)."""
+        try:
+            return JSONResponse(_job_out(store.get_job(t.tenant_id, job_id)))
+        except JobNotFound:
+            raise not_found(job_id) from None
+
+    @app.post(f"/{API_VERSION}/jobs/{{job_id}}/evals", response_model=DecisionOut, tags=["jobs"],
+              responses={**_ERRORS, **_NOT_FOUND, **_CONFLICT, **_UNAVAILABLE})
+    async def post_eval(job_id: JobIdPath, body: ReportIn, t: TenantDep) -> JSONResponse:
+        """Take one evaluation (the whitelisted Report) and answer the scheduler's Decision after it is committed.
+
+        A re-send of a stored step with the same score answers the same decision again; a different score for a
+        stored step, or an older step, is a 409. Once a job is stopped every decision is ``stop``.
+        """
+        t0 = time.perf_counter()
+        if body.job_id != job_id:
+            metrics.reports.labels("invalid").inc()
+            raise ApiError(422, "invalid_request", f"job_id {body.job_id!r} in the body does not match the path "
+                                                   f"job {job_id!r}")
+        try:
+            report = Report(job_id=body.job_id, job_type=body.job_type, step=body.step, eval_score=body.eval_score,
+                            eval_scores=None if body.eval_scores is None else tuple(body.eval_scores))
+            outcome = await asyncio.wrap_future(store.submit_report(t.tenant_id, report))
+        except InvalidReportError as exc:
+            metrics.reports.labels("invalid").inc()
+            raise ApiError(422, "invalid_request", str(exc)) from None
+        except ConflictError as exc:
+            metrics.reports.labels("conflict").inc()
+            raise ApiError(409, "conflict", str(exc)) from None
+        except JobNotFound:
+            metrics.reports.labels("not_found").inc()
+            raise not_found(job_id) from None
+        except JobFinished as exc:
+            metrics.reports.labels("finished").inc()
+            raise ApiError(409, "job_finished", str(exc)) from None
+        except StoreUnavailable as exc:
+            metrics.reports.labels("unavailable").inc()
+            raise ApiError(503, "unavailable", str(exc)) from None
+        decision = outcome.decision
+        metrics.reports.labels("resend" if outcome.resend else "accepted").inc()
+        metrics.decisions.labels(decision.action.value).inc()
+        if outcome.stopped_now:
+            metrics.stops.inc()
+            job = store.get_job(t.tenant_id, job_id)
+            if job.gpus:
+                metrics.gpus_freed.inc(job.gpus)
+            metrics.gpu_hours_reclaimed.inc(outcome.gpu_hours_reclaimed)
+        metrics.report_latency.observe(time.perf_counter() - t0)
+        return JSONResponse(decision.to_dict())
+
+    @app.post(f"/{API_VERSION}/jobs/{{job_id}}/finish", response_model=JobOut, tags=["jobs"],
+              responses={**_ERRORS, **_NOT_FOUND, **_UNAVAILABLE})
+    async def finish_job(job_id: JobIdPath, t: TenantDep, body: FinishIn | None = None) -> JSONResponse:
+        """Mark the job finished (idempotent: the first reason is kept). It takes no more reports."""
+        reason = body.reason if body is not None else "completed"
+        try:
+            job = await anyio.to_thread.run_sync(store.finish_job, t.tenant_id, job_id, reason)
+        except JobNotFound:
+            raise not_found(job_id) from None
+        except StoreUnavailable as exc:
+            raise ApiError(503, "unavailable", str(exc)) from None
+        metrics.jobs_finished.inc()
+        return JSONResponse(_job_out(job))
+
+    # -- operator --------------------------------------------------------------------------------------------------
+    @app.get("/healthz", tags=["operator"])
+    async def healthz() -> dict[str, str]:
+        """Liveness: the process answers."""
+        return {"status": "ok"}
+
+    @app.get("/readyz", tags=["operator"], responses=_UNAVAILABLE)
+    async def readyz() -> JSONResponse:
+        """Readiness: the store can read and its writer is alive."""
+        if store.ready():
+            return JSONResponse({"status": "ready"})
+        return JSONResponse({"error": "unavailable", "message": "the store is not ready"}, status_code=503)
+
+    @app.get("/metrics", tags=["operator"], response_class=Response)
+    async def prometheus() -> Response:
+        """Prometheus text format."""
+        return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+    return app

@@ -1,0 +1,165 @@
+"""``evalstop-server``: run the scheduler service and administer its tenants.
+
+    evalstop-server serve [--host 127.0.0.1] [--port 8080] [--db evalstop.db]
+    evalstop-server tenant add NAME [--db ...]      # prints the new token alone on the last line
+    evalstop-server tenant list [--db ...] [--json]
+    evalstop-server tenant revoke NAME [--db ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import logging
+import os
+import re
+import sys
+from typing import Sequence
+
+DEFAULT_DB = "evalstop.db"
+TENANT_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that exits 2 with a one-line reason (the default prints the whole usage first)."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def _fail(message: str) -> int:
+    print(f"evalstop-server: error: {message}", file=sys.stderr)
+    return 2
+
+
+def _db_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--db", default=os.environ.get("EVALSTOP_DB", DEFAULT_DB),
+                   help=f"SQLite database file (default: $EVALSTOP_DB or ./{DEFAULT_DB}); created if missing")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="evalstop-server", description="The evalstop scheduler service (HTTP) and its tenants.")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    serve = sub.add_parser("serve", help="run the HTTP service")
+    serve.add_argument("--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1, loopback only)")
+    serve.add_argument("--port", type=int, default=8080, help="TCP port (default: 8080)")
+    _db_arg(serve)
+    serve.add_argument("--synchronous", choices=["FULL", "NORMAL"], default="FULL",
+                       help="SQLite durability: FULL fsyncs every commit (default); NORMAL survives a killed "
+                            "process but not an OS crash")
+    serve.add_argument("--max-body-bytes", type=int, default=1 << 20, help="largest request body (default 1 MiB)")
+    serve.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
+    serve.add_argument("--access-log", action="store_true", help="log every request (off by default: it costs "
+                                                                 "throughput)")
+
+    tenant = sub.add_parser("tenant", help="add, list or revoke tenants")
+    tsub = tenant.add_subparsers(dest="tenant_command", required=True, parser_class=_Parser)
+    add = tsub.add_parser("add", help="create a tenant; prints its token alone on the last line (shown once)")
+    add.add_argument("name", help="tenant name: letters, digits, '._-', up to 64 characters")
+    _db_arg(add)
+    add.add_argument("--json", action="store_true", help="machine-readable output (the token is still the last line)")
+    lst = tsub.add_parser("list", help="list tenants (tokens are stored hashed and never shown again)")
+    _db_arg(lst)
+    lst.add_argument("--json", action="store_true", help="machine-readable output")
+    rev = tsub.add_parser("revoke", help="revoke a tenant's token; its requests get 401 from then on")
+    rev.add_argument("name")
+    _db_arg(rev)
+    rev.add_argument("--json", action="store_true", help="machine-readable output")
+    return parser
+
+
+def _iso(ts: float | None) -> str:
+    return "-" if ts is None else dt.datetime.fromtimestamp(ts, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _open_store(db: str, synchronous: str = "FULL"):  # noqa: ANN202 - the store type needs the service extra
+    from .sqlite_store import SQLiteStore
+
+    return SQLiteStore(db, synchronous=synchronous)
+
+
+def _serve(args: argparse.Namespace) -> int:
+    if not 0 <= args.port <= 65535:
+        return _fail(f"--port must be in 0..65535, got {args.port}")
+    if args.max_body_bytes < 1024:
+        return _fail(f"--max-body-bytes must be >= 1024, got {args.max_body_bytes}")
+    try:
+        import uvicorn
+
+        from .app import create_app
+    except ImportError as exc:
+        return _fail(f"the service needs its extra: pip install 'evalstop[service]' ({exc})")
+    try:
+        store = _open_store(args.db, args.synchronous)
+    except (ValueError, OSError) as exc:
+        return _fail(f"--db {args.db}: {exc}")
+    except Exception as exc:  # sqlite3.DatabaseError: not a database, locked, unreadable
+        return _fail(f"--db {args.db}: cannot open the database: {exc}")
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    app = create_app(store, max_body_bytes=args.max_body_bytes, close_store=True)
+    # One process, one event loop, one writer thread with group commit: on two cores more worker processes only
+    # fight over SQLite's single write lock (measured in docs/benchmarks.md).
+    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, access_log=args.access_log,
+                timeout_graceful_shutdown=5)
+    return 0
+
+
+def _tenant(args: argparse.Namespace) -> int:
+    from .store import TenantExists, TenantNotFound
+
+    try:
+        store = _open_store(args.db)
+    except (ValueError, OSError) as exc:
+        return _fail(f"--db {args.db}: {exc}")
+    except Exception as exc:
+        return _fail(f"--db {args.db}: cannot open the database: {exc}")
+    try:
+        if args.tenant_command == "add":
+            if not TENANT_NAME.match(args.name):
+                return _fail(f"NAME {args.name!r} is not a valid tenant name (letters, digits, '._-', up to 64)")
+            try:
+                tenant, token = store.add_tenant(args.name)
+            except TenantExists as exc:
+                return _fail(str(exc))
+            if args.json:
+                print(json.dumps({"name": tenant.name, "tenant_id": tenant.tenant_id, "created_at": tenant.created_at}))
+            else:
+                print(f"tenant {tenant.name!r} created; its token (shown only now, stored hashed):",
+                      file=sys.stderr)
+            print(token)
+            return 0
+        if args.tenant_command == "list":
+            tenants = store.list_tenants()
+            if args.json:
+                print(json.dumps([{"name": t.name, "tenant_id": t.tenant_id, "created_at": t.created_at,
+                                   "revoked_at": t.revoked_at} for t in tenants]))
+            else:
+                print(f"{'name':<24} {'status':<8} {'created':<20} revoked")
+                for t in tenants:
+                    status = "revoked" if t.revoked_at is not None else "active"
+                    print(f"{t.name:<24} {status:<8} {_iso(t.created_at):<20} {_iso(t.revoked_at)}")
+            return 0
+        try:
+            tenant = store.revoke_tenant(args.name)
+        except TenantNotFound as exc:
+            return _fail(str(exc))
+        if args.json:
+            print(json.dumps({"name": tenant.name, "revoked_at": tenant.revoked_at}))
+        else:
+            print(f"tenant {tenant.name!r} revoked at {_iso(tenant.revoked_at)}")
+        return 0
+    finally:
+        store.close()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.command == "serve":
+        return _serve(args)
+    return _tenant(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,133 @@
+"""The service's wire schemas (pydantic v2): the information boundary as the HTTP API sees it.
+
+Every request model forbids unknown fields (``extra="forbid"``), so a client that sends a training loss, a proxy
+reward or a checkpoint path gets a 422 naming the field instead of having it silently dropped. Scores must be finite
+(``allow_inf_nan=False``). The core re-validates everything it is given: these models are the first line, not the
+only one.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import math
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from platform_sim.core import JOB_TYPES
+
+JobType = Literal["rlhf", "dpo", "lora", "sft", "other"]
+assert set(JobType.__args__) == set(JOB_TYPES), "JobType must list the core's JOB_TYPES"  # type: ignore[attr-defined]
+
+JOB_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$"
+"""Job ids: 1-128 characters, letters, digits and ``._:-``, starting with a letter or digit (safe in URLs and logs)."""
+
+MAX_EVAL_SCORES = 100_000
+"""Most per-example scores one report may carry (the body size limit usually binds first)."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+
+class DetectorSpec(_Strict):
+    """Which stop detector decides for a job, and its parameters.
+
+    The parameters are passed to the detector's constructor; the registry in ``platform_sim.core.detectors`` checks
+    them (an unknown name or a bad parameter is a 422 naming it).
+    """
+
+    name: str = Field("k-decline", min_length=1, max_length=64, examples=["k-decline"])
+    params: dict[str, Any] = Field(default_factory=dict, max_length=32, examples=[{"k": 2, "min_delta": 0.0}])
+
+    @field_validator("params")
+    @classmethod
+    def _finite_params(cls, value: dict[str, Any]) -> dict[str, Any]:
+        def check(v: Any, where: str) -> None:
+            if isinstance(v, float) and not math.isfinite(v):
+                raise ValueError(f"detector parameter {where} must be finite, got {v}")
+            if isinstance(v, dict):
+                for k, item in v.items():
+                    check(item, f"{where}.{k}")
+            elif isinstance(v, list):
+                for i, item in enumerate(v):
+                    check(item, f"{where}[{i}]")
+
+        for key, item in value.items():
+            check(item, key)
+        return value
+
+
+class JobCreate(_Strict):
+    """Registration of a job.
+
+    ``job_id`` is optional: the service makes one if it is missing. Registering an id again with the same type,
+    detector and GPU count is idempotent (a retried or resumed registration) and answers 200 instead of 201.
+    """
+
+    job_type: JobType
+    job_id: str | None = Field(None, pattern=JOB_ID_PATTERN)
+    gpus: int | None = Field(None, ge=1, le=1_000_000, description="GPUs the job holds (for GPU-hours reclaimed).")
+    planned_steps: int | None = Field(None, ge=1, le=10**12,
+                                      description="Planned training steps (for the GPU-hours-reclaimed estimate).")
+    detector: DetectorSpec | None = Field(None, description="Stop detector; default: the paper's k=2 rule.")
+
+
+class ReportIn(_Strict):
+    """One evaluation of a job: exactly the core's whitelisted Report, nothing else."""
+
+    job_id: str = Field(pattern=JOB_ID_PATTERN)
+    job_type: JobType
+    step: int = Field(ge=0, le=2**62)
+    eval_score: float
+    eval_scores: list[float] | None = Field(None, min_length=1, max_length=MAX_EVAL_SCORES)
+
+
+class FinishIn(_Strict):
+    """The end of a job."""
+
+    reason: str = Field("completed", min_length=1, max_length=200, examples=["completed", "stopped", "failed"])
+
+
+class DecisionOut(BaseModel):
+    """The scheduler's answer to a report (the core's Decision)."""
+
+    action: Literal["continue", "stop"]
+    reason: str
+    declines: int
+    best_step: int | None
+    best_score: float | None
+
+
+class JobOut(BaseModel):
+    """A job as its tenant sees it."""
+
+    job_id: str
+    job_type: str
+    status: Literal["running", "stopped", "finished"]
+    detector: DetectorSpec
+    gpus: int | None
+    planned_steps: int | None
+    created_at: float
+    n_reports: int
+    last_step: int | None
+    last_decision: DecisionOut | None
+    best_step: int | None
+    best_score: float | None
+    stopped_at: int | None
+    finished_at: float | None
+    finish_reason: str | None
+
+
+class JobList(BaseModel):
+    """A page of the tenant's jobs, ordered by id; pass ``next_after`` as ``after`` for the next page."""
+
+    jobs: list[JobOut]
+    next_after: str | None
+
+
+class ErrorOut(BaseModel):
+    """Every error the service answers."""
+
+    error: str = Field(description="A short machine-readable code, e.g. not_found, conflict, invalid_request.")
+    message: str = Field(description="What was wrong, for a human.")

@@ -1,0 +1,509 @@
+"""The default store: one SQLite file in WAL mode, one writer thread with group commit.
+
+Durability: every write goes through a single writer thread that takes the queued operations, applies each in one
+``BEGIN IMMEDIATE`` transaction and commits once for the whole batch (group commit). With ``synchronous=FULL`` (the
+default) the commit fsyncs the WAL, so a report whose future resolved survives ``kill -9`` of the service and a power
+loss; ``synchronous=NORMAL`` survives ``kill -9`` (the WAL frames reach the OS before COMMIT returns) but not an OS
+crash, and is offered only as an explicit choice.
+
+The scheduler core's state of a job is stored as the core's own state dict split in two: the scalar part (detector
+spec and state, best step, stop latch) in the ``jobs`` row and the lists (steps, scores, decisions) as one ``reports``
+row per accepted step. Loading a job rebuilds the exact :class:`~platform_sim.core.monitor.JobMonitor` with
+``JobMonitor.from_state_dict``, so a restart gives the same decisions.
+
+Each report is one logical transaction "load the job for update, apply the core, write the report row and the job
+row". The writer keeps recently used monitors in memory; before using a cached one it re-reads the job's report count
+inside the write transaction, so another process writing the same file (the CLI, a second service process) can never
+make it apply the core to stale state. A networked store would do the same with ``SELECT ... FOR UPDATE``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import queue
+import sqlite3
+import threading
+import time
+from collections import OrderedDict
+from concurrent.futures import Future
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from platform_sim.core import Action, BoundaryError, Decision, JobMonitor, Report, detector_from_spec
+
+from .store import (
+    JobExists,
+    JobFinished,
+    JobNotFound,
+    JobRecord,
+    ReportOutcome,
+    Store,
+    StoredReport,
+    StoreUnavailable,
+    Tenant,
+    TenantExists,
+    TenantNotFound,
+    hash_token,
+    new_token,
+)
+
+logger = logging.getLogger(__name__)
+
+SCHEMA_VERSION = 1
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS tenants (
+    tenant_id INTEGER PRIMARY KEY,
+    name TEXT NOT NULL UNIQUE,
+    token_hash TEXT NOT NULL UNIQUE,
+    created_at REAL NOT NULL,
+    revoked_at REAL
+);
+CREATE TABLE IF NOT EXISTS jobs (
+    tenant_id INTEGER NOT NULL REFERENCES tenants(tenant_id),
+    job_id TEXT NOT NULL,
+    job_type TEXT NOT NULL,
+    detector TEXT NOT NULL,
+    detector_state TEXT NOT NULL,
+    gpus INTEGER,
+    planned_steps INTEGER,
+    created_at REAL NOT NULL,
+    n_reports INTEGER NOT NULL DEFAULT 0,
+    first_step INTEGER,
+    first_report_at REAL,
+    last_step INTEGER,
+    best_step INTEGER,
+    best_score REAL,
+    stopped_at INTEGER,
+    stop_reason TEXT NOT NULL DEFAULT '',
+    finished_at REAL,
+    finish_reason TEXT,
+    PRIMARY KEY (tenant_id, job_id)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS reports (
+    tenant_id INTEGER NOT NULL,
+    job_id TEXT NOT NULL,
+    step INTEGER NOT NULL,
+    eval_score REAL NOT NULL,
+    eval_scores TEXT,
+    action TEXT NOT NULL,
+    reason TEXT NOT NULL,
+    declines INTEGER NOT NULL,
+    best_step INTEGER,
+    best_score REAL,
+    received_at REAL NOT NULL,
+    PRIMARY KEY (tenant_id, job_id, step)
+) WITHOUT ROWID;
+"""
+
+_JOB_COLUMNS = (
+    "j.job_id, j.job_type, j.detector, j.gpus, j.planned_steps, j.created_at, j.n_reports, j.last_step, "
+    "j.best_step, j.best_score, j.stopped_at, j.finished_at, j.finish_reason, "
+    "r.action, r.reason, r.declines, r.best_step, r.best_score"
+)
+_JOB_FROM = (
+    "FROM jobs j LEFT JOIN reports r ON r.tenant_id = j.tenant_id AND r.job_id = j.job_id AND r.step = j.last_step"
+)
+
+_STOP = object()
+
+
+@dataclass(slots=True)
+class _CachedJob:
+    monitor: JobMonitor
+    n_reports: int
+
+
+def _decision_from_row(action: str, reason: str, declines: int, best_step: int | None,
+                       best_score: float | None) -> Decision:
+    return Decision(Action(action), reason, declines, best_step, best_score)
+
+
+def _job_from_row(row: tuple[Any, ...]) -> JobRecord:
+    (job_id, job_type, detector, gpus, planned_steps, created_at, n_reports, last_step, best_step, best_score,
+     stopped_at, finished_at, finish_reason, r_action, r_reason, r_declines, r_best_step, r_best_score) = row
+    last = None
+    if r_action is not None:
+        last = _decision_from_row(r_action, r_reason, r_declines, r_best_step, r_best_score)
+    return JobRecord(
+        job_id=job_id, job_type=job_type, detector=json.loads(detector), gpus=gpus, planned_steps=planned_steps,
+        created_at=created_at, n_reports=n_reports, last_step=last_step, last_decision=last, best_step=best_step,
+        best_score=best_score, stopped_at=stopped_at, finished_at=finished_at, finish_reason=finish_reason,
+    )
+
+
+class SQLiteStore(Store):
+    """A :class:`~platform_sim.service.store.Store` in one SQLite file.
+
+    Args:
+        path: Database file; created with its schema if missing. Its directory must exist.
+        synchronous: ``"FULL"`` (default: fsync at every commit, acknowledged reports survive power loss) or
+            ``"NORMAL"`` (survives a killed process, not an OS crash).
+        max_batch: Most operations committed together by the writer thread (group commit).
+        busy_timeout_ms: How long a connection waits for another process's write lock before failing.
+        cache_jobs: Most job monitors kept in memory by the writer (least recently used ones are dropped).
+    """
+
+    def __init__(self, path: str | os.PathLike[str], *, synchronous: str = "FULL", max_batch: int = 256,
+                 busy_timeout_ms: int = 5000, cache_jobs: int = 10_000) -> None:
+        synchronous = synchronous.upper()
+        if synchronous not in ("FULL", "NORMAL"):
+            raise ValueError(f"synchronous must be FULL or NORMAL, got {synchronous!r}")
+        if max_batch < 1:
+            raise ValueError(f"max_batch must be >= 1, got {max_batch}")
+        self.path = os.fspath(path)
+        parent = os.path.dirname(os.path.abspath(self.path))
+        if not os.path.isdir(parent):
+            raise ValueError(f"database directory {parent!r} does not exist")
+        self.synchronous = synchronous
+        self.max_batch = max_batch
+        self.busy_timeout_ms = busy_timeout_ms
+        self.cache_jobs = cache_jobs
+        self._local = threading.local()
+        self._conns: list[sqlite3.Connection] = []
+        self._conns_lock = threading.Lock()
+        self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._writer: threading.Thread | None = None
+        self._writer_lock = threading.Lock()
+        self._closed = False
+        self._cache: OrderedDict[tuple[int, str], _CachedJob] = OrderedDict()  # writer thread only
+        self._init_schema()
+
+    # -- connections -------------------------------------------------------------------------------------------
+    def _connect(self) -> sqlite3.Connection:
+        conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False,
+                               timeout=self.busy_timeout_ms / 1000)
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute(f"PRAGMA synchronous={self.synchronous}")
+        conn.execute(f"PRAGMA busy_timeout={int(self.busy_timeout_ms)}")
+        conn.execute("PRAGMA foreign_keys=ON")
+        with self._conns_lock:
+            self._conns.append(conn)
+        return conn
+
+    def _reader(self) -> sqlite3.Connection:
+        """This thread's read connection (WAL readers see the last commit and never block the writer)."""
+        conn = getattr(self._local, "conn", None)
+        if conn is None:
+            if self._closed:
+                raise StoreUnavailable("the store is closed")
+            conn = self._local.conn = self._connect()
+        return conn
+
+    def _init_schema(self) -> None:
+        conn = self._connect()
+        try:
+            # executescript commits on its own; every statement is IF NOT EXISTS, so concurrent openers are safe.
+            conn.executescript(_SCHEMA)
+            conn.execute("BEGIN IMMEDIATE")
+            row = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+            if row is None:
+                conn.execute("INSERT INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
+            elif int(row[0]) > SCHEMA_VERSION:
+                raise ValueError(f"database {self.path!r} has schema version {row[0]}, newer than this "
+                                 f"evalstop-server ({SCHEMA_VERSION}); upgrade evalstop")
+            conn.execute("COMMIT")
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+        finally:
+            with self._conns_lock:
+                self._conns.remove(conn)
+            conn.close()
+
+    # -- the writer thread ---------------------------------------------------------------------------------------
+    def _submit(self, op: Callable[[sqlite3.Connection], Any]) -> Future[Any]:
+        fut: Future[Any] = Future()
+        if self._closed:
+            fut.set_exception(StoreUnavailable("the store is shutting down"))
+            return fut
+        if self._writer is None:
+            with self._writer_lock:
+                if self._writer is None:
+                    self._writer = threading.Thread(target=self._write_loop, name="evalstop-sqlite-writer",
+                                                    daemon=True)
+                    self._writer.start()
+        self._queue.put((op, fut))
+        return fut
+
+    def _write_loop(self) -> None:
+        conn = self._connect()
+        while True:
+            item = self._queue.get()
+            stop = item is _STOP
+            batch = [] if stop else [item]
+            while not stop and len(batch) < self.max_batch:
+                try:
+                    nxt = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                if nxt is _STOP:
+                    stop = True
+                else:
+                    batch.append(nxt)
+            if batch:
+                self._run_batch(conn, batch)
+            if stop:
+                return
+
+    def _run_batch(self, conn: sqlite3.Connection, batch: list[tuple[Callable[..., Any], Future[Any]]]) -> None:
+        results: list[tuple[Future[Any], Any, BaseException | None]] = []
+        touched: set[tuple[int, str]] = set()
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            for op, fut in batch:
+                if not fut.set_running_or_notify_cancel():
+                    continue  # the caller gave up before we started: never acknowledged, never applied
+                try:
+                    results.append((fut, op(conn, touched), None))
+                except (BoundaryError, JobNotFound, JobFinished, JobExists, TenantExists, TenantNotFound,
+                        ValueError) as exc:
+                    # Domain errors are raised before the op writes anything (the core does not change state on a
+                    # rejected report), so the rest of the batch commits normally.
+                    results.append((fut, None, exc))
+            conn.execute("COMMIT")
+        except Exception as exc:  # the database failed: nothing of this batch is acknowledged
+            logger.error("sqlite commit failed, %d operation(s) refused: %s", len(batch), exc)
+            try:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+            except sqlite3.Error:
+                pass
+            for key in touched:  # in-memory monitors may be ahead of the rolled-back database
+                self._cache.pop(key, None)
+            err = StoreUnavailable(f"the database could not commit: {exc}")
+            for _, fut in batch:
+                if fut.running():
+                    fut.set_exception(err)
+            return
+        for fut, value, error in results:
+            if error is None:
+                fut.set_result(value)
+            else:
+                fut.set_exception(error)
+
+    # -- tenants -------------------------------------------------------------------------------------------------
+    def add_tenant(self, name: str) -> tuple[Tenant, str]:
+        token = new_token()
+
+        def op(conn: sqlite3.Connection, touched: set[Any]) -> Tenant:
+            if conn.execute("SELECT 1 FROM tenants WHERE name = ?", (name,)).fetchone():
+                raise TenantExists(f"tenant {name!r} already exists")
+            now = time.time()
+            cur = conn.execute("INSERT INTO tenants (name, token_hash, created_at) VALUES (?, ?, ?)",
+                               (name, hash_token(token), now))
+            return Tenant(int(cur.lastrowid or 0), name, now, None)
+
+        return self._submit(op).result(), token
+
+    def list_tenants(self) -> list[Tenant]:
+        rows = self._reader().execute(
+            "SELECT tenant_id, name, created_at, revoked_at FROM tenants ORDER BY tenant_id").fetchall()
+        return [Tenant(*row) for row in rows]
+
+    def revoke_tenant(self, name: str) -> Tenant:
+        def op(conn: sqlite3.Connection, touched: set[Any]) -> Tenant:
+            row = conn.execute("SELECT tenant_id, created_at, revoked_at FROM tenants WHERE name = ?",
+                               (name,)).fetchone()
+            if row is None:
+                raise TenantNotFound(f"no tenant named {name!r}")
+            revoked_at = row[2] if row[2] is not None else time.time()
+            conn.execute("UPDATE tenants SET revoked_at = ? WHERE tenant_id = ?", (revoked_at, row[0]))
+            return Tenant(row[0], name, row[1], revoked_at)
+
+        return self._submit(op).result()
+
+    def tenant_for_token(self, token: str) -> Tenant | None:
+        row = self._reader().execute(
+            "SELECT tenant_id, name, created_at, revoked_at FROM tenants WHERE token_hash = ?",
+            (hash_token(token),)).fetchone()
+        if row is None or row[3] is not None:
+            return None
+        return Tenant(*row)
+
+    # -- jobs ----------------------------------------------------------------------------------------------------
+    def register_job(self, tenant_id: int, record: JobRecord) -> tuple[JobRecord, bool]:
+        # Validates the spec and normalizes it (defaults filled in) so that equal detectors compare equal.
+        detector = detector_from_spec(record.detector)
+        spec = detector.spec()
+        monitor = JobMonitor(job_id=record.job_id, job_type=record.job_type, detector=detector)
+        state = monitor.state_dict()
+
+        def op(conn: sqlite3.Connection, touched: set[Any]) -> tuple[JobRecord, bool]:
+            row = conn.execute(f"SELECT {_JOB_COLUMNS} {_JOB_FROM} WHERE j.tenant_id = ? AND j.job_id = ?",
+                               (tenant_id, record.job_id)).fetchone()
+            if row is not None:
+                existing = _job_from_row(row)
+                if (existing.job_type, existing.detector, existing.gpus) != (record.job_type, spec, record.gpus):
+                    raise JobExists(
+                        f"job {record.job_id!r} is already registered with job_type={existing.job_type!r}, "
+                        f"detector={json.dumps(existing.detector)}, gpus={existing.gpus}"
+                    )
+                return existing, False
+            now = time.time()
+            conn.execute(
+                "INSERT INTO jobs (tenant_id, job_id, job_type, detector, detector_state, gpus, planned_steps, "
+                "created_at, stop_reason) VALUES (?, ?, ?, ?, ?, ?, ?, ?, '')",
+                (tenant_id, record.job_id, record.job_type, json.dumps(spec), json.dumps(state["detector_state"]),
+                 record.gpus, record.planned_steps, now),
+            )
+            return JobRecord(job_id=record.job_id, job_type=record.job_type, detector=spec, gpus=record.gpus,
+                             planned_steps=record.planned_steps, created_at=now), True
+
+        return self._submit(op).result()
+
+    def get_job(self, tenant_id: int, job_id: str) -> JobRecord:
+        row = self._reader().execute(f"SELECT {_JOB_COLUMNS} {_JOB_FROM} WHERE j.tenant_id = ? AND j.job_id = ?",
+                                     (tenant_id, job_id)).fetchone()
+        if row is None:
+            raise JobNotFound(f"no job {job_id!r}")
+        return _job_from_row(row)
+
+    def list_jobs(self, tenant_id: int, status: str | None = None, limit: int = 100, after: str | None = None
+                  ) -> list[JobRecord]:
+        where = ["j.tenant_id = ?"]
+        args: list[Any] = [tenant_id]
+        if after is not None:
+            where.append("j.job_id > ?")
+            args.append(after)
+        if status == "finished":
+            where.append("j.finished_at IS NOT NULL")
+        elif status == "stopped":
+            where.append("j.finished_at IS NULL AND j.stopped_at IS NOT NULL")
+        elif status == "running":
+            where.append("j.finished_at IS NULL AND j.stopped_at IS NULL")
+        elif status is not None:
+            raise ValueError(f"status must be running, stopped or finished, got {status!r}")
+        args.append(int(limit))
+        rows = self._reader().execute(
+            f"SELECT {_JOB_COLUMNS} {_JOB_FROM} WHERE {' AND '.join(where)} ORDER BY j.job_id LIMIT ?", args
+        ).fetchall()
+        return [_job_from_row(r) for r in rows]
+
+    def _load_for_update(self, conn: sqlite3.Connection, key: tuple[int, str]) -> tuple[_CachedJob, tuple[Any, ...]]:
+        """The job's monitor, valid inside the current write transaction, and its scheduling columns."""
+        meta = conn.execute(
+            "SELECT n_reports, finished_at, gpus, planned_steps, first_step, first_report_at FROM jobs "
+            "WHERE tenant_id = ? AND job_id = ?", key).fetchone()
+        if meta is None:
+            raise JobNotFound(f"no job {key[1]!r}")
+        cached = self._cache.get(key)
+        if cached is not None and cached.n_reports == meta[0]:
+            self._cache.move_to_end(key)
+            return cached, meta
+        row = conn.execute(
+            "SELECT job_type, detector, detector_state, best_step, best_score, stopped_at, stop_reason FROM jobs "
+            "WHERE tenant_id = ? AND job_id = ?", key).fetchone()
+        reps = conn.execute(
+            "SELECT step, eval_score, action, reason, declines, best_step, best_score FROM reports "
+            "WHERE tenant_id = ? AND job_id = ? ORDER BY step", key).fetchall()
+        state = {
+            "job_id": key[1], "job_type": row[0], "detector": json.loads(row[1]),
+            "detector_state": json.loads(row[2]),
+            "steps": [r[0] for r in reps], "scores": [r[1] for r in reps],
+            "decisions": [{"action": r[2], "reason": r[3], "declines": r[4], "best_step": r[5], "best_score": r[6]}
+                          for r in reps],
+            "best_step": row[3], "best_score": row[4], "stopped_at": row[5], "stop_reason": row[6],
+        }
+        cached = _CachedJob(JobMonitor.from_state_dict(state), len(reps))
+        if cached.n_reports != meta[0]:
+            raise StoreUnavailable(f"job {key[1]!r} is inconsistent: {meta[0]} reports counted, {len(reps)} stored")
+        self._cache[key] = cached
+        while len(self._cache) > self.cache_jobs:
+            self._cache.popitem(last=False)
+        return cached, meta
+
+    def submit_report(self, tenant_id: int, report: Report) -> Future[ReportOutcome]:
+        key = (tenant_id, report.job_id)
+
+        def op(conn: sqlite3.Connection, touched: set[tuple[int, str]]) -> ReportOutcome:
+            cached, meta = self._load_for_update(conn, key)
+            _, finished_at, gpus, planned_steps, first_step, first_report_at = meta
+            monitor = cached.monitor
+            if finished_at is not None:
+                raise JobFinished(f"job {report.job_id!r} is finished; it takes no more reports")
+            n_before = len(monitor.steps)
+            was_stopped = monitor.stopped
+            touched.add(key)  # observe may mutate the in-memory monitor: drop it if the commit fails
+            decision = monitor.observe_report(report)
+            if len(monitor.steps) == n_before:
+                return ReportOutcome(decision, resend=True)
+            now = time.time()
+            conn.execute(
+                "INSERT INTO reports VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (tenant_id, report.job_id, report.step, report.eval_score,
+                 None if report.eval_scores is None else json.dumps(list(report.eval_scores)),
+                 decision.action.value, decision.reason, decision.declines, decision.best_step,
+                 decision.best_score, now),
+            )
+            if first_step is None:
+                first_step, first_report_at = report.step, now
+            conn.execute(
+                "UPDATE jobs SET detector_state = ?, n_reports = ?, first_step = ?, first_report_at = ?, "
+                "last_step = ?, best_step = ?, best_score = ?, stopped_at = ?, stop_reason = ? "
+                "WHERE tenant_id = ? AND job_id = ?",
+                (json.dumps(monitor.detector.state_dict()), len(monitor.steps), first_step, first_report_at,
+                 report.step, monitor.best_step, monitor.best_score, monitor.stopped_at, monitor.stop_reason,
+                 *key),
+            )
+            cached.n_reports = len(monitor.steps)
+            stopped_now = monitor.stopped and not was_stopped
+            reclaimed = 0.0
+            if stopped_now and gpus and planned_steps and report.step > first_step:
+                # Remaining planned steps at this job's own observed pace (server clock).
+                sec_per_step = (now - first_report_at) / (report.step - first_step)
+                reclaimed = gpus * max(0, planned_steps - report.step) * sec_per_step / 3600.0
+            return ReportOutcome(decision, resend=False, stopped_now=stopped_now, gpu_hours_reclaimed=reclaimed)
+
+        return self._submit(op)
+
+    def finish_job(self, tenant_id: int, job_id: str, reason: str) -> JobRecord:
+        def op(conn: sqlite3.Connection, touched: set[Any]) -> None:
+            cur = conn.execute(
+                "UPDATE jobs SET finished_at = COALESCE(finished_at, ?), finish_reason = COALESCE(finish_reason, ?) "
+                "WHERE tenant_id = ? AND job_id = ?", (time.time(), reason, tenant_id, job_id))
+            if cur.rowcount == 0:
+                raise JobNotFound(f"no job {job_id!r}")
+            self._cache.pop((tenant_id, job_id), None)  # a finished job takes no more reports
+
+        self._submit(op).result()
+        return self.get_job(tenant_id, job_id)
+
+    def reports(self, tenant_id: int, job_id: str) -> list[StoredReport]:
+        conn = self._reader()
+        if conn.execute("SELECT 1 FROM jobs WHERE tenant_id = ? AND job_id = ?", (tenant_id, job_id)).fetchone() is None:
+            raise JobNotFound(f"no job {job_id!r}")
+        rows = conn.execute(
+            "SELECT step, eval_score, eval_scores, action, reason, declines, best_step, best_score, received_at "
+            "FROM reports WHERE tenant_id = ? AND job_id = ? ORDER BY step", (tenant_id, job_id)).fetchall()
+        return [StoredReport(r[0], r[1], None if r[2] is None else tuple(json.loads(r[2])),
+                             _decision_from_row(*r[3:8]), r[8]) for r in rows]
+
+    # -- operations ----------------------------------------------------------------------------------------------
+    def ready(self) -> bool:
+        if self._closed or (self._writer is not None and not self._writer.is_alive()):
+            return False
+        try:
+            self._reader().execute("SELECT 1 FROM meta LIMIT 1").fetchone()
+        except sqlite3.Error:
+            return False
+        return True
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        if self._writer is not None:
+            self._queue.put(_STOP)
+            self._writer.join()
+        with self._conns_lock:
+            for conn in self._conns:
+                try:
+                    conn.close()
+                except sqlite3.Error:
+                    pass
+            self._conns.clear()

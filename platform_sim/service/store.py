@@ -1,0 +1,224 @@
+"""The service's persistence interface: tenants, jobs and their evaluation reports.
+
+The HTTP layer talks to a :class:`Store` only. :class:`~platform_sim.service.sqlite_store.SQLiteStore` is the default
+(one file, one process). The interface is shaped so that a networked database can replace it for several service
+replicas: every state change of a job is one transaction "load the job's state for update, apply the scheduler core,
+write the new state and the report row, commit", and the decision is answered only after that commit.
+:meth:`Store.submit_report` returns a future so that a store may batch several such transactions into one commit
+(group commit) or run them on a pool of connections.
+"""
+
+from __future__ import annotations
+
+import abc
+import hashlib
+import secrets
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Any
+
+from platform_sim.core import Decision, Report
+
+TOKEN_PREFIX = "es_"
+
+
+def new_token() -> str:
+    """A fresh bearer token: 256 random bits, URL-safe, with a recognizable prefix (for secret scanners)."""
+    return TOKEN_PREFIX + secrets.token_urlsafe(32)
+
+
+def hash_token(token: str) -> str:
+    """The stored form of a token.
+
+    A plain SHA-256 is enough here (no salt, no slow KDF): tokens are 256-bit random strings, not passwords, so there
+    is nothing to brute-force, and a fast hash lets every request be authenticated with one indexed lookup.
+    """
+    return hashlib.sha256(token.encode("utf-8")).hexdigest()
+
+
+class StoreError(Exception):
+    """Base class of store errors that map to a client-visible HTTP status."""
+
+
+class JobNotFound(StoreError):
+    """No job with this id for this tenant (whether or not another tenant has one: never leak that)."""
+
+
+class JobExists(StoreError):
+    """Registration of a job id that the tenant already holds with another type, detector or GPU count."""
+
+
+class JobFinished(StoreError):
+    """A report for a job that was marked finished."""
+
+
+class TenantExists(StoreError):
+    """``tenant add`` with a name that is already taken."""
+
+
+class TenantNotFound(StoreError):
+    """``tenant revoke`` of an unknown name."""
+
+
+class StoreUnavailable(StoreError):
+    """The store cannot commit (disk full, database locked for too long, shutting down)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Tenant:
+    """A tenant of the service.
+
+    Args:
+        tenant_id: Internal numeric id (never shown to other tenants).
+        name: Operator-chosen unique name.
+        created_at: Unix time of creation.
+        revoked_at: Unix time of revocation, or None while the token is valid.
+    """
+
+    tenant_id: int
+    name: str
+    created_at: float
+    revoked_at: float | None = None
+
+
+@dataclass(slots=True)
+class JobRecord:
+    """What the service knows about one job (the scheduler core's state lives in the store next to it).
+
+    Args:
+        job_id: The job's id, unique within its tenant.
+        job_type: One of the core's job types.
+        detector: The detector spec ``{"name": ..., "params": {...}}`` the job was registered with.
+        gpus: GPUs the job declared, if any (for the GPU-hours-reclaimed metric).
+        planned_steps: Planned training steps, if declared (for the GPU-hours-reclaimed estimate).
+        created_at: Unix time of registration.
+        n_reports: Number of accepted (distinct-step) reports.
+        last_step: Step of the last accepted report.
+        last_decision: The decision answered to the last accepted report.
+        best_step: Step with the highest score so far.
+        best_score: That score.
+        stopped_at: Step at which the core stopped the job, if it did.
+        finished_at: Unix time of the ``finish`` call, if any.
+        finish_reason: The reason given to ``finish``.
+    """
+
+    job_id: str
+    job_type: str
+    detector: dict[str, Any]
+    gpus: int | None = None
+    planned_steps: int | None = None
+    created_at: float = 0.0
+    n_reports: int = 0
+    last_step: int | None = None
+    last_decision: Decision | None = None
+    best_step: int | None = None
+    best_score: float | None = None
+    stopped_at: int | None = None
+    finished_at: float | None = None
+    finish_reason: str | None = None
+
+    @property
+    def status(self) -> str:
+        if self.finished_at is not None:
+            return "finished"
+        if self.stopped_at is not None:
+            return "stopped"
+        return "running"
+
+
+@dataclass(frozen=True, slots=True)
+class ReportOutcome:
+    """The result of one committed report.
+
+    Args:
+        decision: The core's decision (for a re-send: the decision given the first time).
+        resend: True if the step was already stored with the same score (nothing new was written).
+        stopped_now: True if this report made the core stop the job.
+        gpu_hours_reclaimed: Estimated GPU-hours given back by this stop (0 unless ``stopped_now`` and the job
+            declared ``gpus`` and ``planned_steps``).
+    """
+
+    decision: Decision
+    resend: bool = False
+    stopped_now: bool = False
+    gpu_hours_reclaimed: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class StoredReport:
+    """One stored report row (for audits and tests: every acknowledged report is here)."""
+
+    step: int
+    eval_score: float
+    eval_scores: tuple[float, ...] | None
+    decision: Decision
+    received_at: float = field(default=0.0)
+
+
+class Store(abc.ABC):
+    """Persistence of tenants, jobs and reports.
+
+    Implementations must guarantee: a future returned by :meth:`submit_report` resolves only after the report (and
+    the job state it produced) is durably committed; reports for one job are applied one at a time, in submission
+    order, by :class:`~platform_sim.core.monitor.JobMonitor`; a rejected report changes nothing.
+    """
+
+    # -- tenants (operator CLI) ----------------------------------------------------------------------------------
+    @abc.abstractmethod
+    def add_tenant(self, name: str) -> tuple[Tenant, str]:
+        """Create a tenant and return it with its new plaintext token (only its hash is stored)."""
+
+    @abc.abstractmethod
+    def list_tenants(self) -> list[Tenant]:
+        """All tenants, revoked ones included."""
+
+    @abc.abstractmethod
+    def revoke_tenant(self, name: str) -> Tenant:
+        """Revoke a tenant's token; its requests are refused from then on. Raises :class:`TenantNotFound`."""
+
+    @abc.abstractmethod
+    def tenant_for_token(self, token: str) -> Tenant | None:
+        """The active tenant holding ``token``, or None (unknown or revoked)."""
+
+    # -- jobs ----------------------------------------------------------------------------------------------------
+    @abc.abstractmethod
+    def register_job(self, tenant_id: int, record: JobRecord) -> tuple[JobRecord, bool]:
+        """Register a job; returns ``(record, created)``.
+
+        Registering an id the tenant already holds with the same type, detector and GPU count returns the stored
+        record with ``created=False`` (a retried or resumed registration); anything else raises :class:`JobExists`.
+        """
+
+    @abc.abstractmethod
+    def get_job(self, tenant_id: int, job_id: str) -> JobRecord:
+        """The tenant's job; raises :class:`JobNotFound`."""
+
+    @abc.abstractmethod
+    def list_jobs(self, tenant_id: int, status: str | None = None, limit: int = 100, after: str | None = None
+                  ) -> list[JobRecord]:
+        """The tenant's jobs ordered by id, ``limit`` at most, ids greater than ``after`` (keyset pagination)."""
+
+    @abc.abstractmethod
+    def submit_report(self, tenant_id: int, report: Report) -> "Future[ReportOutcome]":
+        """Apply one report through the core and commit it; the future resolves after the commit.
+
+        The future raises :class:`JobNotFound`, :class:`JobFinished`, the core's ``ConflictError`` or
+        ``InvalidReportError``, or :class:`StoreUnavailable`.
+        """
+
+    @abc.abstractmethod
+    def finish_job(self, tenant_id: int, job_id: str, reason: str) -> JobRecord:
+        """Mark the job finished (idempotent); raises :class:`JobNotFound`."""
+
+    @abc.abstractmethod
+    def reports(self, tenant_id: int, job_id: str) -> list[StoredReport]:
+        """All stored reports of a job in step order; raises :class:`JobNotFound`."""
+
+    # -- operations ----------------------------------------------------------------------------------------------
+    @abc.abstractmethod
+    def ready(self) -> bool:
+        """True if the store can serve reads and commit writes now."""
+
+    @abc.abstractmethod
+    def close(self) -> None:
+        """Flush pending writes and release connections."""
