@@ -1,0 +1,534 @@
+"""A PostgreSQL store, so that several ``evalstop-server`` replicas can serve the same tenants and jobs.
+
+Selected by a database URL (``evalstop-server serve --db postgresql://user@host:5432/dbname``); SQLite stays the
+embedded default. The schema is versioned with Alembic (``platform_sim/service/migrations/``) and brought to the
+newest revision when a store opens (under an advisory lock, so replicas starting together migrate once).
+
+How replicas stay correct:
+
+- Every report is one transaction ``SELECT the job row ... FOR UPDATE`` → apply
+  :class:`~platform_sim.core.monitor.JobMonitor` → ``INSERT`` the report row, ``UPDATE`` the job row → ``COMMIT``.
+  The row lock serializes concurrent reports for one job wherever they arrive; the decision is answered only after
+  the commit, so an acknowledged report is durable (``synchronous_commit`` as the server is configured: ``on`` by
+  default).
+- No replica trusts memory: the monitor is rebuilt inside the transaction from the locked job row (detector state,
+  best step, stop latch) and the report rows it needs (the last one, and the one of the reported step for a
+  re-send), then fed through the core's one implementation. That costs one or two indexed reads per report and makes
+  the decision identical to a single process applying the same reports in the same order.
+- Within a replica, each job is pinned to one of ``workers`` writer threads (hash of tenant and job id), so reports
+  for a job are applied in submission order; each writer commits what is queued for it as one transaction (group
+  commit), taking the row locks in key order so that two replicas' batches cannot deadlock.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import queue
+import threading
+import time
+import zlib
+from concurrent.futures import Future
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+from platform_sim.core import Action, BoundaryError, Decision, JobMonitor, Report, detector_from_spec
+
+from .store import (
+    JobExists,
+    JobFinished,
+    JobNotFound,
+    JobRecord,
+    ReportOutcome,
+    Store,
+    StoredReport,
+    StoreUnavailable,
+    Tenant,
+    TenantExists,
+    TenantNotFound,
+    hash_token,
+    new_token,
+)
+
+logger = logging.getLogger(__name__)
+
+URL_SCHEMES = ("postgresql://", "postgres://")
+MIGRATIONS_DIR = Path(__file__).with_name("migrations")
+
+_JOB_COLUMNS = (
+    "j.job_id, j.job_type, j.detector, j.gpus, j.planned_steps, j.created_at, j.n_reports, j.last_step, "
+    "j.best_step, j.best_score, j.stopped_at, j.finished_at, j.finish_reason, "
+    "r.action, r.reason, r.declines, r.best_step, r.best_score"
+)
+_JOB_FROM = (
+    "FROM jobs j LEFT JOIN reports r ON r.tenant_id = j.tenant_id AND r.job_id = j.job_id AND r.step = j.last_step"
+)
+# Errors after which a whole transaction may simply be run again (another replica won a race).
+_RETRY_SQLSTATES = frozenset({"40001", "40P01"})  # serialization_failure, deadlock_detected
+_DOMAIN_ERRORS = (BoundaryError, JobNotFound, JobFinished, JobExists, TenantExists, TenantNotFound, ValueError)
+_STOP = object()
+
+
+def is_postgres_url(db: str) -> bool:
+    """True if ``db`` names a PostgreSQL database rather than a SQLite file path."""
+    return isinstance(db, str) and db.startswith(URL_SCHEMES)
+
+
+def _sqlalchemy_url(url: str) -> str:
+    # Alembic goes through SQLAlchemy, whose default PostgreSQL driver is psycopg2; we ship psycopg 3.
+    return "postgresql+psycopg://" + url.split("://", 1)[1]
+
+
+def _decision(action: str, reason: str, declines: int, best_step: int | None, best_score: float | None) -> Decision:
+    return Decision(Action(action), reason, declines, best_step, best_score)
+
+
+def _job_from_row(row: tuple[Any, ...]) -> JobRecord:
+    (job_id, job_type, detector, gpus, planned_steps, created_at, n_reports, last_step, best_step, best_score,
+     stopped_at, finished_at, finish_reason, r_action, r_reason, r_declines, r_best_step, r_best_score) = row
+    last = None if r_action is None else _decision(r_action, r_reason, r_declines, r_best_step, r_best_score)
+    return JobRecord(
+        job_id=job_id, job_type=job_type, detector=json.loads(detector), gpus=gpus, planned_steps=planned_steps,
+        created_at=created_at, n_reports=n_reports, last_step=last_step, last_decision=last, best_step=best_step,
+        best_score=best_score, stopped_at=stopped_at, finished_at=finished_at, finish_reason=finish_reason,
+    )
+
+
+def upgrade_schema(url: str, revision: str = "head") -> str:
+    """Bring the database at ``url`` to ``revision`` of the store's schema with Alembic; return the new revision.
+
+    Safe to call from several processes at once (the migration environment takes an advisory lock).
+
+    Raises:
+        ValueError: the database is at a revision this code does not know (a newer evalstop migrated it).
+    """
+    import sqlalchemy as sa
+    from alembic import command
+    from alembic.config import Config
+    from alembic.runtime.migration import MigrationContext
+    from alembic.script import ScriptDirectory
+
+    cfg = Config()
+    cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
+    cfg.set_main_option("sqlalchemy.url", _sqlalchemy_url(url))
+    script = ScriptDirectory.from_config(cfg)
+    engine = sa.create_engine(_sqlalchemy_url(url), poolclass=sa.pool.NullPool)
+    try:
+        with engine.connect() as conn:
+            current = MigrationContext.configure(conn).get_current_revision()
+            if current is not None and current not in {s.revision for s in script.walk_revisions()}:
+                raise ValueError(f"database schema is at revision {current!r}, which this evalstop-server does not "
+                                 f"know (newest known: {script.get_current_head()!r}); upgrade evalstop")
+            cfg.attributes["connection"] = conn
+            command.upgrade(cfg, revision)
+            return MigrationContext.configure(conn).get_current_revision() or ""
+    finally:
+        engine.dispose()
+
+
+class PostgresStore(Store):
+    """A :class:`~platform_sim.service.store.Store` in a PostgreSQL database, shareable by several replicas.
+
+    Args:
+        url: libpq URL, ``postgresql://user[:password]@host[:port]/dbname[?sslmode=...]``.
+        workers: Writer threads, each with its own connection; jobs are pinned to one by hash.
+        readers: Most pooled connections for reads (token checks, ``GET`` requests).
+        max_batch: Most queued operations one writer commits in one transaction.
+        migrate: Upgrade the schema to the newest revision on open (default). With False the store only checks
+            that the schema is at the newest revision, for operators who run migrations as a separate step.
+        connect_timeout: Seconds to wait for a connection.
+        retries: Times a transaction is run again after a deadlock or serialization failure.
+    """
+
+    def __init__(self, url: str, *, workers: int = 4, readers: int = 8, max_batch: int = 64, migrate: bool = True,
+                 connect_timeout: float = 10.0, retries: int = 5) -> None:
+        if not is_postgres_url(url):
+            raise ValueError(f"not a PostgreSQL URL (must start with postgresql://): {url!r}")
+        for name, value in (("workers", workers), ("readers", readers), ("max_batch", max_batch)):
+            if value < 1:
+                raise ValueError(f"{name} must be >= 1, got {value}")
+        import psycopg  # the optional extra `postgres`; imported here so that SQLite users never need it
+
+        self._psycopg = psycopg
+        self.url = url
+        self.workers = workers
+        self.max_batch = max_batch
+        self.connect_timeout = connect_timeout
+        self.retries = retries
+        self._closed = False
+        if migrate:
+            upgrade_schema(url)
+        else:
+            self._check_schema_at_head()
+        self._readers: queue.LifoQueue[Any] = queue.LifoQueue()
+        self._reader_slots = threading.BoundedSemaphore(readers)
+        self._all_conns: list[Any] = []
+        self._conns_lock = threading.Lock()
+        self._queues: list[queue.SimpleQueue[Any]] = [queue.SimpleQueue() for _ in range(workers)]
+        self._threads: list[threading.Thread] = []
+        self._threads_lock = threading.Lock()
+
+    # -- connections -------------------------------------------------------------------------------------------
+    def _connect(self, autocommit: bool) -> Any:
+        try:
+            conn = self._psycopg.connect(self.url, autocommit=autocommit, connect_timeout=int(self.connect_timeout))
+        except self._psycopg.OperationalError as exc:
+            raise StoreUnavailable(f"cannot connect to PostgreSQL: {exc}") from exc
+        with self._conns_lock:
+            self._all_conns.append(conn)
+        return conn
+
+    def _discard(self, conn: Any) -> None:
+        with self._conns_lock:
+            if conn in self._all_conns:
+                self._all_conns.remove(conn)
+        try:
+            conn.close()
+        except Exception:  # closing a broken connection: nothing left to save
+            pass
+
+    @contextmanager
+    def _reader(self) -> Iterator[Any]:
+        """A pooled autocommit connection: every read sees the latest commit of any replica."""
+        if self._closed:
+            raise StoreUnavailable("the store is closed")
+        self._reader_slots.acquire()
+        conn = None
+        try:
+            try:
+                conn = self._readers.get_nowait()
+            except queue.Empty:
+                conn = self._connect(autocommit=True)
+            try:
+                yield conn
+            except self._psycopg.OperationalError as exc:
+                self._discard(conn)
+                conn = None
+                raise StoreUnavailable(f"PostgreSQL read failed: {exc}") from exc
+        finally:
+            if conn is not None:
+                if conn.closed or self._closed:
+                    self._discard(conn)
+                else:
+                    self._readers.put(conn)
+            self._reader_slots.release()
+
+    def _check_schema_at_head(self) -> None:
+        from alembic.config import Config
+        from alembic.script import ScriptDirectory
+
+        cfg = Config()
+        cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
+        head = ScriptDirectory.from_config(cfg).get_current_head()
+        with self._psycopg.connect(self.url, autocommit=True, connect_timeout=int(self.connect_timeout)) as conn:
+            try:
+                row = conn.execute("SELECT version_num FROM alembic_version").fetchone()
+            except self._psycopg.errors.UndefinedTable:
+                row = None
+        if row is None or row[0] != head:
+            raise ValueError(f"database schema is at revision {row[0] if row else None!r}, expected {head!r}: "
+                             "run the migrations first (evalstop-server serve does it unless told not to)")
+
+    # -- writer threads ------------------------------------------------------------------------------------------
+    def _shard(self, tenant_id: int, job_id: str) -> int:
+        return zlib.crc32(f"{tenant_id}/{job_id}".encode("utf-8")) % self.workers
+
+    def _submit(self, shard: int, key: tuple[Any, ...], op: Callable[[Any], Any]) -> Future[Any]:
+        """Queue ``op(cursor)`` on writer ``shard``; ``key`` orders the row locks within a batch."""
+        fut: Future[Any] = Future()
+        if self._closed:
+            fut.set_exception(StoreUnavailable("the store is shutting down"))
+            return fut
+        if not self._threads:
+            with self._threads_lock:
+                if not self._threads:
+                    for i in range(self.workers):
+                        t = threading.Thread(target=self._write_loop, args=(i,), name=f"evalstop-pg-writer-{i}",
+                                             daemon=True)
+                        t.start()
+                        self._threads.append(t)
+        self._queues[shard].put((key, op, fut))
+        return fut
+
+    def _write_loop(self, shard: int) -> None:
+        q = self._queues[shard]
+        conn = None
+        while True:
+            item = q.get()
+            stop = item is _STOP
+            batch = [] if stop else [item]
+            while not stop and len(batch) < self.max_batch:
+                try:
+                    nxt = q.get_nowait()
+                except queue.Empty:
+                    break
+                if nxt is _STOP:
+                    stop = True
+                else:
+                    batch.append(nxt)
+            batch = [b for b in batch if b[2].set_running_or_notify_cancel()]
+            if batch:
+                if conn is None or conn.closed:
+                    try:
+                        conn = self._connect(autocommit=False)
+                    except StoreUnavailable as exc:
+                        for _, _, fut in batch:
+                            fut.set_exception(exc)
+                        conn = None
+                        continue
+                if not self._run_batch(conn, batch):
+                    self._discard(conn)
+                    conn = None
+            if stop:
+                if conn is not None:
+                    self._discard(conn)
+                return
+
+    def _run_batch(self, conn: Any, batch: list[tuple[tuple[Any, ...], Callable[[Any], Any], Future[Any]]]) -> bool:
+        """Run the batch in one transaction and resolve its futures; False if the connection is no longer usable."""
+        # A stable sort keeps each job's reports in submission order and takes row locks in one global order, so a
+        # batch here and a batch at another replica never wait on each other in a cycle.
+        batch = sorted(batch, key=lambda b: b[0])
+        pg = self._psycopg
+        for attempt in range(self.retries + 1):
+            results: list[tuple[Future[Any], Any, BaseException | None]] = []
+            try:
+                with conn.transaction():
+                    with conn.cursor() as cur:
+                        for _, op, fut in batch:
+                            try:
+                                results.append((fut, op(cur), None))
+                            except _DOMAIN_ERRORS as exc:
+                                # Raised by Python before the op wrote anything, so the transaction stays usable.
+                                results.append((fut, None, exc))
+            except pg.Error as exc:
+                sqlstate = getattr(exc, "sqlstate", None)
+                if sqlstate in _RETRY_SQLSTATES and attempt < self.retries:
+                    logger.info("postgres transaction retried after %s (attempt %d)", sqlstate, attempt + 1)
+                    time.sleep(0.001 * 2 ** attempt)
+                    continue
+                logger.error("postgres commit failed, %d operation(s) refused: %s", len(batch), exc)
+                err = StoreUnavailable(f"the database could not commit: {exc}")
+                for _, _, fut in batch:
+                    fut.set_exception(err)
+                return not (conn.closed or isinstance(exc, pg.OperationalError))
+            for fut, value, error in results:
+                if error is None:
+                    fut.set_result(value)
+                else:
+                    fut.set_exception(error)
+            return True
+        return True  # not reached: the last attempt either returns or fails above
+
+    # -- tenants -------------------------------------------------------------------------------------------------
+    def add_tenant(self, name: str) -> tuple[Tenant, str]:
+        token = new_token()
+        now = time.time()
+        with self._reader() as conn:
+            row = conn.execute(
+                "INSERT INTO tenants (name, token_hash, created_at) VALUES (%s, %s, %s) "
+                "ON CONFLICT (name) DO NOTHING RETURNING tenant_id", (name, hash_token(token), now)).fetchone()
+        if row is None:
+            raise TenantExists(f"tenant {name!r} already exists")
+        return Tenant(int(row[0]), name, now, None), token
+
+    def list_tenants(self) -> list[Tenant]:
+        with self._reader() as conn:
+            rows = conn.execute(
+                "SELECT tenant_id, name, created_at, revoked_at FROM tenants ORDER BY tenant_id").fetchall()
+        return [Tenant(*row) for row in rows]
+
+    def revoke_tenant(self, name: str) -> Tenant:
+        with self._reader() as conn:
+            row = conn.execute(
+                "UPDATE tenants SET revoked_at = COALESCE(revoked_at, %s) WHERE name = %s "
+                "RETURNING tenant_id, name, created_at, revoked_at", (time.time(), name)).fetchone()
+        if row is None:
+            raise TenantNotFound(f"no tenant named {name!r}")
+        return Tenant(*row)
+
+    def tenant_for_token(self, token: str) -> Tenant | None:
+        # Not cached: a revocation at one replica must take effect at every replica at once.
+        with self._reader() as conn:
+            row = conn.execute("SELECT tenant_id, name, created_at, revoked_at FROM tenants WHERE token_hash = %s",
+                               (hash_token(token),)).fetchone()
+        if row is None or row[3] is not None:
+            return None
+        return Tenant(*row)
+
+    # -- jobs ----------------------------------------------------------------------------------------------------
+    def register_job(self, tenant_id: int, record: JobRecord) -> tuple[JobRecord, bool]:
+        # Validates the spec and normalizes it (defaults filled in) so that equal detectors compare equal.
+        detector = detector_from_spec(record.detector)
+        spec = detector.spec()
+        state = JobMonitor(job_id=record.job_id, job_type=record.job_type, detector=detector).state_dict()
+
+        def op(cur: Any) -> tuple[JobRecord, bool]:
+            now = time.time()
+            cur.execute(
+                "INSERT INTO jobs (tenant_id, job_id, job_type, detector, detector_state, gpus, planned_steps, "
+                "created_at, stop_reason) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, '') "
+                "ON CONFLICT (tenant_id, job_id) DO NOTHING",
+                (tenant_id, record.job_id, record.job_type, json.dumps(spec), json.dumps(state["detector_state"]),
+                 record.gpus, record.planned_steps, now))
+            if cur.rowcount == 1:
+                return JobRecord(job_id=record.job_id, job_type=record.job_type, detector=spec, gpus=record.gpus,
+                                 planned_steps=record.planned_steps, created_at=now), True
+            existing = _job_from_row(cur.execute(
+                f"SELECT {_JOB_COLUMNS} {_JOB_FROM} WHERE j.tenant_id = %s AND j.job_id = %s",
+                (tenant_id, record.job_id)).fetchone())
+            if (existing.job_type, existing.detector, existing.gpus) != (record.job_type, spec, record.gpus):
+                raise JobExists(
+                    f"job {record.job_id!r} is already registered with job_type={existing.job_type!r}, "
+                    f"detector={json.dumps(existing.detector)}, gpus={existing.gpus}")
+            return existing, False
+
+        return self._submit(self._shard(tenant_id, record.job_id), (tenant_id, record.job_id), op).result()
+
+    def get_job(self, tenant_id: int, job_id: str) -> JobRecord:
+        with self._reader() as conn:
+            row = conn.execute(f"SELECT {_JOB_COLUMNS} {_JOB_FROM} WHERE j.tenant_id = %s AND j.job_id = %s",
+                               (tenant_id, job_id)).fetchone()
+        if row is None:
+            raise JobNotFound(f"no job {job_id!r}")
+        return _job_from_row(row)
+
+    def list_jobs(self, tenant_id: int, status: str | None = None, limit: int = 100, after: str | None = None
+                  ) -> list[JobRecord]:
+        where = ["j.tenant_id = %s"]
+        args: list[Any] = [tenant_id]
+        if after is not None:
+            where.append("j.job_id > %s")
+            args.append(after)
+        if status == "finished":
+            where.append("j.finished_at IS NOT NULL")
+        elif status == "stopped":
+            where.append("j.finished_at IS NULL AND j.stopped_at IS NOT NULL")
+        elif status == "running":
+            where.append("j.finished_at IS NULL AND j.stopped_at IS NULL")
+        elif status is not None:
+            raise ValueError(f"status must be running, stopped or finished, got {status!r}")
+        args.append(int(limit))
+        with self._reader() as conn:
+            rows = conn.execute(
+                f"SELECT {_JOB_COLUMNS} {_JOB_FROM} WHERE {' AND '.join(where)} ORDER BY j.job_id LIMIT %s", args
+            ).fetchall()
+        return [_job_from_row(r) for r in rows]
+
+    def submit_report(self, tenant_id: int, report: Report) -> Future[ReportOutcome]:
+        key = (tenant_id, report.job_id)
+
+        def op(cur: Any) -> ReportOutcome:
+            # The row lock: a report for this job at another replica waits here until this transaction ends.
+            row = cur.execute(
+                "SELECT j.job_type, j.detector, j.detector_state, j.best_step, j.best_score, j.stopped_at, "
+                "j.stop_reason, j.n_reports, j.finished_at, j.gpus, j.planned_steps, j.first_step, "
+                "j.first_report_at, j.last_step, r.eval_score, r.action, r.reason, r.declines, r.best_step, "
+                f"r.best_score {_JOB_FROM} WHERE j.tenant_id = %s AND j.job_id = %s FOR UPDATE OF j", key).fetchone()
+            if row is None:
+                raise JobNotFound(f"no job {report.job_id!r}")
+            (job_type, detector, detector_state, best_step, best_score, stopped_at, stop_reason, n_reports,
+             finished_at, gpus, planned_steps, first_step, first_report_at, last_step) = row[:14]
+            if finished_at is not None:
+                raise JobFinished(f"job {report.job_id!r} is finished; it takes no more reports")
+            # The monitor needs, besides the detector state, only the report rows that a re-send of this step could
+            # be compared with: the one at this step (if stored) and the last one (for "steps must increase").
+            reps: list[tuple[Any, ...]] = []
+            if last_step is not None:
+                if report.step < last_step:
+                    old = cur.execute(
+                        "SELECT step, eval_score, action, reason, declines, best_step, best_score FROM reports "
+                        "WHERE tenant_id = %s AND job_id = %s AND step = %s", (*key, report.step)).fetchone()
+                    if old is not None:
+                        reps.append(old)
+                reps.append((last_step, *row[14:]))
+            monitor = JobMonitor.from_state_dict({
+                "job_id": report.job_id, "job_type": job_type, "detector": json.loads(detector),
+                "detector_state": json.loads(detector_state),
+                "steps": [r[0] for r in reps], "scores": [r[1] for r in reps],
+                "decisions": [{"action": r[2], "reason": r[3], "declines": r[4], "best_step": r[5],
+                               "best_score": r[6]} for r in reps],
+                "best_step": best_step, "best_score": best_score, "stopped_at": stopped_at,
+                "stop_reason": stop_reason,
+            })
+            was_stopped = monitor.stopped
+            n_before = len(monitor.steps)
+            decision = monitor.observe_report(report)
+            if len(monitor.steps) == n_before:
+                return ReportOutcome(decision, resend=True)
+            now = time.time()
+            cur.execute(
+                "INSERT INTO reports (tenant_id, job_id, step, eval_score, eval_scores, action, reason, declines, "
+                "best_step, best_score, received_at) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
+                (*key, report.step, report.eval_score,
+                 None if report.eval_scores is None else json.dumps(list(report.eval_scores)),
+                 decision.action.value, decision.reason, decision.declines, decision.best_step, decision.best_score,
+                 now))
+            if first_step is None:
+                first_step, first_report_at = report.step, now
+            cur.execute(
+                "UPDATE jobs SET detector_state = %s, n_reports = %s, first_step = %s, first_report_at = %s, "
+                "last_step = %s, best_step = %s, best_score = %s, stopped_at = %s, stop_reason = %s "
+                "WHERE tenant_id = %s AND job_id = %s",
+                (json.dumps(monitor.detector.state_dict()), n_reports + 1, first_step, first_report_at,
+                 report.step, monitor.best_step, monitor.best_score, monitor.stopped_at, monitor.stop_reason, *key))
+            stopped_now = monitor.stopped and not was_stopped
+            reclaimed = 0.0
+            if stopped_now and gpus and planned_steps and report.step > first_step:
+                # Remaining planned steps at this job's own observed pace (server clock), as the SQLite store does.
+                sec_per_step = (now - first_report_at) / (report.step - first_step)
+                reclaimed = gpus * max(0, planned_steps - report.step) * sec_per_step / 3600.0
+            return ReportOutcome(decision, resend=False, stopped_now=stopped_now, gpu_hours_reclaimed=reclaimed)
+
+        return self._submit(self._shard(*key), key, op)
+
+    def finish_job(self, tenant_id: int, job_id: str, reason: str) -> JobRecord:
+        def op(cur: Any) -> None:
+            cur.execute(
+                "UPDATE jobs SET finished_at = COALESCE(finished_at, %s), finish_reason = COALESCE(finish_reason, %s) "
+                "WHERE tenant_id = %s AND job_id = %s", (time.time(), reason, tenant_id, job_id))
+            if cur.rowcount == 0:
+                raise JobNotFound(f"no job {job_id!r}")
+
+        # Through the job's writer, so that a finish sent after a report is applied after it.
+        self._submit(self._shard(tenant_id, job_id), (tenant_id, job_id), op).result()
+        return self.get_job(tenant_id, job_id)
+
+    def reports(self, tenant_id: int, job_id: str) -> list[StoredReport]:
+        with self._reader() as conn:
+            if conn.execute("SELECT 1 FROM jobs WHERE tenant_id = %s AND job_id = %s",
+                            (tenant_id, job_id)).fetchone() is None:
+                raise JobNotFound(f"no job {job_id!r}")
+            rows = conn.execute(
+                "SELECT step, eval_score, eval_scores, action, reason, declines, best_step, best_score, received_at "
+                "FROM reports WHERE tenant_id = %s AND job_id = %s ORDER BY step", (tenant_id, job_id)).fetchall()
+        return [StoredReport(r[0], r[1], None if r[2] is None else tuple(json.loads(r[2])), _decision(*r[3:8]), r[8])
+                for r in rows]
+
+    # -- operations ----------------------------------------------------------------------------------------------
+    def ready(self) -> bool:
+        if self._closed or any(not t.is_alive() for t in self._threads):
+            return False
+        try:
+            with self._reader() as conn:
+                conn.execute("SELECT 1 FROM alembic_version").fetchone()
+        except (StoreUnavailable, self._psycopg.Error):
+            return False
+        return True
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        for q in self._queues:
+            q.put(_STOP)
+        for t in self._threads:
+            t.join()
+        with self._conns_lock:
+            conns, self._all_conns = list(self._all_conns), []
+        for conn in conns:
+            try:
+                conn.close()
+            except Exception:  # closing at shutdown: nothing left to save
+                pass
