@@ -35,7 +35,8 @@ def _fail(message: str) -> int:
 
 def _db_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument("--db", default=os.environ.get("EVALSTOP_DB", DEFAULT_DB),
-                   help=f"SQLite database file (default: $EVALSTOP_DB or ./{DEFAULT_DB}); created if missing")
+                   help=f"SQLite database file (default: $EVALSTOP_DB or ./{DEFAULT_DB}); created if missing; or a "
+                        "postgresql://user@host:port/dbname URL for several replicas on one database")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -75,6 +76,15 @@ def _iso(ts: float | None) -> str:
 
 
 def _open_store(db: str, synchronous: str = "FULL"):  # noqa: ANN202 - the store type needs the service extra
+    from .store_postgres import is_postgres_url
+
+    if is_postgres_url(db):  # several replicas on one database (docs/scaling.md); --synchronous is SQLite's
+        try:
+            from .store_postgres import PostgresStore
+
+            return PostgresStore(db)
+        except ImportError as exc:
+            raise ValueError(f"PostgreSQL needs its extra: pip install 'evalstop[postgres]' ({exc})") from exc
     from .sqlite_store import SQLiteStore
 
     return SQLiteStore(db, synchronous=synchronous)
