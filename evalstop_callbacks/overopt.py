@@ -1,0 +1,407 @@
+"""A real reward-overoptimization environment, built locally on CPU in seconds.
+
+The world is the tiny language of :mod:`evalstop_callbacks.tiny` ("the cat is very good and warm ."). Three scores:
+
+- **gold** (:func:`gold_score`, the hidden world score, "diverse positivity"): +1 per *distinct* positive word, -1 per
+  negative word, -0.5 per repeated content word (adjective, adverb or noun). A policy that repeats "good" forever scores
+  badly.
+- **proxy** (:class:`BagOfWordsProxy`): a ridge regression on bag-of-words counts of prompt and completion, fitted on a
+  few hundred gold-labelled samples of the reference policy. In distribution it agrees with gold (correlation about
+  0.9), but a linear model of counts cannot see repetition, so "good . good . good ..." scores ever higher. This is the
+  learned reward model that an RL job overoptimizes.
+- The proxy is also available as a ``torch`` module (:class:`ProxyRewardModel`) with the layout that TRL 1.12's
+  ``PPOTrainer`` expects of a reward model, so PPO and GRPO optimize exactly the same function.
+
+Training prompts use ``Vocabulary.train_nouns``; held-out eval prompts use ``Vocabulary.heldout_nouns`` only, which
+never appear in a training prompt. :func:`build_env` is deterministic for a seed and caches the pretrained reference
+policy and the fitted proxy on disk (see :func:`default_cache_dir`), so a second build takes well under a second.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import tempfile
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from .tiny import VOCAB, Vocabulary, build_policy, build_tokenizer, load_corpus, pretrain_policy
+
+logger = logging.getLogger(__name__)
+
+#: Bump when anything that changes the built environment changes, so stale caches are never reused.
+ENV_VERSION = "overopt-1"
+
+PROMPT_FRAMES: tuple[tuple[str, str], ...] = (("the", "is"), ("a", "was"), ("the", "was"), ("a", "is"))
+
+
+# -- prompts and scores ---------------------------------------------------------------------------------------------
+
+
+def train_prompts(vocab: Vocabulary = VOCAB) -> list[str]:
+    """Training prompts ("the cat is"): every frame with every training noun (40 prompts by default)."""
+    return [f"{det} {noun} {verb}" for noun in vocab.train_nouns for det, verb in PROMPT_FRAMES]
+
+
+def heldout_prompts(vocab: Vocabulary = VOCAB) -> list[str]:
+    """Held-out eval prompts: every frame with every held-out noun, none of which a training prompt contains."""
+    return [f"{det} {noun} {verb}" for noun in vocab.heldout_nouns for det, verb in PROMPT_FRAMES]
+
+
+def _content_words(vocab: Vocabulary) -> frozenset[str]:
+    return frozenset(vocab.adjectives + vocab.adverbs + vocab.train_nouns + vocab.heldout_nouns)
+
+
+def gold_score(text: str, vocab: Vocabulary = VOCAB) -> float:
+    """The hidden world score of one completion ("diverse positivity").
+
+    Args:
+        text: The completion only (not the prompt), words separated by whitespace.
+        vocab: The world's vocabulary.
+
+    Returns:
+        ``(#distinct positive words) - (#negative words) - 0.5 * (#repeats of content words)``, where a content word
+        seen n > 1 times counts n - 1 repeats.
+    """
+    words = text.split()
+    positive, negative, content = set(vocab.positive), set(vocab.negative), _content_words(vocab)
+    seen: dict[str, int] = {}
+    for w in words:
+        if w in content:
+            seen[w] = seen.get(w, 0) + 1
+    distinct_pos = sum(1 for w in seen if w in positive)
+    n_neg = sum(1 for w in words if w in negative)
+    repeats = sum(n - 1 for n in seen.values())
+    return float(distinct_pos - n_neg - 0.5 * repeats)
+
+
+def _completion_texts(completions: Sequence[Any]) -> list[str]:
+    # TRL passes plain strings for standard datasets and lists of messages for conversational ones.
+    out = []
+    for c in completions:
+        if isinstance(c, str):
+            out.append(c)
+        elif isinstance(c, list) and c and isinstance(c[-1], dict):
+            out.append(str(c[-1].get("content", "")))
+        else:
+            raise TypeError(f"a completion must be a string or a list of messages, got {type(c).__name__}")
+    return out
+
+
+def gold_reward(prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any) -> list[float]:
+    """:func:`gold_score` as a TRL reward function (``reward_funcs=[gold_reward]``).
+
+    Args:
+        prompts: The prompts (unused: gold judges the completion alone).
+        completions: The completions, strings or conversational message lists.
+        **kwargs: Other dataset columns TRL passes along; ignored.
+    """
+    return [gold_score(t) for t in _completion_texts(completions)]
+
+
+# -- the learned proxy ----------------------------------------------------------------------------------------------
+
+
+@dataclass
+class BagOfWordsProxy:
+    """A linear reward model on word counts: ``bias + sum_w weight[w] * count_w(prompt + " " + completion)``.
+
+    Callable with TRL's reward-function signature (``reward_funcs=[proxy]``); its ``__name__`` is ``"proxy"`` so
+    TRL logs it as ``rewards/proxy``.
+
+    Args:
+        words: The feature words, in weight order.
+        weights: One weight per word.
+        bias: The intercept.
+    """
+
+    words: tuple[str, ...]
+    weights: tuple[float, ...]
+    bias: float
+
+    def __post_init__(self) -> None:
+        self.__name__ = "proxy"  # TRL names a reward function's log key after its __name__
+        if len(self.words) != len(self.weights):
+            raise ValueError(f"proxy has {len(self.words)} words but {len(self.weights)} weights")
+        self._index = {w: i for i, w in enumerate(self.words)}
+        self._w = np.asarray(self.weights, dtype=np.float64)
+
+    def features(self, text: str) -> np.ndarray:
+        x = np.zeros(len(self.words))
+        for w in text.split():
+            i = self._index.get(w)
+            if i is not None:
+                x[i] += 1.0
+        return x
+
+    def score(self, prompt: str, completion: str) -> float:
+        """The proxy reward of one completion of ``prompt``."""
+        return float(self.bias + self.features(f"{prompt} {completion}") @ self._w)
+
+    def __call__(self, prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any) -> list[float]:
+        texts = _completion_texts(completions)
+        ptexts = _completion_texts(prompts) if prompts is not None else [""] * len(texts)
+        return [self.score(p, c) for p, c in zip(ptexts, texts)]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"words": list(self.words), "weights": list(self.weights), "bias": self.bias}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "BagOfWordsProxy":
+        return cls(tuple(d["words"]), tuple(float(w) for w in d["weights"]), float(d["bias"]))
+
+    @classmethod
+    def fit(cls, prompts: Sequence[str], completions: Sequence[str], targets: Sequence[float], words: Sequence[str],
+            alpha: float = 1.0) -> "BagOfWordsProxy":
+        """Ridge regression (closed form, intercept unpenalised) of ``targets`` on word counts."""
+        proto = cls(tuple(words), tuple(0.0 for _ in words), 0.0)
+        x = np.stack([proto.features(f"{p} {c}") for p, c in zip(prompts, completions)])
+        y = np.asarray(targets, dtype=np.float64)
+        xm, ym = x.mean(0), y.mean()
+        xc = x - xm
+        w = np.linalg.solve(xc.T @ xc + alpha * np.eye(x.shape[1]), xc.T @ (y - ym))
+        return cls(tuple(words), tuple(float(v) for v in w), float(ym - xm @ w))
+
+
+def ProxyRewardModel(proxy: BagOfWordsProxy, tokenizer):  # noqa: N802 - a factory that reads like a class
+    """The proxy as a ``torch`` module with the layout TRL 1.12's ``PPOTrainer`` reads from a reward model.
+
+    TRL calls ``getattr(model, model.base_model_prefix)(input_ids=..., ...)`` and then ``model.score`` on the last
+    hidden state, and reads the value at the last non-pad token. Here the "backbone" returns the running word counts
+    (cumulative one-hot vectors) and ``score`` is the ridge layer, so the value at the last token is exactly
+    :meth:`BagOfWordsProxy.score` of prompt + response (special tokens have weight 0).
+    """
+    import torch
+    from torch import nn
+    from types import SimpleNamespace
+
+    vocab_size = len(tokenizer)
+    weight = torch.zeros(vocab_size)
+    for word, w in zip(proxy.words, proxy.weights):
+        tid = tokenizer.convert_tokens_to_ids(word)
+        if tid is not None and tid != tokenizer.unk_token_id:
+            weight[tid] = w
+
+    class _Counts(nn.Module):
+        def forward(self, input_ids, attention_mask=None, **kwargs):
+            onehot = torch.nn.functional.one_hot(input_ids, vocab_size).float()
+            if attention_mask is not None:
+                onehot = onehot * attention_mask.unsqueeze(-1).float()
+            return SimpleNamespace(hidden_states=(onehot.cumsum(1),))
+
+    class _ProxyModule(nn.Module):
+        base_model_prefix = "backbone"
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.backbone = _Counts()
+            self.score = nn.Linear(vocab_size, 1)
+            with torch.no_grad():
+                self.score.weight.copy_(weight.unsqueeze(0))
+                self.score.bias.fill_(proxy.bias)
+            self.requires_grad_(False)
+
+    return _ProxyModule()
+
+
+# -- sampling and evaluation ----------------------------------------------------------------------------------------
+
+
+def sample_completions(model, tokenizer, prompts: Sequence[str], n_per_prompt: int = 1, max_new_tokens: int = 16,
+                       seed: int = 0, batch_size: int = 64) -> tuple[list[str], list[str]]:
+    """Sample completions with fixed settings (temperature 1, no top-k) and a fixed seed.
+
+    The global torch RNG is forked, so sampling never changes a training run's random stream; the model's train/eval
+    mode is restored. Returns ``(prompts repeated n_per_prompt times, completions)``.
+    """
+    import torch
+
+    expanded = [p for p in prompts for _ in range(n_per_prompt)]
+    was_training = model.training
+    model.eval()
+    out: list[str] = []
+    try:
+        with torch.random.fork_rng(devices=[]), torch.no_grad():
+            torch.manual_seed(seed)
+            for i in range(0, len(expanded), batch_size):
+                chunk = expanded[i:i + batch_size]
+                enc = tokenizer(chunk, return_tensors="pt", padding=True)
+                enc = {k: v.to(model.device) for k, v in enc.items()}
+                gen = model.generate(**enc, do_sample=True, top_k=0, top_p=1.0, temperature=1.0,
+                                     max_new_tokens=max_new_tokens, pad_token_id=tokenizer.pad_token_id,
+                                     eos_token_id=tokenizer.eos_token_id)
+                out += tokenizer.batch_decode(gen[:, enc["input_ids"].shape[1]:], skip_special_tokens=True)
+    finally:
+        model.train(was_training)
+    return expanded, [" ".join(t.split()) for t in out]
+
+
+@dataclass(frozen=True)
+class EnvConfig:
+    """Everything that determines an environment; the cache key hashes it.
+
+    Args:
+        seed: Seed of the policy initialisation, its pretraining and the proxy's labelled samples.
+        n_layer, n_embd, n_head: Size of the GPT-2 reference policy.
+        pretrain_steps: Language-model pretraining steps on the shipped corpus.
+        proxy_samples: Gold-labelled reference samples the proxy is fitted on.
+        proxy_check_samples: Fresh reference samples on which the proxy's in-distribution correlation is measured.
+        ridge_alpha: L2 penalty of the ridge regression.
+        max_new_tokens: Completion length, in training and in evaluation.
+        eval_per_prompt: Completions per held-out prompt in an evaluation (24 prompts by default).
+        eval_seed: Sampling seed of every evaluation (the same at every eval, so scores of two checkpoints differ
+            only because the weights differ).
+    """
+
+    seed: int = 0
+    n_layer: int = 2
+    n_embd: int = 64
+    n_head: int = 2
+    pretrain_steps: int = 300
+    proxy_samples: int = 300
+    proxy_check_samples: int = 200
+    ridge_alpha: float = 1.0
+    max_new_tokens: int = 16
+    eval_per_prompt: int = 2
+    eval_seed: int = 1234
+
+    def key(self) -> str:
+        blob = json.dumps({"version": ENV_VERSION, **asdict(self)}, sort_keys=True)
+        return f"{ENV_VERSION}-seed{self.seed}-{hashlib.sha256(blob.encode()).hexdigest()[:10]}"
+
+
+@dataclass
+class OveroptEnv:
+    """A built environment. Use :meth:`reference_policy` for a fresh trainable copy of the reference policy.
+
+    Attributes:
+        config: What it was built from.
+        tokenizer: The word-level tokenizer.
+        proxy: The learned proxy reward (a TRL reward function).
+        train_prompts: Prompts for training.
+        heldout_prompts: Prompts for world-feedback evaluation, never seen in training.
+        proxy_fit: ``{"corr_train", "corr_check", "n"}``: proxy/gold correlation on the fitting samples and on fresh
+            reference samples.
+        reference_gold: Held-out gold score of the reference policy (mean of an :meth:`evaluate`).
+        policy_dir: Where the pretrained reference policy is saved.
+    """
+
+    config: EnvConfig
+    tokenizer: Any
+    proxy: BagOfWordsProxy
+    train_prompts: list[str]
+    heldout_prompts: list[str]
+    proxy_fit: dict[str, float]
+    reference_gold: float
+    policy_dir: Path
+
+    def reference_policy(self):
+        """A fresh copy of the pretrained reference policy (loaded from disk, in train mode)."""
+        from transformers import GPT2LMHeadModel
+
+        model = GPT2LMHeadModel.from_pretrained(self.policy_dir)
+        model.generation_config.pad_token_id = self.tokenizer.pad_token_id
+        model.generation_config.eos_token_id = self.tokenizer.eos_token_id
+        model.train()
+        return model
+
+    def proxy_model(self):
+        """The proxy as a reward-model module for TRL 1.12's ``PPOTrainer``."""
+        return ProxyRewardModel(self.proxy, self.tokenizer)
+
+    def evaluate(self, model) -> tuple[float, list[float], float]:
+        """Held-out evaluation: ``(mean gold, per-example gold, mean proxy)`` of completions of the held-out prompts."""
+        prompts, completions = sample_completions(
+            model, self.tokenizer, self.heldout_prompts, self.config.eval_per_prompt, self.config.max_new_tokens,
+            seed=self.config.eval_seed,
+        )
+        gold = [gold_score(c) for c in completions]
+        proxy = self.proxy(prompts, completions)
+        return float(np.mean(gold)), gold, float(np.mean(proxy))
+
+    def gold_eval_fn(self, prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any) -> list[float]:
+        """Gold as a reward function (same as :func:`gold_reward`), convenient as an evaluator's scorer."""
+        return gold_reward(prompts, completions)
+
+
+def default_cache_dir() -> Path:
+    """``$EVALSTOP_CACHE``, else ``$XDG_CACHE_HOME/evalstop``, else ``~/.cache/evalstop`` (temp dir if unwritable)."""
+    if os.environ.get("EVALSTOP_CACHE"):
+        return Path(os.environ["EVALSTOP_CACHE"])
+    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    path = base / "evalstop"
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+    except OSError:
+        return Path(tempfile.gettempdir()) / "evalstop-cache"
+
+
+def build_env(config: EnvConfig | None = None, cache_dir: str | os.PathLike | None = None,
+              use_cache: bool = True) -> OveroptEnv:
+    """Build (or load from the cache) the environment of ``config``.
+
+    Args:
+        config: The environment's parameters (default :class:`EnvConfig`, seed 0).
+        cache_dir: Where built environments are kept (default :func:`default_cache_dir`). One sub-folder per config.
+        use_cache: If False, build from scratch into a fresh temporary folder and ignore the cache.
+
+    Returns:
+        The environment. Building from scratch takes about 10 s on one CPU thread (mostly pretraining), loading it from
+        the cache well under a second.
+    """
+    import torch
+
+    config = config or EnvConfig()
+    tokenizer = build_tokenizer()
+    root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+    folder = root / config.key() if use_cache else Path(tempfile.mkdtemp(prefix="evalstop-env-"))
+    meta_path = folder / "env.json"
+    if use_cache and meta_path.exists():
+        try:
+            meta = json.loads(meta_path.read_text())
+            env = OveroptEnv(config, tokenizer, BagOfWordsProxy.from_dict(meta["proxy"]), train_prompts(),
+                             heldout_prompts(), meta["proxy_fit"], meta["reference_gold"], folder / "policy")
+            logger.info("loaded environment %s from cache", config.key())
+            return env
+        except (KeyError, ValueError, json.JSONDecodeError) as exc:  # a corrupt cache is rebuilt, not trusted
+            logger.warning("ignoring unreadable environment cache %s: %s", meta_path, exc)
+
+    policy = build_policy(tokenizer, config.n_layer, config.n_embd, config.n_head, seed=config.seed)
+    with torch.random.fork_rng(devices=[]):
+        pretrain_policy(policy, tokenizer, load_corpus(), steps=config.pretrain_steps, seed=config.seed)
+    tp = train_prompts()
+    # The proxy learns from the reference policy's own samples: that is the distribution it is good on.
+    rng = np.random.default_rng(config.seed)
+    fit_prompts = [tp[i] for i in rng.integers(0, len(tp), config.proxy_samples)]
+    _, fit_completions = sample_completions(policy, tokenizer, fit_prompts, 1, config.max_new_tokens,
+                                            seed=config.seed + 101)
+    fit_gold = [gold_score(c) for c in fit_completions]
+    words = [w for w in VOCAB.words]
+    proxy = BagOfWordsProxy.fit(fit_prompts, fit_completions, fit_gold, words, alpha=config.ridge_alpha)
+    check_prompts = [tp[i] for i in rng.integers(0, len(tp), config.proxy_check_samples)]
+    _, check_completions = sample_completions(policy, tokenizer, check_prompts, 1, config.max_new_tokens,
+                                              seed=config.seed + 202)
+    check_gold = [gold_score(c) for c in check_completions]
+    proxy_fit = {
+        "n": float(config.proxy_samples),
+        "corr_train": float(np.corrcoef(proxy(fit_prompts, fit_completions), fit_gold)[0, 1]),
+        "corr_check": float(np.corrcoef(proxy(check_prompts, check_completions), check_gold)[0, 1]),
+    }
+    folder.mkdir(parents=True, exist_ok=True)
+    policy.save_pretrained(folder / "policy")
+    env = OveroptEnv(config, tokenizer, proxy, tp, heldout_prompts(), proxy_fit, 0.0, folder / "policy")
+    env.reference_gold = env.evaluate(policy)[0]
+    # Written last and atomically: a half-built folder (killed process) has no env.json and is rebuilt.
+    tmp = meta_path.with_suffix(".tmp")
+    tmp.write_text(json.dumps({"config": asdict(config), "proxy": proxy.to_dict(), "proxy_fit": proxy_fit,
+                               "reference_gold": env.reference_gold}, indent=1))
+    tmp.replace(meta_path)
+    logger.info("built environment %s: proxy corr %.3f (check %.3f), reference gold %.2f", config.key(),
+                proxy_fit["corr_train"], proxy_fit["corr_check"], env.reference_gold)
+    return env
