@@ -76,9 +76,8 @@ def _iso(ts: float | None) -> str:
 
 
 def _open_store(db: str, synchronous: str = "FULL"):  # noqa: ANN202 - the store type needs the service extra
-    from .store_postgres import is_postgres_url
-
-    if is_postgres_url(db):  # several replicas on one database (docs/scaling.md); --synchronous is SQLite's
+    # Checked by prefix here so that SQLite users never import the PostgreSQL module (or need its extra).
+    if db.startswith(("postgresql://", "postgres://")):  # several replicas on one database (docs/scaling.md); --synchronous is SQLite's
         try:
             from .store_postgres import PostgresStore
 

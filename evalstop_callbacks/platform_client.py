@@ -1,0 +1,318 @@
+"""``PlatformClient``: the HTTP transport of the information-boundary client.
+
+It sends the same whitelisted :class:`~platform_sim.core.boundary.Report` objects as
+:class:`~evalstop_callbacks.client.EmbeddedClient` to an ``evalstop-server`` and returns its decisions, so moving a job
+from embedded to platform mode is one argument::
+
+    EvalStopCallback(evaluator, eval_steps, client=PlatformClient("http://scheduler:8080", token))
+
+Fail-open by design: a network fault never stops a job and never crashes training. Every report is also applied to an
+in-process copy of the scheduler core (a "shadow" :class:`EmbeddedClient`), so when the service stays unreachable past
+the retry budget a warning is logged and, with ``fallback=True`` (the default), the embedded core decides with the
+job's full history: the job stays protected. Reports the service has not acknowledged are kept in order and re-sent
+(idempotently) before the next one once it is reachable again, so the service ends up with the same history.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+import httpx
+
+from platform_sim.core import (
+    Action,
+    ConflictError,
+    Decision,
+    InvalidReportError,
+    JobMonitor,
+    Report,
+    detector_from_spec,
+)
+from platform_sim.core.boundary import check_job_type
+
+from .client import EmbeddedClient
+
+logger = logging.getLogger(__name__)
+
+
+class PlatformError(RuntimeError):
+    """The service refused a request for a reason that is not a network fault (bad token, unknown job)."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(f"HTTP {status}: {message}")
+        self.status = status
+        self.message = message
+
+
+@dataclass
+class _Link:
+    """The client's view of one job's connection to the service."""
+
+    job_type: str
+    detector: dict[str, Any] | None
+    gpus: int | None
+    planned_steps: int | None
+    registered: bool = False
+    backlog: list[Report] = field(default_factory=list)  # reports the service has not acknowledged, in order
+
+
+class PlatformClient:
+    """A :class:`~evalstop_callbacks.client.BoundaryClient` that talks to an ``evalstop-server`` over HTTP.
+
+    Args:
+        url: Base URL of the service, e.g. ``"http://127.0.0.1:8080"``.
+        token: The tenant's bearer token (from ``evalstop-server tenant add NAME``).
+        timeout: Seconds to wait for a reply (read/write) per attempt.
+        connect_timeout: Seconds to wait for a connection per attempt.
+        max_retries: Retries after a failed attempt (connection error, timeout or 5xx) before failing open. While the
+            service is known to be down, each call makes a single attempt so training is not slowed by backoff.
+        backoff: First retry delay in seconds; doubles per retry (with jitter) up to ``max_backoff``.
+        max_backoff: Longest delay between two attempts.
+        fallback: If True (default), when the service is unreachable the embedded core decides, with the job's full
+            history, so the job is still protected. If False the decision is CONTINUE (fail-open, unprotected).
+        transport: An ``httpx`` transport, for tests (default: a real HTTP connection pool).
+    """
+
+    def __init__(
+        self,
+        url: str,
+        token: str,
+        *,
+        timeout: float = 5.0,
+        connect_timeout: float = 2.0,
+        max_retries: int = 3,
+        backoff: float = 0.2,
+        max_backoff: float = 2.0,
+        fallback: bool = True,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        if not url.startswith(("http://", "https://")):
+            raise ValueError(f"url must start with http:// or https://, got {url!r}")
+        if not token:
+            raise ValueError("token must be a non-empty string (evalstop-server tenant add NAME prints one)")
+        if max_retries < 0:
+            raise ValueError(f"max_retries must be >= 0, got {max_retries}")
+        if timeout <= 0 or connect_timeout <= 0:
+            raise ValueError("timeout and connect_timeout must be > 0")
+        self.url = url.rstrip("/")
+        self.max_retries = max_retries
+        self.backoff = backoff
+        self.max_backoff = max_backoff
+        self.fallback = fallback
+        self._http = httpx.Client(
+            base_url=self.url,
+            headers={"Authorization": f"Bearer {token}", "User-Agent": "evalstop-platform-client/1"},
+            timeout=httpx.Timeout(timeout, connect=connect_timeout),
+            transport=transport,
+        )
+        self._shadow = EmbeddedClient()
+        self._links: dict[str, _Link] = {}
+        self._degraded = False  # the last attempt failed: single attempts until the service answers again
+        self._rng = random.Random()
+        self._lock = threading.Lock()
+        #: How many decisions were made by the embedded fallback (or fail-open CONTINUE) instead of the service.
+        self.fallback_decisions = 0
+
+    # -- transport -----------------------------------------------------------------------------------------------
+    def _request(self, method: str, path: str, body: Mapping[str, Any] | None = None) -> Any:
+        """Send one request with retries; the parsed JSON of a 2xx, None if the service is unreachable.
+
+        Raises :class:`PlatformError` for a 4xx (the request itself is wrong; retrying cannot help).
+        """
+        attempts = 1 if self._degraded else 1 + self.max_retries
+        last_problem = ""
+        for attempt in range(attempts):
+            if attempt:
+                delay = min(self.max_backoff, self.backoff * 2 ** (attempt - 1))
+                time.sleep(delay * (0.5 + 0.5 * self._rng.random()))
+            try:
+                resp = self._http.request(method, path, json=body)
+            except httpx.TransportError as exc:  # connect refused/reset, timeouts, protocol errors
+                last_problem = f"{type(exc).__name__}: {exc}"
+                continue
+            if resp.status_code >= 500:
+                last_problem = f"HTTP {resp.status_code}"
+                continue
+            if self._degraded:
+                logger.warning("evalstop: scheduler service at %s is reachable again", self.url)
+            self._degraded = False
+            if resp.status_code >= 400:
+                try:
+                    message = resp.json().get("message", resp.text)
+                except ValueError:
+                    message = resp.text
+                raise PlatformError(resp.status_code, message)
+            return resp.json()
+        if not self._degraded:
+            logger.warning("evalstop: scheduler service at %s unreachable after %d attempt(s) (%s); failing open",
+                           self.url, attempts, last_problem)
+        self._degraded = True
+        return None
+
+    def _ensure_registered(self, job_id: str, link: _Link) -> bool:
+        if link.registered:
+            return True
+        body: dict[str, Any] = {"job_type": link.job_type, "job_id": job_id}
+        if link.detector is not None:
+            body["detector"] = link.detector
+        if link.gpus is not None:
+            body["gpus"] = link.gpus
+        if link.planned_steps is not None:
+            body["planned_steps"] = link.planned_steps
+        try:
+            reply = self._request("POST", "/v1/jobs", body)
+        except PlatformError as exc:
+            if exc.status in (409, 422):
+                raise ValueError(f"the scheduler refused job {job_id!r}: {exc.message}") from None
+            logger.error("evalstop: the scheduler refused to register job %r (%s); failing open", job_id, exc)
+            return False
+        link.registered = reply is not None
+        return link.registered
+
+    def _flush(self, job_id: str, link: _Link) -> Decision | None:
+        """Send the job's unacknowledged reports in order; the decision for the last one, or None (unreachable)."""
+        if not self._ensure_registered(job_id, link):
+            return None
+        decision = None
+        while link.backlog:
+            report = link.backlog[0]
+            try:
+                reply = self._request("POST", f"/v1/jobs/{job_id}/evals", report.to_dict())
+            except PlatformError as exc:
+                if exc.status in (409, 422):
+                    # The service's history contradicts this report although the local core accepted it (e.g. a
+                    # job id reused across runs): a contract error, surfaced exactly like the embedded client does.
+                    link.backlog.pop(0)
+                    error = ConflictError if exc.status == 409 else InvalidReportError
+                    raise error(f"the scheduler refused step {report.step} of job {job_id!r}: {exc.message}") from None
+                logger.error("evalstop: the scheduler refused a report of job %r (%s); failing open", job_id, exc)
+                return None
+            if reply is None:
+                return None
+            link.backlog.pop(0)
+            decision = Decision.from_dict(reply)
+        return decision
+
+    # -- BoundaryClient --------------------------------------------------------------------------------------------
+    def register(
+        self,
+        job_type: str,
+        detector: Mapping[str, Any] | None = None,
+        job_id: str | None = None,
+        gpus: int | None = None,
+        planned_steps: int | None = None,
+    ) -> str:
+        """Register a job with the service (and the local fallback core) and return its id.
+
+        Args:
+            job_type: One of the core's job types.
+            detector: Detector spec ``{"name": ..., "params": {...}}``; default: the paper's k=2 rule.
+            job_id: The job's id; made up if not given (always chosen here, so a retried registration is
+                idempotent on the service).
+            gpus: GPUs the job holds (the service counts GPU-hours reclaimed by stops).
+            planned_steps: Planned training steps (for the service's GPU-hours-reclaimed estimate).
+
+        Raises:
+            ValueError: Bad job type or detector, or the service holds this id with another type or detector.
+        """
+        check_job_type(job_type)
+        job_id = job_id or f"job-{uuid.uuid4().hex[:16]}"
+        # Normalized (defaults filled in) and validated here, so a bad spec fails before any network call.
+        spec = None if detector is None else detector_from_spec(detector).spec()
+        with self._lock:
+            self._shadow.register(job_type, detector=spec, job_id=job_id, gpus=gpus)  # validates the spec locally
+            link = self._links.get(job_id)
+            if link is None:
+                link = self._links[job_id] = _Link(job_type, spec, gpus, planned_steps)
+            self._ensure_registered(job_id, link)
+        return job_id
+
+    def report(self, report: Report) -> Decision:
+        """Send one evaluation; the service's decision, or the fallback's if the service is unreachable.
+
+        Raises:
+            KeyError: The job was not registered with this client.
+            InvalidReportError, ConflictError: The report breaks the contract (checked locally first, exactly as
+                the embedded client does).
+        """
+        with self._lock:
+            link = self._links.get(report.job_id)
+            if link is None:
+                raise KeyError(f"job {report.job_id!r} is not registered; call register() first")
+            local = self._shadow.report(report)  # same validation and rule as embedded mode
+            if not any(r.step == report.step for r in link.backlog):
+                link.backlog.append(report)
+            remote = self._flush(report.job_id, link)
+            if remote is not None:
+                if remote.action is not local.action:
+                    logger.warning("evalstop: service and local core disagree on job %r step %d (%s vs %s); "
+                                   "following the service", report.job_id, report.step, remote.action.value,
+                                   local.action.value)
+                return remote
+            self.fallback_decisions += 1
+            if self.fallback:
+                logger.warning("evalstop: job %r step %d decided by the embedded core (service unreachable): %s",
+                               report.job_id, report.step, local.action.value)
+                return local
+            return Decision(Action.CONTINUE, "scheduler unreachable: continuing (fail-open, no fallback)", 0,
+                            None, None)
+
+    def finish(self, job_id: str, reason: str = "completed") -> None:
+        """Tell the service the job ended (best effort: a network fault is logged, never raised)."""
+        with self._lock:
+            link = self._links.get(job_id)
+            if link is None:
+                raise KeyError(f"job {job_id!r} is not registered")
+            self._shadow.finish(job_id, reason)
+            try:
+                if self._flush(job_id, link) is None and link.backlog:
+                    logger.warning("evalstop: %d report(s) of job %r never reached the scheduler", len(link.backlog),
+                                   job_id)
+                    return
+                if link.registered and self._request("POST", f"/v1/jobs/{job_id}/finish",
+                                                     {"reason": reason[:200] or "completed"}) is None:
+                    logger.warning("evalstop: could not tell the scheduler that job %r finished", job_id)
+            except (PlatformError, ConflictError, InvalidReportError) as exc:
+                logger.warning("evalstop: finishing job %r on the scheduler failed: %s", job_id, exc)
+
+    # -- extras ------------------------------------------------------------------------------------------------------
+    def monitor(self, job_id: str) -> JobMonitor:
+        """The local (fallback) core's state of one job: the same history the service holds."""
+        return self._shadow.monitor(job_id)
+
+    def pending(self, job_id: str) -> int:
+        """Number of the job's reports the service has not acknowledged yet."""
+        return len(self._links[job_id].backlog)
+
+    def state_dict(self) -> dict[str, Any]:
+        """The local core's state and the unacknowledged reports (for a trainer checkpoint)."""
+        return {
+            "shadow": self._shadow.state_dict(),
+            "links": {job_id: {"job_type": l.job_type, "detector": l.detector, "gpus": l.gpus,
+                               "planned_steps": l.planned_steps, "backlog": [r.to_dict() for r in l.backlog]}
+                      for job_id, l in self._links.items()},
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self._shadow.load_state_dict(state["shadow"])
+        self._links = {
+            job_id: _Link(l["job_type"], l["detector"], l["gpus"], l["planned_steps"],
+                          backlog=[Report.from_dict(r) for r in l["backlog"]])
+            for job_id, l in state["links"].items()
+        }
+
+    def close(self) -> None:
+        """Close the HTTP connection pool."""
+        self._http.close()
+
+    def __enter__(self) -> "PlatformClient":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

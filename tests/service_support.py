@@ -1,0 +1,86 @@
+"""Helpers for the service tests: a real ``evalstop-server`` process on a free loopback port with a real SQLite file."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+SERVER_CMD = [sys.executable, "-m", "platform_sim.service.cli"]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def cli(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    """Run ``evalstop-server ARGS`` (through the module, so the test needs no installed script on PATH)."""
+    proc = subprocess.run([*SERVER_CMD, *args], capture_output=True, text=True, timeout=60)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"evalstop-server {' '.join(args)} failed ({proc.returncode}): {proc.stderr}")
+    return proc
+
+
+def add_tenant(db: Path, name: str) -> str:
+    """``tenant add NAME``; the token is the last line of its output."""
+    return cli("tenant", "add", name, "--db", str(db)).stdout.strip().splitlines()[-1]
+
+
+@dataclass
+class Server:
+    """A running ``evalstop-server serve`` subprocess."""
+
+    db: Path
+    port: int
+    proc: subprocess.Popen[bytes] | None = None
+    log: Path | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self, timeout: float = 30.0) -> "Server":
+        self.log = self.db.with_suffix(f".{self.port}.log")
+        with open(self.log, "ab") as log:
+            self.proc = subprocess.Popen(
+                [*SERVER_CMD, "serve", "--db", str(self.db), "--port", str(self.port), "--log-level", "warning"],
+                stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise AssertionError(f"server exited with {self.proc.returncode}: {self.log.read_text()}")
+            try:
+                if httpx.get(f"{self.url}/readyz", timeout=1.0).status_code == 200:
+                    return self
+            except httpx.TransportError:
+                pass
+            time.sleep(0.05)
+        self.stop()
+        raise AssertionError(f"server did not become ready in {timeout} s: {self.log.read_text()}")
+
+    def kill9(self) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(timeout=10)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=10)
+
+
+def auth(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}

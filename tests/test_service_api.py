@@ -1,0 +1,180 @@
+"""The service's API against a real ``evalstop-server`` process and SQLite file: same decisions as the core."""
+
+from __future__ import annotations
+
+import random
+
+import httpx
+import pytest
+from service_support import Server, add_tenant, auth, free_port
+
+from evalstop_callbacks.client import EmbeddedClient
+from platform_sim.core import Report
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory):
+    db = tmp_path_factory.mktemp("svc") / "api.db"
+    token = add_tenant(db, "acme")
+    srv = Server(db, free_port()).start()
+    try:
+        yield srv, token
+    finally:
+        srv.stop()
+
+
+@pytest.fixture()
+def http(server):
+    srv, token = server
+    with httpx.Client(base_url=srv.url, headers=auth(token), timeout=10) as c:
+        yield c
+
+
+def _register(http: httpx.Client, job_id: str, **extra) -> httpx.Response:
+    return http.post("/v1/jobs", json={"job_type": "rlhf", "job_id": job_id, **extra})
+
+
+def _report(http: httpx.Client, job_id: str, step: int, score: float, job_type: str = "rlhf") -> httpx.Response:
+    return http.post(f"/v1/jobs/{job_id}/evals",
+                     json={"job_id": job_id, "job_type": job_type, "step": step, "eval_score": score})
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_decisions_equal_embedded_core(http, seed):
+    rng = random.Random(seed)
+    detector = {"name": "k-decline", "params": {"k": rng.choice([1, 2, 3]), "min_delta": rng.choice([0.0, 0.05])}}
+    job = f"eq-{seed}"
+    assert _register(http, job, detector=detector).status_code == 201
+    embedded = EmbeddedClient()
+    embedded.register("rlhf", detector=detector, job_id=job)
+    score = 0.0
+    saw_stop = False
+    for i in range(30):
+        score += rng.gauss(0.02, 0.05)
+        resp = _report(http, job, 10 * i, score)
+        assert resp.status_code == 200, resp.text
+        expected = embedded.report(Report(job, "rlhf", 10 * i, score)).to_dict()
+        assert resp.json() == expected
+        saw_stop |= expected["action"] == "stop"
+    job_view = http.get(f"/v1/jobs/{job}").json()
+    monitor = embedded.monitor(job)
+    assert job_view["n_reports"] == 30
+    assert (job_view["best_step"], job_view["best_score"]) == (monitor.best_step, monitor.best_score)
+    assert job_view["status"] == ("stopped" if saw_stop else "running")
+    assert job_view["stopped_at"] == monitor.stopped_at
+
+
+def test_register_defaults_idempotency_and_conflicts(http):
+    resp = http.post("/v1/jobs", json={"job_type": "dpo"})
+    assert resp.status_code == 201
+    made_up = resp.json()
+    assert made_up["job_id"].startswith("job-")
+    assert made_up["detector"] == {"name": "k-decline", "params": {"k": 2, "min_delta": 0.0}}
+
+    first = _register(http, "reg-1", gpus=8, detector={"name": "k-decline", "params": {"k": 2}})
+    assert first.status_code == 201
+    again = _register(http, "reg-1", gpus=8, detector={"name": "k-decline", "params": {"k": 2, "min_delta": 0}})
+    assert again.status_code == 200 and again.json()["job_id"] == "reg-1"
+    other = _register(http, "reg-1", gpus=8, detector={"name": "k-decline", "params": {"k": 3}})
+    assert other.status_code == 409
+    assert "already registered" in other.json()["message"]
+
+    bad_param = _register(http, "reg-2", detector={"name": "k-decline", "params": {"k": 0}})
+    assert bad_param.status_code == 422 and "k must be an integer >= 1" in bad_param.json()["message"]
+    unknown = _register(http, "reg-3", detector={"name": "no-such-rule"})
+    assert unknown.status_code == 422 and "unknown detector 'no-such-rule'" in unknown.json()["message"]
+    stray = _register(http, "reg-4", detector={"name": "k-decline", "params": {"window": 3}})
+    assert stray.status_code == 422 and "bad parameters" in stray.json()["message"]
+    bad_type = http.post("/v1/jobs", json={"job_type": "pretraining"})
+    assert bad_type.status_code == 422 and "job_type" in bad_type.json()["message"]
+
+
+def test_resend_conflicts_and_stop_latch(http):
+    job = "latch"
+    assert _register(http, job).status_code == 201
+    decisions = [_report(http, job, s, v).json() for s, v in [(0, 0.5), (5, 0.9), (10, 0.8), (15, 0.7)]]
+    assert [d["action"] for d in decisions] == ["continue", "continue", "continue", "stop"]
+    assert decisions[-1]["best_step"] == 5
+
+    # Re-send of a stored step with the same score: the same decision it got then, nothing stored twice.
+    assert _report(http, job, 10, 0.8).json() == decisions[2]
+    different = _report(http, job, 10, 0.81)
+    assert different.status_code == 409 and "already reported step 10" in different.json()["message"]
+    older = _report(http, job, 7, 0.8)
+    assert older.status_code == 409 and "older than the last reported step 15" in older.json()["message"]
+    wrong_type = _report(http, job, 20, 0.9, job_type="sft")
+    assert wrong_type.status_code == 409 and "is of type 'rlhf'" in wrong_type.json()["message"]
+
+    # A stopped job stays stopped, even when its score recovers.
+    later = _report(http, job, 20, 5.0).json()
+    assert later["action"] == "stop" and later["declines"] == 0 and later["best_step"] == 20
+    assert http.get(f"/v1/jobs/{job}").json()["n_reports"] == 5
+
+
+def test_finish_then_reports_refused(http):
+    job = "fin"
+    assert _register(http, job).status_code == 201
+    assert _report(http, job, 0, 0.1).status_code == 200
+    done = http.post(f"/v1/jobs/{job}/finish", json={"reason": "completed"})
+    assert done.status_code == 200 and done.json()["status"] == "finished"
+    assert done.json()["finish_reason"] == "completed"
+    again = http.post(f"/v1/jobs/{job}/finish", json={"reason": "failed"})  # idempotent, first reason kept
+    assert again.status_code == 200 and again.json()["finish_reason"] == "completed"
+    late = _report(http, job, 1, 0.2)
+    assert late.status_code == 409 and "finished" in late.json()["message"]
+    assert http.post("/v1/jobs/nope/finish").status_code == 404
+
+
+def test_list_pagination_and_status_filter(http):
+    for i in range(5):
+        assert _register(http, f"page-{i}").status_code == 201
+    assert _report(http, "page-0", 0, 1.0).status_code == 200
+    http.post("/v1/jobs/page-1/finish")
+    seen, after = [], None
+    while True:
+        params = {"limit": 2, **({"after": after} if after else {})}
+        page = http.get("/v1/jobs", params=params).json()
+        seen += [j["job_id"] for j in page["jobs"]]
+        after = page["next_after"]
+        if after is None:
+            break
+    assert [s for s in seen if s.startswith("page-")] == [f"page-{i}" for i in range(5)]
+    assert seen == sorted(seen)
+    finished = [j["job_id"] for j in http.get("/v1/jobs", params={"status": "finished"}).json()["jobs"]]
+    assert "page-1" in finished and "page-0" not in finished
+    assert http.get("/v1/jobs", params={"status": "bogus"}).status_code == 422
+
+
+def test_operator_endpoints_and_metrics(server, http):
+    srv, _ = server
+    assert httpx.get(f"{srv.url}/healthz").json() == {"status": "ok"}
+    assert httpx.get(f"{srv.url}/readyz").status_code == 200
+
+    def counter(text: str, name: str) -> float:
+        return sum(float(line.split()[-1]) for line in text.splitlines() if line.startswith(name + " ")
+                   or line.startswith(name + "{"))
+
+    before = httpx.get(f"{srv.url}/metrics").text
+    job = "metered"
+    assert _register(http, job, gpus=4, planned_steps=1000).status_code == 201
+    for step, score in [(0, 1.0), (100, 2.0), (200, 1.0), (300, 0.5)]:
+        _report(http, job, step, score)
+    after = httpx.get(f"{srv.url}/metrics").text
+    assert counter(after, 'evalstop_reports_total{outcome="accepted"}') - \
+        counter(before, 'evalstop_reports_total{outcome="accepted"}') == 4
+    assert counter(after, "evalstop_stops_total") - counter(before, "evalstop_stops_total") == 1
+    assert counter(after, "evalstop_gpus_freed_total") - counter(before, "evalstop_gpus_freed_total") == 4
+    assert counter(after, "evalstop_gpu_hours_reclaimed_total") > counter(before, "evalstop_gpu_hours_reclaimed_total")
+    assert counter(after, "evalstop_report_latency_seconds_count") - \
+        counter(before, "evalstop_report_latency_seconds_count") == 4
+    assert "metered" not in after  # no job ids or tenant names in metrics
+
+
+def test_openapi_spec_is_versioned_and_declares_bearer_auth(server):
+    srv, _ = server
+    spec = httpx.get(f"{srv.url}/openapi.json").json()
+    assert {"/v1/jobs", "/v1/jobs/{job_id}", "/v1/jobs/{job_id}/evals", "/v1/jobs/{job_id}/finish"} <= set(spec["paths"])
+    assert spec["components"]["securitySchemes"]["HTTPBearer"]["scheme"] == "bearer"
+    report = spec["components"]["schemas"]["ReportIn"]
+    assert report["additionalProperties"] is False
+    assert set(report["properties"]) == {"job_id", "job_type", "step", "eval_score", "eval_scores"}
