@@ -1,0 +1,103 @@
+"""Keeping the best checkpoint on disk and restoring it into the live model.
+
+The Trainer protects ``state.best_model_checkpoint`` from ``save_total_limit`` rotation, but nothing in GRPO or PPO
+sets it without an eval strategy and ``metric_for_best_model``. :func:`mark_best` sets the three fields the Trainer
+reads (``best_global_step``, ``best_metric``, ``best_model_checkpoint``) to the folder name the Trainer itself builds,
+so rotation keeps that folder. :func:`restore_checkpoint` loads it back into the model object the trainer holds.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+logger = logging.getLogger(__name__)
+
+PREFIX = "checkpoint"
+
+
+class CheckpointError(RuntimeError):
+    """The best checkpoint cannot be restored (missing folder, no weights, shape mismatch)."""
+
+
+def checkpoint_dir(output_dir: str | os.PathLike[str], step: int) -> str:
+    """The folder the Trainer writes for ``step``: ``os.path.join(output_dir, f"checkpoint-{step}")``."""
+    return os.path.join(str(output_dir), f"{PREFIX}-{step}")
+
+
+def mark_best(state: Any, output_dir: str | os.PathLike[str], step: int, score: float) -> str:
+    """Point the trainer state at the best checkpoint so that ``save_total_limit`` rotation never deletes it.
+
+    Args:
+        state: The ``TrainerState``.
+        output_dir: ``args.output_dir``.
+        step: Step of the best evaluation; its checkpoint is (or is about to be) saved.
+        score: Its score (stored as ``best_metric``).
+
+    Returns:
+        The checkpoint folder.
+    """
+    path = checkpoint_dir(output_dir, step)
+    state.best_global_step = step
+    state.best_metric = float(score)
+    state.best_model_checkpoint = path
+    return path
+
+
+def _is_peft(model: Any) -> bool:
+    try:
+        from peft import PeftModel
+    except ImportError:  # peft is optional
+        return False
+    return isinstance(model, PeftModel)
+
+
+def restore_checkpoint(model: Any, path: str | os.PathLike[str]) -> None:
+    """Load the weights saved in ``path`` into ``model`` in place.
+
+    PEFT models get their adapter weights back (``adapter_model.safetensors``/``.bin``); other models are loaded with
+    ``from_pretrained`` and copied over with ``load_state_dict``, because GPT-2-style tied weights are absent from a raw
+    safetensors dict. The model keeps its device, dtype and train/eval mode.
+
+    Raises:
+        CheckpointError: the folder is missing or holds no weights this model can take.
+    """
+    path = Path(path)
+    if not path.is_dir():
+        raise CheckpointError(f"best checkpoint {path} does not exist (was it deleted by hand or by another tool?)")
+    if _is_peft(model):
+        _restore_peft(model, path)
+        return
+    files = [f for f in ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
+                         "pytorch_model.bin.index.json") if (path / f).exists()]
+    if not files:
+        raise CheckpointError(f"best checkpoint {path} holds no model weights")
+    param = next(model.parameters())
+    try:
+        loaded = type(model).from_pretrained(str(path), dtype=param.dtype)
+        model.load_state_dict(loaded.state_dict(), strict=True)
+    except Exception as exc:  # noqa: BLE001 - re-raised with the folder named
+        raise CheckpointError(f"cannot restore {path} into {type(model).__name__}: {exc}") from exc
+    logger.info("restored weights from %s", path)
+
+
+def _restore_peft(model: Any, path: Path) -> None:
+    from peft import set_peft_model_state_dict
+
+    if (path / "adapter_model.safetensors").exists():
+        from safetensors.torch import load_file
+
+        weights = load_file(str(path / "adapter_model.safetensors"))
+    elif (path / "adapter_model.bin").exists():
+        import torch
+
+        weights = torch.load(str(path / "adapter_model.bin"), map_location="cpu", weights_only=True)
+    else:
+        raise CheckpointError(f"best checkpoint {path} holds no PEFT adapter (adapter_model.safetensors)")
+    result = set_peft_model_state_dict(model, weights)
+    unexpected = getattr(result, "unexpected_keys", None)
+    if unexpected:
+        raise CheckpointError(f"adapter in {path} does not fit the live model: unexpected keys {unexpected[:3]}")
+    logger.info("restored PEFT adapter from %s", path)

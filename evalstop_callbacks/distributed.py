@@ -1,0 +1,50 @@
+"""Rank-consistent decisions: evaluate on the main process, share the outcome with every rank.
+
+If only rank 0 decided to stop, the other ranks would wait in the next step's collectives and the run would crash
+(measured: rank 0 aborts, rank 1 gets "connection reset"). So every rank enters :func:`share_from_main` at the same
+evaluation step and leaves it with rank 0's payload.
+"""
+
+from __future__ import annotations
+
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+
+def _dist() -> Any:
+    try:
+        import torch.distributed as dist
+    except ImportError:  # torch without distributed support
+        return None
+    if dist.is_available() and dist.is_initialized():
+        return dist
+    return None
+
+
+def world() -> tuple[int, int]:
+    """``(rank, world_size)`` of the default process group, ``(0, 1)`` when not distributed."""
+    dist = _dist()
+    if dist is None:
+        return 0, 1
+    return dist.get_rank(), dist.get_world_size()
+
+
+def share_from_main(payload: T | None) -> T:
+    """Return rank 0's ``payload`` on every rank (a broadcast; identity when not distributed).
+
+    Every rank must call it at the same point; non-main ranks pass ``None``.
+    """
+    dist = _dist()
+    if dist is None or dist.get_world_size() == 1:
+        return payload  # type: ignore[return-value]
+    box = [payload]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]
+
+
+def barrier() -> None:
+    """Wait for every rank (no-op when not distributed): e.g. before reading a checkpoint rank 0 wrote."""
+    dist = _dist()
+    if dist is not None and dist.get_world_size() > 1:
+        dist.barrier()

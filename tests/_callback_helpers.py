@@ -1,0 +1,49 @@
+"""Shared pieces of the callback tests: tiny tokenizer and pretrained policy (built once per process), a gold score.
+
+Not a test module (no ``test_`` prefix); the tests import it from the tests folder.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from typing import Any
+
+import torch
+
+from evalstop_callbacks.tiny import VOCAB, build_policy, build_tokenizer, pretrain_policy
+
+torch.set_num_threads(int(os.environ.get("EVALSTOP_TEST_THREADS", "1")))
+
+POSITIVE, NEGATIVE = set(VOCAB.positive), set(VOCAB.negative)
+TRAIN_PROMPTS = [f"{det} {noun} {verb}" for noun in VOCAB.train_nouns for det, verb in (("the", "is"), ("a", "was"))]
+HELDOUT_PROMPTS = [f"{det} {noun} {verb}" for noun in VOCAB.heldout_nouns for det, verb in (("the", "is"), ("a", "was"))]
+
+
+def gold(prompts, completions, **kwargs) -> list[float]:
+    """World score: +1 per positive word, -1 per negative word (TRL reward-function signature)."""
+    return [float(sum((w in POSITIVE) - (w in NEGATIVE) for w in c.split())) for c in completions]
+
+
+def anti_gold(prompts, completions, **kwargs) -> list[float]:
+    """A proxy that rewards negative words: training on it makes the world score decline."""
+    return [-g for g in gold(prompts, completions)]
+
+
+@functools.lru_cache(maxsize=1)
+def _pretrained() -> tuple[Any, dict[str, torch.Tensor]]:
+    tok = build_tokenizer()
+    model = pretrain_policy(build_policy(tok), tok, steps=150)
+    return tok, {k: v.clone() for k, v in model.state_dict().items()}
+
+
+def tokenizer():
+    return _pretrained()[0]
+
+
+def policy():
+    """A fresh copy of the pretrained tiny policy (2 layers, width 64)."""
+    tok, state = _pretrained()
+    model = build_policy(tok)
+    model.load_state_dict(state)
+    return model
