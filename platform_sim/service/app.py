@@ -59,10 +59,6 @@ def _error_body(code: str, message: str) -> bytes:
     return json.dumps({"error": code, "message": message}).encode()
 
 
-class _BodyTooLarge(Exception):
-    pass
-
-
 class BodyLimitMiddleware:
     """Refuse request bodies over ``max_bytes`` with 413, by Content-Length or by counting a streamed body.
 
@@ -78,8 +74,10 @@ class BodyLimitMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        has_length = False
         for name, value in scope["headers"]:
             if name == b"content-length":
+                has_length = True
                 try:
                     length = int(value)
                 except ValueError:
@@ -89,30 +87,33 @@ class BodyLimitMiddleware:
                     await self._refuse(send, 413, "body_too_large",
                                        f"request body of {length} bytes exceeds the limit of {self.max_bytes} bytes")
                     return
-        seen = 0
-        started = False
+        if not has_length and scope.get("method") in ("POST", "PUT", "PATCH"):
+            # A streamed (chunked) body: read it here, counting, and refuse it before the app sees any of it. The
+            # app cannot raise the 413 itself: FastAPI turns any error while reading a body into a 400.
+            body = bytearray()
+            while True:
+                message = await receive()
+                if message["type"] != "http.request":
+                    return  # the client went away
+                body += message.get("body", b"")
+                if len(body) > self.max_bytes:
+                    await self._refuse(send, 413, "body_too_large",
+                                       f"request body exceeds the limit of {self.max_bytes} bytes")
+                    return
+                if not message.get("more_body", False):
+                    break
+            replayed = False
 
-        async def limited_receive() -> Any:
-            nonlocal seen
-            message = await receive()
-            if message["type"] == "http.request":
-                seen += len(message.get("body", b""))
-                if seen > self.max_bytes:
-                    raise _BodyTooLarge
-            return message
+            async def replay() -> Any:
+                nonlocal replayed
+                if not replayed:
+                    replayed = True
+                    return {"type": "http.request", "body": bytes(body), "more_body": False}
+                return await receive()
 
-        async def tracking_send(message: Any) -> None:
-            nonlocal started
-            if message["type"] == "http.response.start":
-                started = True
-            await send(message)
-
-        try:
-            await self.app(scope, limited_receive, tracking_send)
-        except _BodyTooLarge:
-            if not started:
-                await self._refuse(send, 413, "body_too_large",
-                                   f"request body exceeds the limit of {self.max_bytes} bytes")
+            await self.app(scope, replay, send)
+            return
+        await self.app(scope, receive, send)
 
     @staticmethod
     async def _refuse(send: Callable[..., Awaitable[None]], status: int, code: str, message: str) -> None:
