@@ -66,8 +66,10 @@ _JOB_FROM = (
 )
 # Errors after which a whole transaction may simply be run again (another replica won a race).
 _RETRY_SQLSTATES = frozenset({"40001", "40P01"})  # serialization_failure, deadlock_detected
-_DOMAIN_ERRORS = (BoundaryError, JobNotFound, JobFinished, JobExists, TenantExists, TenantNotFound, ValueError)
+_DOMAIN_ERRORS = (BoundaryError, JobNotFound, JobFinished, JobExists, TenantExists, TenantNotFound, ValueError,
+                  StoreUnavailable)
 _STOP = object()
+_ALEMBIC_LOCK = threading.Lock()
 
 
 def is_postgres_url(db: str) -> bool:
@@ -98,7 +100,8 @@ def _job_from_row(row: tuple[Any, ...]) -> JobRecord:
 def upgrade_schema(url: str, revision: str = "head") -> str:
     """Bring the database at ``url`` to ``revision`` of the store's schema with Alembic; return the new revision.
 
-    Safe to call from several processes at once (the migration environment takes an advisory lock).
+    Safe to call from several processes at once (the migration environment takes an advisory lock) and from several
+    threads (Alembic's context is process-global, so calls in one process take turns).
 
     Raises:
         ValueError: the database is at a revision this code does not know (a newer evalstop migrated it).
@@ -115,7 +118,7 @@ def upgrade_schema(url: str, revision: str = "head") -> str:
     script = ScriptDirectory.from_config(cfg)
     engine = sa.create_engine(_sqlalchemy_url(url), poolclass=sa.pool.NullPool)
     try:
-        with engine.connect() as conn:
+        with _ALEMBIC_LOCK, engine.connect() as conn:
             current = MigrationContext.configure(conn).get_current_revision()
             if current is not None and current not in {s.revision for s in script.walk_revisions()}:
                 raise ValueError(f"database schema is at revision {current!r}, which this evalstop-server does not "
@@ -421,28 +424,30 @@ class PostgresStore(Store):
 
         def op(cur: Any) -> ReportOutcome:
             # The row lock: a report for this job at another replica waits here until this transaction ends.
+            # The lock is taken alone: after waiting, PostgreSQL re-reads the locked row but would join other tables
+            # from the statement's older snapshot (READ COMMITTED), so the report rows are read by the next
+            # statement, which sees everything committed before the lock was granted.
             row = cur.execute(
-                "SELECT j.job_type, j.detector, j.detector_state, j.best_step, j.best_score, j.stopped_at, "
-                "j.stop_reason, j.n_reports, j.finished_at, j.gpus, j.planned_steps, j.first_step, "
-                "j.first_report_at, j.last_step, r.eval_score, r.action, r.reason, r.declines, r.best_step, "
-                f"r.best_score {_JOB_FROM} WHERE j.tenant_id = %s AND j.job_id = %s FOR UPDATE OF j", key).fetchone()
+                "SELECT job_type, detector, detector_state, best_step, best_score, stopped_at, stop_reason, "
+                "n_reports, finished_at, gpus, planned_steps, first_step, first_report_at, last_step FROM jobs "
+                "WHERE tenant_id = %s AND job_id = %s FOR UPDATE", key).fetchone()
             if row is None:
                 raise JobNotFound(f"no job {report.job_id!r}")
             (job_type, detector, detector_state, best_step, best_score, stopped_at, stop_reason, n_reports,
-             finished_at, gpus, planned_steps, first_step, first_report_at, last_step) = row[:14]
+             finished_at, gpus, planned_steps, first_step, first_report_at, last_step) = row
             if finished_at is not None:
                 raise JobFinished(f"job {report.job_id!r} is finished; it takes no more reports")
             # The monitor needs, besides the detector state, only the report rows that a re-send of this step could
             # be compared with: the one at this step (if stored) and the last one (for "steps must increase").
             reps: list[tuple[Any, ...]] = []
             if last_step is not None:
-                if report.step < last_step:
-                    old = cur.execute(
-                        "SELECT step, eval_score, action, reason, declines, best_step, best_score FROM reports "
-                        "WHERE tenant_id = %s AND job_id = %s AND step = %s", (*key, report.step)).fetchone()
-                    if old is not None:
-                        reps.append(old)
-                reps.append((last_step, *row[14:]))
+                reps = cur.execute(
+                    "SELECT step, eval_score, action, reason, declines, best_step, best_score FROM reports "
+                    "WHERE tenant_id = %s AND job_id = %s AND step IN (%s, %s) ORDER BY step",
+                    (*key, report.step, last_step)).fetchall()
+                if not reps or reps[-1][0] != last_step:
+                    raise StoreUnavailable(f"job {report.job_id!r} is inconsistent: its last report (step "
+                                           f"{last_step}) is missing")
             monitor = JobMonitor.from_state_dict({
                 "job_id": report.job_id, "job_type": job_type, "detector": json.loads(detector),
                 "detector_state": json.loads(detector_state),

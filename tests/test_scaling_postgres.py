@@ -1,0 +1,289 @@
+"""The service on PostgreSQL: versioned migrations, row-lock serialization, and three replicas on one database.
+
+Needs a PostgreSQL server: ``tests/run.sh`` starts one on loopback (tests/pg.sh) and exports ``EVALSTOP_PG_URL``
+(a URL of a role that may create databases). Each test makes its own database and drops it at the end.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import re
+import socket
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from typing import Iterator
+
+import pytest
+
+PG_URL = os.environ.get("EVALSTOP_PG_URL", "")
+
+pytestmark = [
+    pytest.mark.postgres,
+    pytest.mark.skipif(not PG_URL, reason="EVALSTOP_PG_URL is not set: no PostgreSQL server (tests/run.sh starts "
+                                          "one with tests/pg.sh)"),
+]
+
+psycopg = pytest.importorskip("psycopg", reason="the postgres extra is not installed")
+
+from platform_sim.core import Action, ConflictError, JobMonitor, Report  # noqa: E402
+from platform_sim.service.store import JobRecord  # noqa: E402
+from platform_sim.service.store_postgres import PostgresStore, upgrade_schema  # noqa: E402
+
+
+def _db_url(name: str) -> str:
+    base, _, _query = PG_URL.partition("?")
+    return base.rsplit("/", 1)[0] + "/" + name
+
+
+@pytest.fixture
+def pg_db() -> Iterator[str]:
+    """A fresh, empty database on the test server; dropped afterwards."""
+    name = f"evalstop_test_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(PG_URL, autocommit=True) as admin:
+        admin.execute(f'CREATE DATABASE "{name}"')
+    try:
+        yield _db_url(name)
+    finally:
+        with psycopg.connect(PG_URL, autocommit=True) as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+# -- migrations ------------------------------------------------------------------------------------------------------
+
+def test_migrations_are_versioned_and_concurrent_replicas_migrate_once(pg_db: str) -> None:
+    # Three replicas (processes) starting at once: the advisory lock lets one migrate; the others find the schema
+    # at head. Without the lock two would try to create the same tables and fail.
+    code = "import sys; from platform_sim.service.store_postgres import upgrade_schema; print(upgrade_schema(sys.argv[1]))"
+    procs = [subprocess.Popen([sys.executable, "-c", code, pg_db], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True) for _ in range(3)]
+    outs = [p.communicate(timeout=120) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0, 0], [err for _, err in outs]
+    assert [out.strip() for out, _ in outs] == ["0001"] * 3
+    # Threads of one process take turns (Alembic's context is process-global).
+    with ThreadPoolExecutor(3) as pool:
+        assert list(pool.map(lambda _: upgrade_schema(pg_db), range(3))) == ["0001"] * 3
+    with psycopg.connect(pg_db, autocommit=True) as conn:
+        assert conn.execute("SELECT version_num FROM alembic_version").fetchall() == [("0001",)]
+        tables = {r[0] for r in conn.execute(
+            "SELECT table_name FROM information_schema.tables WHERE table_schema = 'public'")}
+    assert {"tenants", "jobs", "reports", "alembic_version"} <= tables
+    # Downgrade to nothing and back: the migration is reversible.
+    assert upgrade_schema(pg_db) == "0001"
+    from alembic import command
+    from alembic.config import Config
+
+    from platform_sim.service import store_postgres
+
+    cfg = Config()
+    cfg.set_main_option("script_location", str(store_postgres.MIGRATIONS_DIR))
+    cfg.set_main_option("sqlalchemy.url", store_postgres._sqlalchemy_url(pg_db))
+    command.downgrade(cfg, "base")
+    with psycopg.connect(pg_db, autocommit=True) as conn:
+        assert conn.execute("SELECT to_regclass('public.jobs')").fetchone() == (None,)
+    assert upgrade_schema(pg_db) == "0001"
+
+
+def test_unknown_schema_revision_and_unmigrated_database_are_refused(pg_db: str) -> None:
+    with pytest.raises(ValueError, match="run the migrations first"):
+        PostgresStore(pg_db, migrate=False)
+    upgrade_schema(pg_db)
+    PostgresStore(pg_db, migrate=False).close()  # at head: accepted
+    with psycopg.connect(pg_db, autocommit=True) as conn:
+        conn.execute("UPDATE alembic_version SET version_num = '9999'")
+    with pytest.raises(ValueError, match="'9999'.*upgrade evalstop"):
+        PostgresStore(pg_db)
+
+
+def test_not_a_postgres_url_is_refused() -> None:
+    with pytest.raises(ValueError, match="not a PostgreSQL URL"):
+        PostgresStore("evalstop.db")
+
+
+# -- the store, two replicas in one process ----------------------------------------------------------------------
+
+def test_concurrent_reports_for_one_job_at_two_replicas_are_serialized(pg_db: str) -> None:
+    a, b = PostgresStore(pg_db, workers=2), PostgresStore(pg_db, workers=2)
+    try:
+        tenant, _ = a.add_tenant("t")
+        assert b.register_job(tenant.tenant_id, JobRecord("j", "rlhf", {"name": "k-decline", "params": {}}))[1]
+        assert not a.register_job(tenant.tenant_id, JobRecord("j", "rlhf", {"name": "k-decline", "params": {}}))[1]
+        rng = random.Random(7)
+        expected = JobMonitor("j", "rlhf")
+        for step in range(0, 200, 10):
+            # The same step at both replicas at once with different scores: the row lock lets exactly one in; the
+            # other sees a stored step with another score, a conflict, whatever order they commit in.
+            ra, rb = Report("j", "rlhf", step, rng.random()), Report("j", "rlhf", step, rng.random())
+            barrier = threading.Barrier(2)
+
+            def send(store: PostgresStore, report: Report):  # noqa: ANN202
+                barrier.wait()
+                try:
+                    return store.submit_report(tenant.tenant_id, report).result(timeout=30)
+                except ConflictError as exc:
+                    return exc
+
+            with ThreadPoolExecutor(2) as pool:
+                out_a, out_b = pool.map(send, (a, b), (ra, rb))
+            errors = [o for o in (out_a, out_b) if isinstance(o, ConflictError)]
+            assert len(errors) == 1, (out_a, out_b)
+            winner = rb if isinstance(out_a, ConflictError) else ra
+            outcome = out_b if winner is rb else out_a
+            assert outcome.decision == expected.observe_report(winner)
+        stored = a.reports(tenant.tenant_id, "j")
+        assert [(r.step, r.eval_score) for r in stored] == list(zip(expected.steps, expected.scores))
+        assert [r.decision for r in stored] == expected.decisions
+        job = b.get_job(tenant.tenant_id, "j")
+        assert (job.n_reports, job.stopped_at, job.best_step) == (20, expected.stopped_at, expected.best_step)
+    finally:
+        a.close()
+        b.close()
+
+
+# -- three evalstop-server processes on one database ---------------------------------------------------------------
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _scores(rng: random.Random, n: int) -> list[float]:
+    """A job's eval curve: rises, then (for most jobs) declines after a random peak, with noise."""
+    peak = rng.randint(2, n + 3)
+    return [0.5 + 0.02 * min(i, peak) - 0.03 * max(0, i - peak) + rng.gauss(0, 0.01) for i in range(n)]
+
+
+def test_three_replicas_on_one_database_match_the_embedded_core(pg_db: str) -> None:
+    httpx = pytest.importorskip("httpx")
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    cli = [sys.executable, "-m", "platform_sim.service.cli"]
+    add = subprocess.run([*cli, "tenant", "add", "team-a", "--db", pg_db], capture_output=True, text=True,
+                         env=env, timeout=120)
+    assert add.returncode == 0, add.stderr
+    token = add.stdout.strip().splitlines()[-1]
+    ports = [_free_port() for _ in range(3)]
+    procs = [subprocess.Popen([*cli, "serve", "--port", str(p), "--db", pg_db, "--log-level", "warning"],
+                              env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+             for p in ports]
+    urls = [f"http://127.0.0.1:{p}" for p in ports]
+    try:
+        deadline = time.monotonic() + 90
+        for url, proc in zip(urls, procs):
+            while True:
+                assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+                try:
+                    if httpx.get(f"{url}/readyz", timeout=1).status_code == 200:
+                        break
+                except httpx.TransportError:
+                    pass
+                assert time.monotonic() < deadline, f"replica {url} not ready"
+                time.sleep(0.2)
+        results = asyncio.run(_drive(urls, token, n_jobs=64, n_evals=12, seed=1))
+        metrics = [httpx.get(f"{url}/metrics", timeout=10).text for url in urls]
+    finally:
+        for proc in procs:
+            proc.terminate()
+        for proc in procs:
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+    # Every decision equals the embedded core's on the same reports, in the order the database applied them.
+    n_stopped = 0
+    store = PostgresStore(pg_db, migrate=False, workers=1)
+    try:
+        tenant = store.tenant_for_token(token)
+        assert tenant is not None
+        for job_id, sent in results.items():
+            monitor = JobMonitor(job_id, "rlhf")
+            for report, status, body in sent:
+                if status == 409:
+                    with pytest.raises(ConflictError):
+                        monitor.observe_report(report)
+                    continue
+                assert status == 200, (job_id, report, status, body)
+                assert body == monitor.observe_report(report).to_dict(), (job_id, report)
+            # No acknowledged report lost, nothing stored that was not acknowledged.
+            stored = store.reports(tenant.tenant_id, job_id)
+            assert [(r.step, r.eval_score) for r in stored] == list(zip(monitor.steps, monitor.scores)), job_id
+            assert [r.decision for r in stored] == monitor.decisions
+            job = store.get_job(tenant.tenant_id, job_id)
+            assert job.stopped_at == monitor.stopped_at
+            n_stopped += monitor.stopped
+    finally:
+        store.close()
+    assert 0 < n_stopped < 64, "the workload must have both stopped and running jobs to test anything"
+    # No duplicate stop: each stopped job was counted by exactly one replica.
+    stops = [float(re.search(r"^evalstop_stops_total (\S+)$", m, re.M).group(1)) for m in metrics]
+    assert sum(stops) == n_stopped, stops
+    assert sum(1 for s in stops if s > 0) >= 2, "stops should land on several replicas"
+
+
+async def _drive(urls: list[str], token: str, n_jobs: int, n_evals: int, seed: int
+                 ) -> dict[str, list[tuple[Report, int, dict]]]:
+    """64 concurrent jobs; each sends its evals in order, every one to a random replica.
+
+    At one eval per job the same report goes to two replicas at once (a client retry landing elsewhere), and at
+    another eval two different scores for one step race at two replicas (a conflict only the database can settle).
+    The list per job holds what was sent, in the order the database applied it (a race's loser after its winner).
+    """
+    import httpx
+
+    headers = {"Authorization": f"Bearer {token}"}
+    async with httpx.AsyncClient(headers=headers, timeout=60, limits=httpx.Limits(max_connections=200)) as client:
+        async def post(url: str, report: Report) -> tuple[int, dict]:
+            r = await client.post(f"{url}/v1/jobs/{report.job_id}/evals", json=report.to_dict())
+            return r.status_code, r.json()
+
+        async def job(i: int) -> tuple[str, list[tuple[Report, int, dict]]]:
+            rng = random.Random(seed * 1000 + i)
+            job_id = f"job-{i:03d}"
+            r = await client.post(f"{rng.choice(urls)}/v1/jobs", json={"job_type": "rlhf", "job_id": job_id,
+                                                                       "gpus": 8, "planned_steps": 1000})
+            assert r.status_code == 201, r.text
+            sent: list[tuple[Report, int, dict]] = []
+            dup_at, race_at = rng.sample(range(1, n_evals), 2)
+            for k, score in enumerate(_scores(rng, n_evals)):
+                report = Report(job_id, "rlhf", 10 * (k + 1), score)
+                if k == dup_at:
+                    u1, u2 = rng.sample(urls, 2)
+                    (s1, b1), (s2, b2) = await asyncio.gather(post(u1, report), post(u2, report))
+                    assert (s1, s2) == (200, 200) and b1 == b2, (b1, b2)
+                    sent += [(report, s1, b1), (report, s2, b2)]
+                elif k == race_at:
+                    other = Report(job_id, "rlhf", report.step, score + 0.05)
+                    u1, u2 = rng.sample(urls, 2)
+                    (s1, b1), (s2, b2) = await asyncio.gather(post(u1, report), post(u2, other))
+                    assert sorted((s1, s2)) == [200, 409], (s1, b1, s2, b2)
+                    first, second = ((report, s1, b1), (other, s2, b2)) if s1 == 200 else \
+                        ((other, s2, b2), (report, s1, b1))
+                    sent += [first, second]
+                else:
+                    status, body = await post(rng.choice(urls), report)
+                    sent.append((report, status, body))
+            return job_id, sent
+
+        return dict(await asyncio.gather(*(job(i) for i in range(n_jobs))))
+
+
+def test_a_decision_is_stop_once_stopped_whichever_replica_answers(pg_db: str) -> None:
+    stores = [PostgresStore(pg_db, workers=1) for _ in range(3)]
+    try:
+        tenant, _ = stores[0].add_tenant("t")
+        stores[1].register_job(tenant.tenant_id, JobRecord("j", "rlhf", {"name": "k-decline", "params": {"k": 2}}))
+        outcomes = [stores[i % 3].submit_report(tenant.tenant_id, Report("j", "rlhf", 10 * i, s)).result()
+                    for i, s in enumerate([0.5, 0.6, 0.55, 0.5, 0.9, 0.95])]
+        assert [o.decision.action for o in outcomes] == [Action.CONTINUE] * 3 + [Action.STOP] * 3
+        assert [o.stopped_now for o in outcomes] == [False, False, False, True, False, False]
+        assert [o.decision.best_step for o in outcomes] == [0, 10, 10, 10, 40, 50]
+    finally:
+        for s in stores:
+            s.close()
