@@ -1,0 +1,268 @@
+"""Synthetic workloads: the jobs of one simulated run with their ground truth, deterministic for a seed.
+
+Defaults follow DESIGN.md section 5 and are explained in ``docs/simulation.md``. Everything random is drawn here, from
+one ``numpy`` generator per seed, before the simulation starts, so a run does not depend on the order in which the
+engine asks for things, and every policy run on the same seed sees exactly the same jobs, curves and eval noise
+(paired comparisons).
+
+The ground truth (:class:`JobSpec`: hacking label, true curve, true duration) stays in the simulator; policies only see
+:class:`~platform_sim.core.views.JobView` objects built from the observable fields.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+import numpy as np
+
+from .curves import Curve, ExpLossCurve, GaoHackingCurve, PlateauCurve, SaturatingCurve, eval_grid
+
+MIXES: dict[str, dict[str, float]] = {
+    "rlhf-heavy": {"rlhf": 0.8, "dpo": 0.1, "lora": 0.1},
+    "balanced": {"rlhf": 0.34, "dpo": 0.33, "lora": 0.33},
+    "lora-heavy": {"rlhf": 0.1, "dpo": 0.2, "lora": 0.7},
+}
+"""Job-type mixes (fractions of jobs)."""
+
+
+@dataclass(frozen=True)
+class TypeProfile:
+    """Per-type resource profile.
+
+    Args:
+        gpu_choices: GPU demands a job of this type may have.
+        gpu_probs: Their probabilities.
+        duration_median_h: Median true run time in hours on its GPUs (log-normal).
+        duration_sigma: Log-normal shape (std of the log).
+        planned_steps: Planned training steps (a multiple of the eval count, so eval steps are exact).
+    """
+
+    gpu_choices: tuple[int, ...]
+    gpu_probs: tuple[float, ...]
+    duration_median_h: float
+    duration_sigma: float
+    planned_steps: int
+
+    def mean_gpu_hours(self) -> float:
+        mean_g = sum(g * p for g, p in zip(self.gpu_choices, self.gpu_probs))
+        return mean_g * self.duration_median_h * math.exp(self.duration_sigma ** 2 / 2)
+
+
+PROFILES: dict[str, TypeProfile] = {
+    "rlhf": TypeProfile((4, 8, 16), (0.3, 0.5, 0.2), 6.0, 0.6, 2000),
+    "dpo": TypeProfile((2, 4, 8), (0.3, 0.5, 0.2), 3.0, 0.5, 2000),
+    "lora": TypeProfile((1, 2, 4), (0.5, 0.3, 0.2), 1.0, 0.6, 1000),
+}
+
+
+@dataclass(frozen=True)
+class WorkloadConfig:
+    """Parameters of a synthetic workload (defaults: the paper's main setting, our calibration).
+
+    Args:
+        n_jobs: Jobs in the run.
+        gpus: GPUs in the cluster (used to set the arrival rate from ``load``).
+        mix: Name of a job-type mix in :data:`MIXES`.
+        hack_rate: Fraction of RLHF jobs that reward-hack, in [0, 1].
+        sigma: Std of the Gaussian noise on each eval score (0-1 score scale), >= 0.
+        n_evals: Evals per run, evenly spaced (20: every 5% of planned progress).
+        load: Offered load: arrival rate x mean GPU-hours per job / GPUs (> 0).
+        est_error: Std of the log of (user estimate / true duration).
+        hack_gamma: Growth exponent of Gao's ``d`` in progress for hacking curves (see :class:`GaoHackingCurve`).
+        healthy_tau: Range of the saturation constant of healthy RLHF curves (larger: closer to linear).
+        healthy_gain: Range of the total rise of healthy RLHF curves.
+        hack_peak: Range of the true peak's progress of hacking curves.
+    """
+
+    n_jobs: int = 200
+    gpus: int = 64
+    mix: str = "rlhf-heavy"
+    hack_rate: float = 0.6
+    sigma: float = 0.02
+    n_evals: int = 20
+    load: float = 1.0
+    est_error: float = 0.3
+    hack_gamma: float = 2.0
+    healthy_tau: tuple[float, float] = (1.5, 3.0)
+    healthy_gain: tuple[float, float] = (0.65, 0.8)
+    hack_peak: tuple[float, float] = (0.55, 0.75)
+
+    def __post_init__(self) -> None:
+        if self.n_jobs < 1:
+            raise ValueError(f"n_jobs must be >= 1, got {self.n_jobs}")
+        if self.gpus < 16:
+            raise ValueError(f"gpus must be >= 16 (the largest job's demand), got {self.gpus}")
+        if self.mix not in MIXES:
+            raise ValueError(f"unknown mix {self.mix!r}; choose one of {', '.join(MIXES)}")
+        if not (0.0 <= self.hack_rate <= 1.0):
+            raise ValueError(f"hack_rate must be in [0, 1], got {self.hack_rate}")
+        if not (self.sigma >= 0 and math.isfinite(self.sigma)):
+            raise ValueError(f"sigma must be a finite number >= 0, got {self.sigma}")
+        if self.n_evals < 2:
+            raise ValueError(f"n_evals must be >= 2, got {self.n_evals}")
+        if not (self.load > 0 and math.isfinite(self.load)):
+            raise ValueError(f"load must be > 0, got {self.load}")
+        if self.est_error < 0:
+            raise ValueError(f"est_error must be >= 0, got {self.est_error}")
+
+    def arrival_rate(self) -> float:
+        """Jobs per hour that offer ``load`` x the cluster's GPU-hours."""
+        mix = MIXES[self.mix]
+        mean_gh = sum(frac * PROFILES[t].mean_gpu_hours() for t, frac in mix.items())
+        return self.load * self.gpus / mean_gh
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: (list(v) if isinstance(v, tuple) else v) for k, v in self.__dict__.items()}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "WorkloadConfig":
+        return cls(**{k: (tuple(v) if isinstance(v, list) else v) for k, v in data.items()})
+
+
+@dataclass(slots=True)
+class JobSpec:
+    """One job with its ground truth (simulator-private).
+
+    Args:
+        index: Position in the workload (0-based); also selects the job's row of eval noise.
+        job_id: Identifier (``j00042``).
+        job_type: ``rlhf``, ``dpo`` or ``lora``.
+        gpus: GPU demand.
+        submit_time: Arrival time in hours.
+        duration_h: True run time in hours on its GPUs (hidden from policies).
+        est_duration_h: The user's estimate (visible).
+        planned_steps: Planned steps (visible).
+        hacking: Whether the job reward-hacks (hidden).
+        curve: True eval-score curve (hidden).
+        loss_curve: True training-loss curve (its values at evals are visible to the loss-based policies).
+    """
+
+    index: int
+    job_id: str
+    job_type: str
+    gpus: int
+    submit_time: float
+    duration_h: float
+    est_duration_h: float
+    planned_steps: int
+    hacking: bool
+    curve: Curve
+    loss_curve: Curve
+
+
+@dataclass
+class Workload:
+    """The jobs of a run plus precomputed truth on the eval grid.
+
+    Args:
+        jobs: Jobs sorted by submit time.
+        n_evals: Evals per run.
+        sigma: Eval noise std.
+        true_evals: ``(n_jobs, n_evals)`` noise-free eval scores at the eval grid.
+        losses: ``(n_jobs, n_evals)`` training losses at the eval grid.
+        noise: ``(n_jobs, n_evals)`` standard-normal draws; the observed score is ``true + sigma * noise``.
+        seed: The seed it was generated from (extensions derive per-job generators from it).
+        config: The configuration (None for workloads built from traces).
+    """
+
+    jobs: list[JobSpec]
+    n_evals: int
+    sigma: float
+    true_evals: np.ndarray
+    losses: np.ndarray
+    noise: np.ndarray
+    seed: int = 0
+    config: WorkloadConfig | None = None
+    peak_index: np.ndarray = field(init=False)
+
+    def __post_init__(self) -> None:
+        n = len(self.jobs)
+        for name in ("true_evals", "losses", "noise"):
+            arr = getattr(self, name)
+            if arr.shape != (n, self.n_evals):
+                raise ValueError(f"{name} has shape {arr.shape}, expected {(n, self.n_evals)}")
+        # Peak eval index (0-based), the earliest on ties: the target of the Oracle and the reference of the metrics.
+        self.peak_index = np.argmax(self.true_evals, axis=1) if n else np.zeros(0, dtype=int)
+
+    def eval_step(self, job: JobSpec, k: int) -> int:
+        """Step of the ``k``-th eval (1-based) of ``job``."""
+        return (k * job.planned_steps) // self.n_evals
+
+    def peak_steps(self, hacking_only: bool = True) -> dict[str, int]:
+        """Job id -> step of its true peak eval (what the Oracle is given)."""
+        return {
+            j.job_id: self.eval_step(j, int(self.peak_index[j.index]) + 1)
+            for j in self.jobs if j.hacking or not hacking_only
+        }
+
+
+def _uniform(rng: np.random.Generator, lo_hi: tuple[float, float], n: int) -> np.ndarray:
+    return rng.uniform(lo_hi[0], lo_hi[1], n)
+
+
+def generate_workload(config: WorkloadConfig, seed: int) -> Workload:
+    """Draw the jobs of one run.
+
+    Args:
+        config: Workload parameters.
+        seed: Integer >= 0; the same seed and config give the same workload on every machine.
+    """
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise ValueError(f"seed must be an integer >= 0, got {seed!r}")
+    rng = np.random.default_rng([int(seed), 20260])
+    n, n_evals = config.n_jobs, config.n_evals
+    mix = MIXES[config.mix]
+    types = np.array(list(mix))
+    type_idx = rng.choice(len(types), size=n, p=np.array(list(mix.values())) / sum(mix.values()))
+    submit = np.cumsum(rng.exponential(1.0 / config.arrival_rate(), n))
+    submit -= submit[0]  # the first job arrives at time 0
+    u_hack = rng.random(n)
+    est_noise = rng.normal(0.0, 1.0, n)
+    dur_noise = rng.normal(0.0, 1.0, n)
+    gpu_u = rng.random(n)
+    # Curve parameters: drawn for every job in fixed blocks so one type's draws do not shift another's.
+    c_s0 = rng.uniform(0.1, 0.2, n)
+    c_a = rng.random(n)
+    c_b = rng.random(n)
+    c_c = rng.random(n)
+    l_0 = rng.uniform(1.5, 3.0, n)
+    l_ratio = rng.uniform(0.3, 0.6, n)
+    l_tau = rng.uniform(0.08, 0.5, n)
+    noise = rng.standard_normal((n, n_evals))
+
+    grid = eval_grid(n_evals)
+    jobs: list[JobSpec] = []
+    true_evals = np.empty((n, n_evals))
+    losses = np.empty((n, n_evals))
+    width = max(len(str(n - 1)), 5)
+    for i in range(n):
+        jt = str(types[type_idx[i]])
+        prof = PROFILES[jt]
+        cum = np.cumsum(prof.gpu_probs)
+        gpus = prof.gpu_choices[min(int(np.searchsorted(cum, gpu_u[i] * cum[-1], side="right")),
+                                    len(prof.gpu_choices) - 1)]
+        dur = prof.duration_median_h * math.exp(prof.duration_sigma * dur_noise[i])
+        est = dur * math.exp(config.est_error * est_noise[i])
+        hacking = jt == "rlhf" and u_hack[i] < config.hack_rate
+        s0 = float(c_s0[i])
+        curve: Curve
+        if jt == "lora":
+            # Converges early: exponential with tau 0.1-0.3, total gain 0.15-0.35.
+            curve = SaturatingCurve(s0 + 0.2, 0.15 + 0.2 * c_a[i], 0.1 + 0.2 * c_b[i])
+        elif jt == "dpo":
+            # Saturating gain that plateaus at 60-90% of the run.
+            curve = PlateauCurve(s0 + 0.1, 0.3 + 0.2 * c_a[i], 0.2 + 0.3 * c_b[i], 0.6 + 0.3 * c_c[i])
+        elif hacking:
+            lo, hi = config.hack_peak
+            curve = GaoHackingCurve(s0, 0.55 + 0.15 * c_a[i], lo + (hi - lo) * c_b[i], config.hack_gamma)
+        else:
+            (tlo, thi), (glo, ghi) = config.healthy_tau, config.healthy_gain
+            curve = SaturatingCurve(s0, glo + (ghi - glo) * c_a[i], tlo + (thi - tlo) * c_b[i])
+        loss_curve = ExpLossCurve(float(l_0[i]), float(l_0[i] * l_ratio[i]), float(l_tau[i]))
+        true_evals[i] = curve.values(grid)
+        losses[i] = loss_curve.values(grid)
+        jobs.append(JobSpec(i, f"j{i:0{width}d}", jt, int(gpus), float(submit[i]), dur, est, prof.planned_steps,
+                            bool(hacking), curve, loss_curve))
+    return Workload(jobs, n_evals, config.sigma, true_evals, losses, noise, int(seed), config)
