@@ -118,6 +118,8 @@ class PlatformClient:
         self._lock = threading.Lock()
         #: How many decisions were made by the embedded fallback (or fail-open CONTINUE) instead of the service.
         self.fallback_decisions = 0
+        #: Who made the last decision: ``"service"`` (acknowledged: durably committed there) or ``"fallback"``.
+        self.last_source: str | None = None
 
     # -- transport -----------------------------------------------------------------------------------------------
     def _request(self, method: str, path: str, body: Mapping[str, Any] | None = None) -> Any:
@@ -254,8 +256,10 @@ class PlatformClient:
                     logger.warning("evalstop: service and local core disagree on job %r step %d (%s vs %s); "
                                    "following the service", report.job_id, report.step, remote.action.value,
                                    local.action.value)
+                self.last_source = "service"
                 return remote
             self.fallback_decisions += 1
+            self.last_source = "fallback"
             if self.fallback:
                 logger.warning("evalstop: job %r step %d decided by the embedded core (service unreachable): %s",
                                report.job_id, report.step, local.action.value)
