@@ -8,7 +8,6 @@ report never changes the state.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
@@ -76,8 +75,13 @@ class JobMonitor:
         score = check_finite_score(score)
         if self.steps and step <= self.steps[-1]:
             return self._resend(step, score)
-        if scores is not None and not all(math.isfinite(s) for s in scores):
-            raise InvalidReportError("eval_scores must all be finite")
+        if scores is not None:
+            # Same checks as Report: a non-number must be a clear InvalidReportError, not a TypeError from isfinite.
+            if isinstance(scores, (str, bytes, Mapping)) or not hasattr(scores, "__iter__"):
+                raise InvalidReportError("eval_scores must be a list of numbers")
+            scores = tuple(check_finite_score(s, "eval_scores[]") for s in scores)
+            if not scores:
+                raise InvalidReportError("eval_scores must not be empty when given")
         stop_now = self.detector.observe(step, score, scores)
         self.steps.append(step)
         self.scores.append(score)

@@ -82,7 +82,7 @@ class WorkloadConfig:
     hack_rate: float = 0.6
     sigma: float = 0.02
     n_evals: int = 20
-    load: float = 1.0
+    load: float = 0.8
     est_error: float = 0.3
     hack_gamma: float = 2.0
     healthy_tau: tuple[float, float] = (1.5, 3.0)
@@ -229,7 +229,7 @@ def generate_workload(config: WorkloadConfig, seed: int) -> Workload:
     c_c = rng.random(n)
     l_0 = rng.uniform(1.5, 3.0, n)
     l_ratio = rng.uniform(0.3, 0.6, n)
-    l_tau = rng.uniform(0.08, 0.5, n)
+    l_tau = rng.uniform(0.05, 0.4, n)
     noise = rng.standard_normal((n, n_evals))
 
     grid = eval_grid(n_evals)
