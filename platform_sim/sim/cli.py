@@ -22,6 +22,8 @@ from platform_sim.core.detectors import DETECTORS, detector_from_spec
 from platform_sim.core.policies import BASE_POLICIES
 from platform_sim.core.stop_policies import STOP_POLICIES
 
+from .backend_cli import BackendArgError, add_backend_args, runner_from_args
+from .sweep import add_sweep
 from .workload import MIXES, WorkloadConfig
 
 
@@ -180,8 +182,7 @@ def add_paper(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--seeds", type=int, default=30, help="seeds per figure (default 30)")
     p.add_argument("--out", default="evalstop-paper", help="output directory (default ./evalstop-paper)")
     p.add_argument("--json", action="store_true", help="print the results as JSON instead of the tables")
-    p.add_argument("--workers", type=int, default=None, help="worker processes (default: available CPUs)")
-    p.add_argument("--runner", default="process", help="runner backend: process (default) or serial")
+    add_backend_args(p)
     p.add_argument("--base", choices=list(BASE_POLICIES), default="srtf-est",
                    help="base scheduler of the main table and sweeps (default srtf-est)")
     p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
@@ -193,14 +194,13 @@ def add_paper(sub: argparse._SubParsersAction) -> None:
 def cmd_paper(args: argparse.Namespace) -> int:
     from .experiments import PaperConfig, paper
     from .report import markdown_table, write_paper_report
-    from .runner import RUNNERS, make_runner
 
     if args.seeds < 1:
         raise UsageError(f"--seeds must be >= 1, got {args.seeds}")
-    if args.workers is not None and args.workers < 1:
-        raise UsageError(f"--workers must be >= 1, got {args.workers}")
-    if args.runner not in RUNNERS:
-        raise UsageError(f"--runner: unknown runner {args.runner!r}; choose one of {', '.join(RUNNERS)}")
+    try:
+        runner = runner_from_args(args)
+    except BackendArgError as exc:
+        raise UsageError(str(exc)) from None
     wl = workload_from_args(args)
     cfg = PaperConfig(seeds=args.seeds, workload=wl, detector=detector_from_args(args), base=args.base,
                       stop_at_p=args.stop_at_p)
@@ -219,7 +219,7 @@ def cmd_paper(args: argparse.Namespace) -> int:
         if bar is not None:
             bar.update(n)
 
-    with make_runner(args.runner, args.workers) as runner:
+    with runner:
         results = paper(cfg, runner, progress, on_plan)
     if bar is not None:
         bar.close()
@@ -236,7 +236,7 @@ def cmd_paper(args: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [add_run, add_paper]
+COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [add_run, add_paper, add_sweep]
 """Sub-command builders; other modules append theirs (``replay``, sweeps)."""
 
 
