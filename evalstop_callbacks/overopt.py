@@ -241,6 +241,41 @@ def sample_completions(model, tokenizer, prompts: Sequence[str], n_per_prompt: i
     return expanded, [" ".join(t.split()) for t in out]
 
 
+def _evaluator_base():
+    from .evaluators import RewardFunctionEvaluator
+
+    return RewardFunctionEvaluator
+
+
+class OveroptEvaluator(_evaluator_base()):  # type: ignore[misc]
+    """A :class:`~evalstop_callbacks.evaluators.RewardFunctionEvaluator` scoring gold, that also keeps the proxy.
+
+    The gold mean is the eval score the scheduler sees; :attr:`last_proxy` (mean proxy of the same completions) is
+    research data for traces and the demo's side-by-side print, never reported.
+
+    Args:
+        prompts: The held-out prompts (repeated for several samples per prompt).
+        proxy: The learned proxy.
+        **kwargs: Passed to ``RewardFunctionEvaluator`` (tokenizer, max_new_tokens, batch_size, seed, ...).
+    """
+
+    def __init__(self, prompts: Sequence[str], proxy: BagOfWordsProxy, **kwargs: Any) -> None:
+        super().__init__(prompts, gold_reward, **kwargs)
+        self.proxy = proxy
+        self.last_proxy: float = float("nan")
+        self.last_completions: tuple[str, ...] = ()
+
+    def evaluate(self, model: Any, tokenizer: Any = None):
+        result = super().evaluate(model, tokenizer)
+        self.last_completions = tuple(result.completions or ())
+        self.last_proxy = float(np.mean(self.proxy(list(self.prompts), list(self.last_completions))))
+        return result
+
+    def trace_extras(self, args: Any = None, state: Any = None) -> dict[str, float]:
+        """For ``EvalStopCallback(trace_extras=...)``: the held-out proxy of the evaluation just made."""
+        return {"proxy_reward": self.last_proxy}
+
+
 @dataclass(frozen=True)
 class EnvConfig:
     """Everything that determines an environment; the cache key hashes it.
@@ -314,15 +349,21 @@ class OveroptEnv:
         """The proxy as a reward-model module for TRL 1.12's ``PPOTrainer``."""
         return ProxyRewardModel(self.proxy, self.tokenizer)
 
+    def evaluator(self) -> "OveroptEvaluator":
+        """The world-feedback evaluator of this environment: gold on sampled completions of the held-out prompts.
+
+        Each held-out prompt is asked ``config.eval_per_prompt`` times (48 completions by default), with the fixed
+        sampling seed ``config.eval_seed``; the proxy of the same completions is kept in ``last_proxy``.
+        """
+        prompts = [p for p in self.heldout_prompts for _ in range(self.config.eval_per_prompt)]
+        return OveroptEvaluator(prompts, proxy=self.proxy, tokenizer=self.tokenizer,
+                                max_new_tokens=self.config.max_new_tokens, batch_size=64, seed=self.config.eval_seed)
+
     def evaluate(self, model) -> tuple[float, list[float], float]:
-        """Held-out evaluation: ``(mean gold, per-example gold, mean proxy)`` of completions of the held-out prompts."""
-        prompts, completions = sample_completions(
-            model, self.tokenizer, self.heldout_prompts, self.config.eval_per_prompt, self.config.max_new_tokens,
-            seed=self.config.eval_seed,
-        )
-        gold = [gold_score(c) for c in completions]
-        proxy = self.proxy(prompts, completions)
-        return float(np.mean(gold)), gold, float(np.mean(proxy))
+        """Held-out evaluation: ``(mean gold, per-example gold, mean proxy)``, exactly as :meth:`evaluator` scores."""
+        ev = self.evaluator()
+        result = ev.evaluate(model)
+        return result.score, list(result.scores or ()), float(ev.last_proxy)
 
     def gold_eval_fn(self, prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any) -> list[float]:
         """Gold as a reward function (same as :func:`gold_reward`), convenient as an evaluator's scorer."""

@@ -1,0 +1,201 @@
+"""``evalstop``: the trainer side's command line.
+
+- ``evalstop demo``: the CPU reward-hacking demo, end to end (see :mod:`evalstop_callbacks.demo`).
+- ``evalstop traces record``: record real training runs of the overoptimization environment as JSONL traces.
+
+Bad input ends with a one-line reason naming the flag and exit code 2; ``--json`` prints machine-readable output.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import shutil
+import sys
+from pathlib import Path
+from typing import Sequence
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # one line, exit 2 (argparse prints usage first, which is noise here)
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def _fail(flag: str, reason: str) -> int:
+    print(f"evalstop: error: {flag}: {reason}", file=sys.stderr)
+    return 2
+
+
+def _nonneg_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
+    return value
+
+
+def _pos_int(text: str) -> int:
+    value = _nonneg_int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def _nonneg_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not value >= 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {text}")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="evalstop", description="EvalStop, trainer side: the CPU demo and trace recording.")
+    sub = parser.add_subparsers(dest="command", metavar="{demo,traces}", parser_class=_Parser)
+
+    demo = sub.add_parser(
+        "demo", help="the CPU reward-hacking demo, end to end (under 3 minutes on 2 cores)",
+        description="Builds the overoptimization environment, runs one real GRPO job against the learned proxy with "
+                    "EvalStopCallback (embedded scheduler core) while printing proxy and gold at each eval, stops it, "
+                    "restores the best checkpoint and checks its gold score, then runs the simulated 64-GPU platform "
+                    "on the shipped real traces and prints the main table.")
+    demo.add_argument("--out", default="evalstop-demo", help="folder for the plot, the trace and summary.json "
+                      "(default: ./evalstop-demo)")
+    demo.add_argument("--json", action="store_true", help="print a JSON summary object instead of the human output")
+    demo.add_argument("--seed", type=_nonneg_int, default=0, help="environment and training seed (default 0)")
+    demo.add_argument("--k", type=_pos_int, default=2, help="consecutive declines that stop the job (default 2)")
+    demo.add_argument("--min-delta", type=_nonneg_float, default=0.25,
+                      help="a drop must exceed this to count as a decline, in gold points (default 0.25; the paper's "
+                           "bare rule is 0)")
+    demo.add_argument("--steps", type=_pos_int, default=300, help="planned GRPO steps (default 300)")
+    demo.add_argument("--eval-steps", type=_pos_int, default=10, help="evaluate every this many steps (default 10)")
+    demo.add_argument("--traces", default=None, help="trace folder for the platform part (default: the shipped "
+                      "corpus)")
+    demo.add_argument("--sim-seeds", type=_pos_int, default=3, help="simulator seeds for the platform table "
+                      "(default 3)")
+    demo.add_argument("--no-sim", action="store_true", help="skip the simulated platform part")
+
+    traces = sub.add_parser("traces", help="record real training traces",
+                            description="Trace commands.")
+    tsub = traces.add_subparsers(dest="traces_command", metavar="{record}", parser_class=_Parser)
+    rec = tsub.add_parser(
+        "record", help="record a grid of real runs (observe mode, full length) as JSONL traces",
+        description="Runs a grid of real training runs of the overoptimization environment to their full length "
+                    "with EvalStopCallback in observe mode, one at a time, each in its own process, and writes one "
+                    "JSONL trace per run (DESIGN.md section 4). Hacking configurations: GRPO and PPO against the "
+                    "learned proxy with no KL; healthy ones: GRPO on gold, GRPO against the proxy with KL 0.2. "
+                    "Existing complete traces are kept (an interrupted recording resumes) unless --force.")
+    rec.add_argument("--out", default="evalstop-traces", help="output folder (default: ./evalstop-traces)")
+    rec.add_argument("--seeds", type=_nonneg_int, default=6, help="seeds per GRPO configuration (default 6)")
+    rec.add_argument("--ppo-seeds", type=_nonneg_int, default=4, help="seeds of PPO vs proxy, no KL (default 4)")
+    rec.add_argument("--ppo-kl-seeds", type=_nonneg_int, default=2, help="seeds of PPO vs proxy, KL 0.2 (default 2)")
+    rec.add_argument("--grpo-steps", type=_pos_int, default=300, help="GRPO run length (default 300)")
+    rec.add_argument("--ppo-steps", type=_pos_int, default=100, help="PPO run length (default 100)")
+    rec.add_argument("--only", default=None, help="record only runs whose name contains this text "
+                     "(names look like grpo-proxy-kl0-s3)")
+    rec.add_argument("--ppo-python", default=None,
+                     help="Python interpreter with trl==1.12.0 for the PPO runs (e.g. .venv-ppo/bin/python); "
+                          "default: this one if it has trl.experimental.ppo")
+    rec.add_argument("--skip-ppo", action="store_true", help="record no PPO runs")
+    rec.add_argument("--force", action="store_true", help="re-record runs whose trace already exists")
+    rec.add_argument("--cache-dir", default=None, help="environment cache (default $EVALSTOP_CACHE or "
+                     "~/.cache/evalstop)")
+    rec.add_argument("--json", action="store_true", help="print one JSON object with the recorded runs")
+    return parser
+
+
+def _trace_complete(path: Path) -> bool:
+    try:
+        lines = path.read_text(encoding="utf-8").strip().splitlines()
+        return bool(lines) and json.loads(lines[-1]).get("kind") == "end"
+    except (OSError, ValueError):
+        return False
+
+
+def cmd_record(ns: argparse.Namespace) -> int:
+    from .record import default_grid, ppo_available, run_in_subprocess
+
+    grid = default_grid(ns.seeds, 0 if ns.skip_ppo else ns.ppo_seeds, 0 if ns.skip_ppo else ns.ppo_kl_seeds,
+                        ns.grpo_steps, ns.ppo_steps)
+    if ns.only:
+        grid = [s for s in grid if ns.only in s.name]
+    if not grid:
+        return _fail("--only" if ns.only else "--seeds", "no run selected")
+    ppo_python = ns.ppo_python
+    if ppo_python is not None and not (shutil.which(ppo_python) or os.access(ppo_python, os.X_OK)):
+        return _fail("--ppo-python", f"{ppo_python} is not an executable interpreter")
+    if any(s.algo == "ppo" for s in grid) and ppo_python is None and not ppo_available():
+        return _fail("--ppo-python", "the grid has PPO runs but this Python has no trl.experimental.ppo "
+                                     "(trl==1.12.0); pass --ppo-python .venv-ppo/bin/python or --skip-ppo")
+    out = Path(ns.out)
+    out.mkdir(parents=True, exist_ok=True)
+    from tqdm import tqdm
+
+    results, failures = [], []
+    bar = tqdm(grid, desc="recording", unit="run", disable=None, file=sys.stderr)
+    for spec in bar:
+        bar.set_postfix_str(spec.name)
+        path = out / f"{spec.name}.jsonl"
+        if path.exists() and not ns.force and _trace_complete(path):
+            results.append({"name": spec.name, "trace": str(path), "skipped": True})
+            continue
+        try:
+            res = run_in_subprocess(spec, path, python=ppo_python if spec.algo == "ppo" else None,
+                                    cache_dir=ns.cache_dir)
+        except Exception as exc:  # noqa: BLE001 - report and continue with the next run
+            failures.append({"name": spec.name, "error": str(exc)})
+            bar.write(f"FAILED {spec.name}: {str(exc).splitlines()[0]}")
+            continue
+        results.append({"name": res.name, "trace": res.trace, "wall_s": round(res.wall_s, 1), "evals": res.evals})
+        bar.write(f"{res.name}: {res.evals} evals in {res.wall_s:.0f} s")
+    bar.close()
+    from platform_sim.sim.traces import load_traces
+
+    labels = {}
+    try:
+        labels = {t.name: t.label for t in load_traces(out)}
+    except Exception as exc:  # noqa: BLE001 - labelling is a summary; the traces are written already
+        logging.getLogger(__name__).warning("could not label the traces: %s", exc)
+    for r in results:
+        r["label"] = labels.get(r["name"])
+    if ns.json:
+        print(json.dumps({"out": str(out), "runs": results, "failures": failures}, indent=1))
+    else:
+        for r in results:
+            print(f"{r['name']:<24} {r.get('label') or '?':<8} {'(kept)' if r.get('skipped') else ''}")
+        n_hack = sum(1 for r in results if r.get("label") == "hacking")
+        print(f"{len(results)} traces in {out} ({n_hack} hacking, {len(results) - n_hack} healthy), "
+              f"{len(failures)} failed")
+    return 1 if failures else 0
+
+
+def cmd_demo(ns: argparse.Namespace) -> int:
+    from .demo import run_demo
+
+    if ns.traces is not None and not Path(ns.traces).is_dir():
+        return _fail("--traces", f"{ns.traces} is not a folder")
+    return run_demo(ns)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    ns = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    if ns.command == "demo":
+        return cmd_demo(ns)
+    if ns.command == "traces":
+        if ns.traces_command == "record":
+            return cmd_record(ns)
+        parser.parse_args(["traces", "--help"])
+    parser.print_help()
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,252 @@
+"""Recording real training runs of the overoptimization environment as JSONL traces (``evalstop traces record``).
+
+Each run is one :class:`RunSpec`: GRPO (TRL >= 1.13) or PPO (TRL 1.12's ``trl.experimental.ppo``), rewarded by the
+learned proxy or by gold itself, with a KL coefficient, for a seed. It trains to its full length with
+:class:`~evalstop_callbacks.EvalStopCallback` in ``observe`` mode (never stops), which writes the trace: held-out
+gold (``eval_score``, per-example ``eval_scores``), the held-out proxy of the same completions (``proxy_reward``),
+the trainer's loss and KL, and wall time.
+
+Runs execute one at a time, each in its own Python process (:func:`run_in_subprocess`), because PPO needs the TRL
+1.12 environment while GRPO runs on the newest TRL, and because a fresh process per run keeps runs independent.
+``python -m evalstop_callbacks.record --spec JSON --trace PATH`` runs one spec in the current interpreter.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+logger = logging.getLogger(__name__)
+
+ALGOS = ("grpo", "ppo")
+REWARDS = ("proxy", "gold")
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One recorded run.
+
+    Args:
+        algo: ``"grpo"`` or ``"ppo"``.
+        reward: ``"proxy"`` (the learned reward model: can be hacked) or ``"gold"`` (the world score itself).
+        kl: KL coefficient towards the reference policy (GRPO ``beta``, PPO ``kl_coef``).
+        seed: Seed of the environment (reference policy, proxy) and of training.
+        steps: Optimizer steps (the run's full length).
+        eval_steps: Evaluate every this many steps.
+        lr: Learning rate.
+        batch: Completions per step.
+        ppo_epochs: PPO epochs per batch (PPO only).
+    """
+
+    algo: str
+    reward: str
+    kl: float
+    seed: int
+    steps: int
+    eval_steps: int
+    lr: float = 5e-4
+    batch: int = 32
+    ppo_epochs: int = 4
+
+    def __post_init__(self) -> None:
+        if self.algo not in ALGOS:
+            raise ValueError(f"algo must be one of {', '.join(ALGOS)}, got {self.algo!r}")
+        if self.reward not in REWARDS:
+            raise ValueError(f"reward must be one of {', '.join(REWARDS)}, got {self.reward!r}")
+        if self.algo == "ppo" and self.reward != "proxy":
+            raise ValueError("PPO runs use the proxy reward model (reward='proxy')")
+        for name in ("steps", "eval_steps", "batch", "ppo_epochs"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.kl < 0 or self.lr <= 0:
+            raise ValueError("kl must be >= 0 and lr > 0")
+
+    @property
+    def name(self) -> str:
+        return f"{self.algo}-{self.reward}-kl{self.kl:g}-s{self.seed}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def default_grid(seeds: int = 6, ppo_seeds: int = 4, ppo_kl_seeds: int = 2, grpo_steps: int = 300,
+                 ppo_steps: int = 100) -> list[RunSpec]:
+    """The shipped corpus's grid (26 runs with the defaults).
+
+    Hacking by construction: GRPO vs the proxy with no KL (``seeds`` runs), PPO vs the proxy with no KL
+    (``ppo_seeds``). Healthy by construction: GRPO on gold itself and GRPO vs the proxy with a strong KL (beta 0.2)
+    (``seeds`` runs each). PPO vs the proxy with KL 0.2 (``ppo_kl_seeds``) is in between. Every trace's label is
+    derived afterwards from its gold curve (:func:`platform_sim.sim.traces.label_of`), not from this grid.
+    """
+    runs: list[RunSpec] = []
+    for s in range(seeds):
+        runs.append(RunSpec("grpo", "proxy", 0.0, s, grpo_steps, 10))
+    for s in range(ppo_seeds):
+        runs.append(RunSpec("ppo", "proxy", 0.0, s, ppo_steps, 4))
+    for s in range(seeds):
+        runs.append(RunSpec("grpo", "gold", 0.0, s, grpo_steps, 10))
+    for s in range(seeds):
+        runs.append(RunSpec("grpo", "proxy", 0.2, s, grpo_steps, 10))
+    for s in range(ppo_kl_seeds):
+        runs.append(RunSpec("ppo", "proxy", 0.2, s, ppo_steps, 4))
+    return runs
+
+
+def ppo_available() -> bool:
+    """True if this interpreter has TRL's ``PPOTrainer`` (TRL 1.12)."""
+    try:
+        from trl.experimental.ppo import PPOTrainer  # noqa: F401
+    except Exception:  # noqa: BLE001 - any import failure means "not here"
+        return False
+    return True
+
+
+@dataclass
+class RunResult:
+    """What a run left behind (the trace is the real output)."""
+
+    name: str
+    trace: str
+    wall_s: float
+    evals: int
+    would_stop_at: int | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def _grpo_trainer(env, spec: RunSpec, callbacks: list, output_dir: str, save: bool = False,
+                  save_total_limit: int | None = None):
+    from datasets import Dataset
+    from trl import GRPOConfig, GRPOTrainer
+
+    from .overopt import gold_reward
+
+    # Enough rows that the run never exhausts the data (an epoch end would reshuffle mid-run: harmless, but avoidable).
+    reps = max(1, (spec.steps * spec.batch) // (8 * len(env.train_prompts)) + 1)
+    dataset = Dataset.from_dict({"prompt": env.train_prompts * reps})
+    args = GRPOConfig(
+        output_dir=output_dir, per_device_train_batch_size=spec.batch, num_generations=8,
+        max_completion_length=env.config.max_new_tokens, learning_rate=spec.lr, beta=spec.kl, max_steps=spec.steps,
+        logging_steps=spec.eval_steps, save_strategy="steps" if save else "no", save_steps=10 ** 9,
+        save_total_limit=save_total_limit, use_cpu=True, bf16=False, report_to="none", seed=spec.seed,
+        temperature=1.0, disable_tqdm=True,
+    )
+    reward = gold_reward if spec.reward == "gold" else env.proxy
+    return GRPOTrainer(model=env.reference_policy(), reward_funcs=[reward], args=args, train_dataset=dataset,
+                       processing_class=env.tokenizer, callbacks=callbacks)
+
+
+def _ppo_trainer(env, spec: RunSpec, callbacks: list, output_dir: str):
+    import torch
+    from datasets import Dataset
+    from trl.experimental.ppo import PPOConfig, PPOTrainer
+
+    from .tiny import build_scalar_model
+
+    torch.manual_seed(spec.seed)
+    dataset = Dataset.from_dict({"input_ids": [env.tokenizer(p)["input_ids"] for p in env.train_prompts]
+                                 * max(1, spec.steps * spec.batch // len(env.train_prompts) + 1)})
+    args = PPOConfig(
+        output_dir=output_dir, per_device_train_batch_size=spec.batch, num_mini_batches=1,
+        num_ppo_epochs=spec.ppo_epochs, response_length=env.config.max_new_tokens, learning_rate=spec.lr,
+        kl_coef=spec.kl, total_episodes=spec.batch * spec.steps, num_sample_generations=0, save_strategy="no",
+        use_cpu=True, bf16=False, report_to="none", seed=spec.seed, temperature=1.0, stop_token="eos",
+        missing_eos_penalty=None, disable_tqdm=True, logging_steps=spec.eval_steps,
+    )
+    return PPOTrainer(args=args, processing_class=env.tokenizer, model=env.reference_policy(),
+                      ref_model=env.reference_policy(), reward_model=env.proxy_model(), train_dataset=dataset,
+                      value_model=build_scalar_model(env.tokenizer, seed=spec.seed), callbacks=callbacks)
+
+
+def record_run(spec: RunSpec, trace_path: str | os.PathLike, cache_dir: str | None = None) -> RunResult:
+    """Train ``spec`` to its full length in observe mode in this process, writing the trace to ``trace_path``.
+
+    Args:
+        spec: The run.
+        trace_path: Where the JSONL trace goes (replaced if it exists).
+        cache_dir: Environment cache (default: :func:`~evalstop_callbacks.overopt.default_cache_dir`).
+    """
+    import torch
+
+    from .callback import EvalStopCallback
+    from .overopt import EnvConfig, build_env
+
+    torch.set_num_threads(int(os.environ.get("EVALSTOP_THREADS", "1")))
+    if spec.algo == "ppo" and not ppo_available():
+        raise RuntimeError(f"{spec.name}: this Python has no trl.experimental.ppo.PPOTrainer (needs trl==1.12.0); "
+                           "pass --ppo-python")
+    env = build_env(EnvConfig(seed=spec.seed), cache_dir=cache_dir)
+    evaluator = env.evaluator()
+    cb = EvalStopCallback(evaluator, eval_steps=spec.eval_steps, job_id=spec.name, job_type="rlhf", mode="observe",
+                          trace_path=str(trace_path), trace_extras=evaluator.trace_extras)
+    t0 = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="evalstop-rec-") as out:
+        if spec.algo == "grpo":
+            trainer = _grpo_trainer(env, spec, [cb], out)
+        else:
+            trainer = _ppo_trainer(env, spec, [cb], out)
+        trainer.train()
+    _annotate_header(Path(trace_path), spec, env)
+    return RunResult(spec.name, str(trace_path), time.perf_counter() - t0, len(cb.history), cb.would_stop_at)
+
+
+def _annotate_header(path: Path, spec: RunSpec, env) -> None:
+    # The callback writes a generic header; the recording adds what re-creates the run (spec, environment, versions).
+    import transformers
+    import trl
+
+    lines = path.read_text(encoding="utf-8").splitlines()
+    header = json.loads(lines[0])
+    header.setdefault("config", {})
+    header["config"].update({
+        "run": spec.to_dict(), "env": env.config.key(), "proxy_corr": round(env.proxy_fit["corr_check"], 4),
+        "reference_gold": round(env.reference_gold, 4), "trl": trl.__version__,
+        "transformers": transformers.__version__, "eval": "gold on 24 held-out prompts x 2 samples",
+    })
+    header["model"] = f"gpt2-{env.config.n_layer}x{env.config.n_embd}"
+    lines[0] = json.dumps(header)
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+def run_in_subprocess(spec: RunSpec, trace_path: str | os.PathLike, python: str | None = None,
+                      cache_dir: str | None = None, timeout: float | None = 1800) -> RunResult:
+    """Run :func:`record_run` in a fresh interpreter (``python``, default this one) and return its result."""
+    cmd = [python or sys.executable, "-m", "evalstop_callbacks.record", "--spec", json.dumps(spec.to_dict()),
+           "--trace", str(trace_path)]
+    if cache_dir:
+        cmd += ["--cache-dir", str(cache_dir)]
+    env = dict(os.environ)
+    env.setdefault("OMP_NUM_THREADS", "1")
+    env.setdefault("TOKENIZERS_PARALLELISM", "false")
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
+    if proc.returncode != 0:
+        tail = "\n".join(proc.stderr.strip().splitlines()[-15:])
+        raise RuntimeError(f"run {spec.name} failed (exit {proc.returncode}):\n{tail}")
+    last = [line for line in proc.stdout.splitlines() if line.startswith("{")][-1]
+    return RunResult(**json.loads(last))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m evalstop_callbacks.record",
+                                     description="Record one run of the overoptimization environment (internal).")
+    parser.add_argument("--spec", required=True, help="RunSpec as JSON")
+    parser.add_argument("--trace", required=True, help="trace file to write")
+    parser.add_argument("--cache-dir", default=None)
+    ns = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING)
+    spec = RunSpec(**json.loads(ns.spec))
+    result = record_run(spec, ns.trace, ns.cache_dir)
+    print(json.dumps(asdict(result)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
