@@ -20,7 +20,8 @@ A grid file (TOML shown; YAML with the same keys works too)::
 Axes may name any workload parameter (``n_jobs`` or ``jobs``, ``gpus``, ``mix``, ``hack_rate``, ``sigma``,
 ``n_evals`` or ``evals``, ``load``, ``est_error``, ``hack_gamma``), the base scheduler (``base``), the stop policy
 (``stop``, instead of a ``policies`` list), the detector (``detector`` for its name, ``k``, ``min_delta``,
-``detector.<param>``) and stop-policy parameters (``stop.<param>``, e.g. ``stop.p``). Each policy of each cell
+``detector.<param>``) and a stop policy's parameters (``<stop policy>.<param>``, e.g. ``stop-at-p.p``; applied to
+that policy only). Each policy of each cell
 is compared, seed by seed on the same workload, with the same base scheduler without a stop policy; every row holds
 the mean over seeds with a 95% confidence interval, like ``evalstop-sim paper``.
 """
@@ -36,6 +37,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Mapping, Sequence
 
 from platform_sim.core.detectors import detector_from_spec
+from platform_sim.core.stop_policies import STOP_POLICIES
 
 from .experiments import PolicySpec, SimTask, run_task
 from .metrics import metric_row
@@ -76,19 +78,23 @@ class SweepSpec:
 
 
 def _norm(name: str) -> str:
-    name = name.strip().replace("-", "_")
+    name = name.strip()
+    if "." in name:  # detector.<param> or <stop policy>.<param>: stop policy names keep their hyphens
+        return name
+    name = name.replace("-", "_")
     return _ALIASES.get(name, name)
 
 
 def _check_axis(src: str, name: str) -> None:
     if name in _WORKLOAD_FIELDS or name in ("base", "stop", "detector", "k", "min_delta"):
         return
-    if name.startswith(("detector.", "stop.")) and name.split(".", 1)[1]:
+    prefix, _, param = name.partition(".")
+    if param and (prefix == "detector" or prefix in STOP_POLICIES):
         return
     raise SweepFileError(
         f"{src}: [grid] {name!r} is not a sweepable parameter; use a workload parameter "
         f"({', '.join(sorted(_WORKLOAD_FIELDS))}), base, stop, detector, k, min_delta, detector.<param> or "
-        "stop.<param>")
+        "<stop policy>.<param>")
 
 
 def parse_sweep(data: Mapping[str, Any], source: str = "<grid>") -> SweepSpec:
@@ -224,7 +230,7 @@ def cell_policies(spec: SweepSpec, cell: Mapping[str, Any]) -> list[PolicySpec]:
         stop = cell.get("stop", pol.get("stop"))
         base = cell.get("base", pol.get("base", "srtf-est"))
         stop_params = dict(pol.get("params") or {})
-        stop_params.update({k.split(".", 1)[1]: v for k, v in cell.items() if k.startswith("stop.")})
+        stop_params.update({k.split(".", 1)[1]: v for k, v in cell.items() if k.split(".", 1)[0] == stop})
         detector = None
         if stop == "evalstop":
             det = pol.get("detector")
