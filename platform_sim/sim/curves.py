@@ -109,7 +109,7 @@ class GaoHackingCurve(Curve):
 
     def values(self, grid: np.ndarray) -> np.ndarray:
         g = np.asarray(grid, dtype=float)
-        x = (np.maximum(g, 1e-300) / self.p_peak) ** self.gamma
+        x = np.maximum((np.maximum(g, 0.0) / self.p_peak) ** self.gamma, 1e-300)  # log(0) guard at p = 0
         out = self.s0 + self.height * x * (1.0 - np.log(x))
         out = np.where(g <= 0, self.s0, out)
         return np.maximum(out, 0.0)
