@@ -96,7 +96,7 @@ def build_parser() -> argparse.ArgumentParser:
     rec.add_argument("--ppo-seeds", type=_nonneg_int, default=4, help="seeds of PPO vs proxy, no KL (default 4)")
     rec.add_argument("--ppo-kl-seeds", type=_nonneg_int, default=2, help="seeds of PPO vs proxy, KL 0.2 (default 2)")
     rec.add_argument("--grpo-steps", type=_pos_int, default=300, help="GRPO run length (default 300)")
-    rec.add_argument("--ppo-steps", type=_pos_int, default=100, help="PPO run length (default 100)")
+    rec.add_argument("--ppo-steps", type=_pos_int, default=120, help="PPO run length (default 120)")
     rec.add_argument("--only", default=None, help="record only runs whose name contains this text "
                      "(names look like grpo-proxy-kl0-s3)")
     rec.add_argument("--ppo-python", default=None,

@@ -79,7 +79,7 @@ class RunSpec:
 
 
 def default_grid(seeds: int = 6, ppo_seeds: int = 4, ppo_kl_seeds: int = 2, grpo_steps: int = 300,
-                 ppo_steps: int = 100) -> list[RunSpec]:
+                 ppo_steps: int = 120) -> list[RunSpec]:
     """The shipped corpus's grid (26 runs with the defaults).
 
     Hacking by construction: GRPO vs the proxy with no KL (``seeds`` runs), PPO vs the proxy with no KL

@@ -1,0 +1,413 @@
+"""``evalstop-sim replay``: the simulated platform fed by recorded real training traces.
+
+How a trace becomes a job of the platform:
+
+- The workload is a synthetic one (:func:`~platform_sim.sim.workload.generate_workload`: arrivals, job types, GPU
+  demands, durations, user estimates, LoRA/DPO curves, loss curves), and then **every RLHF job is given a recorded
+  trace** (the traces are shuffled per seed and dealt round-robin). The job keeps its platform size and duration; the
+  trace's eval curve is placed on the job's progress (step / planned steps), so a 300-step CPU run becomes a
+  multi-hour 8-GPU job with the same curve shape. Its hacking label is the trace's label
+  (:func:`~platform_sim.sim.traces.label_of`), the ground truth of every detection metric. The hack rate of the
+  replay is therefore the corpus's share of hacking traces, not ``--hack-rate``.
+- Scores: recorded scores are in the trace's own units (gold points for the CPU environment). They are mapped onto the
+  platform's 0-1 score scale by one affine map for the whole corpus (corpus minimum -> 0, maximum -> 1), which keeps
+  every curve's shape and the order of scores. ``--min-delta`` is on that 0-1 scale; the equivalent in trace units is
+  printed (``min_delta_native``).
+- Noise: a recorded curve already carries its real evaluation noise (the held-out sample), so trace jobs get no
+  added noise; synthetic jobs keep the Gaussian ``--sigma``.
+- The eval grid has as many evals as the traces (all traces of one replay must have the same number of evals per
+  run; the shipped corpus has 30); a trace's scores land on the grid by linear interpolation in progress, which is
+  exact when its evals are evenly spaced.
+
+Besides the platform tables (the main table on ``--base`` and the composability table over every base scheduler, as
+``paper`` prints them), replay runs the detector on each trace's own eval sequence and reports one row per trace:
+``trace``, ``label``, ``stopped``, ``stop_step``, ``best_step`` (the checkpoint the job delivers: the detector's best
+at the stop, else the last one, as on the platform), ``peak_step``, ``delay_evals`` (stop eval minus true peak eval)
+and ``regret_pct`` (100 x (peak - delivered) / |peak|, in trace units).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+
+from platform_sim.core.detectors import detector_from_spec
+from platform_sim.core.monitor import JobMonitor
+
+from .curves import TabulatedCurve, eval_grid
+from .traces import RealTrace, TraceFormatError, load_traces, shipped_traces_dir
+from .workload import Workload, WorkloadConfig, generate_workload
+
+REPLAY_BASES: tuple[str, ...] = ("fifo", "sjf-est", "srtf-est", "loss-aware")
+REPLAY_STOPS: tuple[str, ...] = ("none", "evalstop", "stop-at-p", "loss-plateau", "oracle")
+
+
+@dataclass(frozen=True)
+class TraceCurve:
+    """A trace reduced to what a replay needs (plain, picklable data).
+
+    Args:
+        name: The trace's name.
+        hacking: Its label.
+        progress: Progress of each eval, increasing in (0, 1].
+        scores: Scores on the platform's 0-1 scale.
+    """
+
+    name: str
+    hacking: bool
+    progress: tuple[float, ...]
+    scores: tuple[float, ...]
+
+
+@dataclass(frozen=True)
+class Scale:
+    """The affine map from trace units to the platform's 0-1 scale: ``(x - lo) / (hi - lo)``."""
+
+    lo: float
+    hi: float
+
+    @property
+    def span(self) -> float:
+        return self.hi - self.lo
+
+    def __call__(self, x: float) -> float:
+        return (x - self.lo) / self.span
+
+
+def corpus_scale(traces: Sequence[RealTrace]) -> Scale:
+    lo = min(min(t.scores) for t in traces)
+    hi = max(max(t.scores) for t in traces)
+    return Scale(lo, hi if hi > lo else lo + 1.0)
+
+
+def trace_curves(traces: Sequence[RealTrace], scale: Scale) -> tuple[TraceCurve, ...]:
+    return tuple(TraceCurve(t.name, t.hacking, t.progress(), tuple(scale(s) for s in t.scores)) for t in traces)
+
+
+def evals_per_run(traces: Sequence[RealTrace]) -> int:
+    """The common number of evals per run of ``traces``.
+
+    Raises:
+        TraceFormatError: the traces do not all have the same number of evals (the platform's grid is shared).
+    """
+    counts = sorted({len(t.steps) for t in traces})
+    if len(counts) != 1:
+        raise TraceFormatError(
+            f"traces of one replay must have the same number of evals per run; found {counts} "
+            f"(e.g. {next(t.name for t in traces if len(t.steps) == counts[0])} has {counts[0]})")
+    return counts[0]
+
+
+def build_replay_workload(config: WorkloadConfig, curves: Sequence[TraceCurve], seed: int) -> Workload:
+    """The synthetic workload of ``config`` and ``seed`` with every RLHF job's curve replaced by a recorded one.
+
+    Args:
+        config: Workload parameters; ``n_evals`` must equal the traces' eval count.
+        curves: The traces (platform scale).
+        seed: Workload seed; it also decides which trace each RLHF job gets.
+    """
+    if not curves:
+        raise ValueError("a replay needs at least one trace")
+    base = generate_workload(config, seed)
+    rng = np.random.default_rng([int(seed), 4242])
+    order = [int(i) for i in rng.permutation(len(curves))]
+    grid = eval_grid(config.n_evals)
+    true_evals = base.true_evals.copy()
+    noise = base.noise.copy()
+    jobs = []
+    dealt = 0
+    for job in base.jobs:
+        if job.job_type != "rlhf":
+            jobs.append(job)
+            continue
+        c = curves[order[dealt % len(curves)]]
+        if dealt and dealt % len(curves) == 0:  # a fresh shuffle per round, so repeats do not line up
+            order = [int(i) for i in rng.permutation(len(curves))]
+            c = curves[order[0]]
+        dealt += 1
+        curve = TabulatedCurve(c.progress, c.scores)
+        true_evals[job.index] = curve.values(grid)
+        noise[job.index] = 0.0  # the recorded curve carries its real eval noise already
+        jobs.append(replace(job, hacking=c.hacking, curve=curve))
+    return Workload(jobs, config.n_evals, config.sigma, true_evals, base.losses, noise, int(seed), config)
+
+
+@dataclass(frozen=True)
+class ReplayTask:
+    """One replay workload (config, traces, seed) and the policies to run on it."""
+
+    workload: WorkloadConfig
+    curves: tuple[TraceCurve, ...]
+    seed: int
+    policies: tuple[Any, ...]  # PolicySpec
+
+
+def run_replay_task(task: ReplayTask) -> list[dict[str, Any]]:
+    """Run every policy of ``task`` on its replay workload; one metrics dict per policy. Picklable, pure."""
+    from .engine import simulate
+    from .metrics import run_metrics
+    from .observe import ObservationModel
+
+    workload = build_replay_workload(task.workload, task.curves, task.seed)
+    out = []
+    for spec in task.policies:
+        result = simulate(workload, spec.build(workload), gpus=task.workload.gpus,
+                          observation=ObservationModel(workload))
+        m = run_metrics(result)
+        m["seed"] = task.seed
+        out.append(m)
+    return out
+
+
+def trace_detection(trace: RealTrace, detector: Mapping[str, Any] | None, scale: Scale) -> dict[str, Any]:
+    """Run the detector over one trace's real eval sequence (platform scale) and report what it did.
+
+    Returns:
+        ``{"trace", "label", "algo", "stopped", "stop_step", "best_step", "peak_step", "delay_evals",
+        "regret_pct", "peak_score", "delivered_score"}``; scores in trace units.
+    """
+    monitor = JobMonitor(job_id=trace.name, job_type="rlhf", detector=detector_from_spec(detector))
+    stop_index = None
+    for i, (step, score) in enumerate(zip(trace.steps, trace.scores)):
+        decision = monitor.observe(step, scale(score))
+        if decision.should_stop:
+            stop_index = i
+            break
+    stopped = stop_index is not None
+    if stopped:
+        best_step = int(monitor.best_step)
+        delivered = trace.scores[trace.steps.index(best_step)]
+    else:
+        best_step, delivered = trace.steps[-1], trace.scores[-1]
+    peak = trace.peak_score
+    return {
+        "trace": trace.name,
+        "label": trace.label,
+        "algo": trace.algo,
+        "stopped": stopped,
+        "stop_step": trace.steps[stop_index] if stopped else None,
+        "best_step": best_step,
+        "peak_step": trace.peak_step,
+        "delay_evals": (stop_index - trace.peak_index) if stopped else None,
+        "regret_pct": 100.0 * (peak - delivered) / abs(peak) if peak != 0 else None,
+        "peak_score": peak,
+        "delivered_score": delivered,
+    }
+
+
+def trace_summary(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Detection over the traces: stopped hacking / healthy, median delay, worst regret of stopped hacking traces."""
+    hack = [r for r in rows if r["label"] == "hacking"]
+    healthy = [r for r in rows if r["label"] == "healthy"]
+    delays = [r["delay_evals"] for r in hack if r["stopped"]]
+    regrets = [r["regret_pct"] for r in hack if r["stopped"] and r["regret_pct"] is not None]
+    return {
+        "hacking": len(hack),
+        "healthy": len(healthy),
+        "hacking_stopped": sum(r["stopped"] for r in hack),
+        "healthy_stopped": sum(r["stopped"] for r in healthy),
+        "median_delay_evals": statistics.median(delays) if delays else None,
+        "max_delay_evals": max(delays) if delays else None,
+        "max_regret_pct_stopped_hacking": max(regrets) if regrets else None,
+    }
+
+
+def replay(traces: Sequence[RealTrace], workload: WorkloadConfig, detector: Mapping[str, Any] | None,
+           seeds: int, base: str = "srtf-est", stop_at_p: float = 0.65, runner: Any = None,
+           progress: Callable[[int], None] | None = None, on_plan: Callable[[int], None] | None = None,
+           ) -> dict[str, Any]:
+    """Replay ``traces`` on the platform: ``{"main", "composability", "traces", "trace_summary", "config"}``.
+
+    Args:
+        traces: Recorded traces (validated, same number of evals each).
+        workload: The synthetic part (its ``n_evals`` is replaced by the traces' eval count).
+        detector: EvalStop's detector spec (None: the paper's k=2, min_delta 0), on the 0-1 platform scale.
+        seeds: Seeds 0..seeds-1 (each a different workload and a different dealing of traces).
+        base: Base scheduler of the main table.
+        stop_at_p: p of the StopAt-p baseline.
+        runner: A :class:`~platform_sim.sim.runner.Runner` (default: serial).
+        progress, on_plan: Progress callbacks (tasks finished; total tasks).
+    """
+    from .experiments import PolicySpec
+    from .metrics import metric_row
+    from .runner import SerialRunner
+
+    if seeds < 1:
+        raise ValueError(f"seeds must be >= 1, got {seeds}")
+    n_evals = evals_per_run(traces)
+    workload = replace(workload, n_evals=n_evals)
+    scale = corpus_scale(traces)
+    curves = trace_curves(traces, scale)
+    det = detector_from_spec(detector).spec()
+
+    def spec(stop: str, b: str) -> PolicySpec:
+        return PolicySpec(base=b, stop=stop, detector=det if stop == "evalstop" else None,
+                          stop_params={"p": stop_at_p} if stop == "stop-at-p" else {})
+
+    specs: dict[str, PolicySpec] = {}
+    for stop in REPLAY_STOPS:
+        specs.setdefault(spec(stop, base).key(), spec(stop, base))
+    for b in REPLAY_BASES:
+        for stop in ("none", "evalstop"):
+            specs.setdefault(spec(stop, b).key(), spec(stop, b))
+    keys = list(specs)
+    tasks = [ReplayTask(workload, curves, seed, tuple(specs.values())) for seed in range(seeds)]
+    if on_plan:
+        on_plan(len(tasks))
+    results = (runner or SerialRunner()).map(run_replay_task, tasks, progress)
+    per = {k: [res[i] for res in results] for i, k in enumerate(keys)}
+
+    def row(stop: str, b: str) -> dict[str, Any]:
+        mine = per[spec(stop, b).key()]
+        return metric_row(b, stop, mine, per[spec("none", b).key()] if stop != "none" else None)
+
+    rows = [trace_detection(t, det, scale) for t in traces]
+    return {
+        "main": [row(stop, base) for stop in REPLAY_STOPS],
+        "composability": [row(stop, b) for b in REPLAY_BASES for stop in ("none", "evalstop")],
+        "traces": rows,
+        "trace_summary": trace_summary(rows),
+        "config": {
+            "seeds": seeds, "workload": workload.to_dict(), "detector": det, "base": base, "stop_at_p": stop_at_p,
+            "n_traces": len(traces), "hacking_traces": sum(t.hacking for t in traces),
+            "scale": {"lo": scale.lo, "hi": scale.hi},
+            "min_delta_native": det["params"].get("min_delta", 0.0) * scale.span
+            if det["name"] == "k-decline" else None,
+        },
+    }
+
+
+# -- command line -------------------------------------------------------------------------------------------------
+
+TRACE_COLUMNS = ("trace", "label", "stopped", "stop_step", "best_step", "peak_step", "delay_evals", "regret_pct")
+
+
+def traces_table(rows: Sequence[Mapping[str, Any]]) -> str:
+    """Markdown table of the per-trace rows."""
+    lines = ["| " + " | ".join(TRACE_COLUMNS) + " |", "|" + "---|" * len(TRACE_COLUMNS)]
+    for r in rows:
+        cells = []
+        for c in TRACE_COLUMNS:
+            v = r.get(c)
+            if v is None:
+                cells.append("-")
+            elif isinstance(v, bool):
+                cells.append("yes" if v else "no")
+            elif isinstance(v, float):
+                cells.append(f"{v:.1f}")
+            else:
+                cells.append(str(v))
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def summary_line(s: Mapping[str, Any]) -> str:
+    med = "-" if s["median_delay_evals"] is None else f"{s['median_delay_evals']:g}"
+    reg = "-" if s["max_regret_pct_stopped_hacking"] is None else f"{s['max_regret_pct_stopped_hacking']:.1f}%"
+    return (f"hacking traces stopped {s['hacking_stopped']}/{s['hacking']}, healthy traces stopped "
+            f"{s['healthy_stopped']}/{s['healthy']}, median delay {med} evals after the true peak, worst regret of a "
+            f"stopped hacking trace {reg}")
+
+
+def add_replay(sub: argparse._SubParsersAction) -> None:
+    """Add ``replay`` to ``evalstop-sim``."""
+    from .backend_cli import add_backend_args
+    from .cli import add_workload_args
+
+    p = sub.add_parser(
+        "replay", help="the platform fed by recorded real training traces",
+        description="Turn recorded traces (evalstop traces record) into the RLHF jobs of the simulated platform, "
+                    "mixed with synthetic LoRA/DPO jobs, and report the main and composability tables for every "
+                    "stop policy and base scheduler, plus per-trace detection results.")
+    p.add_argument("--traces", default=None, help="folder of *.jsonl traces (default: the shipped corpus)")
+    p.add_argument("--seeds", type=int, default=10, help="workload seeds (default 10)")
+    p.add_argument("--base", default="srtf-est", choices=list(REPLAY_BASES),
+                   help="base scheduler of the main table (default srtf-est)")
+    p.add_argument("--out", default=None, help="also write results.json and report.md into this folder")
+    p.add_argument("--json", action="store_true", help="print the results as JSON instead of the tables")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_backend_args(p)
+    add_workload_args(p)
+    p.set_defaults(func=cmd_replay)
+
+
+def replay_markdown(results: Mapping[str, Any], command: str) -> str:
+    from .report import markdown_table
+
+    cfg = results["config"]
+    return "\n".join([
+        "# EvalStop on recorded real traces (evalstop-sim replay)", "",
+        f"Command: `{command}`. {cfg['n_traces']} traces ({cfg['hacking_traces']} hacking), {cfg['seeds']} seeds, "
+        f"detector `{json.dumps(cfg['detector'])}` on the 0-1 platform scale (min_delta in trace units: "
+        f"{cfg['min_delta_native'] if cfg['min_delta_native'] is not None else '-'}).", "",
+        "## Per trace", "", traces_table(results["traces"]), "", summary_line(results["trace_summary"]), "",
+        f"## Main table ({cfg['base']} base)", "", markdown_table(results["main"]), "",
+        "## Composability", "", markdown_table(results["composability"], lead=(("base", "base", "s"),)), "",
+    ])
+
+
+def cmd_replay(args: argparse.Namespace) -> int:
+    from .backend_cli import BackendArgError, runner_from_args
+    from .cli import UsageError, detector_from_args, workload_from_args
+    from .report import markdown_table
+
+    if args.seeds < 1:
+        raise UsageError(f"--seeds must be >= 1, got {args.seeds}")
+    folder = Path(args.traces) if args.traces is not None else shipped_traces_dir()
+    try:
+        traces = load_traces(folder)
+        evals_per_run(traces)
+    except FileNotFoundError as exc:
+        raise UsageError(f"--traces: {exc}") from None
+    except TraceFormatError as exc:
+        raise UsageError(f"--traces: {exc}") from None
+    wl = workload_from_args(args)
+    det = detector_from_args(args)
+    try:
+        runner = runner_from_args(args)
+    except BackendArgError as exc:
+        raise UsageError(str(exc)) from None
+    bar = None
+
+    def on_plan(total: int) -> None:
+        nonlocal bar
+        if not args.no_progress and not args.json:
+            from tqdm import tqdm
+
+            bar = tqdm(total=total, desc="replay", unit="seed", file=sys.stderr)
+
+    def progress(n: int) -> None:
+        if bar is not None:
+            bar.update(n)
+
+    t0 = time.perf_counter()
+    with runner:
+        results = replay(traces, wl, det, args.seeds, args.base, args.stop_at_p, runner, progress, on_plan)
+    if bar is not None:
+        bar.close()
+    results["config"]["wall_s"] = time.perf_counter() - t0
+    results["config"]["traces_dir"] = str(folder)
+    command = "evalstop-sim " + " ".join(sys.argv[1:]) if sys.argv[1:2] == ["replay"] else "evalstop-sim replay"
+    if args.out:
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "results.json").write_text(json.dumps(results, indent=2))
+        (out / "report.md").write_text(replay_markdown(results, command))
+    if args.json:
+        print(json.dumps(results, indent=2))
+        return 0
+    print(traces_table(results["traces"]))
+    print(summary_line(results["trace_summary"]))
+    print()
+    print(markdown_table(results["main"]))
+    print()
+    print(markdown_table(results["composability"], lead=(("base", "base", "s"),)))
+    return 0
