@@ -47,3 +47,28 @@ def policy():
     model = build_policy(tok)
     model.load_state_dict(state)
     return model
+
+
+def sentences(kind: str, n: int = 64, seed: int = 0) -> list[str]:
+    """Training text whose adjectives are all ``kind`` ('positive' or 'negative'), about the training nouns."""
+    import random
+
+    rng = random.Random(seed)
+    adjs = VOCAB.positive if kind == "positive" else VOCAB.negative
+    return [f"the {rng.choice(VOCAB.train_nouns)} is {rng.choice(adjs)} and {rng.choice(adjs)} ." for _ in range(n)]
+
+
+def first_k_decline_step(history: list[dict], k: int) -> int | None:
+    """Oracle for the tests: step of the first eval that completes k consecutive declines of the recorded scores."""
+    run = 0
+    for prev, cur in zip(history, history[1:]):
+        run = run + 1 if cur["eval_score"] < prev["eval_score"] else 0
+        if run >= k:
+            return cur["step"]
+    return None
+
+
+def checkpoint_steps(output_dir) -> list[int]:
+    from pathlib import Path
+
+    return sorted(int(p.name.split("-")[1]) for p in Path(output_dir).glob("checkpoint-*") if p.is_dir())
