@@ -136,12 +136,21 @@ def _grpo_trainer(env, spec: RunSpec, callbacks: list, output_dir: str, save: bo
         output_dir=output_dir, per_device_train_batch_size=spec.batch, num_generations=8,
         max_completion_length=env.config.max_new_tokens, learning_rate=spec.lr, beta=spec.kl, max_steps=spec.steps,
         logging_steps=spec.eval_steps, save_strategy="steps" if save else "no", save_steps=10 ** 9,
-        save_total_limit=save_total_limit, use_cpu=True, bf16=False, report_to="none", seed=spec.seed,
+        save_total_limit=save_total_limit, save_only_model=save, use_cpu=True, bf16=False, report_to="none", seed=spec.seed,
         temperature=1.0, disable_tqdm=True,
     )
     reward = gold_reward if spec.reward == "gold" else env.proxy
-    return GRPOTrainer(model=env.reference_policy(), reward_funcs=[reward], args=args, train_dataset=dataset,
-                       processing_class=env.tokenizer, callbacks=callbacks)
+    trainer = GRPOTrainer(model=env.reference_policy(), reward_funcs=[reward], args=args, train_dataset=dataset,
+                          processing_class=env.tokenizer, callbacks=callbacks)
+    _quiet(trainer)
+    return trainer
+
+
+def _quiet(trainer) -> None:
+    # With disable_tqdm the Trainer prints every log dict to stdout; the trace has what matters.
+    from transformers.trainer_callback import PrinterCallback
+
+    trainer.remove_callback(PrinterCallback)
 
 
 def _ppo_trainer(env, spec: RunSpec, callbacks: list, output_dir: str):
@@ -161,9 +170,11 @@ def _ppo_trainer(env, spec: RunSpec, callbacks: list, output_dir: str):
         use_cpu=True, bf16=False, report_to="none", seed=spec.seed, temperature=1.0, stop_token="eos",
         missing_eos_penalty=None, disable_tqdm=True, logging_steps=spec.eval_steps,
     )
-    return PPOTrainer(args=args, processing_class=env.tokenizer, model=env.reference_policy(),
-                      ref_model=env.reference_policy(), reward_model=env.proxy_model(), train_dataset=dataset,
-                      value_model=build_scalar_model(env.tokenizer, seed=spec.seed), callbacks=callbacks)
+    trainer = PPOTrainer(args=args, processing_class=env.tokenizer, model=env.reference_policy(),
+                         ref_model=env.reference_policy(), reward_model=env.proxy_model(), train_dataset=dataset,
+                         value_model=build_scalar_model(env.tokenizer, seed=spec.seed), callbacks=callbacks)
+    _quiet(trainer)
+    return trainer
 
 
 def record_run(spec: RunSpec, trace_path: str | os.PathLike, cache_dir: str | None = None) -> RunResult:
