@@ -41,7 +41,10 @@ def test_a_lone_job_runs_exactly_its_duration():
     o = r.outcomes[0]
     assert (o.start_time, o.end_time) == (1.5, pytest.approx(4.5))
     assert o.gpu_hours == pytest.approx(24.0) and not o.stopped and o.deliver_eval == 5
-    assert r.events == 1 + 5  # arrival + evals (the last one is the completion)
+    # nobody reads this job's evals: arrival + completion only; with EvalStop: arrival + 5 evals (the last completes)
+    assert r.events == 2
+    r2 = simulate(wl, with_stop(FIFO(), EvalStopPolicy()), gpus=16)
+    assert r2.events == 1 + 5 and r2.outcomes[0].end_time == pytest.approx(4.5)
     assert r.makespan_h == pytest.approx(3.0) and r.busy_gpu_hours == pytest.approx(24.0)
 
 

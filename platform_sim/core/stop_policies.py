@@ -28,7 +28,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any, ClassVar, Iterable, Mapping
 
-from .boundary import JOB_TYPES
+from .boundary import JOB_TYPES, Action
 from .detectors import Detector, detector_from_spec
 from .monitor import JobMonitor
 from .policies import BasePolicy
@@ -119,10 +119,13 @@ class EvalStopPolicy(StopPolicy):
         super().__init__(job_types)
         probe = detector_from_spec(detector)  # validate now: a bad spec fails at construction, not mid-run
         self.detector_spec: dict[str, Any] = probe.spec()
+        self._detector_cls = type(probe)
+        self._detector_params = probe.params()
         self.monitors: dict[str, JobMonitor] = {}
 
     def new_detector(self) -> Detector:
-        return detector_from_spec(self.detector_spec)
+        # The spec was validated once in __init__; building from the class skips the registry lookup per job.
+        return self._detector_cls(**self._detector_params)
 
     def monitor(self, job: JobView) -> JobMonitor:
         mon = self.monitors.get(job.job_id)
@@ -134,8 +137,9 @@ class EvalStopPolicy(StopPolicy):
         step, score = job.last_step, job.last_score
         if step is None or score is None:
             return None
-        decision = self.monitor(job).observe(step, score, job.last_example_scores)
-        if not decision.should_stop:
+        mon = self.monitors.get(job.job_id) or self.monitor(job)
+        decision = mon.observe(step, score, job.last_example_scores)
+        if decision.action is not Action.STOP:
             return None
         return StopVerdict(decision.reason, decision.best_step if decision.best_step is not None else step,
                            decision.declines)

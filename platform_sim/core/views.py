@@ -5,8 +5,10 @@ user's duration estimate, the observed eval history and the training-loss histor
 holds no reference to the simulator's job record, so the hacking label, the true curve and the true duration are not
 reachable from a policy (``tests/test_core_boundary_views.py`` walks the object graph to prove it).
 
-The owner of the job (the simulator, the service) updates a view through :class:`ViewWriter`; policies get only the
-view, whose public surface is read-only properties. Histories are exposed as tuples so that a policy cannot edit them.
+The owner of the job (the simulator, the service) updates a view through :class:`ViewWriter` (the simulator's engine,
+which owns its views, writes the private slots directly on its hot path); policies get only the view, whose public
+surface is read-only properties without setters (``view.progress = 1`` raises ``AttributeError``) on ``__slots__``
+(no new attributes). Histories are exposed as tuples so that a policy cannot edit them.
 """
 
 from __future__ import annotations
@@ -53,13 +55,6 @@ class JobView:
         self._last_example_scores: tuple[float, ...] | None = None
         self._losses: list[float] = []
         self._preemptions = 0
-
-    def __setattr__(self, name: str, value: object) -> None:
-        # Only the owner's writer (which sets private slots) may change a view; a policy typo like
-        # ``view.progress = 1`` must fail instead of silently corrupting scheduling state.
-        if not name.startswith("_"):
-            raise AttributeError(f"JobView is read-only: cannot set {name!r}")
-        object.__setattr__(self, name, value)
 
     job_id = property(lambda self: self._job_id, doc="The job's identifier.")
     job_type = property(lambda self: self._job_type, doc="rlhf, dpo, lora, sft or other.")

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -65,7 +65,12 @@ class SaturatingCurve(Curve):
         return self.s0 + self.gain * (1.0 - math.exp(-progress / self.tau)) / self._norm
 
     def values(self, grid: np.ndarray) -> np.ndarray:
-        return self.s0 + self.gain * (1.0 - np.exp(-grid / self.tau)) / self._norm
+        return self.batch(self.s0, self.gain, self.tau, grid)
+
+    @staticmethod
+    def batch(s0: Any, gain: Any, tau: Any, grid: np.ndarray) -> np.ndarray:
+        """Values for many curves at once: parameters broadcast against ``grid`` (e.g. shape (n, 1) vs (m,))."""
+        return s0 + gain * (1.0 - np.exp(-np.asarray(grid) / tau)) / (1.0 - np.exp(-1.0 / tau))
 
 
 class PlateauCurve(Curve):
@@ -82,8 +87,13 @@ class PlateauCurve(Curve):
         return self.s0 + self.gain * (1.0 - math.exp(-p / self.tau)) / self._norm
 
     def values(self, grid: np.ndarray) -> np.ndarray:
-        p = np.minimum(grid, self.p_plateau)
-        return self.s0 + self.gain * (1.0 - np.exp(-p / self.tau)) / self._norm
+        return self.batch(self.s0, self.gain, self.tau, self.p_plateau, grid)
+
+    @staticmethod
+    def batch(s0: Any, gain: Any, tau: Any, p_plateau: Any, grid: np.ndarray) -> np.ndarray:
+        """Values for many curves at once (parameters broadcast against ``grid``)."""
+        p = np.minimum(np.asarray(grid), p_plateau)
+        return s0 + gain * (1.0 - np.exp(-p / tau)) / (1.0 - np.exp(-p_plateau / tau))
 
 
 class GaoHackingCurve(Curve):
@@ -108,10 +118,15 @@ class GaoHackingCurve(Curve):
         return max(self.s0 + self.height * x * (1.0 - math.log(x)), 0.0)
 
     def values(self, grid: np.ndarray) -> np.ndarray:
+        return self.batch(self.s0, self.height, self.p_peak, self.gamma, grid)
+
+    @staticmethod
+    def batch(s0: Any, height: Any, p_peak: Any, gamma: Any, grid: np.ndarray) -> np.ndarray:
+        """Values for many curves at once (parameters broadcast against ``grid``)."""
         g = np.asarray(grid, dtype=float)
-        x = np.maximum((np.maximum(g, 0.0) / self.p_peak) ** self.gamma, 1e-300)  # log(0) guard at p = 0
-        out = self.s0 + self.height * x * (1.0 - np.log(x))
-        out = np.where(g <= 0, self.s0, out)
+        x = np.maximum((np.maximum(g, 0.0) / p_peak) ** gamma, 1e-300)  # log(0) guard at p = 0
+        out = s0 + height * x * (1.0 - np.log(x))
+        out = np.where(g <= 0, s0, out)
         return np.maximum(out, 0.0)
 
 
@@ -127,7 +142,12 @@ class ExpLossCurve(Curve):
         return self.l_inf + (self.l0 - self.l_inf) * math.exp(-progress / self.tau)
 
     def values(self, grid: np.ndarray) -> np.ndarray:
-        return self.l_inf + (self.l0 - self.l_inf) * np.exp(-np.asarray(grid, dtype=float) / self.tau)
+        return self.batch(self.l0, self.l_inf, self.tau, grid)
+
+    @staticmethod
+    def batch(l0: Any, l_inf: Any, tau: Any, grid: np.ndarray) -> np.ndarray:
+        """Values for many curves at once (parameters broadcast against ``grid``)."""
+        return l_inf + (l0 - l_inf) * np.exp(-np.asarray(grid, dtype=float) / tau)
 
 
 class TabulatedCurve(Curve):

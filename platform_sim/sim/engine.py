@@ -142,12 +142,12 @@ def simulate(workload: Workload, scheduler: Scheduler, gpus: int = 64,
     preempt_on_eval = base.preempt_on_eval
     should_yield = getattr(base, "should_yield", None)
     w = ViewWriter
-    set_progress = w.set_progress
 
     views = [JobView(j.job_id, j.job_type, j.gpus, j.submit_time, j.planned_steps, j.est_duration_h) for j in jobs]
-    # The views the stop policy or the base policy reads evals from; others skip eval bookkeeping (hot path).
-    record = [preempt_on_eval or stop.covers(v) for v in views]
+    # Jobs whose evals a policy reads (the stop policy's types; every job for LossAware). The others need no eval
+    # events at all: their next event is their completion, and their progress is computed when a policy asks.
     consult_stop = [stop.covers(v) for v in views]
+    record = [preempt_on_eval or c for c in consult_stop]
     losses = workload.losses.tolist()
     peak_idx = workload.peak_index.tolist()
     true_evals = workload.true_evals
@@ -160,7 +160,7 @@ def simulate(workload: Workload, scheduler: Scheduler, gpus: int = 64,
     p0 = [0.0] * n          # progress at the start of the current segment
     seg_start = [0.0] * n   # time the current segment starts progressing (after any resume overhead)
     alloc_t = [0.0] * n     # time the job got its GPUs
-    next_k = [1] * n        # next eval index (1-based)
+    next_k = [1 if r else n_evals for r in record]  # next eval index (1-based); n_evals: straight to completion
     gpu_h = [0.0] * n
     first_start = [math.nan] * n
     preempts = [0] * n
@@ -216,7 +216,7 @@ def simulate(workload: Workload, scheduler: Scheduler, gpus: int = 64,
         release(i, t)
         p = progress_at(i, t)
         p0[i] = p
-        set_progress(views[i], p)
+        views[i]._progress = p
         preempts[i] += 1
         w.add_preemption(views[i])
         push_waiting(i)
@@ -251,7 +251,7 @@ def simulate(workload: Workload, scheduler: Scheduler, gpus: int = 64,
             negk, _, i, ver = heapq.heappop(running_heap)
             if state[i] != _RUNNING or version[i] != ver:
                 continue  # stale entry
-            set_progress(views[i], progress_at(i, t))
+            views[i]._progress = progress_at(i, t)
             k = key(views[i])
             if running_heap and -running_heap[0][0] > k:
                 seq += 1
@@ -311,11 +311,13 @@ def simulate(workload: Workload, scheduler: Scheduler, gpus: int = 64,
         p0[i] = p
         seg_start[i] = t
         view = views[i]
-        set_progress(view, p)
+        view._progress = p  # the engine owns its views: direct slot writes on the hot path (ViewWriter elsewhere)
         if record[i]:
-            job = jobs[i]
-            score, examples = obs.observe_eval(job, k, p)
-            w.add_eval(view, (k * planned[i]) // n_evals, score, losses[i][k - 1], examples)
+            score, examples = obs.observe_eval(jobs[i], k, p)
+            view._eval_steps.append((k * planned[i]) // n_evals)
+            view._eval_scores.append(score)
+            view._losses.append(losses[i][k - 1])
+            view._last_example_scores = tuple(examples) if examples is not None else None
             if consult_stop[i]:
                 verdict = stop.on_eval(view)
                 if verdict is not None:

@@ -233,36 +233,59 @@ def generate_workload(config: WorkloadConfig, seed: int) -> Workload:
     noise = rng.standard_normal((n, n_evals))
 
     grid = eval_grid(n_evals)
-    jobs: list[JobSpec] = []
-    true_evals = np.empty((n, n_evals))
-    losses = np.empty((n, n_evals))
-    width = max(len(str(n - 1)), 5)
-    for i in range(n):
-        jt = str(types[type_idx[i]])
-        prof = PROFILES[jt]
+    # Everything below is vectorized per type (10^5 jobs in well under a second); the per-job Curve objects are built
+    # from the same parameters and their ``batch`` functions are the ones that compute the matrices here.
+    gpus = np.zeros(n, dtype=int)
+    dur = np.zeros(n)
+    planned = np.zeros(n, dtype=int)
+    for t_i, t in enumerate(types):
+        mask = type_idx == t_i
+        prof = PROFILES[str(t)]
         cum = np.cumsum(prof.gpu_probs)
-        gpus = prof.gpu_choices[min(int(np.searchsorted(cum, gpu_u[i] * cum[-1], side="right")),
-                                    len(prof.gpu_choices) - 1)]
-        dur = prof.duration_median_h * math.exp(prof.duration_sigma * dur_noise[i])
-        est = dur * math.exp(config.est_error * est_noise[i])
-        hacking = jt == "rlhf" and u_hack[i] < config.hack_rate
-        s0 = float(c_s0[i])
+        pick = np.minimum(np.searchsorted(cum, gpu_u[mask] * cum[-1], side="right"), len(prof.gpu_choices) - 1)
+        gpus[mask] = np.asarray(prof.gpu_choices)[pick]
+        dur[mask] = prof.duration_median_h * np.exp(prof.duration_sigma * dur_noise[mask])
+        planned[mask] = prof.planned_steps
+    est = dur * np.exp(config.est_error * est_noise)
+    type_names = types[type_idx]
+    is_rlhf = type_names == "rlhf"
+    hacking = is_rlhf & (u_hack < config.hack_rate)
+    lora, dpo, healthy = type_names == "lora", type_names == "dpo", is_rlhf & ~hacking
+    (tlo, thi), (glo, ghi), (plo, phi) = config.healthy_tau, config.healthy_gain, config.hack_peak
+    # Per-job curve parameters (p1, p2, p3, p4) by kind; unused slots stay 0.
+    p1 = np.where(lora | dpo, c_s0 + np.where(lora, 0.2, 0.1), c_s0)
+    p2 = np.select([lora, dpo, hacking], [0.15 + 0.2 * c_a, 0.3 + 0.2 * c_a, 0.55 + 0.15 * c_a],
+                   glo + (ghi - glo) * c_a)
+    p3 = np.select([lora, dpo, hacking], [0.1 + 0.2 * c_b, 0.2 + 0.3 * c_b, plo + (phi - plo) * c_b],
+                   tlo + (thi - tlo) * c_b)
+    p4 = np.where(dpo, 0.6 + 0.3 * c_c, 0.0)
+    true_evals = np.empty((n, n_evals))
+    col = (slice(None), None)
+    for mask, fn in ((lora | healthy, lambda m: SaturatingCurve.batch(p1[m][col], p2[m][col], p3[m][col], grid)),
+                     (dpo, lambda m: PlateauCurve.batch(p1[m][col], p2[m][col], p3[m][col], p4[m][col], grid)),
+                     (hacking, lambda m: GaoHackingCurve.batch(p1[m][col], p2[m][col], p3[m][col],
+                                                               config.hack_gamma, grid))):
+        if mask.any():
+            true_evals[mask] = fn(mask)
+    l_inf = l_0 * l_ratio
+    losses = ExpLossCurve.batch(l_0[col], l_inf[col], l_tau[col], grid)
+
+    kinds = np.select([lora | healthy, dpo, hacking], [0, 1, 2], 0).tolist()
+    p1l, p2l, p3l, p4l = p1.tolist(), p2.tolist(), p3.tolist(), p4.tolist()
+    l0l, linfl, ltaul = l_0.tolist(), l_inf.tolist(), l_tau.tolist()
+    names, gl, sl, dl, el, pl, hl = (type_names.tolist(), gpus.tolist(), submit.tolist(), dur.tolist(), est.tolist(),
+                                     planned.tolist(), hacking.tolist())
+    width = max(len(str(n - 1)), 5)
+    jobs: list[JobSpec] = []
+    for i in range(n):
+        kind = kinds[i]
         curve: Curve
-        if jt == "lora":
-            # Converges early: exponential with tau 0.1-0.3, total gain 0.15-0.35.
-            curve = SaturatingCurve(s0 + 0.2, 0.15 + 0.2 * c_a[i], 0.1 + 0.2 * c_b[i])
-        elif jt == "dpo":
-            # Saturating gain that plateaus at 60-90% of the run.
-            curve = PlateauCurve(s0 + 0.1, 0.3 + 0.2 * c_a[i], 0.2 + 0.3 * c_b[i], 0.6 + 0.3 * c_c[i])
-        elif hacking:
-            lo, hi = config.hack_peak
-            curve = GaoHackingCurve(s0, 0.55 + 0.15 * c_a[i], lo + (hi - lo) * c_b[i], config.hack_gamma)
+        if kind == 0:
+            curve = SaturatingCurve(p1l[i], p2l[i], p3l[i])
+        elif kind == 1:
+            curve = PlateauCurve(p1l[i], p2l[i], p3l[i], p4l[i])
         else:
-            (tlo, thi), (glo, ghi) = config.healthy_tau, config.healthy_gain
-            curve = SaturatingCurve(s0, glo + (ghi - glo) * c_a[i], tlo + (thi - tlo) * c_b[i])
-        loss_curve = ExpLossCurve(float(l_0[i]), float(l_0[i] * l_ratio[i]), float(l_tau[i]))
-        true_evals[i] = curve.values(grid)
-        losses[i] = loss_curve.values(grid)
-        jobs.append(JobSpec(i, f"j{i:0{width}d}", jt, int(gpus), float(submit[i]), dur, est, prof.planned_steps,
-                            bool(hacking), curve, loss_curve))
+            curve = GaoHackingCurve(p1l[i], p2l[i], p3l[i], config.hack_gamma)
+        jobs.append(JobSpec(i, f"j{i:0{width}d}", names[i], gl[i], sl[i], dl[i], el[i], pl[i], hl[i], curve,
+                            ExpLossCurve(l0l[i], linfl[i], ltaul[i])))
     return Workload(jobs, n_evals, config.sigma, true_evals, losses, noise, int(seed), config)
