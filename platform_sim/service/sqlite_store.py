@@ -12,9 +12,10 @@ row per accepted step. Loading a job rebuilds the exact :class:`~platform_sim.co
 ``JobMonitor.from_state_dict``, so a restart gives the same decisions.
 
 Each report is one logical transaction "load the job for update, apply the core, write the report row and the job
-row". The writer keeps recently used monitors in memory; before using a cached one it re-reads the job's report count
-inside the write transaction, so another process writing the same file (the CLI, a second service process) can never
-make it apply the core to stale state. A networked store would do the same with ``SELECT ... FOR UPDATE``.
+row". The writer keeps recently used monitors in memory. At the start of every batch, under the write lock, it reads
+``PRAGMA data_version``, which changes only when another connection committed; if it did (the CLI, a second service
+process on the same file), the cached monitors are dropped and rebuilt from the database, so the core is never
+applied to stale state. A networked store does the same with ``SELECT ... FOR UPDATE`` (``store_postgres.py``).
 """
 
 from __future__ import annotations
@@ -113,8 +114,39 @@ _STOP = object()
 
 @dataclass(slots=True)
 class _CachedJob:
+    """The writer's in-memory copy of a job: the core's monitor and the job columns a report needs."""
+
     monitor: JobMonitor
-    n_reports: int
+    gpus: int | None
+    planned_steps: int | None
+    first_step: int | None
+    first_report_at: float | None
+
+
+class _Txn:
+    """One write transaction of the writer thread.
+
+    Report rows and job-state updates are collected and written with two ``executemany`` calls per batch: every
+    ``sqlite3`` call releases and re-takes the GIL, and with the event loop busy in the other thread each re-take
+    can wait a whole switch interval, so per-statement writes made the writer the bottleneck (measured).
+    """
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self.conn = conn
+        self.report_rows: list[tuple[Any, ...]] = []
+        self.job_rows: dict[tuple[int, str], tuple[Any, ...]] = {}
+
+    def flush(self) -> None:
+        """Write what was collected (before any statement that reads or writes the same rows directly)."""
+        if self.report_rows:
+            self.conn.executemany("INSERT INTO reports VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", self.report_rows)
+            self.report_rows = []
+        if self.job_rows:
+            self.conn.executemany(
+                "UPDATE jobs SET detector_state = ?, n_reports = ?, first_step = ?, first_report_at = ?, "
+                "last_step = ?, best_step = ?, best_score = ?, stopped_at = ?, stop_reason = ? "
+                "WHERE tenant_id = ? AND job_id = ?", list(self.job_rows.values()))
+            self.job_rows = {}
 
 
 def _decision_from_row(action: str, reason: str, declines: int, best_step: int | None,
@@ -170,6 +202,7 @@ class SQLiteStore(Store):
         self._writer_lock = threading.Lock()
         self._closed = False
         self._cache: OrderedDict[tuple[int, str], _CachedJob] = OrderedDict()  # writer thread only
+        self._data_version: int | None = None  # writer thread only
         self._init_schema()
 
     # -- connections -------------------------------------------------------------------------------------------
@@ -216,7 +249,7 @@ class SQLiteStore(Store):
             conn.close()
 
     # -- the writer thread ---------------------------------------------------------------------------------------
-    def _submit(self, op: Callable[[sqlite3.Connection], Any]) -> Future[Any]:
+    def _submit(self, op: Callable[[_Txn], Any]) -> Future[Any]:
         fut: Future[Any] = Future()
         if self._closed:
             fut.set_exception(StoreUnavailable("the store is shutting down"))
@@ -252,19 +285,27 @@ class SQLiteStore(Store):
 
     def _run_batch(self, conn: sqlite3.Connection, batch: list[tuple[Callable[..., Any], Future[Any]]]) -> None:
         results: list[tuple[Future[Any], Any, BaseException | None]] = []
-        touched: set[tuple[int, str]] = set()
+        txn = _Txn(conn)
         try:
             conn.execute("BEGIN IMMEDIATE")
+            # data_version changes only when another connection (the CLI, another process) committed since this
+            # one last looked: then the cached monitors may be stale and are dropped. Checked under the write lock,
+            # so nobody can commit between the check and our COMMIT.
+            version = conn.execute("PRAGMA data_version").fetchone()[0]
+            if version != self._data_version:
+                self._cache.clear()
+                self._data_version = version
             for op, fut in batch:
                 if not fut.set_running_or_notify_cancel():
                     continue  # the caller gave up before we started: never acknowledged, never applied
                 try:
-                    results.append((fut, op(conn, touched), None))
+                    results.append((fut, op(txn), None))
                 except (BoundaryError, JobNotFound, JobFinished, JobExists, TenantExists, TenantNotFound,
                         ValueError) as exc:
                     # Domain errors are raised before the op writes anything (the core does not change state on a
                     # rejected report), so the rest of the batch commits normally.
                     results.append((fut, None, exc))
+            txn.flush()
             conn.execute("COMMIT")
         except Exception as exc:  # the database failed: nothing of this batch is acknowledged
             logger.error("sqlite commit failed, %d operation(s) refused: %s", len(batch), exc)
@@ -273,8 +314,7 @@ class SQLiteStore(Store):
                     conn.execute("ROLLBACK")
             except sqlite3.Error:
                 pass
-            for key in touched:  # in-memory monitors may be ahead of the rolled-back database
-                self._cache.pop(key, None)
+            self._cache.clear()  # in-memory monitors may be ahead of the rolled-back database
             err = StoreUnavailable(f"the database could not commit: {exc}")
             for _, fut in batch:
                 if fut.running():
@@ -290,7 +330,8 @@ class SQLiteStore(Store):
     def add_tenant(self, name: str) -> tuple[Tenant, str]:
         token = new_token()
 
-        def op(conn: sqlite3.Connection, touched: set[Any]) -> Tenant:
+        def op(txn: _Txn) -> Tenant:
+            conn = txn.conn
             if conn.execute("SELECT 1 FROM tenants WHERE name = ?", (name,)).fetchone():
                 raise TenantExists(f"tenant {name!r} already exists")
             now = time.time()
@@ -306,7 +347,8 @@ class SQLiteStore(Store):
         return [Tenant(*row) for row in rows]
 
     def revoke_tenant(self, name: str) -> Tenant:
-        def op(conn: sqlite3.Connection, touched: set[Any]) -> Tenant:
+        def op(txn: _Txn) -> Tenant:
+            conn = txn.conn
             row = conn.execute("SELECT tenant_id, created_at, revoked_at FROM tenants WHERE name = ?",
                                (name,)).fetchone()
             if row is None:
@@ -333,7 +375,9 @@ class SQLiteStore(Store):
         monitor = JobMonitor(job_id=record.job_id, job_type=record.job_type, detector=detector)
         state = monitor.state_dict()
 
-        def op(conn: sqlite3.Connection, touched: set[Any]) -> tuple[JobRecord, bool]:
+        def op(txn: _Txn) -> tuple[JobRecord, bool]:
+            txn.flush()
+            conn = txn.conn
             row = conn.execute(f"SELECT {_JOB_COLUMNS} {_JOB_FROM} WHERE j.tenant_id = ? AND j.job_id = ?",
                                (tenant_id, record.job_id)).fetchone()
             if row is not None:
@@ -384,23 +428,27 @@ class SQLiteStore(Store):
         ).fetchall()
         return [_job_from_row(r) for r in rows]
 
-    def _load_for_update(self, conn: sqlite3.Connection, key: tuple[int, str]) -> tuple[_CachedJob, tuple[Any, ...]]:
-        """The job's monitor, valid inside the current write transaction, and its scheduling columns."""
-        meta = conn.execute(
-            "SELECT n_reports, finished_at, gpus, planned_steps, first_step, first_report_at FROM jobs "
-            "WHERE tenant_id = ? AND job_id = ?", key).fetchone()
-        if meta is None:
-            raise JobNotFound(f"no job {key[1]!r}")
+    def _load_for_update(self, txn: _Txn, key: tuple[int, str]) -> _CachedJob:
+        """The job's monitor, valid inside the current write transaction (see ``_run_batch`` for the cache)."""
         cached = self._cache.get(key)
-        if cached is not None and cached.n_reports == meta[0]:
+        if cached is not None:
             self._cache.move_to_end(key)
-            return cached, meta
+            return cached
+        txn.flush()  # the rows below must include what this batch already applied
+        conn = txn.conn
         row = conn.execute(
-            "SELECT job_type, detector, detector_state, best_step, best_score, stopped_at, stop_reason FROM jobs "
+            "SELECT job_type, detector, detector_state, best_step, best_score, stopped_at, stop_reason, n_reports, "
+            "finished_at, gpus, planned_steps, first_step, first_report_at FROM jobs "
             "WHERE tenant_id = ? AND job_id = ?", key).fetchone()
+        if row is None:
+            raise JobNotFound(f"no job {key[1]!r}")
+        if row[8] is not None:
+            raise JobFinished(f"job {key[1]!r} is finished; it takes no more reports")
         reps = conn.execute(
             "SELECT step, eval_score, action, reason, declines, best_step, best_score FROM reports "
             "WHERE tenant_id = ? AND job_id = ? ORDER BY step", key).fetchall()
+        if len(reps) != row[7]:
+            raise StoreUnavailable(f"job {key[1]!r} is inconsistent: {row[7]} reports counted, {len(reps)} stored")
         state = {
             "job_id": key[1], "job_type": row[0], "detector": json.loads(row[1]),
             "detector_state": json.loads(row[2]),
@@ -409,66 +457,56 @@ class SQLiteStore(Store):
                           for r in reps],
             "best_step": row[3], "best_score": row[4], "stopped_at": row[5], "stop_reason": row[6],
         }
-        cached = _CachedJob(JobMonitor.from_state_dict(state), len(reps))
-        if cached.n_reports != meta[0]:
-            raise StoreUnavailable(f"job {key[1]!r} is inconsistent: {meta[0]} reports counted, {len(reps)} stored")
+        cached = _CachedJob(JobMonitor.from_state_dict(state), gpus=row[9], planned_steps=row[10],
+                            first_step=row[11], first_report_at=row[12])
         self._cache[key] = cached
         while len(self._cache) > self.cache_jobs:
             self._cache.popitem(last=False)
-        return cached, meta
+        return cached
 
     def submit_report(self, tenant_id: int, report: Report) -> Future[ReportOutcome]:
         key = (tenant_id, report.job_id)
 
-        def op(conn: sqlite3.Connection, touched: set[tuple[int, str]]) -> ReportOutcome:
-            cached, meta = self._load_for_update(conn, key)
-            _, finished_at, gpus, planned_steps, first_step, first_report_at = meta
+        def op(txn: _Txn) -> ReportOutcome:
+            cached = self._load_for_update(txn, key)
             monitor = cached.monitor
-            if finished_at is not None:
-                raise JobFinished(f"job {report.job_id!r} is finished; it takes no more reports")
             n_before = len(monitor.steps)
             was_stopped = monitor.stopped
-            touched.add(key)  # observe may mutate the in-memory monitor: drop it if the commit fails
-            decision = monitor.observe_report(report)
+            decision = monitor.observe_report(report)  # the core; raises without changing state on a bad report
             if len(monitor.steps) == n_before:
                 return ReportOutcome(decision, resend=True)
             now = time.time()
-            conn.execute(
-                "INSERT INTO reports VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            txn.report_rows.append(
                 (tenant_id, report.job_id, report.step, report.eval_score,
                  None if report.eval_scores is None else json.dumps(list(report.eval_scores)),
                  decision.action.value, decision.reason, decision.declines, decision.best_step,
-                 decision.best_score, now),
-            )
-            if first_step is None:
-                first_step, first_report_at = report.step, now
-            conn.execute(
-                "UPDATE jobs SET detector_state = ?, n_reports = ?, first_step = ?, first_report_at = ?, "
-                "last_step = ?, best_step = ?, best_score = ?, stopped_at = ?, stop_reason = ? "
-                "WHERE tenant_id = ? AND job_id = ?",
-                (json.dumps(monitor.detector.state_dict()), len(monitor.steps), first_step, first_report_at,
-                 report.step, monitor.best_step, monitor.best_score, monitor.stopped_at, monitor.stop_reason,
-                 *key),
-            )
-            cached.n_reports = len(monitor.steps)
+                 decision.best_score, now))
+            if cached.first_step is None:
+                cached.first_step, cached.first_report_at = report.step, now
+            txn.job_rows[key] = (
+                json.dumps(monitor.detector.state_dict()), len(monitor.steps), cached.first_step,
+                cached.first_report_at, report.step, monitor.best_step, monitor.best_score, monitor.stopped_at,
+                monitor.stop_reason, *key)
             stopped_now = monitor.stopped and not was_stopped
             reclaimed = 0.0
-            if stopped_now and gpus and planned_steps and report.step > first_step:
+            if stopped_now and cached.gpus and cached.planned_steps and cached.first_report_at is not None \
+                    and report.step > cached.first_step:
                 # Remaining planned steps at this job's own observed pace (server clock).
-                sec_per_step = (now - first_report_at) / (report.step - first_step)
-                reclaimed = gpus * max(0, planned_steps - report.step) * sec_per_step / 3600.0
+                sec_per_step = (now - cached.first_report_at) / (report.step - cached.first_step)
+                reclaimed = cached.gpus * max(0, cached.planned_steps - report.step) * sec_per_step / 3600.0
             return ReportOutcome(decision, resend=False, stopped_now=stopped_now, gpu_hours_reclaimed=reclaimed)
 
         return self._submit(op)
 
     def finish_job(self, tenant_id: int, job_id: str, reason: str) -> JobRecord:
-        def op(conn: sqlite3.Connection, touched: set[Any]) -> None:
-            cur = conn.execute(
+        def op(txn: _Txn) -> None:
+            txn.flush()
+            cur = txn.conn.execute(
                 "UPDATE jobs SET finished_at = COALESCE(finished_at, ?), finish_reason = COALESCE(finish_reason, ?) "
                 "WHERE tenant_id = ? AND job_id = ?", (time.time(), reason, tenant_id, job_id))
             if cur.rowcount == 0:
                 raise JobNotFound(f"no job {job_id!r}")
-            self._cache.pop((tenant_id, job_id), None)  # a finished job takes no more reports
+            self._cache.pop((tenant_id, job_id), None)  # reloaded (and refused as finished) on the next report
 
         self._submit(op).result()
         return self.get_job(tenant_id, job_id)
