@@ -6,8 +6,8 @@ newest revision when a store opens (under an advisory lock, so replicas starting
 
 How replicas stay correct:
 
-- Every report is one transaction ``SELECT the job row ... FOR UPDATE`` → apply
-  :class:`~platform_sim.core.monitor.JobMonitor` → ``INSERT`` the report row, ``UPDATE`` the job row → ``COMMIT``.
+- Reports are applied in transactions ``SELECT the job rows ... FOR UPDATE`` → apply
+  :class:`~platform_sim.core.monitor.JobMonitor` → ``INSERT`` the report rows, ``UPDATE`` the job rows → ``COMMIT``.
   The row lock serializes concurrent reports for one job wherever they arrive; the decision is answered only after
   the commit, so an acknowledged report is durable (``synchronous_commit`` as the server is configured: ``on`` by
   default).
@@ -16,8 +16,9 @@ How replicas stay correct:
   re-send), then fed through the core's one implementation. That costs one or two indexed reads per report and makes
   the decision identical to a single process applying the same reports in the same order.
 - Within a replica, each job is pinned to one of ``workers`` writer threads (hash of tenant and job id), so reports
-  for a job are applied in submission order; each writer commits what is queued for it as one transaction (group
-  commit), taking the row locks in key order so that two replicas' batches cannot deadlock.
+  for a job are applied in submission order. Each writer applies the reports queued for it together: one
+  transaction of four round trips (lock the job rows in key order, so that two replicas' batches cannot deadlock;
+  read the report rows; insert; update) and one commit for the whole batch (group commit).
 """
 
 from __future__ import annotations
@@ -237,8 +238,8 @@ class PostgresStore(Store):
     def _shard(self, tenant_id: int, job_id: str) -> int:
         return zlib.crc32(f"{tenant_id}/{job_id}".encode("utf-8")) % self.workers
 
-    def _submit(self, shard: int, key: tuple[Any, ...], op: Callable[[Any], Any]) -> Future[Any]:
-        """Queue ``op(cursor)`` on writer ``shard``; ``key`` orders the row locks within a batch."""
+    def _submit(self, shard: int, key: tuple[Any, ...], op: Callable[[Any], Any] | Report) -> Future[Any]:
+        """Queue ``op`` (a :class:`Report`, or a function of a cursor) on writer ``shard`` for the job ``key``."""
         fut: Future[Any] = Future()
         if self._closed:
             fut.set_exception(StoreUnavailable("the store is shutting down"))
@@ -288,32 +289,56 @@ class PostgresStore(Store):
                     self._discard(conn)
                 return
 
-    def _run_batch(self, conn: Any, batch: list[tuple[tuple[Any, ...], Callable[[Any], Any], Future[Any]]]) -> bool:
-        """Run the batch in one transaction and resolve its futures; False if the connection is no longer usable."""
-        # A stable sort keeps each job's reports in submission order and takes row locks in one global order, so a
-        # batch here and a batch at another replica never wait on each other in a cycle.
-        batch = sorted(batch, key=lambda b: b[0])
+    def _run_batch(self, conn: Any, batch: list[tuple[tuple[Any, ...], Any, Future[Any]]]) -> bool:
+        """Commit the batch and resolve its futures; False if the connection is no longer usable.
+
+        Consecutive reports are applied together in one transaction (:meth:`_apply_reports`); any other operation
+        (register, finish) runs in a transaction of its own, in submission order.
+        """
+        segments: list[list[tuple[tuple[Any, ...], Any, Future[Any]]]] = []
+        for item in batch:
+            if isinstance(item[1], Report) and segments and isinstance(segments[-1][0][1], Report):
+                segments[-1].append(item)
+            else:
+                segments.append([item])
+        for i, seg in enumerate(segments):
+            if isinstance(seg[0][1], Report):
+                ok = self._transact(conn, seg, lambda cur, seg=seg: self._apply_reports(cur, seg))
+            else:
+                (_, op, fut), = seg
+                ok = self._transact(conn, seg, lambda cur, op=op, fut=fut: [(fut, *self._call(op, cur))])
+            if not ok:
+                for later in segments[i + 1:]:
+                    for _, _, fut in later:
+                        fut.set_exception(StoreUnavailable("the database connection was lost"))
+                return False
+        return True
+
+    @staticmethod
+    def _call(op: Callable[[Any], Any], cur: Any) -> tuple[Any, BaseException | None]:
+        try:
+            return op(cur), None
+        except _DOMAIN_ERRORS as exc:  # raised before the op wrote anything: the transaction stays usable
+            return None, exc
+
+    def _transact(self, conn: Any, items: list[tuple[tuple[Any, ...], Any, Future[Any]]],
+                  body: Callable[[Any], list[tuple[Future[Any], Any, BaseException | None]]]) -> bool:
+        """Run ``body`` in a transaction, retrying deadlocks; resolve the futures after the commit."""
         pg = self._psycopg
         for attempt in range(self.retries + 1):
-            results: list[tuple[Future[Any], Any, BaseException | None]] = []
             try:
                 with conn.transaction():
                     with conn.cursor() as cur:
-                        for _, op, fut in batch:
-                            try:
-                                results.append((fut, op(cur), None))
-                            except _DOMAIN_ERRORS as exc:
-                                # Raised by Python before the op wrote anything, so the transaction stays usable.
-                                results.append((fut, None, exc))
+                        results = body(cur)
             except pg.Error as exc:
                 sqlstate = getattr(exc, "sqlstate", None)
                 if sqlstate in _RETRY_SQLSTATES and attempt < self.retries:
                     logger.info("postgres transaction retried after %s (attempt %d)", sqlstate, attempt + 1)
                     time.sleep(0.001 * 2 ** attempt)
                     continue
-                logger.error("postgres commit failed, %d operation(s) refused: %s", len(batch), exc)
+                logger.error("postgres commit failed, %d operation(s) refused: %s", len(items), exc)
                 err = StoreUnavailable(f"the database could not commit: {exc}")
-                for _, _, fut in batch:
+                for _, _, fut in items:
                     fut.set_exception(err)
                 return not (conn.closed or isinstance(exc, pg.OperationalError))
             for fut, value, error in results:
@@ -323,6 +348,113 @@ class PostgresStore(Store):
                     fut.set_exception(error)
             return True
         return True  # not reached: the last attempt either returns or fails above
+
+    def _apply_reports(self, cur: Any, items: list[tuple[tuple[Any, ...], Any, Future[Any]]]
+                       ) -> list[tuple[Future[Any], Any, BaseException | None]]:
+        """Apply reports (several jobs, possibly several per job, in submission order) in the open transaction.
+
+        Four round trips whatever the batch size: lock the job rows, read the report rows the monitors need, insert
+        the new report rows, update the job rows.
+        """
+        keys = sorted({key for key, _, _ in items})
+        # The row locks, taken in key order (ORDER BY sits under the locking step), so that two replicas' batches
+        # never wait on each other in a cycle. The lock is taken alone: after waiting, PostgreSQL re-reads the locked
+        # row but would join other tables from the statement's older snapshot (READ COMMITTED), so the report rows
+        # are read by the next statement, which sees everything committed before the locks were granted.
+        rows = cur.execute(
+            "SELECT tenant_id, job_id, job_type, detector, detector_state, best_step, best_score, stopped_at, "
+            "stop_reason, n_reports, finished_at, gpus, planned_steps, first_step, first_report_at, last_step "
+            "FROM jobs WHERE (tenant_id, job_id) IN (SELECT * FROM unnest(%s::bigint[], %s::text[])) "
+            "ORDER BY tenant_id, job_id FOR UPDATE",
+            ([k[0] for k in keys], [k[1] for k in keys])).fetchall()
+        jobs = {(r[0], r[1]): r[2:] for r in rows}
+        # A monitor needs, besides the detector state, only the report rows that a re-send could be compared with:
+        # the one at each reported step (if stored) and the last one (for "steps must increase").
+        want: set[tuple[int, str, int]] = set()
+        for key, report, _ in items:
+            job = jobs.get(key)
+            if job is not None and job[13] is not None:
+                want.update({(*key, job[13]), (*key, report.step)})
+        stored: dict[tuple[Any, ...], list[tuple[Any, ...]]] = {}
+        if want:
+            w = sorted(want)
+            for r in cur.execute(
+                    "SELECT tenant_id, job_id, step, eval_score, action, reason, declines, best_step, best_score "
+                    "FROM reports WHERE (tenant_id, job_id, step) IN "
+                    "(SELECT * FROM unnest(%s::bigint[], %s::text[], %s::bigint[])) ORDER BY 1, 2, 3",
+                    ([x[0] for x in w], [x[1] for x in w], [x[2] for x in w])).fetchall():
+                stored.setdefault((r[0], r[1]), []).append(r[2:])
+        states: dict[tuple[Any, ...], dict[str, Any]] = {}
+        inserts: list[tuple[Any, ...]] = []
+        results: list[tuple[Future[Any], Any, BaseException | None]] = []
+        for key, report, fut in items:
+            try:
+                results.append((fut, self._apply_one(key, report, jobs.get(key), stored.get(key, []), states,
+                                                     inserts), None))
+            except _DOMAIN_ERRORS as exc:  # nothing of this report was applied
+                results.append((fut, None, exc))
+        if inserts:
+            cur.executemany(
+                "INSERT INTO reports (tenant_id, job_id, step, eval_score, eval_scores, action, reason, declines, "
+                "best_step, best_score, received_at) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)", inserts)
+        updates = [(json.dumps(st["monitor"].detector.state_dict()), st["n_reports"], st["first_step"],
+                    st["first_report_at"], st["monitor"].steps[-1], st["monitor"].best_step,
+                    st["monitor"].best_score, st["monitor"].stopped_at, st["monitor"].stop_reason, *key)
+                   for key, st in states.items() if st["dirty"]]
+        if updates:
+            cur.executemany(
+                "UPDATE jobs SET detector_state = %s, n_reports = %s, first_step = %s, first_report_at = %s, "
+                "last_step = %s, best_step = %s, best_score = %s, stopped_at = %s, stop_reason = %s "
+                "WHERE tenant_id = %s AND job_id = %s", updates)
+        return results
+
+    @staticmethod
+    def _apply_one(key: tuple[Any, ...], report: Report, job: tuple[Any, ...] | None, reps: list[tuple[Any, ...]],
+                   states: dict[tuple[Any, ...], dict[str, Any]], inserts: list[tuple[Any, ...]]) -> ReportOutcome:
+        if job is None:
+            raise JobNotFound(f"no job {report.job_id!r}")
+        (job_type, detector, detector_state, best_step, best_score, stopped_at, stop_reason, n_reports,
+         finished_at, gpus, planned_steps, first_step, first_report_at, last_step) = job
+        if finished_at is not None:
+            raise JobFinished(f"job {report.job_id!r} is finished; it takes no more reports")
+        st = states.get(key)
+        if st is None:
+            if last_step is not None and (not reps or reps[-1][0] != last_step):
+                raise StoreUnavailable(f"job {report.job_id!r} is inconsistent: its last report (step {last_step}) "
+                                       "is missing")
+            monitor = JobMonitor.from_state_dict({
+                "job_id": report.job_id, "job_type": job_type, "detector": json.loads(detector),
+                "detector_state": json.loads(detector_state),
+                "steps": [r[0] for r in reps], "scores": [r[1] for r in reps],
+                "decisions": [{"action": r[2], "reason": r[3], "declines": r[4], "best_step": r[5],
+                               "best_score": r[6]} for r in reps],
+                "best_step": best_step, "best_score": best_score, "stopped_at": stopped_at,
+                "stop_reason": stop_reason,
+            })
+            st = states[key] = {"monitor": monitor, "n_reports": n_reports, "first_step": first_step,
+                                "first_report_at": first_report_at, "dirty": False}
+        monitor: JobMonitor = st["monitor"]
+        was_stopped = monitor.stopped
+        n_before = len(monitor.steps)
+        decision = monitor.observe_report(report)  # the core's one implementation; raises without changing state
+        if len(monitor.steps) == n_before:
+            return ReportOutcome(decision, resend=True)
+        now = time.time()
+        inserts.append((*key, report.step, report.eval_score,
+                        None if report.eval_scores is None else json.dumps(list(report.eval_scores)),
+                        decision.action.value, decision.reason, decision.declines, decision.best_step,
+                        decision.best_score, now))
+        st["n_reports"] += 1
+        st["dirty"] = True
+        if st["first_step"] is None:
+            st["first_step"], st["first_report_at"] = report.step, now
+        stopped_now = monitor.stopped and not was_stopped
+        reclaimed = 0.0
+        if stopped_now and gpus and planned_steps and report.step > st["first_step"]:
+            # Remaining planned steps at this job's own observed pace (server clock), as the SQLite store does.
+            sec_per_step = (now - st["first_report_at"]) / (report.step - st["first_step"])
+            reclaimed = gpus * max(0, planned_steps - report.step) * sec_per_step / 3600.0
+        return ReportOutcome(decision, resend=False, stopped_now=stopped_now, gpu_hours_reclaimed=reclaimed)
 
     # -- tenants -------------------------------------------------------------------------------------------------
     def add_tenant(self, name: str) -> tuple[Tenant, str]:
@@ -421,72 +553,8 @@ class PostgresStore(Store):
 
     def submit_report(self, tenant_id: int, report: Report) -> Future[ReportOutcome]:
         key = (tenant_id, report.job_id)
-
-        def op(cur: Any) -> ReportOutcome:
-            # The row lock: a report for this job at another replica waits here until this transaction ends.
-            # The lock is taken alone: after waiting, PostgreSQL re-reads the locked row but would join other tables
-            # from the statement's older snapshot (READ COMMITTED), so the report rows are read by the next
-            # statement, which sees everything committed before the lock was granted.
-            row = cur.execute(
-                "SELECT job_type, detector, detector_state, best_step, best_score, stopped_at, stop_reason, "
-                "n_reports, finished_at, gpus, planned_steps, first_step, first_report_at, last_step FROM jobs "
-                "WHERE tenant_id = %s AND job_id = %s FOR UPDATE", key).fetchone()
-            if row is None:
-                raise JobNotFound(f"no job {report.job_id!r}")
-            (job_type, detector, detector_state, best_step, best_score, stopped_at, stop_reason, n_reports,
-             finished_at, gpus, planned_steps, first_step, first_report_at, last_step) = row
-            if finished_at is not None:
-                raise JobFinished(f"job {report.job_id!r} is finished; it takes no more reports")
-            # The monitor needs, besides the detector state, only the report rows that a re-send of this step could
-            # be compared with: the one at this step (if stored) and the last one (for "steps must increase").
-            reps: list[tuple[Any, ...]] = []
-            if last_step is not None:
-                reps = cur.execute(
-                    "SELECT step, eval_score, action, reason, declines, best_step, best_score FROM reports "
-                    "WHERE tenant_id = %s AND job_id = %s AND step IN (%s, %s) ORDER BY step",
-                    (*key, report.step, last_step)).fetchall()
-                if not reps or reps[-1][0] != last_step:
-                    raise StoreUnavailable(f"job {report.job_id!r} is inconsistent: its last report (step "
-                                           f"{last_step}) is missing")
-            monitor = JobMonitor.from_state_dict({
-                "job_id": report.job_id, "job_type": job_type, "detector": json.loads(detector),
-                "detector_state": json.loads(detector_state),
-                "steps": [r[0] for r in reps], "scores": [r[1] for r in reps],
-                "decisions": [{"action": r[2], "reason": r[3], "declines": r[4], "best_step": r[5],
-                               "best_score": r[6]} for r in reps],
-                "best_step": best_step, "best_score": best_score, "stopped_at": stopped_at,
-                "stop_reason": stop_reason,
-            })
-            was_stopped = monitor.stopped
-            n_before = len(monitor.steps)
-            decision = monitor.observe_report(report)
-            if len(monitor.steps) == n_before:
-                return ReportOutcome(decision, resend=True)
-            now = time.time()
-            cur.execute(
-                "INSERT INTO reports (tenant_id, job_id, step, eval_score, eval_scores, action, reason, declines, "
-                "best_step, best_score, received_at) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
-                (*key, report.step, report.eval_score,
-                 None if report.eval_scores is None else json.dumps(list(report.eval_scores)),
-                 decision.action.value, decision.reason, decision.declines, decision.best_step, decision.best_score,
-                 now))
-            if first_step is None:
-                first_step, first_report_at = report.step, now
-            cur.execute(
-                "UPDATE jobs SET detector_state = %s, n_reports = %s, first_step = %s, first_report_at = %s, "
-                "last_step = %s, best_step = %s, best_score = %s, stopped_at = %s, stop_reason = %s "
-                "WHERE tenant_id = %s AND job_id = %s",
-                (json.dumps(monitor.detector.state_dict()), n_reports + 1, first_step, first_report_at,
-                 report.step, monitor.best_step, monitor.best_score, monitor.stopped_at, monitor.stop_reason, *key))
-            stopped_now = monitor.stopped and not was_stopped
-            reclaimed = 0.0
-            if stopped_now and gpus and planned_steps and report.step > first_step:
-                # Remaining planned steps at this job's own observed pace (server clock), as the SQLite store does.
-                sec_per_step = (now - first_report_at) / (report.step - first_step)
-                reclaimed = gpus * max(0, planned_steps - report.step) * sec_per_step / 3600.0
-            return ReportOutcome(decision, resend=False, stopped_now=stopped_now, gpu_hours_reclaimed=reclaimed)
-
-        return self._submit(self._shard(*key), key, op)
+        # Queued as data, not as a closure: the writer applies consecutive reports together (_apply_reports).
+        return self._submit(self._shard(*key), key, report)
 
     def finish_job(self, tenant_id: int, job_id: str, reason: str) -> JobRecord:
         def op(cur: Any) -> None:
