@@ -287,3 +287,66 @@ def test_a_decision_is_stop_once_stopped_whichever_replica_answers(pg_db: str) -
     finally:
         for s in stores:
             s.close()
+
+
+def test_a_batch_of_queued_reports_applies_each_in_order_like_the_core(pg_db: str) -> None:
+    # One writer, everything submitted before any result is awaited: the reports reach the database as a few
+    # batches, with several reports of one job, re-sends, conflicts and unknown or finished jobs mixed in.
+    from platform_sim.service.store import JobFinished, JobNotFound
+
+    store = PostgresStore(pg_db, workers=1)
+    try:
+        tenant, _ = store.add_tenant("t")
+        for job in ("a", "b", "done"):
+            store.register_job(tenant.tenant_id, JobRecord(job, "rlhf", {"name": "k-decline", "params": {}},
+                                                           gpus=4, planned_steps=100))
+        store.finish_job(tenant.tenant_id, "done", "completed")
+        rng = random.Random(3)
+        plan: list[Report] = []
+        for step in range(0, 60, 5):
+            for job in ("a", "b"):
+                plan.append(Report(job, "rlhf", step, round(rng.random(), 3)))
+            if step == 20:
+                plan += [Report("a", "rlhf", 10, plan[4].eval_score),  # a re-send of a's step 10
+                         Report("b", "rlhf", 10, 2.0),  # a conflicting score for b's step 10
+                         Report("b", "rlhf", 3, 0.1),  # older than b's last step
+                         Report("ghost", "rlhf", 5, 0.5), Report("done", "rlhf", 5, 0.5)]
+        futures = [store.submit_report(tenant.tenant_id, r) for r in plan]
+        expected = {"a": JobMonitor("a", "rlhf"), "b": JobMonitor("b", "rlhf")}
+        stops = 0
+        for report, fut in zip(plan, futures):
+            if report.job_id == "ghost":
+                with pytest.raises(JobNotFound):
+                    fut.result(timeout=30)
+            elif report.job_id == "done":
+                with pytest.raises(JobFinished):
+                    fut.result(timeout=30)
+            else:
+                try:
+                    want = expected[report.job_id].observe_report(report)
+                except ConflictError:
+                    with pytest.raises(ConflictError):
+                        fut.result(timeout=30)
+                    continue
+                outcome = fut.result(timeout=30)
+                assert outcome.decision == want, report
+                stops += outcome.stopped_now
+        assert stops == sum(m.stopped for m in expected.values()) >= 1
+        for job, monitor in expected.items():
+            stored = store.reports(tenant.tenant_id, job)
+            assert [(r.step, r.eval_score, r.decision) for r in stored] == list(
+                zip(monitor.steps, monitor.scores, monitor.decisions))
+            record = store.get_job(tenant.tenant_id, job)
+            assert (record.n_reports, record.last_step, record.best_step, record.stopped_at) == (
+                len(monitor.steps), monitor.steps[-1], monitor.best_step, monitor.stopped_at)
+    finally:
+        store.close()
+
+
+def test_serve_with_an_unreachable_postgres_url_exits_2_with_one_line() -> None:
+    port = _free_port()  # nothing listens there
+    proc = subprocess.run([sys.executable, "-m", "platform_sim.service.cli", "serve", "--db",
+                           f"postgresql://nobody@127.0.0.1:{port}/none"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2
+    err = proc.stderr.strip()
+    assert err.startswith("evalstop-server: error: --db postgresql://") and "\n" not in err, err

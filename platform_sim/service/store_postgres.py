@@ -161,10 +161,17 @@ class PostgresStore(Store):
         self.connect_timeout = connect_timeout
         self.retries = retries
         self._closed = False
-        if migrate:
-            upgrade_schema(url)
-        else:
-            self._check_schema_at_head()
+        import sqlalchemy.exc
+
+        try:
+            if migrate:
+                upgrade_schema(url)
+            else:
+                self._check_schema_at_head()
+        except (psycopg.OperationalError, sqlalchemy.exc.OperationalError) as exc:
+            # libpq's messages span lines ("Is the server running...?"); operators get one line.
+            orig = getattr(exc, "orig", None) or exc
+            raise StoreUnavailable(f"cannot connect to PostgreSQL: {' '.join(str(orig).split())}") from None
         self._readers: queue.LifoQueue[Any] = queue.LifoQueue()
         self._reader_slots = threading.BoundedSemaphore(readers)
         self._all_conns: list[Any] = []
@@ -178,7 +185,7 @@ class PostgresStore(Store):
         try:
             conn = self._psycopg.connect(self.url, autocommit=autocommit, connect_timeout=int(self.connect_timeout))
         except self._psycopg.OperationalError as exc:
-            raise StoreUnavailable(f"cannot connect to PostgreSQL: {exc}") from exc
+            raise StoreUnavailable(f"cannot connect to PostgreSQL: {' '.join(str(exc).split())}") from exc
         with self._conns_lock:
             self._all_conns.append(conn)
         return conn

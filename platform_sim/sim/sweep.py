@@ -197,8 +197,13 @@ def load_sweep_file(path: str | os.PathLike[str]) -> SweepSpec:
     except OSError as exc:
         raise SweepFileError(f"{path}: cannot read: {exc.strerror or exc}") from None
     if ext == ".toml":
-        import tomllib
-
+        try:
+            import tomllib
+        except ImportError:  # Python 3.10: the same parser as a package
+            try:
+                import tomli as tomllib  # type: ignore[no-redef]
+            except ImportError:
+                raise SweepFileError(f"{path}: TOML grids need Python 3.11 or the tomli package; or use YAML") from None
         try:
             data = tomllib.loads(raw.decode("utf-8"))
         except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
