@@ -1,0 +1,118 @@
+"""Reading recorded traces: strict validation with file and line, the label rule, and replay's input errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from platform_sim.sim.cli import main as sim_main
+from platform_sim.sim.traces import TraceFormatError, label_of, load_traces, read_trace
+
+
+def write_trace(path: Path, scores, job_type="rlhf", end=True, extra_eval=None, header=None) -> Path:
+    lines = [header or {"kind": "header", "format": "evalstop-trace/1", "job_id": path.stem, "job_type": job_type,
+                        "planned_steps": 10 * len(scores)}]
+    for i, s in enumerate(scores, 1):
+        line = {"kind": "eval", "step": 10 * i, "eval_score": s, "proxy_reward": float(i)}
+        line.update(extra_eval or {})
+        lines.append(line)
+    if end:
+        lines.append({"kind": "end", "reason": "completed", "best_step": 10, "best_score": max(scores)})
+    path.write_text("\n".join(json.dumps(x) for x in lines) + "\n")
+    return path
+
+
+def test_reads_a_valid_trace(tmp_path):
+    t = read_trace(write_trace(tmp_path / "a.jsonl", [1.0, 3.0, 2.0, 0.5]))
+    assert t.name == "a" and t.steps == (10, 20, 30, 40) and t.scores == (1.0, 3.0, 2.0, 0.5)
+    assert t.peak_step == 20 and t.proxy == (1.0, 2.0, 3.0, 4.0)
+    assert t.progress() == (0.25, 0.5, 0.75, 1.0)
+
+
+def test_only_required_fields_are_required(tmp_path):
+    p = tmp_path / "minimal.jsonl"
+    p.write_text('{"kind": "header", "format": "evalstop-trace/1", "job_id": "x", "job_type": "dpo"}\n'
+                 '{"kind": "eval", "step": 0, "eval_score": 1}\n{"kind": "eval", "step": 5, "eval_score": 2}\n')
+    t = read_trace(p)
+    assert t.planned_steps == 5 and t.end is None and t.proxy == (None, None)
+
+
+@pytest.mark.parametrize("mutate, line, words", [
+    (lambda ls: ls.__setitem__(2, "{not json"), 3, "not valid JSON"),
+    (lambda ls: ls.__setitem__(3, json.dumps({"kind": "eval", "step": 10, "eval_score": 1.0})), 4, "strictly increase"),
+    (lambda ls: ls.__setitem__(2, '{"kind": "eval", "step": 20, "eval_score": NaN}'), 3, "finite"),
+    (lambda ls: ls.__setitem__(2, json.dumps({"kind": "eval", "step": 20})), 3, "without eval_score"),
+    (lambda ls: ls.__setitem__(2, json.dumps({"kind": "eval", "step": 20, "eval_score": 1, "loss": 2})), 3, "unknown"),
+    (lambda ls: ls.__setitem__(2, json.dumps({"kind": "metrics", "step": 20})), 3, "unknown line kind"),
+    (lambda ls: ls.__setitem__(0, json.dumps({"kind": "header", "format": "other/2", "job_id": "a",
+                                               "job_type": "rlhf"})), 1, "format"),
+    (lambda ls: ls.__setitem__(0, json.dumps({"kind": "header", "format": "evalstop-trace/1", "job_id": "a",
+                                               "job_type": "chat"})), 1, "job_type"),
+    (lambda ls: ls.pop(0), 1, "first line must be the header"),
+    (lambda ls: ls.append(json.dumps({"kind": "eval", "step": 99, "eval_score": 1})), 7, "after the end line"),
+    (lambda ls: ls.__setitem__(2, json.dumps({"kind": "eval", "step": 20, "eval_score": 1,
+                                               "eval_scores": [1, None]})), 3, "eval_scores"),
+])
+def test_rejects_bad_files_with_file_and_line(tmp_path, mutate, line, words):
+    p = write_trace(tmp_path / "bad.jsonl", [1.0, 2.0, 3.0, 2.0])
+    lines = p.read_text().splitlines()
+    mutate(lines)
+    p.write_text("\n".join(lines) + "\n")
+    with pytest.raises(TraceFormatError) as exc:
+        read_trace(p)
+    msg = str(exc.value)
+    assert msg.startswith(f"{p}:{line}:"), msg
+    assert words in msg
+
+
+def test_rejects_empty_and_too_short_traces(tmp_path):
+    (tmp_path / "empty.jsonl").write_text("")
+    with pytest.raises(TraceFormatError, match="empty.jsonl:1: empty trace"):
+        read_trace(tmp_path / "empty.jsonl")
+    with pytest.raises(TraceFormatError, match="at least 2 eval lines"):
+        read_trace(write_trace(tmp_path / "one.jsonl", [1.0]))
+
+
+def test_label_rule_is_give_back_of_a_quarter_of_the_gain():
+    assert label_of([0.0, 4.0, 2.9]) == "hacking"      # gave back 1.1 of 4 (> 25%)
+    assert label_of([0.0, 4.0, 3.1]) == "healthy"      # gave back 0.9 of 4
+    assert label_of([0.0, 1.0, 2.0]) == "healthy"
+    assert label_of([2.0, 1.0, 0.0]) == "healthy"      # never gained: nothing to overoptimize
+    assert label_of([0.1, 0.6, 0.3]) == label_of([1.0, 6.0, 3.0]) == "hacking"  # scale-free
+    with pytest.raises(ValueError):
+        label_of([])
+
+
+def test_load_traces_errors(tmp_path):
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        load_traces(tmp_path / "nope")
+    with pytest.raises(TraceFormatError, match=r"no traces \(\*\.jsonl files\)"):
+        load_traces(tmp_path)
+
+
+def test_replay_cli_rejects_empty_dir_and_bad_trace_with_exit_2(tmp_path, capsys):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert sim_main(["replay", "--traces", str(empty), "--seeds", "1", "--backend", "serial"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "--traces" in err and "no traces" in err and str(empty) in err and len(err.splitlines()) == 1
+
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    write_trace(bad / "ok.jsonl", [1.0, 2.0, 3.0])
+    p = write_trace(bad / "broken.jsonl", [1.0, 2.0, 3.0])
+    lines = p.read_text().splitlines()
+    lines[2] = lines[2].replace('"step": 20', '"step": 5')
+    p.write_text("\n".join(lines) + "\n")
+    assert sim_main(["replay", "--traces", str(bad), "--seeds", "1", "--backend", "serial"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert f"{p}:3:" in err and len(err.splitlines()) == 1
+
+
+def test_replay_cli_rejects_mixed_eval_counts(tmp_path, capsys):
+    write_trace(tmp_path / "a.jsonl", [1.0, 2.0, 3.0])
+    write_trace(tmp_path / "b.jsonl", [1.0, 2.0, 3.0, 4.0])
+    assert sim_main(["replay", "--traces", str(tmp_path), "--seeds", "1", "--backend", "serial"]) == 2
+    assert "same number of evals" in capsys.readouterr().err
