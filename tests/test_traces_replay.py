@@ -1,0 +1,109 @@
+"""`evalstop-sim replay`: traces as platform jobs, labels as ground truth, per-trace rows, detector flags."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from platform_sim.sim.cli import main as sim_main
+from platform_sim.sim.replay import build_replay_workload, corpus_scale, trace_curves, trace_detection
+from platform_sim.sim.traces import load_traces
+from platform_sim.sim.workload import WorkloadConfig
+
+N = 10  # evals per trace
+
+
+def _write(path: Path, scores) -> None:
+    lines = [{"kind": "header", "format": "evalstop-trace/1", "job_id": path.stem, "job_type": "rlhf",
+              "planned_steps": 10 * N}]
+    lines += [{"kind": "eval", "step": 10 * (i + 1), "eval_score": float(s)} for i, s in enumerate(scores)]
+    path.write_text("\n".join(json.dumps(x) for x in lines) + "\n")
+
+
+@pytest.fixture()
+def corpus(tmp_path):
+    """Three hacking curves (peak, then collapse) and three healthy ones (rise, then a noisy plateau), gold units."""
+    rng = np.random.default_rng(0)
+    p = np.arange(1, N + 1) / N
+    for i, peak in enumerate((0.4, 0.5, 0.6)):
+        curve = np.where(p <= peak, 4 * p / peak, 4 - 12 * (p - peak))
+        _write(tmp_path / f"hack{i}.jsonl", curve)
+    for i in range(3):
+        curve = 4 * (1 - np.exp(-p / 0.2)) + rng.normal(0, 0.05, N)
+        _write(tmp_path / f"ok{i}.jsonl", curve)
+    return tmp_path
+
+
+def test_rlhf_jobs_get_trace_curves_and_labels(corpus):
+    traces = load_traces(corpus)
+    curves = trace_curves(traces, corpus_scale(traces))
+    wl = build_replay_workload(WorkloadConfig(n_jobs=60, n_evals=N), curves, seed=1)
+    by_scores = {tuple(np.round(c.scores, 9)): c for c in curves}
+    rlhf = [j for j in wl.jobs if j.job_type == "rlhf"]
+    assert rlhf and any(j.job_type != "rlhf" for j in wl.jobs)  # mixed with synthetic LoRA/DPO jobs
+    for j in rlhf:
+        c = by_scores[tuple(np.round(wl.true_evals[j.index], 9))]  # the exact recorded curve on the grid
+        assert j.hacking == c.hacking
+        assert np.all(wl.noise[j.index] == 0)  # real eval noise is already in the curve
+    assert {c.name for c in curves} == {by_scores[tuple(np.round(wl.true_evals[j.index], 9))].name for j in rlhf}
+    assert wl.true_evals.min() >= 0 - 1e-12 and wl.true_evals[[j.index for j in rlhf]].max() <= 1 + 1e-12
+
+
+def test_trace_detection_row(corpus):
+    traces = load_traces(corpus)
+    scale = corpus_scale(traces)
+    hack = next(t for t in traces if t.name == "hack1")
+    row = trace_detection(hack, {"name": "k-decline", "params": {"k": 2, "min_delta": 0.0}}, scale)
+    assert row["label"] == "hacking" and row["stopped"]
+    assert row["peak_step"] == 50 and row["best_step"] == 50 and row["stop_step"] == 70
+    assert row["delay_evals"] == 2 and row["regret_pct"] == 0.0
+    never = trace_detection(hack, {"name": "k-decline", "params": {"k": 2, "min_delta": 5.0}}, scale)
+    assert not never["stopped"] and never["stop_step"] is None and never["best_step"] == 100
+    assert never["regret_pct"] == pytest.approx(100 * (4 - hack.scores[-1]) / 4)
+
+
+def test_replay_json_tables_and_trace_rows(corpus, capsys):
+    code = sim_main(["replay", "--traces", str(corpus), "--seeds", "2", "--backend", "serial", "--json",
+                     "--min-delta", "0.02"])
+    assert code == 0
+    res = json.loads(capsys.readouterr().out)
+    assert [r["stop"] for r in res["main"]] == ["none", "evalstop", "stop-at-p", "loss-plateau", "oracle"]
+    assert {(r["base"], r["stop"]) for r in res["composability"]} == {
+        (b, s) for b in ("fifo", "sjf-est", "srtf-est", "loss-aware") for s in ("none", "evalstop")}
+    rows = {r["trace"]: r for r in res["traces"]}
+    assert set(rows) == {"hack0", "hack1", "hack2", "ok0", "ok1", "ok2"}
+    for r in rows.values():
+        assert {"trace", "label", "stopped", "stop_step", "best_step", "delay_evals", "regret_pct"} <= set(r)
+        assert r["label"] == ("hacking" if r["trace"].startswith("hack") else "healthy")
+    assert all(rows[f"hack{i}"]["stopped"] for i in range(3))
+    assert not any(rows[f"ok{i}"]["stopped"] for i in range(3))
+    assert res["config"]["detector"]["params"] == {"k": 2, "min_delta": 0.02}
+    assert res["config"]["min_delta_native"] == pytest.approx(0.02 * corpus_scale(load_traces(corpus)).span)
+    ev = next(r for r in res["main"] if r["stop"] == "evalstop")
+    assert ev["recall"] == 1.0 and ev["jct_gain_pct"] > 0
+    oracle = next(r for r in res["main"] if r["stop"] == "oracle")
+    assert oracle["regret"] <= ev["regret"] + 1e-12
+
+
+def test_replay_k_flag_changes_detection(corpus, capsys):
+    assert sim_main(["replay", "--traces", str(corpus), "--seeds", "1", "--backend", "serial", "--json",
+                     "--k", "1"]) == 0
+    k1 = json.loads(capsys.readouterr().out)
+    assert sim_main(["replay", "--traces", str(corpus), "--seeds", "1", "--backend", "serial", "--json",
+                     "--k", "5"]) == 0
+    k5 = json.loads(capsys.readouterr().out)
+    d1 = {r["trace"]: r["stop_step"] for r in k1["traces"]}
+    d5 = {r["trace"]: r["stop_step"] for r in k5["traces"]}
+    assert all(d5[t] is None or (d1[t] is not None and d5[t] > d1[t]) for t in d1)
+    assert sum(r["stopped"] for r in k1["traces"]) > sum(r["stopped"] for r in k5["traces"])
+
+
+@pytest.mark.parametrize("argv, flag", [(["--k", "0"], "--k"), (["--min-delta", "-1"], "--min-delta"),
+                                        (["--seeds", "0"], "--seeds")])
+def test_replay_bad_flags(corpus, capsys, argv, flag):
+    assert sim_main(["replay", "--traces", str(corpus), "--backend", "serial", *argv]) == 2
+    err = capsys.readouterr().err.strip()
+    assert flag in err and len(err.splitlines()) == 1
