@@ -4,7 +4,9 @@ For the process pool and for a local Ray instance, with 1 and 2 workers each, it
 
 - ``start_s``: bringing the backend up (Ray: ``ray.init`` plus one task per worker, so that worker processes exist
   and have imported the simulator; the pool: nothing, it forks on first use);
-- ``wall_s``: the 200 simulations through ``runner.map`` (results in task order), the figure to compare;
+- ``wall_s``: the 200 simulations through ``runner.map`` (results in task order), median of ``--repeat`` rounds;
+- ``x serial``: median over rounds of (serial in-process time / backend time), each serial run done right before
+  the backend's in the same round, so that the shared machine's drifting load cancels out;
 - ``stop_s``: shutting the backend down.
 
 Serial in-process time is the reference; every backend's results are checked equal to it (the ``wall_s`` metric
@@ -12,7 +14,7 @@ of a run is a timing and is left out). Ray's per-task overhead is measured two w
 (many of them, 2 workers), and the 200 simulations' Ray wall time minus the pool's at the same worker count,
 divided by 200.
 
-    python benchmarks/bench_sweep.py [--sims 200] [--noop 2000] [--json]
+    python benchmarks/bench_sweep.py [--sims 200] [--repeat 3] [--noop 2000] [--json]
 """
 
 from __future__ import annotations
@@ -44,7 +46,10 @@ def _tasks(n: int) -> list[SimTask]:
     return [SimTask(wl, seed, (spec,)) for seed in range(n)]
 
 
-def bench_backend(backend: str, workers: int, tasks: list[SimTask]) -> tuple[dict[str, Any], list]:
+def bench_backend(backend: str, workers: int, tasks: list[SimTask], repeat: int,
+                  reference: list) -> dict[str, Any]:
+    """Start the backend once, then ``repeat`` rounds of: the 200 simulations serially in this process, then on the
+    backend. The machine is shared and noisy; the per-round ratio to the serial run next to it is the robust figure."""
     t0 = time.perf_counter()
     if backend == "ray":
         from platform_sim.sim.ray_backend import RayRunner
@@ -55,15 +60,24 @@ def bench_backend(backend: str, workers: int, tasks: list[SimTask]) -> tuple[dic
     else:
         runner = ProcessRunner(workers=workers)
     start = time.perf_counter() - t0
-    t1 = time.perf_counter()
-    out = runner.map(run_task, tasks)
-    wall = time.perf_counter() - t1
+    walls, serials, same = [], [], True
+    for _ in range(repeat):
+        t1 = time.perf_counter()
+        SerialRunner().map(run_task, tasks)
+        serials.append(time.perf_counter() - t1)
+        t1 = time.perf_counter()
+        out = runner.map(run_task, tasks)
+        walls.append(time.perf_counter() - t1)
+        same = same and _strip(out) == reference
     t2 = time.perf_counter()
     runner.close()
     stop = time.perf_counter() - t2
-    note = "in-process (the pool runs serially with 1 worker)" if backend == "pool" and workers == 1 else ""
-    return {"backend": backend, "workers": workers, "start_s": start, "wall_s": wall, "stop_s": stop,
-            "ms_per_sim": 1e3 * wall / len(tasks), "note": note}, out
+    wall = statistics.median(walls)
+    note = "runs in-process (the pool is serial with 1 worker)" if backend == "pool" and workers == 1 else ""
+    return {"backend": backend, "workers": workers, "start_s": start, "wall_s": wall, "walls_s": walls,
+            "serial_s": statistics.median(serials), "speedup_vs_serial": statistics.median(
+                [s_ / w for s_, w in zip(serials, walls)]),
+            "ms_per_sim": 1e3 * wall / len(tasks), "stop_s": stop, "identical_to_serial": same, "note": note}
 
 
 def bench_ray_noop(n: int, workers: int) -> dict[str, Any]:
@@ -95,11 +109,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--sims", type=int, default=200, help="simulations (seeds 0..N-1; default 200)")
     p.add_argument("--noop", type=int, default=2000, help="empty Ray tasks for the overhead figure (default 2000)")
     p.add_argument("--workers", default="1,2", help="worker counts to try (default 1,2)")
+    p.add_argument("--repeat", type=int, default=3, help="rounds per backend; medians are reported (default 3)")
     p.add_argument("--skip-ray", action="store_true", help="pool only")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
     args = p.parse_args(argv)
-    if args.sims < 1 or args.noop < 1:
-        p.error("--sims and --noop must be >= 1")
+    if args.sims < 1 or args.noop < 1 or args.repeat < 1:
+        p.error("--sims, --noop and --repeat must be >= 1")
     workers = [int(w) for w in args.workers.split(",")]
     tasks = _tasks(args.sims)
 
@@ -109,9 +124,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for backend in ("pool",) + (() if args.skip_ray else ("ray",)):
         for w in workers:
-            row, out = bench_backend(backend, w, tasks)
-            row["identical_to_serial"] = _strip(out) == reference
-            rows.append(row)
+            rows.append(bench_backend(backend, w, tasks, args.repeat, reference))
     result: dict[str, Any] = {"sims": args.sims, "gpus": 64, "jobs": 200, "cpus": os.cpu_count(),
                               "serial_s": serial_s, "rows": rows}
     if not args.skip_ray:
@@ -126,10 +139,11 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     print(f"{args.sims} simulations (64 GPUs, 200 jobs, srtf-est + evalstop), {os.cpu_count()} CPUs; "
           f"serial in-process: {serial_s:.2f} s ({1e3 * serial_s / args.sims:.1f} ms/sim)")
-    print(f"{'backend':<8} {'workers':>7} {'start s':>8} {'wall s':>7} {'ms/sim':>7} {'stop s':>7} {'same':>5}  note")
+    print(f"{'backend':<8} {'workers':>7} {'start s':>8} {'wall s':>7} {'ms/sim':>7} {'x serial':>8} {'stop s':>7} "
+          f"{'same':>5}  note")
     for r in rows:
         print(f"{r['backend']:<8} {r['workers']:>7} {r['start_s']:>8.2f} {r['wall_s']:>7.2f} {r['ms_per_sim']:>7.1f} "
-              f"{r['stop_s']:>7.2f} {str(r['identical_to_serial']):>5}  {r['note']}")
+              f"{r['speedup_vs_serial']:>8.2f} {r['stop_s']:>7.2f} {str(r['identical_to_serial']):>5}  {r['note']}")
     if "ray_noop" in result:
         n = result["ray_noop"]
         print(f"Ray empty task, {n['workers']} workers: {n['ms_per_task_throughput']:.2f} ms/task in a batch of "
