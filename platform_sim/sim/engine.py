@@ -142,6 +142,8 @@ def simulate(workload: Workload, scheduler: Scheduler, gpus: int = 64,
     preempt_on_eval = base.preempt_on_eval
     should_yield = getattr(base, "should_yield", None)
     w = ViewWriter
+    heappush, heappop = heapq.heappush, heapq.heappop  # locals: the event loop runs ~10^6 times
+    observe_eval, on_eval = obs.observe_eval, stop.on_eval
 
     views = [JobView(j.job_id, j.job_type, j.gpus, j.submit_time, j.planned_steps, j.est_duration_h) for j in jobs]
     # Jobs whose evals a policy reads (the stop policy's types; every job for LossAware). The others need no eval
@@ -183,13 +185,15 @@ def simulate(workload: Workload, scheduler: Scheduler, gpus: int = 64,
     def push_waiting(i: int) -> None:
         nonlocal seq
         seq += 1
-        heapq.heappush(waiting[g_of[i]], (key(views[i]), seq, i))
+        heappush(waiting[g_of[i]], (key(views[i]), seq, i))
         state[i] = _WAITING
         w.set_state(views[i], "waiting")
 
     def start(i: int, t: float) -> None:
         nonlocal free, seq
         free -= g_of[i]
+        if free < 0:  # fill() only starts jobs that fit: this would be an engine bug, never a policy's doing
+            raise AssertionError(f"GPU pool overcommitted by {-free} at t={t}")
         state[i] = _RUNNING
         version[i] += 1
         alloc_t[i] = t
@@ -200,9 +204,9 @@ def simulate(workload: Workload, scheduler: Scheduler, gpus: int = 64,
         w.set_state(views[i], "running")
         seq += 1
         t_next = seg_start[i] + (next_k[i] * inv_n - p0[i]) * dur[i]
-        heapq.heappush(events, (t_next, seq, i, version[i]))
+        heappush(events, (t_next, seq, i, version[i]))
         if preempt_on_arrival:
-            heapq.heappush(running_heap, (-key(views[i]), seq, i, version[i]))
+            heappush(running_heap, (-key(views[i]), seq, i, version[i]))
 
     def release(i: int, t: float) -> None:
         nonlocal free, busy
@@ -236,7 +240,7 @@ def simulate(workload: Workload, scheduler: Scheduler, gpus: int = 64,
             best = best_waiting(free)
             if best is None:
                 return
-            heapq.heappop(waiting[g_of[best[2]]])
+            heappop(waiting[g_of[best[2]]])
             start(best[2], t)
 
     def try_preempt_for(j: int, t: float) -> None:
@@ -248,18 +252,18 @@ def simulate(workload: Workload, scheduler: Scheduler, gpus: int = 64,
         victims: list[int] = []
         got = 0
         while running_heap and got < need:
-            negk, _, i, ver = heapq.heappop(running_heap)
+            negk, _, i, ver = heappop(running_heap)
             if state[i] != _RUNNING or version[i] != ver:
                 continue  # stale entry
             views[i]._progress = progress_at(i, t)
             k = key(views[i])
             if running_heap and -running_heap[0][0] > k:
                 seq += 1
-                heapq.heappush(running_heap, (-k, seq, i, ver))  # bound was loose: re-rank
+                heappush(running_heap, (-k, seq, i, ver))  # bound was loose: re-rank
                 continue
             if not k > kj:
                 seq += 1
-                heapq.heappush(running_heap, (-k, seq, i, ver))
+                heappush(running_heap, (-k, seq, i, ver))
                 break
             victims.append(i)
             got += g_of[i]
@@ -269,7 +273,7 @@ def simulate(workload: Workload, scheduler: Scheduler, gpus: int = 64,
         else:
             for i in victims:
                 seq += 1
-                heapq.heappush(running_heap, (-key(views[i]), seq, i, version[i]))
+                heappush(running_heap, (-key(views[i]), seq, i, version[i]))
 
     def finish(i: int, t: float, k: int, stopped: bool, deliver_k: int) -> None:
         nonlocal last_end
@@ -302,7 +306,7 @@ def simulate(workload: Workload, scheduler: Scheduler, gpus: int = 64,
                 try_preempt_for(i, t)
             fill(t)
             continue
-        t, _, i, ver = heapq.heappop(events)
+        t, _, i, ver = heappop(events)
         if version[i] != ver:
             continue
         n_events += 1
@@ -313,13 +317,13 @@ def simulate(workload: Workload, scheduler: Scheduler, gpus: int = 64,
         view = views[i]
         view._progress = p  # the engine owns its views: direct slot writes on the hot path (ViewWriter elsewhere)
         if record[i]:
-            score, examples = obs.observe_eval(jobs[i], k, p)
+            score, examples = observe_eval(jobs[i], k, p)
             view._eval_steps.append((k * planned[i]) // n_evals)
             view._eval_scores.append(score)
             view._losses.append(losses[i][k - 1])
             view._last_example_scores = tuple(examples) if examples is not None else None
             if consult_stop[i]:
-                verdict = stop.on_eval(view)
+                verdict = on_eval(view)
                 if verdict is not None:
                     # The delivered checkpoint is the first eval at or after the verdict's step (exact on our grid).
                     deliver_k = min(max(-(-verdict.deliver_step * n_evals // planned[i]), 1), k)
@@ -338,7 +342,7 @@ def simulate(workload: Workload, scheduler: Scheduler, gpus: int = 64,
                 fill(t)
                 continue
         seq += 1
-        heapq.heappush(events, (t + inv_n * dur[i], seq, i, version[i]))
+        heappush(events, (t + inv_n * dur[i], seq, i, version[i]))
 
     first = arrivals[0] if n else 0.0
     return SimResult(outcomes, gpus, n_evals, last_end - first, busy, n_events, time.perf_counter() - t_wall,
