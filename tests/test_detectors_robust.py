@@ -17,12 +17,13 @@ from platform_sim.core import (
     JobMonitor,
     KDeclineSEDetector,
     PairedTestDetector,
+    TrendDetector,
     detector_from_spec,
     make_detector,
 )
 from platform_sim.core.robust_detectors import se_from_history, standard_error
 
-ROBUST = ["k-decline-se", "paired-test", "cusum"]
+ROBUST = ["k-decline-se", "paired-test", "cusum", "trend"]
 
 
 def _per_example(mean: float, rng: np.random.Generator, n: int = 64, spread: float = 0.3) -> list[float]:
@@ -120,17 +121,32 @@ def test_kdecline_se_with_z_zero_is_the_paper_rule():
     assert [d.declines for d in ours] == [d.declines for d in paper]
 
 
-def test_kdecline_se_tolerance_is_relative_to_standard_error():
+def test_kdecline_se_tolerance_is_the_paired_standard_error():
+    # Examples differ a lot in difficulty (spread 1.0) but each moves little between checkpoints (noise 0.05):
+    # the paired SE of the difference is the small one, not the spread of the scores.
+    rng = np.random.default_rng(5)
+    base = rng.normal(0.5, 1.0, 100)
+    noise = rng.normal(0.0, 0.05, 100)
     det = KDeclineSEDetector(k=1, z=2.0)
-    a = [0.0, 1.0] * 8  # SE = 0.5 * sqrt(16/15) / 4 = 0.129
+    det.observe(0, float(base.mean()), list(base))
+    cur = base + noise - 0.03
+    paired_se = float((cur - base).std(ddof=1) / 10.0)
+    assert det.observe(1, float(cur.mean()), list(cur)) is True  # 0.03 drop > 2 * 0.005
+    assert det.last_tolerance == pytest.approx(2.0 * paired_se)
+    assert det.last_tolerance < 0.2 * 2.0 * np.sqrt(2) * standard_error(base)
+
+
+def test_kdecline_se_unpaired_when_the_examples_differ():
+    a = [0.0, 1.0] * 8
+    b = [0.0, 1.0] * 4
+    det = KDeclineSEDetector(k=1, z=2.0)
     det.observe(0, 0.5, a)
-    se = standard_error(a)
-    tol = 2.0 * np.sqrt(2) * se
-    assert det.observe(1, 0.5 - 0.9 * tol, [x - 0.9 * tol for x in a]) is False
+    tol = 2.0 * np.hypot(standard_error(a), standard_error(b))
+    assert det.observe(1, 0.5 - 0.9 * tol, [x - 0.9 * tol for x in b]) is False
     assert det.last_tolerance == pytest.approx(tol)
     det = KDeclineSEDetector(k=1, z=2.0)
     det.observe(0, 0.5, a)
-    assert det.observe(1, 0.5 - 1.1 * tol, [x - 1.1 * tol for x in a]) is True
+    assert det.observe(1, 0.5 - 1.1 * tol, [x - 1.1 * tol for x in b]) is True
 
 
 def test_paired_test_ties_are_no_evidence():
@@ -279,3 +295,51 @@ def test_strictly_increasing_score_never_stops(name, start, steps, spread, seed,
         scores = list(score + rng.standard_t(2, 8) * spread) if with_scores else None
         decision = monitor.observe(i, score, scores)
         assert decision.action.value == "continue", decision.reason
+
+
+# -- trend -------------------------------------------------------------------------------------------------------------
+
+def test_trend_needs_a_full_window_before_deciding():
+    det = TrendDetector(window=5, alpha=0.2, k=1)
+    means = [1.0, 0.8, 0.6, 0.4]  # a steep fall, but only 4 evals
+    rng = np.random.default_rng(0)
+    for step, m in enumerate(means):
+        assert det.observe(step, m, _per_example(m, rng)) is False
+    assert det.observe(4, 0.2, _per_example(0.2, rng)) is True
+
+
+def test_trend_short_window_reacts_earlier():
+    means = [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.75, 0.65, 0.5, 0.3, 0.1]
+    long_only, _ = _feed(TrendDetector(window=8, alpha=0.05), means)
+    both, _ = _feed(TrendDetector(window=8, short_window=4, alpha=0.05), means)
+    assert both.stopped and long_only.stopped
+    assert both.stopped_at < long_only.stopped_at
+
+
+@pytest.mark.parametrize("params, word", [({"window": 2}, "window"), ({"short_window": 8}, "short_window"),
+                                          ({"short_window": 2}, "short_window"), ({"test": "sign"}, "test"),
+                                          ({"min_drop": -1}, "min_drop")])
+def test_trend_bad_parameters(params, word):
+    with pytest.raises(ValueError, match=word):
+        TrendDetector(**params)
+
+
+def test_trend_fallback_with_known_se_is_a_z_test_on_the_slope():
+    # Slope -0.01 per eval over 5 evals (sum of squared positions 10): z = -0.01 / (se / sqrt(10)).
+    means = [0.5, 0.49, 0.48, 0.47, 0.46]
+    strict = TrendDetector(window=5, alpha=0.05, se=0.02)  # z = -1.58: p = 0.057, not significant
+    loose = TrendDetector(window=5, alpha=0.1, se=0.02)
+    for det in (strict, loose):
+        for step, m in enumerate(means):
+            det.observe(step, m)
+    assert strict.declines == 0 and loose.declines == 1
+    assert loose.last_p == pytest.approx(0.0569, abs=1e-3)
+
+
+def test_trend_slopes_of_a_uniform_fall_are_certain():
+    det = TrendDetector(window=3, alpha=0.01)
+    base = list(np.linspace(0, 1, 10))
+    for step, shift in enumerate([0.0, -0.1, -0.2]):
+        cur = [x + shift for x in base]
+        stop = det.observe(step, float(np.mean(cur)), cur)
+    assert stop is True and det.last_p == 0.0

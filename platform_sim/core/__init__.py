@@ -14,7 +14,12 @@ from .boundary import (
 )
 from .detectors import DETECTORS, Detector, KDeclineDetector, detector_from_spec, make_detector, register_detector
 from .monitor import JobMonitor
-from .robust_detectors import CusumDetector, KDeclineSEDetector, PairedTestDetector  # registers them by name
+from .robust_detectors import (  # importing registers them by name
+    CusumDetector,
+    KDeclineSEDetector,
+    PairedTestDetector,
+    TrendDetector,
+)
 
 __all__ = [
     "JOB_TYPES",
@@ -31,6 +36,7 @@ __all__ = [
     "KDeclineSEDetector",
     "PairedTestDetector",
     "Report",
+    "TrendDetector",
     "detector_from_spec",
     "make_detector",
     "register_detector",

@@ -77,11 +77,14 @@ def se_from_history(means: Sequence[float]) -> float | None:
 
 
 class _FallbackMixin:
-    """Shared bookkeeping: the mean history (for the fallback SE estimate) and the once-per-detector warning."""
+    """Shared bookkeeping: the noise of an eval-to-eval difference, the mean history (for the fallback estimate),
+    the previous eval's per-example scores (for the paired estimate) and the once-per-detector warning."""
 
     name: ClassVar[str]
     se: float | None
     means: list[float]
+    prev_scores: list[float] | None
+    prev_se: float | None
     _warned: bool
 
     def _warn_fallback(self, why: str) -> None:
@@ -89,33 +92,48 @@ class _FallbackMixin:
             self._warned = True
             logger.warning("detector %s: %s; falling back to the mean score (warned once per detector)", self.name, why)
 
-    def _eval_se(self, scores: Sequence[float] | None) -> float:
-        """SE of this eval: from the per-example scores, else the ``se`` parameter, else the history, else 0."""
-        se = standard_error(scores)
-        if se is not None:
-            return se
-        self._warn_fallback("no per-example eval scores" if not scores else "fewer than 2 per-example eval scores")
-        if self.se is not None:
-            return self.se
-        est = se_from_history(self.means)
-        # Too few evals to estimate noise: tolerance 0 here (the rule on the bare mean), as the paper's rule does.
-        return 0.0 if est is None else est
+    def _diff_se(self, scores: Sequence[float] | None) -> float | None:
+        """Standard error of ``mean_t - mean_{t-1}``, and remember this eval for the next call (None at the first).
+
+        In order of preference: *paired*, from the per-example differences to the previous eval (the examples are
+        the same, so their fixed difficulty cancels and this is the noise the difference really has); *unpaired*,
+        ``sqrt(SE_t**2 + SE_{t-1}**2)`` when only one side has per-example scores (overstates the noise when
+        examples are correlated across checkpoints); then ``sqrt(2) * se`` with the ``se`` parameter, or with
+        :func:`se_from_history`; 0 while there are too few evals to estimate it (the rule on the bare mean).
+        """
+        cur = None if scores is None or len(scores) < 2 else np.asarray(scores, dtype=float)
+        cur_se = None if cur is None else float(cur.std(ddof=1) / math.sqrt(cur.size))
+        out: float | None = None
+        if self.means:  # there is a previous eval
+            if cur is not None and self.prev_scores is not None and len(self.prev_scores) == cur.size:
+                out = float((cur - np.asarray(self.prev_scores)).std(ddof=1) / math.sqrt(cur.size))
+            elif cur_se is not None and self.prev_se is not None:
+                out = math.sqrt(cur_se * cur_se + self.prev_se * self.prev_se)
+            else:
+                self._warn_fallback("no per-example eval scores" if not scores
+                                    else "fewer than 2 per-example eval scores")
+                one = self.se if self.se is not None else se_from_history(self.means)
+                out = 0.0 if one is None else math.sqrt(2.0) * one
+        self.prev_scores = None if cur is None else cur.tolist()
+        self.prev_se = cur_se
+        return out
 
 
 @register_detector
 class KDeclineSEDetector(_FallbackMixin, Detector):
-    """The paper's k-decline rule with a tolerance relative to the eval's standard error.
+    """The paper's k-decline rule with a tolerance relative to the standard error of the eval-to-eval difference.
 
-    A decline at eval t is ``score_t < score_{t-1} - max(min_delta, z * SE_diff)``, where
-    ``SE_diff = sqrt(SE_t**2 + SE_{t-1}**2)`` and ``SE`` of an eval is the standard error of its mean from its
-    per-example scores. Any other eval resets the count; ``k`` consecutive declines stop the job. With ``z=0`` it is
-    exactly :class:`~platform_sim.core.detectors.KDeclineDetector`.
+    A decline at eval t is ``score_t < score_{t-1} - max(min_delta, z * SE_diff)``, where ``SE_diff`` is the standard
+    error of ``score_t - score_{t-1}``: from the paired per-example differences when both evals carry per-example
+    scores on the same examples, otherwise as described in :meth:`_FallbackMixin._diff_se`. Any other eval resets
+    the count; ``k`` consecutive declines stop the job. With ``z=0`` it is exactly
+    :class:`~platform_sim.core.detectors.KDeclineDetector`.
 
     Args:
         k: Consecutive declines that stop the job. Integer >= 1.
         z: Tolerance in standard errors of the difference of two evals. Finite, >= 0.
         min_delta: Absolute floor of the tolerance (same units as the score). Finite, >= 0.
-        se: Standard error of one eval mean to use when an eval has no per-example scores. None: estimate it from
+        se: Standard error of one eval mean to use when evals have no per-example scores. None: estimate it from
             the history of means (:func:`se_from_history`). Finite, >= 0.
     """
 
@@ -126,23 +144,21 @@ class KDeclineSEDetector(_FallbackMixin, Detector):
         self.z = _check_nonneg("z", z)
         self.min_delta = _check_nonneg("min_delta", min_delta)
         self.se = _check_optional_nonneg("se", se)
-        self.prev_score: float | None = None
-        self.prev_se: float = 0.0
+        self.prev_scores: list[float] | None = None
+        self.prev_se: float | None = None
         self.means: list[float] = []
         self.declines = 0
         self.last_tolerance = 0.0
         self._warned = False
 
     def observe(self, step: int, score: float, scores: Sequence[float] | None = None) -> bool:
-        se = self._eval_se(scores)
-        prev = self.prev_score
-        if prev is not None:
-            self.last_tolerance = max(self.min_delta, self.z * math.sqrt(se * se + self.prev_se * self.prev_se))
-        if prev is not None and score < prev - self.last_tolerance:
+        diff_se = self._diff_se(scores)
+        if diff_se is not None:
+            self.last_tolerance = max(self.min_delta, self.z * diff_se)
+        if self.means and score < self.means[-1] - self.last_tolerance:
             self.declines += 1
         else:
             self.declines = 0
-        self.prev_score, self.prev_se = score, se
         self.means.append(score)
         return self.declines >= self.k
 
@@ -154,12 +170,12 @@ class KDeclineSEDetector(_FallbackMixin, Detector):
         return {"k": self.k, "z": self.z, "min_delta": self.min_delta, "se": self.se}
 
     def state_dict(self) -> dict[str, Any]:
-        return {"prev_score": self.prev_score, "prev_se": self.prev_se, "means": list(self.means),
-                "declines": self.declines, "last_tolerance": self.last_tolerance}
+        return {"prev_scores": None if self.prev_scores is None else list(self.prev_scores), "prev_se": self.prev_se,
+                "means": list(self.means), "declines": self.declines, "last_tolerance": self.last_tolerance}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        self.prev_score = state["prev_score"]
-        self.prev_se = float(state["prev_se"])
+        self.prev_scores = None if state["prev_scores"] is None else [float(v) for v in state["prev_scores"]]
+        self.prev_se = state["prev_se"]
         self.means = [float(m) for m in state["means"]]
         self.declines = int(state["declines"])
         self.last_tolerance = float(state["last_tolerance"])
@@ -278,11 +294,12 @@ class PairedTestDetector(_FallbackMixin, Detector):
 class CusumDetector(_FallbackMixin, Detector):
     """A one-sided CUSUM on the eval-to-eval drops of the mean score (a streaming change-point detector).
 
-    With ``d_t = score_{t-1} - score_t`` (a drop is positive) and ``s`` the pooled standard error of one eval
-    (root mean square of the evals' standard errors so far), the statistic is
-    ``S_t = max(0, S_{t-1} + d_t - slack * s)`` and the job stops when ``S_t > threshold * s + min_delta``. The
-    drops telescope, so ``S_t`` is the fall from a recent high minus ``slack * s`` per eval since: a steady decline
-    builds it up, a noisy plateau does not. A score that never falls keeps ``S`` at 0 and never stops.
+    With ``d_t = score_{t-1} - score_t`` (a drop is positive) and ``s`` the pooled noise of one eval mean (the root
+    mean square of ``SE_diff / sqrt(2)`` over the evals so far, ``SE_diff`` as in :class:`KDeclineSEDetector`), the
+    statistic is ``S_t = max(0, S_{t-1} + d_t - slack * s)`` and the job stops when
+    ``S_t > threshold * s + min_delta``. The drops telescope, so ``S_t`` is the fall from a recent high minus
+    ``slack * s`` per eval since: a steady decline builds it up, noise around a plateau mostly does not. A score that
+    never falls keeps ``S`` at 0 and never stops.
 
     Args:
         slack: Allowance per eval, in standard errors: drops smaller than this on average never add up. Finite, >= 0.
@@ -301,26 +318,26 @@ class CusumDetector(_FallbackMixin, Detector):
         self.threshold = _check_nonneg("threshold", threshold)
         self.min_delta = _check_nonneg("min_delta", min_delta)
         self.se = _check_optional_nonneg("se", se)
-        self.prev_score: float | None = None
+        self.prev_scores: list[float] | None = None
+        self.prev_se: float | None = None
         self.stat = 0.0
-        self.se_sq_sum = 0.0
-        self.se_count = 0
+        self.var_sum = 0.0
+        self.var_count = 0
         self.means: list[float] = []
         self.declines = 0
         self._warned = False
 
     def observe(self, step: int, score: float, scores: Sequence[float] | None = None) -> bool:
-        se = self._eval_se(scores)
-        self.se_sq_sum += se * se
-        self.se_count += 1
-        pooled = math.sqrt(self.se_sq_sum / self.se_count)
+        diff_se = self._diff_se(scores)
         stop = False
-        if self.prev_score is not None:
-            self.stat = max(0.0, self.stat + (self.prev_score - score) - self.slack * pooled)
+        if diff_se is not None:
+            self.var_sum += diff_se * diff_se / 2.0
+            self.var_count += 1
+            pooled = math.sqrt(self.var_sum / self.var_count)
+            self.stat = max(0.0, self.stat + (self.means[-1] - score) - self.slack * pooled)
             stop = self.stat > self.threshold * pooled + self.min_delta
-        # "declines" reports evidence as a count: consecutive evals with the statistic above zero.
+        # "declines" reports the evidence as a count: consecutive evals with the statistic above zero.
         self.declines = self.declines + 1 if self.stat > 0.0 else 0
-        self.prev_score = score
         self.means.append(score)
         return stop
 
@@ -332,13 +349,154 @@ class CusumDetector(_FallbackMixin, Detector):
         return {"slack": self.slack, "threshold": self.threshold, "min_delta": self.min_delta, "se": self.se}
 
     def state_dict(self) -> dict[str, Any]:
-        return {"prev_score": self.prev_score, "stat": self.stat, "se_sq_sum": self.se_sq_sum,
-                "se_count": self.se_count, "means": list(self.means), "declines": self.declines}
+        return {"prev_scores": None if self.prev_scores is None else list(self.prev_scores), "prev_se": self.prev_se,
+                "stat": self.stat, "var_sum": self.var_sum, "var_count": self.var_count, "means": list(self.means),
+                "declines": self.declines}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        self.prev_score = state["prev_score"]
+        self.prev_scores = None if state["prev_scores"] is None else [float(v) for v in state["prev_scores"]]
+        self.prev_se = state["prev_se"]
         self.stat = float(state["stat"])
-        self.se_sq_sum = float(state["se_sq_sum"])
-        self.se_count = int(state["se_count"])
+        self.var_sum = float(state["var_sum"])
+        self.var_count = int(state["var_count"])
         self.means = [float(m) for m in state["means"]]
         self.declines = int(state["declines"])
+
+
+TREND_TESTS: tuple[str, ...] = ("t", "wilcoxon")
+
+
+@register_detector
+class TrendDetector(_FallbackMixin, Detector):
+    """A one-sided test that the score has been *falling* over the last evals (a paired trend test).
+
+    For each held-out example the detector fits the least-squares slope of its scores over the last ``window``
+    checkpoints; the examples' fixed difficulty cancels in a slope, so the slopes are paired evidence. scipy's
+    one-sided one-sample test (``t``: t-test; ``wilcoxon``: signed-rank) of "the mean slope is below zero" gives a
+    p-value. With ``short_window`` the last ``short_window`` checkpoints are tested too and each of the two tests
+    runs at ``alpha / 2`` (Bonferroni): the short window reacts fast when the noise is low, the long one sees
+    through heavy noise. An eval is *significant* when a test is and the mean is below the best mean so far by more
+    than ``min_drop``; ``k`` consecutive significant evals stop the job. A score that never falls below its best
+    never stops the job. A window is tested only once that many evals exist.
+
+    Averaging over a window is what lets this detector see a decline through heavy noise, where a rule on one or two
+    differences cannot; the price is that a small ``alpha`` is needed on runs that plateau for long (a flat run has a
+    negative fitted slope half of the time), and some delay after the peak (the window must fill with falling evals).
+
+    Without per-example scores on every eval of a window, its test falls back to the means (with a warning once per
+    detector): with the ``se`` parameter, a one-sided z-test of the slope of the means (``scipy.stats.norm``);
+    otherwise scipy's ``linregress`` one-sided test, which estimates the noise from the residuals of the fit.
+
+    Args:
+        window: Evals in the (long) fitted window, an integer >= 3.
+        alpha: Significance level of an eval (split between the two windows when ``short_window`` is set), strictly
+            between 0 and 1.
+        k: Consecutive significant evals that stop the job. Integer >= 1.
+        min_drop: Minimum drop of the mean below the best mean (score units). Finite, >= 0.
+        test: ``"t"`` or ``"wilcoxon"`` (on the per-example slopes).
+        se: Standard error of one eval mean, used when evals have no per-example scores. None: estimate the noise
+            from the fit's residuals. Finite, >= 0.
+        short_window: Optional second, shorter window: an integer >= 3 and < ``window``, or None.
+    """
+
+    name: ClassVar[str] = "trend"
+
+    def __init__(self, window: int = 8, alpha: float = 0.2, k: int = 1, min_drop: float = 0.0, test: str = "t",
+                 se: float | None = None, short_window: int | None = None) -> None:
+        self.window = _check_int("window", window, 3)
+        self.alpha = _check_prob("alpha", alpha)
+        self.k = _check_int("k", k, 1)
+        self.min_drop = _check_nonneg("min_drop", min_drop)
+        if test not in TREND_TESTS:
+            raise ValueError(f"test must be one of {', '.join(TREND_TESTS)}, got {test!r}")
+        self.test = test
+        self.se = _check_optional_nonneg("se", se)
+        if short_window is not None:
+            _check_int("short_window", short_window, 3)
+            if short_window >= self.window:
+                raise ValueError(f"short_window must be < window ({self.window}), got {short_window!r}")
+        self.short_window = short_window
+        self.best_score: float | None = None
+        self.recent_means: list[float] = []
+        self.recent_scores: list[list[float] | None] = []
+        self.declines = 0
+        self.last_p: float | None = None
+        self.last_slope: float | None = None
+        self._warned = False
+        self._windows = (self.window,) if short_window is None else (short_window, self.window)
+
+    def _p_value(self, w: int, slope: float, x: np.ndarray, den: float) -> float:
+        """One-sided p-value of "the score falls over the last ``w`` evals" (their mean slope is ``slope`` < 0)."""
+        rows = self.recent_scores[-w:]
+        n = None if rows[0] is None else len(rows[0])
+        if n is not None and n >= 2 and all(r is not None and len(r) == n for r in rows):
+            slopes = x @ np.asarray(rows, dtype=float) / den  # one slope per example
+            if np.ptp(slopes) <= 1e-12 * max(1.0, float(np.max(np.abs(slopes)))):
+                # Every example falls by the same amount: zero variance, scipy has no statistic; certain evidence.
+                return 0.0 if slopes[0] < 0 else 1.0
+            if self.test == "wilcoxon":
+                p = stats.wilcoxon(slopes[slopes != 0.0], alternative="less").pvalue
+            else:
+                p = stats.ttest_1samp(slopes, 0.0, alternative="less").pvalue
+        else:
+            self._warn_fallback("no per-example eval scores on every eval of the window")
+            if self.se is not None:
+                if self.se == 0.0:
+                    return 0.0  # noise-free means that fall: certain evidence
+                p = stats.norm.cdf(slope / (self.se / math.sqrt(den)))
+            else:
+                p = stats.linregress(x, np.asarray(self.recent_means[-w:], dtype=float), alternative="less").pvalue
+        return 1.0 if not math.isfinite(p) else float(p)
+
+    def observe(self, step: int, score: float, scores: Sequence[float] | None = None) -> bool:
+        self.recent_means.append(score)
+        self.recent_scores.append(None if scores is None or len(scores) == 0 else [float(s) for s in scores])
+        if len(self.recent_means) > self.window:
+            del self.recent_means[0], self.recent_scores[0]
+        significant = False
+        self.last_p = self.last_slope = None
+        # The cheap check first: a test runs only when the mean really fell below the best.
+        if self.best_score is not None and score < self.best_score - self.min_drop:
+            level = self.alpha / len(self._windows)
+            for w in self._windows:
+                if len(self.recent_means) < w:
+                    continue
+                x = np.arange(w, dtype=float) - (w - 1) / 2.0  # centered positions: slope = x @ y / (x @ x)
+                den = float(x @ x)
+                slope = float(x @ np.asarray(self.recent_means[-w:]) / den)
+                if slope >= 0.0:
+                    continue  # a one-sided p-value of a rising fit is >= 0.5: never significant
+                p = self._p_value(w, slope, x, den)
+                if self.last_p is None or p < self.last_p:
+                    self.last_p, self.last_slope = p, slope
+                if p < level:
+                    significant = True
+                    break
+        self.declines = self.declines + 1 if significant else 0
+        if self.best_score is None or score > self.best_score:
+            self.best_score = score
+        return self.declines >= self.k
+
+    def reason(self) -> str:
+        p = "n/a" if self.last_p is None else f"{self.last_p:.3g}"
+        slope = "n/a" if self.last_slope is None else f"{self.last_slope:.4g}"
+        windows = " or ".join(str(w) for w in self._windows)
+        return (f"score falling over the last {windows} evals (slope {slope} per eval, {self.test} test p={p}, "
+                f"alpha={self.alpha:g}, {self.declines} consecutive, k={self.k})")
+
+    def params(self) -> dict[str, Any]:
+        return {"window": self.window, "alpha": self.alpha, "k": self.k, "min_drop": self.min_drop,
+                "test": self.test, "se": self.se, "short_window": self.short_window}
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"best_score": self.best_score, "recent_means": list(self.recent_means),
+                "recent_scores": [None if r is None else list(r) for r in self.recent_scores],
+                "declines": self.declines, "last_p": self.last_p, "last_slope": self.last_slope}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self.best_score = state["best_score"]
+        self.recent_means = [float(m) for m in state["recent_means"]]
+        self.recent_scores = [None if r is None else [float(v) for v in r] for r in state["recent_scores"]]
+        self.declines = int(state["declines"])
+        self.last_p = state["last_p"]
+        self.last_slope = state["last_slope"]

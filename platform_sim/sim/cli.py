@@ -23,6 +23,7 @@ from platform_sim.core.policies import BASE_POLICIES
 from platform_sim.core.stop_policies import STOP_POLICIES
 
 from .backend_cli import BackendArgError, add_backend_args, runner_from_args
+from .detector_study import add_detectors
 from .replay import add_replay
 from .sweep import add_sweep
 from .workload import MIXES, WorkloadConfig
@@ -237,7 +238,7 @@ def cmd_paper(args: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [add_run, add_paper, add_sweep, add_replay]
+COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [add_run, add_paper, add_sweep, add_replay, add_detectors]
 """Sub-command builders; other modules append theirs (``replay``, sweeps)."""
 
 

@@ -1,0 +1,651 @@
+"""``evalstop-sim detectors``: every stop detector on the same workloads and seeds.
+
+Four experiments, each a list of rows (one per detector and parameter value) with the metrics of
+:func:`~platform_sim.sim.metrics.metric_row` under the same names as ``evalstop-sim paper``, plus
+``delay_median_evals`` (median over all stopped hacking jobs of all seeds of the stop eval minus the true peak eval):
+
+- ``noise``: the default workload (RLHF-heavy, 64 GPUs, 60% hacking) at sigma 0.01 to 0.12;
+- ``hack_rate``: the default workload at hacking rates 20% to 80%;
+- ``plateau``: healthy RLHF runs that reach their top by mid-run and then stay flat (``healthy_tau`` 0.1 to 0.25
+  instead of 1.5 to 3), at several sigmas: the case where the paper's rule fires on healthy runs;
+- ``real``: the shipped real traces (``platform_sim/data/traces``) as the RLHF jobs of the platform, as in
+  ``evalstop-sim replay``, with their *recorded* per-example scores; ``real_traces`` has one row per detector and
+  trace (stopped, stop step, delivered step, delay, regret).
+
+Every run uses per-example eval scores (:mod:`platform_sim.sim.eval_scores`), so paired detectors see them; their
+mean is exactly the plain simulator's observation, so detectors on the mean see the same numbers as in ``paper``.
+
+The detectors and their parameters are :data:`CANDIDATES`. Their parameters were calibrated with
+:func:`calibrate` on seeds :data:`TUNING_SEEDS`, which the evaluation (seeds 0 .. N-1) never uses; see
+``docs/detectors.md`` and ``benchmarks/calibrate_detectors.py``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import logging
+import statistics
+import sys
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Callable, Iterable, Mapping, Sequence
+
+import numpy as np
+
+from platform_sim.core.detectors import detector_from_spec
+from platform_sim.core.monitor import JobMonitor
+from platform_sim.core.policies import PREEMPTION_COST_H
+
+from .eval_scores import DEFAULT_EXAMPLES, DEFAULT_RHO, PerExampleObservation
+from .experiments import HACK_RATES, SIGMAS, PolicySpec
+from .observe import ObservationModel, register_observation_model
+from .workload import JobSpec, Workload, WorkloadConfig, generate_workload
+
+logger = logging.getLogger(__name__)
+
+PLATEAU_TAU: tuple[float, float] = (0.1, 0.25)
+"""``healthy_tau`` of the plateau scenario: healthy RLHF runs reach about 90% of their gain by progress 0.25-0.6."""
+
+PLATEAU_SIGMAS: tuple[float, ...] = (0.02, 0.05, 0.12)
+
+TUNING_SEEDS: tuple[int, ...] = tuple(range(1000, 1010))
+"""Seeds used to calibrate :data:`CANDIDATES`; disjoint from the evaluation seeds 0 .. N-1."""
+
+CANDIDATES: tuple[tuple[str, dict[str, Any]], ...] = (
+    ("paper k=2", {"name": "k-decline", "params": {"k": 2, "min_delta": 0.0}}),
+    ("k-decline+tol", {"name": "k-decline", "params": {"k": 2, "min_delta": 0.05}}),
+    ("k-decline-se", {"name": "k-decline-se", "params": {"k": 2, "z": 1.0}}),
+    ("paired-test", {"name": "paired-test", "params": {"test": "wilcoxon", "alpha": 0.01, "k": 2}}),
+    ("cusum", {"name": "cusum", "params": {"slack": 0.5, "threshold": 4.0}}),
+    ("trend", {"name": "trend", "params": {"window": 8, "alpha": 0.05, "k": 1}}),
+)
+"""``(label, detector spec)`` compared by ``evalstop-sim detectors``."""
+
+
+# -- per-example observations of recorded traces -----------------------------------------------------------------
+
+
+@register_observation_model("recorded-examples")
+class RecordedExamplesObservation(PerExampleObservation):
+    """Per-example scores for a replay workload: the recorded ones for trace jobs, generated ones for the others.
+
+    A trace job is recognised by its noise-free curve on the eval grid, which a replay sets to the trace's recorded
+    (scaled) means; its per-example scores are the recorded ones on the same scale.
+
+    Args:
+        workload: A replay workload (:func:`~platform_sim.sim.replay.build_replay_workload`).
+        traces: ``[(scaled means, scaled per-example scores per eval), ...]`` for every trace.
+        examples, rho: Generation of the other jobs' per-example scores.
+    """
+
+    def __init__(self, workload: Workload, traces: Sequence[tuple[Sequence[float], Sequence[Sequence[float]]]] = (),
+                 examples: int = DEFAULT_EXAMPLES, rho: float = DEFAULT_RHO) -> None:
+        super().__init__(workload, examples, rho)
+        self._recorded: dict[int, Sequence[Sequence[float]]] = {}
+        for job in workload.jobs:
+            row = workload.true_evals[job.index]
+            for means, per_example in traces:
+                if len(means) == len(row) and np.allclose(row, means, rtol=0.0, atol=1e-12):
+                    self._recorded[job.index] = per_example
+                    break
+
+    def observe_eval(self, job: JobSpec, k: int, progress: float) -> tuple[float, tuple[float, ...] | None]:
+        recorded = self._recorded.get(job.index)
+        if recorded is None:
+            return super().observe_eval(job, k, progress)
+        score, _ = ObservationModel.observe_eval(self, job, k, progress)
+        return score, tuple(recorded[k - 1]) if recorded[k - 1] else None
+
+
+# -- fast detection-only evaluation (calibration) ----------------------------------------------------------------
+
+
+def job_series(config: WorkloadConfig, seed: int, examples: int = DEFAULT_EXAMPLES, rho: float = DEFAULT_RHO,
+               ) -> list[tuple[bool, int, np.ndarray, list[tuple[float, tuple[float, ...] | None]]]]:
+    """The observed eval series of every RLHF job of a workload: ``(hacking, peak eval, truth, evals)``.
+
+    Observations depend only on the job and the eval index, never on the schedule, so running a detector over these
+    series gives exactly the detection outcome (stop eval, delivered checkpoint) that the simulator gives.
+    """
+    wl = generate_workload(config, seed)
+    obs = PerExampleObservation(wl, examples, rho)
+    out = []
+    for job in wl.jobs:
+        if job.job_type != "rlhf":
+            continue
+        evals = [obs.observe_eval(job, k, k / wl.n_evals) for k in range(1, wl.n_evals + 1)]
+        out.append((job.hacking, int(wl.peak_index[job.index]) + 1, wl.true_evals[job.index], evals))
+    return out
+
+
+def detection_metrics(spec: Mapping[str, Any], series: Iterable[Sequence[tuple]]) -> dict[str, Any]:
+    """Precision, recall, healthy-RLHF FPR, median delay and regret of a detector over job series."""
+    tp = fp = n_hack = n_ok = 0
+    delays: list[int] = []
+    regrets: list[float] = []
+    for jobs in series:
+        for hacking, peak, truth, evals in jobs:
+            monitor = JobMonitor("job", "rlhf", detector_from_spec(spec))
+            stop = None
+            for k, (score, scores) in enumerate(evals, 1):
+                if monitor.observe(k, score, scores).should_stop:
+                    stop = k
+                    break
+            n_hack += hacking
+            n_ok += not hacking
+            if stop is not None:
+                tp += hacking
+                fp += not hacking
+                if hacking:
+                    delays.append(stop - peak)
+            delivered = monitor.best_step if stop is not None else len(evals)
+            regrets.append(float(truth.max() - truth[delivered - 1]))
+    return {
+        "precision": tp / (tp + fp) if tp + fp else None,
+        "recall": tp / n_hack if n_hack else None,
+        "fpr_healthy_rlhf": fp / n_ok if n_ok else None,
+        "delay_median_evals": float(np.median(delays)) if delays else None,
+        "regret": float(np.mean(regrets)) if regrets else None,
+    }
+
+
+CALIBRATION_GRIDS: dict[str, tuple[str, dict[str, Sequence[Any]]]] = {
+    "k-decline+tol": ("k-decline", {"k": (1, 2, 3), "min_delta": (0.0, 0.02, 0.05, 0.1, 0.15, 0.2)}),
+    "k-decline-se": ("k-decline-se", {"k": (1, 2, 3), "z": (0.5, 1.0, 1.5, 2.0, 2.5, 3.0)}),
+    "paired-test": ("paired-test", {"test": ("wilcoxon",), "alpha": (0.001, 0.01, 0.05, 0.1), "k": (1, 2, 3)}),
+    "cusum": ("cusum", {"slack": (0.0, 0.25, 0.5, 1.0), "threshold": (2.0, 3.0, 4.0, 6.0, 8.0)}),
+    "trend": ("trend", {"window": (6, 8, 10), "short_window": (None, 4), "alpha": (0.01, 0.05, 0.1, 0.2),
+                        "k": (1, 2)}),
+}
+"""Parameter grids searched by :func:`calibrate`."""
+
+CALIBRATION_SCENARIOS: dict[str, WorkloadConfig] = {
+    "default_s0.02": WorkloadConfig(sigma=0.02),
+    "default_s0.12": WorkloadConfig(sigma=0.12),
+    "plateau_s0.02": WorkloadConfig(sigma=0.02, healthy_tau=PLATEAU_TAU),
+}
+
+
+@dataclass(frozen=True)
+class CalibrationRule:
+    """How :func:`calibrate` picks a grid point.
+
+    Among the grid points with precision >= ``min_precision`` in every scenario of ``constrain``: prefer those whose
+    median delay in ``fast`` is at most ``max_delay`` (as fast as the paper's rule at the default point, which is
+    what its JCT gain comes from), then the highest recall in ``objective`` (rounded to 0.01), then the lowest
+    median delay in ``objective``, then the highest recall.
+    """
+
+    objective: str = "default_s0.12"
+    constrain: tuple[str, ...] = ("default_s0.02", "default_s0.12", "plateau_s0.02")
+    min_precision: float = 0.95
+    fast: str = "default_s0.02"
+    max_delay: float = 3.0
+
+
+def calibrate(seeds: Sequence[int] = TUNING_SEEDS, rule: CalibrationRule = CalibrationRule(),
+              grids: Mapping[str, tuple[str, Mapping[str, Sequence[Any]]]] = CALIBRATION_GRIDS,
+              progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """Grid-search each detector family's parameters on ``seeds`` (never the evaluation seeds).
+
+    Returns:
+        ``{"chosen": {label: spec or None}, "grid": [{"label", "spec", scenario: metrics, ...}, ...]}``.
+    """
+    series = {name: [job_series(cfg, s) for s in seeds] for name, cfg in CALIBRATION_SCENARIOS.items()}
+    grid_rows: list[dict[str, Any]] = []
+    chosen: dict[str, Any] = {}
+    for label, (name, grid) in grids.items():
+        best_key: tuple | None = None
+        for values in itertools.product(*grid.values()):
+            spec = {"name": name, "params": dict(zip(grid.keys(), values))}
+            row: dict[str, Any] = {"label": label, "spec": spec}
+            for scen, data in series.items():
+                row[scen] = detection_metrics(spec, data)
+            ok = all((row[c]["precision"] or 0.0) >= rule.min_precision for c in rule.constrain)
+            row["feasible"] = ok
+            grid_rows.append(row)
+            if progress:
+                progress(f"{label} {spec['params']}: {row[rule.objective]}")
+            if ok:
+                obj = row[rule.objective]
+                quick = (row[rule.fast]["delay_median_evals"] or 99.0) <= rule.max_delay
+                key = (quick, round(obj["recall"] or 0.0, 2), -(obj["delay_median_evals"] or 99.0),
+                       obj["recall"] or 0.0)
+                if best_key is None or key > best_key:
+                    best_key, chosen[label] = key, spec
+        chosen.setdefault(label, None)
+    return {"chosen": chosen, "grid": grid_rows, "seeds": list(seeds), "rule": rule.__dict__}
+
+
+# -- the study ---------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class StudyConfig:
+    """What ``evalstop-sim detectors`` runs.
+
+    Args:
+        seeds: Evaluation seeds 0 .. seeds-1.
+        detectors: ``(label, spec)`` pairs to compare.
+        base: Base scheduler.
+        workload: The default point (sigma and hack rate are swept from it).
+        sigmas: Noise sweep.
+        hack_rates: Hacking-rate sweep.
+        plateau_sigmas: Sigmas of the plateau scenario.
+        traces_dir: Real traces (None: the shipped corpus; "" to skip).
+        examples: Held-out examples per eval for the generated per-example scores.
+        rho: Their checkpoint-to-checkpoint correlation.
+    """
+
+    seeds: int = 30
+    detectors: tuple[tuple[str, Mapping[str, Any]], ...] = CANDIDATES
+    base: str = "srtf-est"
+    workload: WorkloadConfig = WorkloadConfig()
+    sigmas: tuple[float, ...] = SIGMAS
+    hack_rates: tuple[float, ...] = HACK_RATES
+    plateau_sigmas: tuple[float, ...] = PLATEAU_SIGMAS
+    traces_dir: str | None = None
+    examples: int = DEFAULT_EXAMPLES
+    rho: float = DEFAULT_RHO
+
+
+@dataclass(frozen=True)
+class StudyTask:
+    """One workload (synthetic or replay) and seed, with every policy to run on it."""
+
+    workload: WorkloadConfig
+    seed: int
+    policies: tuple[PolicySpec, ...]
+    observation: Mapping[str, Any]
+    replay_curves: tuple[Any, ...] = field(default=())  # TraceCurve objects for a replay workload
+
+
+def run_study_task(task: StudyTask) -> list[dict[str, Any]]:
+    """Run every policy of ``task``; one :func:`run_metrics` dict per policy with the job-level ``delays`` added."""
+    from .engine import simulate
+    from .metrics import run_metrics
+    from .observe import make_observation_model
+    from .replay import build_replay_workload
+
+    if task.replay_curves:
+        workload = build_replay_workload(task.workload, task.replay_curves, task.seed)
+    else:
+        workload = generate_workload(task.workload, task.seed)
+    out = []
+    for spec in task.policies:
+        result = simulate(workload, spec.build(workload), gpus=task.workload.gpus,
+                          preemption_cost_h=PREEMPTION_COST_H,
+                          observation=make_observation_model(workload, task.observation))
+        m = run_metrics(result)
+        m["seed"] = task.seed
+        m["delays"] = [o.stop_eval - o.peak_eval for o in result.outcomes
+                       if o.stopped and o.hacking and o.stop_eval is not None]
+        out.append(m)
+    return out
+
+
+@dataclass
+class _Plan:
+    tasks: list[StudyTask] = field(default_factory=list)
+    # (experiment, params, label, index of the policy in the task, index of the baseline) per task group
+    groups: list[tuple[str, dict[str, Any], list[int], list[tuple[str, int]]]] = field(default_factory=list)
+
+
+def _plan(cfg: StudyConfig, real: tuple[Any, ...] | None, real_obs: Mapping[str, Any] | None) -> _Plan:
+    synthetic_obs = {"name": "per-example", "params": {"examples": cfg.examples, "rho": cfg.rho}}
+    policies = (PolicySpec(base=cfg.base),) + tuple(
+        PolicySpec(base=cfg.base, stop="evalstop", detector=detector_from_spec(spec).spec())
+        for _, spec in cfg.detectors)
+    plan = _Plan()
+    scenarios: list[tuple[str, dict[str, Any], WorkloadConfig]] = []
+    scenarios += [("noise", {"sigma": s}, replace(cfg.workload, sigma=s)) for s in cfg.sigmas]
+    scenarios += [("hack_rate", {"hack_rate": h}, replace(cfg.workload, hack_rate=h)) for h in cfg.hack_rates]
+    scenarios += [("plateau", {"sigma": s}, replace(cfg.workload, sigma=s, healthy_tau=PLATEAU_TAU))
+                  for s in cfg.plateau_sigmas]
+    for experiment, params, wl in scenarios:
+        idx = []
+        for seed in range(cfg.seeds):
+            idx.append(len(plan.tasks))
+            plan.tasks.append(StudyTask(wl, seed, policies, synthetic_obs))
+        plan.groups.append((experiment, params, idx, [(label, i + 1) for i, (label, _) in enumerate(cfg.detectors)]))
+    if real:
+        curves, n_evals = real
+        wl = replace(cfg.workload, n_evals=n_evals)
+        idx = []
+        for seed in range(cfg.seeds):
+            idx.append(len(plan.tasks))
+            plan.tasks.append(StudyTask(wl, seed, policies, real_obs or synthetic_obs, curves))
+        plan.groups.append(("real", {}, idx, [(label, i + 1) for i, (label, _) in enumerate(cfg.detectors)]))
+    return plan
+
+
+def _row(label: str, spec: Mapping[str, Any], base: str, runs: Sequence[Mapping[str, Any]],
+         baseline: Sequence[Mapping[str, Any]], params: Mapping[str, Any]) -> dict[str, Any]:
+    from .metrics import metric_row
+
+    row = metric_row(base, "evalstop", runs, baseline, detector=label, **params)
+    delays = [d for r in runs for d in r["delays"]]
+    row["delay_median_evals"] = float(statistics.median(delays)) if delays else None
+    row["detector_spec"] = detector_from_spec(spec).spec()
+    return row
+
+
+def load_real(traces_dir: str | None) -> tuple[list[Any], Any, str | None]:
+    """The real traces with per-example scores, or ``([], None, why)`` when there are none usable."""
+    from .replay import corpus_scale, evals_per_run
+    from .traces import TraceFormatError, load_traces, shipped_traces_dir
+
+    folder = Path(traces_dir) if traces_dir else shipped_traces_dir()
+    try:
+        traces = load_traces(folder)
+        evals_per_run(traces)
+    except (FileNotFoundError, TraceFormatError, ValueError) as exc:
+        return [], None, str(exc)
+    return traces, corpus_scale(traces), None
+
+
+def recorded_examples(trace: Any) -> list[list[float] | None]:
+    """The per-example scores of each eval of a validated trace (None where an eval has none)."""
+    out: list[list[float] | None] = []
+    with open(trace.path, encoding="utf-8") as fh:
+        for line in fh:
+            if not line.strip():
+                continue
+            obj = json.loads(line)
+            if obj.get("kind") == "eval":
+                scores = obj.get("eval_scores")
+                out.append([float(s) for s in scores] if scores else None)
+    return out
+
+
+def trace_rows(traces: Sequence[Any], scale: Any, detectors: Sequence[tuple[str, Mapping[str, Any]]],
+               ) -> list[dict[str, Any]]:
+    """Each detector over each trace's recorded eval sequence (means and per-example scores, platform scale)."""
+    rows = []
+    for trace in traces:
+        examples = recorded_examples(trace)
+        for label, spec in detectors:
+            monitor = JobMonitor(trace.name, "rlhf", detector_from_spec(spec))
+            stop_index = None
+            for i, (step, score) in enumerate(zip(trace.steps, trace.scores)):
+                per = examples[i] if i < len(examples) else None
+                decision = monitor.observe(step, scale(score), None if per is None else [scale(v) for v in per])
+                if decision.should_stop:
+                    stop_index = i
+                    break
+            stopped = stop_index is not None
+            best_step = int(monitor.best_step) if stopped else trace.steps[-1]
+            delivered = trace.scores[trace.steps.index(best_step)]
+            peak = trace.peak_score
+            rows.append({
+                "detector": label, "trace": trace.name, "label": trace.label, "stopped": stopped,
+                "stop_step": trace.steps[stop_index] if stopped else None, "best_step": best_step,
+                "peak_step": trace.peak_step,
+                "delay_evals": (stop_index - trace.peak_index) if stopped else None,
+                "regret_pct": 100.0 * (peak - delivered) / abs(peak) if peak != 0 else None,
+            })
+    return rows
+
+
+def trace_summaries(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Per detector: hacking traces stopped, healthy traces stopped, median delay, worst regret of a stopped trace."""
+    out = []
+    for label in dict.fromkeys(r["detector"] for r in rows):
+        mine = [r for r in rows if r["detector"] == label]
+        hack = [r for r in mine if r["label"] == "hacking"]
+        ok = [r for r in mine if r["label"] != "hacking"]
+        delays = [r["delay_evals"] for r in hack if r["stopped"]]
+        regrets = [r["regret_pct"] for r in hack if r["stopped"] and r["regret_pct"] is not None]
+        out.append({"detector": label, "hacking": len(hack), "hacking_stopped": sum(r["stopped"] for r in hack),
+                    "healthy": len(ok), "healthy_stopped": sum(r["stopped"] for r in ok),
+                    "delay_median_evals": float(statistics.median(delays)) if delays else None,
+                    "max_regret_pct": max(regrets) if regrets else None})
+    return out
+
+
+def study(cfg: StudyConfig, runner: Any = None, progress: Callable[[int], None] | None = None,
+          on_plan: Callable[[int], None] | None = None) -> dict[str, Any]:
+    """Run the comparison; ``{"noise", "hack_rate", "plateau", "real", "real_traces", "real_summary", "config"}``."""
+    from .replay import trace_curves
+    from .runner import SerialRunner
+
+    if cfg.seeds < 1:
+        raise ValueError(f"seeds must be >= 1, got {cfg.seeds}")
+    for _, spec in cfg.detectors:
+        detector_from_spec(spec)  # fail before any run
+    real_note = None
+    real = None
+    real_obs = None
+    traces: list[Any] = []
+    scale = None
+    if cfg.traces_dir != "":
+        traces, scale, real_note = load_real(cfg.traces_dir)
+        if traces:
+            curves = trace_curves(traces, scale)
+            recorded = []
+            for t, c in zip(traces, curves):
+                ex = recorded_examples(t)
+                recorded.append((list(c.scores), [[scale(v) for v in e] if e else [] for e in ex]))
+            real = (curves, len(traces[0].steps))
+            real_obs = {"name": "recorded-examples",
+                        "params": {"traces": recorded, "examples": cfg.examples, "rho": cfg.rho}}
+    plan = _plan(cfg, real, real_obs)
+    if on_plan:
+        on_plan(len(plan.tasks))
+    results = (runner or SerialRunner()).map(run_study_task, plan.tasks, progress)
+    out: dict[str, Any] = {"noise": [], "hack_rate": [], "plateau": [], "real": []}
+    specs = dict(cfg.detectors)
+    for experiment, params, idx, members in plan.groups:
+        baseline = [results[i][0] for i in idx]
+        for label, j in members:
+            out[experiment].append(_row(label, specs[label], cfg.base, [results[i][j] for i in idx], baseline, params))
+    rows = trace_rows(traces, scale, cfg.detectors) if traces else []
+    out["real_traces"] = rows
+    out["real_summary"] = trace_summaries(rows)
+    out["config"] = {
+        "seeds": cfg.seeds, "base": cfg.base, "workload": cfg.workload.to_dict(),
+        "detectors": [{"label": label, "spec": detector_from_spec(spec).spec()} for label, spec in cfg.detectors],
+        "plateau_healthy_tau": list(PLATEAU_TAU), "tuning_seeds": list(TUNING_SEEDS),
+        "per_example": {"examples": cfg.examples, "rho": cfg.rho},
+        "real_traces": len(traces), "real_hacking": sum(t.hacking for t in traces), "real_missing": real_note,
+        "tasks": len(plan.tasks),
+    }
+    return out
+
+
+# -- output ------------------------------------------------------------------------------------------------------
+
+STUDY_COLUMNS: tuple[tuple[str, str, str], ...] = (
+    ("detector", "detector", "s"),
+    ("precision", "precision", "pct"),
+    ("recall", "recall", "pct"),
+    ("fpr", "FPR", "pct"),
+    ("fpr_healthy_rlhf", "FPR healthy RLHF", "pct"),
+    ("delay_median_evals", "median delay (evals)", "f1"),
+    ("regret", "regret", "f3"),
+    ("jct_gain_pct", "JCT gain", "gain"),
+    ("wasted_reduction_pct", "wasted cut", "gain"),
+)
+
+
+def study_markdown(results: Mapping[str, Any], command: str, with_ci: bool = True) -> str:
+    """The report: one table per experiment and the per-trace summary."""
+    from .report import markdown_table
+
+    parts = [f"# Detector comparison\n\nCommand: `{command}`; {results['config']['seeds']} seeds, base "
+             f"{results['config']['base']}.\n"]
+    for name, lead in (("noise", (("sigma", "sigma", "f2"),)), ("hack_rate", (("hack_rate", "hack rate", "pct"),)),
+                       ("plateau", (("sigma", "sigma", "f2"),)), ("real", ())):
+        if results[name]:
+            parts.append(f"## {name}\n\n" + markdown_table(results[name], STUDY_COLUMNS, lead, with_ci) + "\n")
+    if results["real_summary"]:
+        lines = ["| detector | hacking stopped | healthy stopped | median delay | worst regret |", "|---|---|---|---|---|"]
+        for s in results["real_summary"]:
+            med = "-" if s["delay_median_evals"] is None else f"{s['delay_median_evals']:g}"
+            reg = "-" if s["max_regret_pct"] is None else f"{s['max_regret_pct']:.1f}%"
+            lines.append(f"| {s['detector']} | {s['hacking_stopped']}/{s['hacking']} | "
+                         f"{s['healthy_stopped']}/{s['healthy']} | {med} | {reg} |")
+        parts.append("## real traces, detector on each trace\n\n" + "\n".join(lines) + "\n")
+    if results["config"].get("real_missing"):
+        parts.append(f"Real traces not used: {results['config']['real_missing']}\n")
+    return "\n".join(parts)
+
+
+def write_study_plots(results: Mapping[str, Any], out_dir: Path) -> list[Path]:
+    """``detectors_<experiment>.png``: precision, recall and JCT gain against the swept parameter, per detector."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    written = []
+    for name, param, xlabel in (("noise", "sigma", "eval noise sigma"), ("hack_rate", "hack_rate", "hacking rate"),
+                                ("plateau", "sigma", "eval noise sigma (healthy runs plateau)")):
+        rows = results[name]
+        if not rows:
+            continue
+        fig, axes = plt.subplots(1, 4, figsize=(16, 3.6))
+        for label in dict.fromkeys(r["detector"] for r in rows):
+            mine = [r for r in rows if r["detector"] == label]
+            xs = [r[param] for r in mine]
+            for ax, (metric, scale) in zip(axes, (("precision", 100), ("recall", 100), ("delay_median_evals", 1),
+                                                  ("jct_gain_pct", 1))):
+                ax.plot(xs, [(r[metric] if r[metric] is not None else np.nan) * scale for r in mine], marker="o",
+                        label=label)
+        for ax, ylabel in zip(axes, ("precision (%)", "recall (%)", "median delay (evals)", "JCT gain (%)")):
+            ax.set_xlabel(xlabel)
+            ax.set_ylabel(ylabel)
+            ax.grid(alpha=0.3)
+        axes[0].legend(fontsize=7)
+        fig.suptitle(f"Detectors, {name} ({results['config']['seeds']} seeds, base {results['config']['base']})")
+        fig.tight_layout()
+        path = out_dir / f"detectors_{name}.png"
+        fig.savefig(path, dpi=100)
+        plt.close(fig)
+        written.append(path)
+    return written
+
+
+def add_detectors(sub: argparse._SubParsersAction) -> None:
+    """Add ``detectors`` to ``evalstop-sim``."""
+    from .backend_cli import add_backend_args
+    from .cli import _detector_param
+
+    p = sub.add_parser(
+        "detectors", help="compare every stop detector on the same workloads and seeds",
+        description="Compare the stop detectors (the paper's k-decline rule and the noise-robust ones) on the same "
+                    "workloads and seeds: noise sweep, hacking-rate sweep, healthy runs with long plateaus, and the "
+                    "shipped real traces. Per-example eval scores are generated for every run.")
+    p.add_argument("--seeds", type=int, default=30, help="evaluation seeds 0..N-1 (default 30)")
+    p.add_argument("--base", default="srtf-est", help="base scheduler (default srtf-est)")
+    p.add_argument("--jobs", type=int, default=200, help="jobs per run (default 200)")
+    p.add_argument("--traces", default=None, help="folder of real *.jsonl traces (default: the shipped corpus)")
+    p.add_argument("--no-real", action="store_true", help="skip the real traces")
+    p.add_argument("--detector", default=None,
+                   help="add one more detector by name to the comparison (with --detector-param)")
+    p.add_argument("--detector-param", action="append", type=_detector_param, default=[], metavar="KEY=VALUE",
+                   help="a parameter of --detector (repeatable; values parsed as JSON)")
+    p.add_argument("--only", default=None, help="comma-separated labels of the built-in detectors to keep")
+    p.add_argument("--sigmas", default=None, help="comma-separated sigmas of the noise sweep (default 0.01..0.12)")
+    p.add_argument("--out", default=None, help="write report.md, results.json and PNG plots into this folder")
+    p.add_argument("--json", action="store_true", help="print the results as JSON")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_backend_args(p)
+    p.set_defaults(func=cmd_detectors)
+
+
+def _floats(flag: str, text: str) -> tuple[float, ...]:
+    from .cli import UsageError
+
+    try:
+        vals = tuple(float(v) for v in text.split(",") if v.strip())
+    except ValueError:
+        raise UsageError(f"{flag} must be comma-separated numbers, got {text!r}") from None
+    if not vals or any(not (v >= 0) for v in vals):
+        raise UsageError(f"{flag} must be comma-separated numbers >= 0, got {text!r}")
+    return vals
+
+
+def cmd_detectors(args: argparse.Namespace) -> int:
+    from platform_sim.core.policies import BASE_POLICIES
+
+    from .backend_cli import BackendArgError, runner_from_args
+    from .cli import UsageError
+
+    if args.seeds < 1:
+        raise UsageError(f"--seeds must be >= 1, got {args.seeds}")
+    if args.jobs < 1:
+        raise UsageError(f"--jobs must be >= 1, got {args.jobs}")
+    if args.base not in BASE_POLICIES:
+        raise UsageError(f"--base: unknown scheduler {args.base!r}; choose one of {', '.join(BASE_POLICIES)}")
+    detectors = list(CANDIDATES)
+    if args.only:
+        keep = [s.strip() for s in args.only.split(",") if s.strip()]
+        unknown = [k for k in keep if k not in dict(CANDIDATES)]
+        if unknown:
+            raise UsageError(f"--only: unknown detector label(s) {', '.join(unknown)}; choose from "
+                             f"{', '.join(label for label, _ in CANDIDATES)}")
+        detectors = [(label, spec) for label, spec in CANDIDATES if label in keep]
+    if args.detector_param and not args.detector:
+        raise UsageError("--detector-param needs --detector")
+    if args.detector:
+        spec = {"name": args.detector, "params": dict(args.detector_param)}
+        try:
+            spec = detector_from_spec(spec).spec()
+        except ValueError as exc:
+            raise UsageError(f"--detector: {exc}") from None
+        label = args.detector + "".join(f" {k}={v}" for k, v in spec["params"].items() if k in dict(
+            args.detector_param))
+        detectors.append((label, spec))
+    if not detectors:
+        raise UsageError("--only left no detector to compare")
+    traces_dir = "" if args.no_real else args.traces
+    if traces_dir:
+        folder = Path(traces_dir)
+        if not folder.is_dir():
+            raise UsageError(f"--traces: {traces_dir} is not a folder")
+    cfg = StudyConfig(seeds=args.seeds, detectors=tuple(detectors), base=args.base, traces_dir=traces_dir,
+                      workload=WorkloadConfig(n_jobs=args.jobs),
+                      sigmas=_floats("--sigmas", args.sigmas) if args.sigmas else SIGMAS)
+    try:
+        runner = runner_from_args(args)
+    except BackendArgError as exc:
+        raise UsageError(str(exc)) from None
+    bar = None
+
+    def on_plan(total: int) -> None:
+        nonlocal bar
+        if not args.no_progress and not args.json:
+            from tqdm import tqdm
+
+            bar = tqdm(total=total, desc="detectors", unit="task", file=sys.stderr)
+
+    def progress(n: int) -> None:
+        if bar is not None:
+            bar.update(n)
+
+    t0 = time.perf_counter()
+    # Per-detector fallback warnings would repeat once per simulated job; every run here has per-example scores.
+    logging.getLogger("platform_sim.core.robust_detectors").setLevel(logging.ERROR)
+    with runner:
+        results = study(cfg, runner, progress, on_plan)
+    if bar is not None:
+        bar.close()
+    results["config"]["wall_s"] = time.perf_counter() - t0
+    command = "evalstop-sim " + " ".join(sys.argv[1:]) if sys.argv[1:2] == ["detectors"] else \
+        "evalstop-sim detectors"
+    results["config"]["command"] = command
+    if args.out:
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "results.json").write_text(json.dumps(results, indent=2))
+        (out / "report.md").write_text(study_markdown(results, command))
+        write_study_plots(results, out)
+    if args.json:
+        print(json.dumps(results, indent=2))
+        return 0
+    print(study_markdown(results, command, with_ci=False))
+    return 0

@@ -1,0 +1,102 @@
+"""Per-example eval scores for simulated jobs, so that paired detectors can be simulated.
+
+A real eval scores a checkpoint on the same held-out examples every time and reports their mean. Two things matter to
+a detector and are modelled here:
+
+- *Spread and pairing*: examples differ in difficulty (a persistent per-example offset ``a_j``, the same at every
+  checkpoint of a job), and each checkpoint's score on an example also has its own sampling noise ``b_tj``
+  (generation is stochastic). The correlation between two checkpoints' scores on the same example is
+  ``rho = var(a) / (var(a) + var(b))``. The difficulty is fixed, so it shifts every eval's mean by the same amount
+  and adds no checkpoint-to-checkpoint noise; only ``b`` does, with std ``sigma * sqrt(n)`` so that the mean's noise
+  has std ``sigma``. A paired test sees exactly that noise in the per-example differences; the plain standard error
+  of one eval (spread of its scores over sqrt(n)) overstates it by ``1 / sqrt(1 - rho)``, as it does on real evals.
+- *Consistency with the plain simulator*: the mean of the per-example scores is *exactly* the observation the
+  simulator draws without them (true curve plus Gaussian noise of std ``sigma``): the deviations are centered per
+  eval and the simulator's own noise draw is added back, which for Gaussian noise has exactly the distribution of
+  uncentered noise (a Gaussian sample's mean is independent of its deviations). So turning per-example scores on
+  changes nothing for detectors that use only the mean.
+
+Per-example scores come from their own random stream (seeded by the run's seed and the job's id), so generating them
+never shifts the draws of the rest of the simulation.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from .observe import ObservationModel, register_observation_model
+from .workload import JobSpec, Workload
+
+#: Held-out examples per eval: as in the shipped real traces (24 held-out prompts x 2 samples).
+DEFAULT_EXAMPLES = 48
+
+#: Correlation between two checkpoints' scores on the same example. Measured on the shipped real GRPO traces: the
+#: median correlation of consecutive checkpoints' per-example gold scores is 0.85 to 0.93 (so the paired standard
+#: error of a difference is 2.5 to 3.5 times smaller than the unpaired one); we take the low end.
+DEFAULT_RHO = 0.85
+
+# Mixed into the seed so this stream never coincides with a stream the simulator uses for something else.
+_STREAM_TAG = 0x5E_E7A1 % 1000
+
+
+@dataclass(frozen=True, slots=True)
+class PerExampleConfig:
+    """How per-example scores are generated.
+
+    Args:
+        examples: Held-out examples per eval, an integer >= 2.
+        rho: Correlation between two checkpoints' scores on the same example, in [0, 1).
+    """
+
+    examples: int = DEFAULT_EXAMPLES
+    rho: float = DEFAULT_RHO
+
+    def __post_init__(self) -> None:
+        if isinstance(self.examples, bool) or not isinstance(self.examples, int) or self.examples < 2:
+            raise ValueError(f"examples must be an integer >= 2, got {self.examples!r}")
+        if not isinstance(self.rho, (int, float)) or not 0.0 <= self.rho < 1.0:
+            raise ValueError(f"rho must be in [0, 1), got {self.rho!r}")
+
+
+@register_observation_model("per-example")
+class PerExampleObservation(ObservationModel):
+    """Gaussian observation noise on the mean, plus per-example scores whose mean is that observation.
+
+    Each job's per-example noise is drawn in one block, on first use, from the job's private generator
+    (:meth:`ObservationModel.job_rng`), so results do not depend on the order in which jobs are evaluated and never
+    shift the draws of the plain simulation.
+
+    Args:
+        workload: The run's workload (truth and pre-drawn noise of the means).
+        examples: Held-out examples per eval, an integer >= 2.
+        rho: Correlation between two checkpoints' scores on the same example, in [0, 1).
+    """
+
+    per_example: bool = True
+
+    def __init__(self, workload: Workload, examples: int = DEFAULT_EXAMPLES, rho: float = DEFAULT_RHO) -> None:
+        super().__init__(workload)
+        self.config = PerExampleConfig(examples, rho)
+        # Per-checkpoint noise so that the mean's noise has std sigma; the difficulty's std follows from rho.
+        self._noise_sd = float(workload.sigma) * math.sqrt(self.config.examples)
+        self._difficulty_sd = self._noise_sd * math.sqrt(self.config.rho / (1.0 - self.config.rho))
+        self._blocks: dict[int, np.ndarray] = {}
+
+    def _block(self, job: JobSpec) -> np.ndarray:
+        """``(n_evals, examples)`` zero-mean deviations of every eval of ``job`` from its observed mean."""
+        block = self._blocks.get(job.index)
+        if block is None:
+            rng = self.job_rng(job, _STREAM_TAG)
+            n = self.config.examples
+            difficulty = rng.normal(0.0, self._difficulty_sd, n)
+            noise = rng.normal(0.0, self._noise_sd, (self.workload.n_evals, n))
+            block = (difficulty - difficulty.mean()) + (noise - noise.mean(axis=1, keepdims=True))
+            self._blocks[job.index] = block
+        return block
+
+    def observe_eval(self, job: JobSpec, k: int, progress: float) -> tuple[float, tuple[float, ...] | None]:
+        score, _ = super().observe_eval(job, k, progress)
+        return score, tuple((score + self._block(job)[k - 1]).tolist())
