@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import math
 import sys
 import time
@@ -251,9 +252,37 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class _OncePerMessage(logging.Filter):
+    """Drop repeats of a log message: a simulation builds one detector per job, and a per-detector warning
+    (e.g. "no per-example eval scores") would otherwise be printed thousands of times."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: set[tuple[str, str]] = set()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        key = (record.name, record.getMessage())
+        if key in self.seen:
+            return False
+        self.seen.add(key)
+        return True
+
+
+def _setup_logging() -> None:
+    root = logging.getLogger()
+    if root.handlers:  # embedded in an application (or pytest) that configured logging: leave it alone
+        return
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+    handler.addFilter(_OncePerMessage())
+    root.addHandler(handler)
+    root.setLevel(logging.WARNING)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    _setup_logging()
     try:
         return int(args.func(args) or 0)
     except UsageError as exc:
