@@ -177,13 +177,16 @@ def _ppo_trainer(env, spec: RunSpec, callbacks: list, output_dir: str):
     return trainer
 
 
-def record_run(spec: RunSpec, trace_path: str | os.PathLike, cache_dir: str | None = None) -> RunResult:
+def record_run(spec: RunSpec, trace_path: str | os.PathLike, cache_dir: str | None = None,
+               env_config: Any = None) -> RunResult:
     """Train ``spec`` to its full length in observe mode in this process, writing the trace to ``trace_path``.
 
     Args:
         spec: The run.
         trace_path: Where the JSONL trace goes (replaced if it exists).
         cache_dir: Environment cache (default: :func:`~evalstop_callbacks.overopt.default_cache_dir`).
+        env_config: An :class:`~evalstop_callbacks.overopt.EnvConfig` to use instead of the default one of
+            ``spec.seed`` (smaller environments for tests).
     """
     import torch
 
@@ -194,7 +197,7 @@ def record_run(spec: RunSpec, trace_path: str | os.PathLike, cache_dir: str | No
     if spec.algo == "ppo" and not ppo_available():
         raise RuntimeError(f"{spec.name}: this Python has no trl.experimental.ppo.PPOTrainer (needs trl==1.12.0); "
                            "pass --ppo-python")
-    env = build_env(EnvConfig(seed=spec.seed), cache_dir=cache_dir)
+    env = build_env(env_config or EnvConfig(seed=spec.seed), cache_dir=cache_dir)
     evaluator = env.evaluator()
     cb = EvalStopCallback(evaluator, eval_steps=spec.eval_steps, job_id=spec.name, job_type="rlhf", mode="observe",
                           trace_path=str(trace_path), trace_extras=evaluator.trace_extras)

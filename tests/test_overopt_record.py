@@ -83,7 +83,11 @@ def test_record_writes_a_ppo_trace(tmp_path):
 
     torch.set_num_threads(1)
     path = tmp_path / "ppo.jsonl"
-    record_run(RunSpec("ppo", "proxy", 0.0, 0, steps=8, eval_steps=4), path, cache_dir=str(tmp_path / "cache"))
+    from evalstop_callbacks.overopt import EnvConfig
+
+    small = EnvConfig(seed=0, pretrain_steps=60, proxy_samples=120, proxy_check_samples=60)
+    record_run(RunSpec("ppo", "proxy", 0.0, 0, steps=8, eval_steps=4), path, cache_dir=str(tmp_path / "cache"),
+               env_config=small)
     trace = read_trace(path)
     assert trace.steps == (4, 8)
     assert trace.header["trainer"].lower().startswith("ppo")
