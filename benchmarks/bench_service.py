@@ -125,6 +125,7 @@ def bench_evalstop(duration: float, jobs: int, workdir: Path, synchronous: str, 
         acked: dict[str, list[int]] = {n: [] for n in names}
         errors: list[str] = []
         cpu0 = _proc_cpu(proc.pid)
+        client0 = time.process_time()
 
         async def main() -> float:
             t_start = time.perf_counter()
@@ -136,6 +137,7 @@ def bench_evalstop(duration: float, jobs: int, workdir: Path, synchronous: str, 
 
         elapsed = asyncio.run(main())
         server_cpu = _proc_cpu(proc.pid) - cpu0
+        client_cpu = time.process_time() - client0
         server_hist = _server_histogram(httpx.get(f"{url}/metrics", timeout=10).text)
     finally:
         proc.terminate()
@@ -152,7 +154,7 @@ def bench_evalstop(duration: float, jobs: int, workdir: Path, synchronous: str, 
             "p50_ms": _pct(latencies, 0.50) * 1e3, "p99_ms": _pct(latencies, 0.99) * 1e3,
             "p90_ms": _pct(latencies, 0.90) * 1e3, "p999_ms": _pct(latencies, 0.999) * 1e3,
             "max_ms": max(latencies, default=float("nan")) * 1e3,
-            "errors": len(errors), "lost": lost, "server_cpu_s": server_cpu,
+            "errors": len(errors), "lost": lost, "server_cpu_s": server_cpu, "load_generator_cpu_s": client_cpu,
             "server_p50_ms_upper": _hist_quantile(server_hist, 0.50) * 1e3,
             "server_p99_ms_upper": _hist_quantile(server_hist, 0.99) * 1e3,
             "first_error": errors[0] if errors else None}
@@ -219,18 +221,18 @@ def bench_optuna(duration: float, jobs: int, workdir: Path) -> dict:
         with lock:
             latencies.extend(local)
 
-    t_start = time.perf_counter()
+    t_start, cpu0 = time.perf_counter(), time.process_time()
     threads = [threading.Thread(target=run, args=(i,)) for i in range(jobs)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    elapsed = time.perf_counter() - t_start
+    elapsed, cpu = time.perf_counter() - t_start, time.process_time() - cpu0
     n = sum(counts)
     stored = sum(len(t.intermediate_values) for t in study.get_trials(deepcopy=False))
     return {"peer": "optuna RDBStorage (sqlite)", "reports": n, "seconds": elapsed, "reports_per_s": n / elapsed,
             "p50_ms": _pct(latencies, 0.50) * 1e3, "p99_ms": _pct(latencies, 0.99) * 1e3,
-            "errors": len(errors), "lost": n - stored if stored < n else 0,
+            "errors": len(errors), "lost": n - stored if stored < n else 0, "cpu_s": cpu,
             "first_error": errors[0] if errors else None}
 
 
@@ -275,10 +277,13 @@ def main(argv: list[str] | None = None) -> int:
     for r in rows:
         if "server_cpu_s" not in r:
             continue
-        print(f"{r['peer']}: ", end="")
-        print(f"evalstop-server process CPU: {r['server_cpu_s']:.1f} s over {r['seconds']:.1f} s "
+        print(f"{r['peer']}: server CPU {r['server_cpu_s']:.1f} s, load generator CPU "
+              f"{r['load_generator_cpu_s']:.1f} s over {r['seconds']:.1f} s "
               f"({r['server_cpu_s'] / max(r['reports'], 1) * 1e3:.2f} ms CPU per report); its own histogram "
               f"(arrival to commit): p50 <= {r['server_p50_ms_upper']:g} ms, p99 <= {r['server_p99_ms_upper']:g} ms")
+    for r in optuna_rows:
+        print(f"{r['peer']}: CPU {r['cpu_s']:.1f} s over {r['seconds']:.1f} s "
+              f"({r['cpu_s'] / max(r['reports'], 1) * 1e3:.2f} ms CPU per report)")
     if "throughput_ratio" in out:
         print(f"evalstop / optuna: {out['throughput_ratio']:.1f}x reports/s, p99 {out['p99_ratio']:.1f}x lower")
     print(f"load average: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
