@@ -178,3 +178,42 @@ def test_openapi_spec_is_versioned_and_declares_bearer_auth(server):
     report = spec["components"]["schemas"]["ReportIn"]
     assert report["additionalProperties"] is False
     assert set(report["properties"]) == {"job_id", "job_type", "step", "eval_score", "eval_scores"}
+
+
+def test_report_fast_path_answers_exactly_like_the_fastapi_route(tmp_path):
+    """The report endpoint is served by a lean ASGI fast path; the FastAPI route it shadows must answer the same."""
+    from fastapi.testclient import TestClient
+
+    from platform_sim.service.app import create_app
+    from platform_sim.service.sqlite_store import SQLiteStore
+
+    requests = [
+        ("good", {"job_id": "j", "job_type": "rlhf", "step": 0, "eval_score": 1.0}, None),
+        ("good", {"job_id": "j", "job_type": "rlhf", "step": 5, "eval_score": 0.5}, None),
+        ("resend", {"job_id": "j", "job_type": "rlhf", "step": 5, "eval_score": 0.5}, None),
+        ("conflict", {"job_id": "j", "job_type": "rlhf", "step": 5, "eval_score": 0.6}, None),
+        ("older", {"job_id": "j", "job_type": "rlhf", "step": 1, "eval_score": 0.6}, None),
+        ("unknown field", {"job_id": "j", "job_type": "rlhf", "step": 9, "eval_score": 0.6, "loss": 1.0}, None),
+        ("negative step", {"job_id": "j", "job_type": "rlhf", "step": -1, "eval_score": 0.6}, None),
+        ("path mismatch", {"job_id": "k", "job_type": "rlhf", "step": 9, "eval_score": 0.6}, None),
+        ("stop", {"job_id": "j", "job_type": "rlhf", "step": 10, "eval_score": 0.1}, None),
+        ("no token", {"job_id": "j", "job_type": "rlhf", "step": 11, "eval_score": 0.1}, "none"),
+        ("bad token", {"job_id": "j", "job_type": "rlhf", "step": 11, "eval_score": 0.1}, "bad"),
+        ("unknown job", {"job_id": "zz", "job_type": "rlhf", "step": 0, "eval_score": 0.1}, "zz"),
+    ]
+    answers = {}
+    for fast in (True, False):
+        store = SQLiteStore(tmp_path / f"fast-{fast}.db")
+        _, token = store.add_tenant("t")
+        with TestClient(create_app(store, fast_path=fast, close_store=True)) as c:
+            assert c.post("/v1/jobs", json={"job_type": "rlhf", "job_id": "j"},
+                          headers=auth(token)).status_code == 201
+            got = []
+            for name, body, special in requests:
+                headers = {} if special == "none" else auth("es_wrong" if special == "bad" else token)
+                job = "zz" if special == "zz" else "j"
+                resp = c.post(f"/v1/jobs/{job}/evals", json=body, headers=headers)
+                got.append((name, resp.status_code, resp.json()))
+            answers[fast] = got
+    assert answers[True] == answers[False]
+    assert [s for _, s, _ in answers[True]] == [200, 200, 200, 409, 409, 422, 422, 422, 200, 401, 401, 404]
