@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from platform_sim.core.policies import PREEMPTION_COST_H, FIFO, LossAware, SJFEst, SRTFEst
 from platform_sim.core.stop_policies import EvalStopPolicy, Oracle, with_stop
-from platform_sim.sim.curves import SaturatingCurve, TabulatedCurve, eval_grid
+from platform_sim.sim.curves import TabulatedCurve, eval_grid
 from platform_sim.sim.engine import simulate
 from platform_sim.sim.experiments import PolicySpec
 from platform_sim.sim.workload import JobSpec, Workload, WorkloadConfig, generate_workload
