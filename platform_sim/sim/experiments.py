@@ -137,7 +137,8 @@ class PaperConfig:
     Args:
         seeds: Number of seeds (0 .. seeds-1).
         workload: The default point (sigma 0.02, 60% hacking, rlhf-heavy, 64 GPUs, 200 jobs).
-        detector: Detector spec of EvalStop (its ``k`` is overridden in the k sweep when it is ``k-decline``).
+        detector: Detector spec of EvalStop. The k sweep always uses ``k-decline`` (with this spec's ``min_delta`` when
+            it is ``k-decline``), since k is that rule's parameter.
         base: Base policy of the main table and the sweeps.
         stop_at_p: p of StopAt-p.
         observation: Observation-model spec (None: Gaussian noise).
