@@ -1,0 +1,177 @@
+"""What EvalStopCallback costs a training run.
+
+Two figures:
+
+``overhead``: the callback's own cost per evaluation, excluding the evaluator (target: < 5 ms with the embedded core).
+    The callback's real ``on_step_end`` runs with real ``TrainingArguments``/``TrainerState``/``TrainerControl`` and an
+    evaluator that returns a precomputed result (48 per-example scores) instantly, so everything measured is the
+    callback: report validation, the embedded scheduler core, best-checkpoint bookkeeping, the rank broadcast (a
+    no-op with one process), trace writing. Timed from outside around ``on_step_end`` (plus the ``on_log`` and next
+    ``on_step_end`` that write the trace line), and by the callback's own ``overhead_seconds``.
+
+``share``: the evaluator's cost as a share of training time for the example configurations (``examples/``), in
+    observe mode so that the run has a fixed length: GRPO (in .venv) or PPO (in .venv-ppo, TRL 1.12).
+
+    python benchmarks/bench_callback.py overhead --evals 3000
+    python benchmarks/bench_callback.py share --trainer grpo --steps 100
+    .venv-ppo/bin/python benchmarks/bench_callback.py share --trainer ppo --steps 40
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+
+
+def _pct(values: list[float], q: float) -> float:
+    values = sorted(values)
+    return values[min(len(values) - 1, int(q * len(values)))]
+
+
+def overhead(evals: int, trace: bool) -> dict:
+    import random
+
+    from transformers import TrainerControl, TrainerState, TrainingArguments
+
+    from evalstop_callbacks import EvalResult, EvalStopCallback, Evaluator
+
+    rng = random.Random(0)
+
+    class Instant(Evaluator):
+        """Returns precomputed results: the evaluator's own cost is zero, what remains is the callback's."""
+
+        def __init__(self) -> None:
+            # An up-down pattern that never has two declines in a row: the run is never stopped.
+            self.results = [EvalResult(float(i // 2 * 2 + (i % 2) * 0.5), tuple(rng.random() for _ in range(48)))
+                            for i in range(evals)]
+            self.i = 0
+
+        def evaluate(self, model, tokenizer=None):
+            r = self.results[self.i]
+            self.i += 1
+            return r
+
+    tmp = tempfile.mkdtemp(prefix="evalstop-bench-")
+    cb = EvalStopCallback(Instant(), eval_steps=1, k=2, trace_path=os.path.join(tmp, "t.jsonl") if trace else None)
+    args = TrainingArguments(output_dir=tmp, report_to="none", use_cpu=True)
+    state, control = TrainerState(), TrainerControl()
+    state.max_steps = evals + 1
+    cb.on_train_begin(args, state, control, model=None)
+    outer: list[float] = []
+    for step in range(1, evals + 1):
+        state.global_step = step
+        t0 = time.perf_counter()
+        cb.on_step_end(args, state, control, model=None)
+        cb.on_log(args, state, control, logs={"loss": 0.1, "reward": 1.0})
+        outer.append(time.perf_counter() - t0)
+        control.should_save = False
+    cb.on_train_end(args, state, control, model=None)
+    inner = cb.overhead_seconds
+    assert cb.stopped_at is None and len(inner) == evals
+    return {
+        "evals": evals, "trace": trace,
+        "outer_median_ms": 1000 * statistics.median(outer), "outer_p95_ms": 1000 * _pct(outer, 0.95),
+        "outer_max_ms": 1000 * max(outer),
+        "own_median_ms": 1000 * statistics.median(inner), "own_p95_ms": 1000 * _pct(inner, 0.95),
+    }
+
+
+def share(trainer_name: str, steps: int, eval_steps: int) -> dict:
+    from datasets import Dataset
+    from transformers import PrinterCallback
+    from transformers.utils import logging as hf_logging
+
+    from evalstop_callbacks import EvalStopCallback
+    from evalstop_callbacks.overopt import EnvConfig, build_env
+
+    hf_logging.disable_progress_bar()
+    hf_logging.set_verbosity_error()
+    env = build_env(EnvConfig(seed=0))
+    ev = env.evaluator()
+    cb = EvalStopCallback(ev, eval_steps=eval_steps, mode="observe")
+    out = tempfile.mkdtemp(prefix="evalstop-bench-")
+    if trainer_name == "grpo":  # the configuration of examples/grpo_evalstop.py
+        from trl import GRPOConfig, GRPOTrainer
+
+        config = GRPOConfig(output_dir=out, max_steps=steps, per_device_train_batch_size=32, num_generations=8,
+                            max_completion_length=env.config.max_new_tokens, learning_rate=5e-4, beta=0.0, seed=0,
+                            use_cpu=True, bf16=False, report_to="none", save_strategy="no", disable_tqdm=True)
+        trainer = GRPOTrainer(model=env.reference_policy(), reward_funcs=env.proxy, args=config,
+                              processing_class=env.tokenizer,
+                              train_dataset=Dataset.from_dict({"prompt": env.train_prompts * 40}), callbacks=[cb])
+    else:  # the configuration of examples/ppo_evalstop.py
+        from trl.experimental.ppo import PPOConfig, PPOTrainer
+
+        from evalstop_callbacks.tiny import build_scalar_model
+
+        tok = env.tokenizer
+        config = PPOConfig(output_dir=out, per_device_train_batch_size=32, num_mini_batches=1, num_ppo_epochs=4,
+                           total_episodes=32 * steps, response_length=env.config.max_new_tokens, learning_rate=5e-4,
+                           kl_coef=0.0, stop_token="eos", seed=0, use_cpu=True, bf16=False, report_to="none",
+                           num_sample_generations=0, save_strategy="no", disable_tqdm=True)
+        train = Dataset.from_dict({"input_ids": [tok(p)["input_ids"] for p in env.train_prompts * 40]})
+        trainer = PPOTrainer(args=config, processing_class=tok, model=env.reference_policy(),
+                             ref_model=env.reference_policy(), reward_model=env.proxy_model(),
+                             value_model=build_scalar_model(tok), train_dataset=train, callbacks=[cb])
+    trainer.remove_callback(PrinterCallback)
+    t0 = time.perf_counter()
+    trainer.train()
+    train_s = time.perf_counter() - t0
+    eval_s = sum(cb.eval_seconds)
+    return {
+        "trainer": trainer_name, "steps": steps, "eval_steps": eval_steps, "evals": len(cb.eval_seconds),
+        "eval_examples": len(ev.prompts), "train_s": train_s, "eval_s": eval_s, "eval_share": eval_s / train_s,
+        "eval_ms_each": 1000 * eval_s / max(1, len(cb.eval_seconds)),
+        "own_ms_each": 1000 * statistics.median(cb.overhead_seconds) if cb.overhead_seconds else None,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description="EvalStopCallback cost: own overhead per eval, evaluator share")
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    p1 = sub.add_parser("overhead", help="the callback's own cost per eval, evaluator excluded")
+    p1.add_argument("--evals", type=int, default=3000)
+    p2 = sub.add_parser("share", help="evaluator time as a share of training time (example configs)")
+    p2.add_argument("--trainer", choices=("grpo", "ppo"), default="grpo")
+    p2.add_argument("--steps", type=int, default=100)
+    p2.add_argument("--eval-steps", type=int, default=None, help="default: 10 for grpo, 4 for ppo (the examples')")
+    for p in (p1, p2):
+        p.add_argument("--json", action="store_true", help="print machine-readable JSON only")
+        p.add_argument("--threads", type=int, default=1)
+    args = parser.parse_args()
+    import torch
+
+    torch.set_num_threads(args.threads)
+    if args.cmd == "overhead":
+        if args.evals < 10:
+            parser.error("--evals must be >= 10")
+        rows = [overhead(args.evals, trace=False), overhead(args.evals, trace=True)]
+        if args.json:
+            print(json.dumps(rows, indent=1))
+            return
+        print(f"callback's own cost per eval, {args.evals} evals, embedded core, evaluator excluded (target < 5 ms)")
+        print("trace   median    p95      max      (own timer: median  p95)")
+        for r in rows:
+            print(f"{'on ' if r['trace'] else 'off':<6}  {r['outer_median_ms']:.3f} ms  {r['outer_p95_ms']:.3f} ms  "
+                  f"{r['outer_max_ms']:.2f} ms  ({r['own_median_ms']:.3f} ms  {r['own_p95_ms']:.3f} ms)")
+    else:
+        if args.steps < 1:
+            parser.error("--steps must be >= 1")
+        eval_steps = args.eval_steps or (10 if args.trainer == "grpo" else 4)
+        r = share(args.trainer, args.steps, eval_steps)
+        if args.json:
+            print(json.dumps(r, indent=1))
+            return
+        print(f"{r['trainer']}: {r['steps']} steps, eval every {r['eval_steps']} ({r['evals']} evals of "
+              f"{r['eval_examples']} completions)")
+        print(f"training {r['train_s']:.1f} s, evaluation {r['eval_s']:.2f} s = {100 * r['eval_share']:.1f}% "
+              f"({r['eval_ms_each']:.0f} ms per eval); callback's own cost {r['own_ms_each']:.2f} ms per eval")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
