@@ -48,3 +48,13 @@ def test_make_runner_and_registry():
         assert isinstance(make_runner("test-reverse"), Reverse)
     finally:
         RUNNERS.pop("test-reverse")
+
+
+def test_rows_for_policies_adds_the_no_stop_baseline_per_base():
+    from platform_sim.sim.experiments import rows_for_policies
+
+    specs = [PolicySpec(base="fifo", stop="evalstop"), PolicySpec(base="sjf-est", stop="stop-at-p")]
+    rows = rows_for_policies(WorkloadConfig(n_jobs=40), specs, [0, 1])
+    assert [(r["base"], r["stop"], r["seeds"]) for r in rows] == [("fifo", "evalstop", 2), ("sjf-est", "stop-at-p", 2)]
+    for r in rows:
+        assert r["jct_gain_pct"] is not None and r["wasted_reduction_pct"] is not None
