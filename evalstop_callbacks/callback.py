@@ -274,6 +274,9 @@ class EvalStopCallback(TrainerCallback, ExportableState):
         self._finished = False
         self._raise_after_save = False
         resuming = state.global_step > 0
+        if not resuming and (self.history or self._registered):
+            # A second run would re-report steps the core has seen (conflicts) and inherit this run's best step.
+            raise ValueError("this EvalStopCallback already served a training run; create a new one for a new run")
         if resuming:
             saved = (getattr(state, "stateful_callbacks", None) or {}).get(type(self).__name__)
             if isinstance(saved, list):  # several EvalStop callbacks: the one of our job, else the first

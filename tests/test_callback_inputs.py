@@ -163,3 +163,18 @@ def test_nan_evaluator_in_training_raises_instead_of_stopping(tmp_path):
 def test_restore_callback_states_flag_is_rejected(tmp_path):
     with pytest.raises(ValueError, match="leave restore_callback_states_from_checkpoint=False"):
         _sft(tmp_path, EvalStopCallback(world(), eval_steps=2), restore_callback_states_from_checkpoint=True)
+
+
+def test_a_callback_serves_one_run():
+    from transformers import TrainerControl, TrainerState, TrainingArguments
+
+    cb = EvalStopCallback(_NaNAtSecondEval(), eval_steps=1)
+    args, state, control = TrainingArguments(output_dir="unused", report_to="none"), TrainerState(), TrainerControl()
+    state.max_steps = 5
+    cb.on_train_begin(args, state, control)
+    state.global_step = 1
+    cb.on_step_end(args, state, control)
+    cb.on_train_end(args, state, control)
+    state.global_step = 0
+    with pytest.raises(ValueError, match="already served a training run; create a new one"):
+        cb.on_train_begin(args, state, control)

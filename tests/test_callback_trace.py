@@ -77,3 +77,8 @@ def test_real_run_trace_has_scores_loss_extras_and_end(tmp_path):
     assert [e["wall_s"] for e in evals] == sorted(e["wall_s"] for e in evals)
     assert end == {"kind": "end", "reason": "stopped", "stopped_at": cb.stopped_at, "best_step": cb.best_step,
                    "best_score": cb.best_score}
+    # the simulator's strict reader takes it as a real trace
+    from platform_sim.sim.traces import read_trace as sim_read_trace
+
+    real = sim_read_trace(tmp_path / "t.jsonl")
+    assert list(real.steps) == [h["step"] for h in cb.history] and list(real.proxy) == list(real.steps)
