@@ -30,9 +30,18 @@ def cli(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
     return proc
 
 
-def add_tenant(db: Path, name: str) -> str:
-    """``tenant add NAME``; the token is the last line of its output."""
-    return cli("tenant", "add", name, "--db", str(db)).stdout.strip().splitlines()[-1]
+def add_tenant(db: Path, name: str, via_cli: bool = False) -> str:
+    """A new tenant's token: through the store (fast), or through ``evalstop-server tenant add NAME``, whose last
+    output line is the token."""
+    if via_cli:
+        return cli("tenant", "add", name, "--db", str(db)).stdout.strip().splitlines()[-1]
+    from platform_sim.service.sqlite_store import SQLiteStore
+
+    store = SQLiteStore(db)
+    try:
+        return store.add_tenant(name)[1]
+    finally:
+        store.close()
 
 
 @dataclass

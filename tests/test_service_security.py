@@ -13,7 +13,8 @@ from service_support import Server, add_tenant, auth, cli, free_port
 @pytest.fixture(scope="module")
 def env(tmp_path_factory: pytest.TempPathFactory):
     db = tmp_path_factory.mktemp("sec") / "sec.db"
-    alice, bob, carol = (add_tenant(db, n) for n in ("alice", "bob", "carol"))
+    alice = add_tenant(db, "alice", via_cli=True)  # the CLI's token is the one that works against the server
+    bob, carol = (add_tenant(db, n) for n in ("bob", "carol"))
     srv = Server(db, free_port()).start()
     with httpx.Client(base_url=srv.url, headers=auth(alice), timeout=10) as a:
         assert a.post("/v1/jobs", json={"job_type": "rlhf", "job_id": "secret-job"}).status_code == 201
