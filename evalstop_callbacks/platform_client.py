@@ -27,6 +27,7 @@ import httpx
 
 from platform_sim.core import (
     Action,
+    BoundaryError,
     ConflictError,
     Decision,
     InvalidReportError,
@@ -135,22 +136,27 @@ class PlatformClient:
                 time.sleep(delay * (0.5 + 0.5 * self._rng.random()))
             try:
                 resp = self._http.request(method, path, json=body)
-            except httpx.TransportError as exc:  # connect refused/reset, timeouts, protocol errors
+            except httpx.HTTPError as exc:  # connect refused/reset, timeouts, protocol and decoding errors
                 last_problem = f"{type(exc).__name__}: {exc}"
                 continue
-            if resp.status_code >= 500:
+            if resp.status_code >= 500 or resp.status_code == 429:
                 last_problem = f"HTTP {resp.status_code}"
+                continue
+            if resp.status_code >= 400:
+                try:
+                    message = resp.json().get("message", resp.text)
+                except (ValueError, AttributeError):
+                    message = resp.text[:200]
+                raise PlatformError(resp.status_code, message)
+            try:
+                reply = resp.json()
+            except ValueError:  # e.g. a proxy's HTML page: not the service
+                last_problem = f"HTTP {resp.status_code} with a body that is not JSON"
                 continue
             if self._degraded:
                 logger.warning("evalstop: scheduler service at %s is reachable again", self.url)
             self._degraded = False
-            if resp.status_code >= 400:
-                try:
-                    message = resp.json().get("message", resp.text)
-                except ValueError:
-                    message = resp.text
-                raise PlatformError(resp.status_code, message)
-            return resp.json()
+            return reply
         if not self._degraded:
             logger.warning("evalstop: scheduler service at %s unreachable after %d attempt(s) (%s); failing open",
                            self.url, attempts, last_problem)
@@ -197,8 +203,13 @@ class PlatformClient:
                 return None
             if reply is None:
                 return None
+            try:
+                decision = Decision.from_dict(reply)
+            except (BoundaryError, TypeError, ValueError) as exc:  # not a decision: treat like an unreachable service
+                logger.warning("evalstop: the scheduler answered step %d of job %r with something that is not a "
+                               "decision (%s); failing open", report.step, job_id, exc)
+                return None
             link.backlog.pop(0)
-            decision = Decision.from_dict(reply)
         return decision
 
     # -- BoundaryClient --------------------------------------------------------------------------------------------

@@ -134,3 +134,26 @@ def test_outage_then_recovery_replays_the_backlog(tmp_path):
         assert view["n_reports"] == len(trace)  # the service holds the whole history, in order
     finally:
         srv.stop()
+
+
+def test_garbage_replies_fail_open_instead_of_raising():
+    """A proxy's HTML page, a 429 or a malformed decision never reach the trainer as an exception."""
+    replies = iter([
+        httpx.Response(201, json={"job_id": "g"}),                       # register
+        httpx.Response(200, text="<html>gateway</html>"),                # not JSON: retried, then fail open
+        httpx.Response(200, text="<html>gateway</html>"),
+        httpx.Response(429, json={"error": "slow down", "message": "x"}),  # degraded now: one attempt per report
+        httpx.Response(200, json={"action": "explode"}),                  # not a decision
+    ])
+    seen = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request.url.path)
+        return next(replies)
+
+    with PlatformClient("http://scheduler.invalid", "es_x", transport=httpx.MockTransport(handler), max_retries=1,
+                        backoff=0.001) as client:
+        job = client.register("rlhf", job_id="g")
+        decisions = [client.report(Report(job, "rlhf", s, v)) for s, v in HACKING[:3]]
+    assert client.fallback_decisions == 3 and len(seen) == 5  # every scripted reply was consumed
+    assert decisions == _embedded(job, HACKING[:3])
