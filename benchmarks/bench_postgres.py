@@ -62,6 +62,33 @@ def _proc_cpu(pid: int) -> float:
         return float("nan")
 
 
+def _pg_cpu() -> float:
+    """CPU seconds of the PostgreSQL server started by tests/pg.sh (postmaster, its exited children, live backends),
+    or NaN when this run did not start it (EVALSTOP_PG_DIR unset)."""
+    pg_dir = os.environ.get("EVALSTOP_PG_DIR")
+    if not pg_dir:
+        return float("nan")
+    try:
+        root = int(Path(pg_dir, "data", "postmaster.pid").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return float("nan")
+    total = 0.0
+    tick = os.sysconf("SC_CLK_TCK")
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        pid, ppid = int(entry), int(fields[1])
+        if pid == root:
+            total += sum(int(x) for x in fields[11:15]) / tick  # utime, stime, cutime, cstime
+        elif ppid == root:
+            total += (int(fields[11]) + int(fields[12])) / tick
+    return total
+
+
 class _Conn:
     """One keep-alive HTTP/1.1 connection that posts JSON and reads the status and body."""
 
@@ -145,6 +172,7 @@ def run_peer(name: str, db: str, open_store: Any, replicas: int, duration: float
                            json={"job_type": "rlhf", "job_id": n, "gpus": 8})
                 r.raise_for_status()
         cpu0 = [_proc_cpu(p.pid) for p in procs]
+        pg0 = _pg_cpu()
 
         async def main() -> float:
             t_start = time.perf_counter()
@@ -155,6 +183,7 @@ def run_peer(name: str, db: str, open_store: Any, replicas: int, duration: float
 
         elapsed = asyncio.run(main())
         server_cpu = sum(_proc_cpu(p.pid) - c0 for p, c0 in zip(procs, cpu0))
+        db_cpu = _pg_cpu() - pg0 if db.startswith("postgresql://") else float("nan")
     finally:
         for p in procs:
             p.terminate()
@@ -172,7 +201,7 @@ def run_peer(name: str, db: str, open_store: Any, replicas: int, duration: float
     return {"peer": name, "replicas": replicas, "reports": total, "seconds": elapsed,
             "reports_per_s": total / elapsed, "p50_ms": _pct(latencies, 0.50) * 1e3,
             "p99_ms": _pct(latencies, 0.99) * 1e3, "errors": len(errors), "lost": lost,
-            "server_cpu_s": server_cpu, "first_error": errors[0] if errors else None}
+            "server_cpu_s": server_cpu, "db_cpu_s": db_cpu, "first_error": errors[0] if errors else None}
 
 
 def _pg_server() -> tuple[str, Any]:
@@ -188,6 +217,7 @@ def _pg_server() -> tuple[str, Any]:
             env[k] = v
     if "EVALSTOP_PG_URL" not in env:
         raise SystemExit("no PostgreSQL server: set EVALSTOP_PG_URL or install postgresql (tests/pg.sh)")
+    os.environ["EVALSTOP_PG_DIR"] = env["EVALSTOP_PG_DIR"]  # for _pg_cpu
 
     def stop() -> None:
         subprocess.run(["bash", str(REPO / "tests" / "pg.sh"), "stop"], env=env, check=False)
@@ -252,10 +282,10 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{args.jobs} concurrent jobs, {args.duration:g} s per peer, {os.cpu_count()} CPUs; PostgreSQL "
           f"{pg.get('version')} (fsync={pg.get('fsync')}, synchronous_commit={pg.get('synchronous_commit')})")
     print(f"{'peer':<14} {'reports':>8} {'reports/s':>10} {'p50 ms':>8} {'p99 ms':>8} {'errors':>7} {'lost':>5} "
-          f"{'server CPU s':>13}")
+          f"{'service CPU s':>13} {'db CPU s':>9}")
     for r in rows:
         print(f"{r['peer']:<14} {r['reports']:>8} {r['reports_per_s']:>10.0f} {r['p50_ms']:>8.2f} {r['p99_ms']:>8.2f} "
-              f"{r['errors']:>7} {r['lost']:>5} {r['server_cpu_s']:>13.1f}")
+              f"{r['errors']:>7} {r['lost']:>5} {r['server_cpu_s']:>13.1f} {r['db_cpu_s']:>9.1f}")
         if r.get("first_error"):
             print(f"  first error: {r['first_error']}")
     print(f"load average: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
