@@ -25,7 +25,6 @@ import os
 import random
 import shutil
 import socket
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -150,7 +149,8 @@ def bench_evalstop(duration: float, jobs: int, workdir: Path, synchronous: str, 
         lost += sum(1 for s in acked[name] if s not in stored)
     store.close()
     n = sum(len(v) for v in acked.values())
-    return {"peer": "evalstop-server" + (f" @{rate:g}/s" if rate else ""), "reports": n, "seconds": elapsed, "reports_per_s": n / elapsed,
+    return {"peer": "evalstop-server" + (f" @{rate:g}/s" if rate else ""), "reports": n, "seconds": elapsed,
+            "reports_per_s": n / elapsed,
             "p50_ms": _pct(latencies, 0.50) * 1e3, "p99_ms": _pct(latencies, 0.99) * 1e3,
             "p90_ms": _pct(latencies, 0.90) * 1e3, "p999_ms": _pct(latencies, 0.999) * 1e3,
             "max_ms": max(latencies, default=float("nan")) * 1e3,

@@ -173,7 +173,8 @@ def test_operator_endpoints_and_metrics(server, http):
 def test_openapi_spec_is_versioned_and_declares_bearer_auth(server):
     srv, _ = server
     spec = httpx.get(f"{srv.url}/openapi.json").json()
-    assert {"/v1/jobs", "/v1/jobs/{job_id}", "/v1/jobs/{job_id}/evals", "/v1/jobs/{job_id}/finish"} <= set(spec["paths"])
+    paths = {"/v1/jobs", "/v1/jobs/{job_id}", "/v1/jobs/{job_id}/evals", "/v1/jobs/{job_id}/finish"}
+    assert paths <= set(spec["paths"])
     assert spec["components"]["securitySchemes"]["HTTPBearer"]["scheme"] == "bearer"
     report = spec["components"]["schemas"]["ReportIn"]
     assert report["additionalProperties"] is False

@@ -18,8 +18,8 @@ def env(tmp_path_factory: pytest.TempPathFactory):
     srv = Server(db, free_port()).start()
     with httpx.Client(base_url=srv.url, headers=auth(alice), timeout=10) as a:
         assert a.post("/v1/jobs", json={"job_type": "rlhf", "job_id": "secret-job"}).status_code == 201
-        assert a.post("/v1/jobs/secret-job/evals",
-                      json={"job_id": "secret-job", "job_type": "rlhf", "step": 10, "eval_score": 0.5}).status_code == 200
+        first = {"job_id": "secret-job", "job_type": "rlhf", "step": 10, "eval_score": 0.5}
+        assert a.post("/v1/jobs/secret-job/evals", json=first).status_code == 200
     try:
         yield {"srv": srv, "db": db, "alice": alice, "bob": bob, "carol": carol}
     finally:

@@ -212,7 +212,8 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
     422: {"model": ErrorOut, "description": "Invalid request (unknown field, bad value, non-finite score)."},
 }
 _NOT_FOUND: dict[int | str, dict[str, Any]] = {404: {"model": ErrorOut, "description": "No such job for this tenant."}}
-_CONFLICT: dict[int | str, dict[str, Any]] = {409: {"model": ErrorOut, "description": "Conflicts with the job's state."}}
+_CONFLICT: dict[int | str, dict[str, Any]] = {
+    409: {"model": ErrorOut, "description": "Conflicts with the job's state."}}
 _UNAVAILABLE: dict[int | str, dict[str, Any]] = {503: {"model": ErrorOut, "description": "Store cannot commit."}}
 
 JobIdPath = Annotated[str, Path(pattern=JOB_ID_PATTERN, description="The job's id.")]

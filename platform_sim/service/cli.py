@@ -77,7 +77,8 @@ def _iso(ts: float | None) -> str:
 
 def _open_store(db: str, synchronous: str = "FULL"):  # noqa: ANN202 - the store type needs the service extra
     # Checked by prefix here so that SQLite users never import the PostgreSQL module (or need its extra).
-    if db.startswith(("postgresql://", "postgres://")):  # several replicas on one database (docs/scaling.md); --synchronous is SQLite's
+    # Several replicas on one database (docs/scaling.md); --synchronous is SQLite's.
+    if db.startswith(("postgresql://", "postgres://")):
         try:
             from .store_postgres import PostgresStore
 

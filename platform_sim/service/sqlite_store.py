@@ -513,7 +513,8 @@ class SQLiteStore(Store):
 
     def reports(self, tenant_id: int, job_id: str) -> list[StoredReport]:
         conn = self._reader()
-        if conn.execute("SELECT 1 FROM jobs WHERE tenant_id = ? AND job_id = ?", (tenant_id, job_id)).fetchone() is None:
+        found = conn.execute("SELECT 1 FROM jobs WHERE tenant_id = ? AND job_id = ?", (tenant_id, job_id)).fetchone()
+        if found is None:
             raise JobNotFound(f"no job {job_id!r}")
         rows = conn.execute(
             "SELECT step, eval_score, eval_scores, action, reason, declines, best_step, best_score, received_at "
