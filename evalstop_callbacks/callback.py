@@ -284,6 +284,9 @@ class EvalStopCallback(TrainerCallback, ExportableState):
                               == self.job_id), saved[0])
             if saved and "evalstop" in saved.get("attributes", {}):
                 self._load_saved(saved["attributes"]["evalstop"])
+        if self.mode == "enforce" and getattr(args, "load_best_model_at_end", False):
+            logger.warning("EvalStop keeps and restores its own best checkpoint (by the world score); "
+                           "load_best_model_at_end with metric_for_best_model competes for state.best_model_checkpoint")
         self._t0 = time.perf_counter()
         if self._is_main:
             self.job_id = self.client.register(self.job_type, self.detector_spec, job_id=self.job_id)

@@ -120,30 +120,52 @@ def unwrap_model(model: Any) -> Any:
 
 
 @contextlib.contextmanager
-def isolated_eval(model: Any, seed: int | None) -> Iterator[None]:
-    """Run a block in eval mode without gradients and without touching the training RNG streams.
+def preserved_rng(seed: int | None = None) -> Iterator[None]:
+    """Run a block without touching the training RNG streams.
 
     Saves and restores the torch CPU and CUDA RNG states (evaluation sampling would otherwise shift the random
-    stream of training), seeds the block with ``seed`` so the same weights always get the same completions, and puts
-    the model back in its previous train/eval mode.
+    stream of training) and Python's and NumPy's global ones (a reward function may draw from them). With ``seed``
+    the block starts from ``torch.manual_seed(seed)``, so the same weights always get the same completions.
     """
+    import random
+
     import torch
 
+    py_state = random.getstate()
+    try:
+        import numpy as np
+    except ImportError:  # numpy is optional here
+        np = None
+    np_state = np.random.get_state() if np is not None else None
     cpu_state = torch.get_rng_state()
     cuda_states = torch.cuda.get_rng_state_all() if torch.cuda.is_available() and torch.cuda.is_initialized() else None
-    was_training = model.training
     try:
         if seed is not None:
             torch.manual_seed(seed)  # also seeds every CUDA device
-        model.eval()
-        with torch.no_grad():
-            yield
+        yield
     finally:
-        if was_training:
-            model.train()
         torch.set_rng_state(cpu_state)
         if cuda_states is not None:
             torch.cuda.set_rng_state_all(cuda_states)
+        random.setstate(py_state)
+        if np is not None:
+            np.random.set_state(np_state)
+
+
+@contextlib.contextmanager
+def isolated_eval(model: Any, seed: int | None) -> Iterator[None]:
+    """:func:`preserved_rng` plus eval mode and no gradients; the model gets its previous train/eval mode back."""
+    import torch
+
+    was_training = model.training
+    try:
+        with preserved_rng(seed):
+            model.eval()
+            with torch.no_grad():
+                yield
+    finally:
+        if was_training:
+            model.train()
 
 
 def _check_prompts(prompts: Any) -> list[Any]:
@@ -364,7 +386,8 @@ class RewardFunctionEvaluator(_GeneratingEvaluator):
         completions: list[Any] = texts
         if self._conversational:  # TRL hands conversational reward functions message lists
             completions = [[{"role": "assistant", "content": t}] for t in texts]
-        scores = self.score(completions, ids)
+        with preserved_rng():
+            scores = self.score(completions, ids)
         return EvalResult(sum(scores) / len(scores), scores, tuple(texts))
 
 

@@ -115,14 +115,22 @@ def test_reward_model_evaluator_checks_and_scores():
 
 
 def test_evaluation_does_not_change_the_training_rng():
+    import random
+
+    import numpy as np
     import torch
 
+    def noisy_gold(prompts, completions, **kw):  # a reward function that draws from the global generators
+        random.random(), np.random.rand()
+        return gold(prompts, completions)
+
     model, tok = policy(), tokenizer()
-    torch.manual_seed(123)
-    expected = torch.rand(3)
-    torch.manual_seed(123)
-    world().evaluate(model, tok)
-    assert torch.equal(torch.rand(3), expected)
+    torch.manual_seed(123), random.seed(123), np.random.seed(123)
+    expected = (torch.rand(3), random.random(), np.random.rand())
+    torch.manual_seed(123), random.seed(123), np.random.seed(123)
+    RewardFunctionEvaluator(HELDOUT_PROMPTS, noisy_gold, max_new_tokens=4).evaluate(model, tok)
+    got = (torch.rand(3), random.random(), np.random.rand())
+    assert torch.equal(got[0], expected[0]) and got[1:] == expected[1:]
 
 
 def test_metric_evaluator_errors():
