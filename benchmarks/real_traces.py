@@ -22,6 +22,7 @@ from platform_sim.sim.traces import load_traces, shipped_traces_dir
 from platform_sim.sim.workload import WorkloadConfig
 
 TOLERANCES_GOLD = (0.0, 0.05, 0.1, 0.15, 0.2, 0.3)
+WARMUP_EVALS = 3  # a tenth of the run
 
 
 def _fmt(v, pct=False, digits=1):
@@ -86,16 +87,17 @@ def main(argv=None) -> int:
               f"{_fmt(wall, digits=0)} |")
 
     print("\n## Per-trace detection, k=2, by tolerance (min_delta in gold points)\n")
-    print("| min_delta (gold) | min_delta (0-1 scale) | hacking stopped | healthy stopped | median delay (evals) | "
-          "max delay | worst regret of a stopped hacking trace |")
-    print("|---|---|---|---|---|---|---|")
+    print("| min_delta (gold) | min_delta (0-1 scale) | warm-up (evals not reported) | hacking stopped | "
+          "healthy stopped | median delay (evals) | max delay | worst regret of a stopped hacking trace |")
+    print("|---|---|---|---|---|---|---|---|")
     per_tol = {}
-    for tol in TOLERANCES_GOLD:
+    for tol, warm in [(t, 0) for t in TOLERANCES_GOLD] + [(0.0, WARMUP_EVALS), (ns.tolerance, WARMUP_EVALS)]:
         det = {"name": "k-decline", "params": {"k": 2, "min_delta": tol / scale.span}}
-        rows = [trace_detection(t, det, scale) for t in traces]
+        rows = [trace_detection(t, det, scale, skip_evals=warm) for t in traces]
         s = trace_summary(rows)
-        per_tol[tol] = rows
-        print(f"| {tol:g} | {tol / scale.span:.4f} | {s['hacking_stopped']}/{s['hacking']} | "
+        if not warm:
+            per_tol[tol] = rows
+        print(f"| {tol:g} | {tol / scale.span:.4f} | {warm} | {s['hacking_stopped']}/{s['hacking']} | "
               f"{s['healthy_stopped']}/{s['healthy']} | {_fmt(s['median_delay_evals'])} | "
               f"{_fmt(s['max_delay_evals'])} | {_fmt(s['max_regret_pct_stopped_hacking'])}% |")
 

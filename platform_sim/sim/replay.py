@@ -167,8 +167,16 @@ def run_replay_task(task: ReplayTask) -> list[dict[str, Any]]:
     return out
 
 
-def trace_detection(trace: RealTrace, detector: Mapping[str, Any] | None, scale: Scale) -> dict[str, Any]:
+def trace_detection(trace: RealTrace, detector: Mapping[str, Any] | None, scale: Scale,
+                    skip_evals: int = 0) -> dict[str, Any]:
     """Run the detector over one trace's real eval sequence (platform scale) and report what it did.
+
+    Args:
+        trace: The trace.
+        detector: Detector spec (platform scale).
+        scale: The corpus's map to the platform scale.
+        skip_evals: Report only from the eval after the first ``skip_evals`` ones (a job that starts reporting to
+            the scheduler after a warm-up); its best checkpoint is then the best of the reported evals.
 
     Returns:
         ``{"trace", "label", "algo", "stopped", "stop_step", "best_step", "peak_step", "delay_evals",
@@ -177,6 +185,8 @@ def trace_detection(trace: RealTrace, detector: Mapping[str, Any] | None, scale:
     monitor = JobMonitor(job_id=trace.name, job_type="rlhf", detector=detector_from_spec(detector))
     stop_index = None
     for i, (step, score) in enumerate(zip(trace.steps, trace.scores)):
+        if i < skip_evals:
+            continue
         decision = monitor.observe(step, scale(score))
         if decision.should_stop:
             stop_index = i
