@@ -34,8 +34,8 @@ MODES: tuple[str, ...] = ("enforce", "observe")
 
 # Keys of the trainers' own logs that the trace may carry (first match wins). Research data only: never reported.
 _LOG_KEYS: dict[str, tuple[str, ...]] = {
-    "train_loss": ("loss", "train_loss"),
-    "proxy_reward": ("reward", "objective/rlhf_reward", "objective/scores", "rewards/chosen"),
+    "train_loss": ("loss", "train_loss", "loss/policy_avg"),
+    "proxy_reward": ("reward", "objective/scores", "objective/rlhf_reward", "rewards/chosen"),
     "kl": ("kl", "objective/kl"),
 }
 
@@ -206,6 +206,7 @@ class EvalStopCallback(TrainerCallback, ExportableState):
         self._t0 = time.perf_counter()
         self._wall_offset = 0.0
         self._own_time = 0.0
+        self._last_logs: tuple[int, dict[str, Any]] | None = None
 
     # -- ExportableState: saved into trainer_state.json with every checkpoint --------------------------------------
 
@@ -332,17 +333,25 @@ class EvalStopCallback(TrainerCallback, ExportableState):
         return control
 
     def on_log(self, args, state, control, logs=None, **kwargs):
-        # Trainers log a step's loss/reward after on_step_end: merge them into the pending trace line of that step.
-        if self._pending is not None and logs and state.global_step == self._pending["step"]:
-            for field, keys in _LOG_KEYS.items():
-                if field in self._pending["fixed"]:
-                    continue
-                for key in keys:
-                    value = logs.get(key)
-                    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
-                        self._pending["fields"][field] = float(value)
-                        break
+        # The transformers loop logs a step after on_step_end (merge into the pending trace line of that step);
+        # PPO logs it before (kept here and merged when the eval of that step is made).
+        if not logs or not self._is_main:
+            return control
+        self._last_logs = (state.global_step, dict(logs))
+        if self._pending is not None and state.global_step == self._pending["step"]:
+            self._merge_logs(logs)
         return control
+
+    def _merge_logs(self, logs: Mapping[str, Any]) -> None:
+        assert self._pending is not None
+        for field, keys in _LOG_KEYS.items():
+            if field in self._pending["fixed"]:
+                continue
+            for key in keys:
+                value = logs.get(key)
+                if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+                    self._pending["fields"][field] = float(value)
+                    break
 
     def on_save(self, args, state, control, model=None, **kwargs):
         if self._raise_after_save:
@@ -389,6 +398,8 @@ class EvalStopCallback(TrainerCallback, ExportableState):
             fixed = {k: v for k, v in dict(self.trace_extras(args, state) or {}).items() if v is not None}
         self._pending = {"step": step, "score": result.score, "scores": result.scores, "fields": dict(fixed),
                          "fixed": set(fixed), "wall_s": self._wall()}
+        if self._last_logs is not None and self._last_logs[0] == step:
+            self._merge_logs(self._last_logs[1])
         self.eval_seconds.append(eval_s)
         payload = {"step": step, "score": result.score, "decision": decision.to_dict()}
         self._own_time = time.perf_counter() - t0
@@ -408,6 +419,11 @@ class EvalStopCallback(TrainerCallback, ExportableState):
         self.history.append({"step": step, "eval_score": score, "declines": decision.declines,
                              "action": decision.action.value})
         if decision.best_step is not None and decision.best_step != self.best_step:
+            if decision.best_step != step:
+                # Only the step being evaluated can still be saved; a scheduler naming another step as best (a
+                # history this run does not share) would point restore at a checkpoint that was never written.
+                logger.warning("EvalStop: the scheduler names step %s as best, but this run evaluated step %s "
+                               "and has no checkpoint of step %s", decision.best_step, step, decision.best_step)
             self.best_step, self.best_score = decision.best_step, decision.best_score
             if self.mode == "enforce":
                 # A new best: save it now and protect it from save_total_limit rotation.

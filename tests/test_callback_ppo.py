@@ -21,7 +21,13 @@ from _callback_helpers import (  # noqa: E402
 )
 from _callback_ppo_helpers import ppo_trainer  # noqa: E402
 
-from evalstop_callbacks import EvalStopCallback, EvalStopTrainingStopped, RewardFunctionEvaluator, train_with_evalstop  # noqa: E402
+from evalstop_callbacks import (  # noqa: E402
+    EvalStopCallback,
+    EvalStopTrainingStopped,
+    RewardFunctionEvaluator,
+    read_trace,
+    train_with_evalstop,
+)
 
 ANTI_GOLD = {**{w: 1.0 for w in NEGATIVE}, **{w: -1.0 for w in POSITIVE}}
 GOLD = {w: -v for w, v in ANTI_GOLD.items()}
@@ -58,8 +64,15 @@ def test_ppo_improving_run_is_not_stopped(tmp_path):
 
 
 def test_ppo_observe_mode_never_stops(tmp_path):
-    cb = EvalStopCallback(world(), eval_steps=2, k=2, mode="observe")
+    cb = EvalStopCallback(world(), eval_steps=2, k=2, mode="observe", trace_path=str(tmp_path / "ppo.jsonl"))
     trainer = ppo_trainer(tmp_path, policy(), tokenizer(), TRAIN_PROMPTS * 4, ANTI_GOLD, [cb], max_steps=10)
     assert train_with_evalstop(trainer) is None
     assert cb.would_stop_at == first_k_decline_step(cb.history, 2) is not None
     assert cb.stopped_at is None and trainer.state.global_step == 10 and cb.restored_from is None
+    # PPO logs a step before on_step_end: its proxy score and policy loss still reach the trace line of that step
+    lines = read_trace(tmp_path / "ppo.jsonl")
+    assert lines[0]["trainer"] == "PPOTrainer" and lines[-1] == {
+        "kind": "end", "reason": "completed", "best_step": cb.best_step, "best_score": cb.best_score}
+    evals = lines[1:-1]
+    assert [e["step"] for e in evals] == [2, 4, 6, 8, 10]
+    assert all("proxy_reward" in e and "train_loss" in e and "kl" in e for e in evals), evals
