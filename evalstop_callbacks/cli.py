@@ -150,7 +150,7 @@ def cmd_record(ns: argparse.Namespace) -> int:
                                     cache_dir=ns.cache_dir)
         except Exception as exc:  # noqa: BLE001 - report and continue with the next run
             failures.append({"name": spec.name, "error": str(exc)})
-            bar.write(f"FAILED {spec.name}: {str(exc).splitlines()[0]}", file=sys.stderr)
+            bar.write(f"FAILED {spec.name}: {exc}", file=sys.stderr)
             continue
         results.append({"name": res.name, "trace": res.trace, "wall_s": round(res.wall_s, 1), "evals": res.evals})
         bar.write(f"{res.name}: {res.evals} evals in {res.wall_s:.0f} s", file=sys.stderr)

@@ -53,10 +53,11 @@ def test_record_bad_flags_exit_2_naming_the_flag(argv, flag, capsys):
     assert flag in err and len(err.splitlines()) == 1
 
 
-def test_record_writes_a_grpo_trace_with_gold_proxy_loss_and_time(tmp_path):
+def test_record_writes_a_grpo_trace_with_gold_proxy_loss_and_time(tmp_path, tmp_path_factory):
+    cache = tmp_path_factory.getbasetemp() / "evalstop-env-cache"  # shared with test_demo_cli: built once
     out = tmp_path / "traces"
     proc = _cli("traces", "record", "--out", str(out), "--seeds", "1", "--grpo-steps", "20", "--skip-ppo",
-                "--only", "grpo-proxy-kl0-s0", "--cache-dir", str(tmp_path / "cache"), "--json")
+                "--only", "grpo-proxy-kl0-s0", "--cache-dir", str(cache), "--json")
     assert proc.returncode == 0, proc.stderr[-2000:]
     summary = json.loads(proc.stdout)
     assert [r["name"] for r in summary["runs"]] == ["grpo-proxy-kl0-s0"]
@@ -70,7 +71,7 @@ def test_record_writes_a_grpo_trace_with_gold_proxy_loss_and_time(tmp_path):
     assert lines[-1]["kind"] == "end" and lines[-1]["reason"] == "completed"  # observe mode never stops
     # a second call keeps the complete trace instead of recording it again
     again = _cli("traces", "record", "--out", str(out), "--seeds", "1", "--grpo-steps", "20", "--skip-ppo",
-                 "--only", "grpo-proxy-kl0-s0", "--cache-dir", str(tmp_path / "cache"), "--json")
+                 "--only", "grpo-proxy-kl0-s0", "--cache-dir", str(cache), "--json")
     assert json.loads(again.stdout)["runs"][0].get("skipped") is True
 
 
