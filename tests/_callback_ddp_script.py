@@ -1,6 +1,7 @@
 """Run by tests/test_callback_distributed.py under torchrun (2 processes, gloo on CPU): GRPO with EvalStop.
 
-argv: model_dir out_dir. Each rank writes rank-<r>.json with what its callback and trainer saw.
+argv: model_dir out_dir. Each rank writes rank-<r>.json with what its callback and trainer saw, then runs a second,
+broken run (NaN eval on rank 0) and records the error each rank got.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from datasets import Dataset  # noqa: E402
 from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: E402
 from trl import GRPOConfig, GRPOTrainer  # noqa: E402
 
-from evalstop_callbacks import EvalStopCallback, RewardFunctionEvaluator  # noqa: E402
+from evalstop_callbacks import EvalResult, EvalStopCallback, Evaluator, RewardFunctionEvaluator  # noqa: E402
 
 
 def main() -> None:
@@ -37,11 +38,26 @@ def main() -> None:
     trainer.train()
     rank = trainer.args.process_index
     probe = float(sum(p.double().sum() for p in trainer.model.parameters()))  # same weights on every rank?
+
+    # A second run whose evaluator fails on rank 0 at the first eval: every rank must raise, none may hang.
+    class Broken(Evaluator):
+        def evaluate(self, model, tokenizer=None):
+            return EvalResult(float("nan"))
+
+    broken = GRPOTrainer(model=AutoModelForCausalLM.from_pretrained(model_dir), reward_funcs=anti_gold,
+                         args=args, processing_class=tok, train_dataset=Dataset.from_dict({"prompt": TRAIN_PROMPTS * 8}),
+                         callbacks=[EvalStopCallback(Broken(), eval_steps=2)])
+    try:
+        broken.train()
+        error = None
+    except Exception as exc:  # noqa: BLE001 - recorded for the test
+        error = f"{type(exc).__name__}: {exc}"
     with open(os.path.join(out_dir, f"rank-{rank}.json"), "w") as fh:
         json.dump({"rank": rank, "world_size": trainer.args.world_size, "stopped_at": cb.stopped_at,
                    "global_step": trainer.state.global_step, "best_step": cb.best_step, "best_score": cb.best_score,
                    "history": cb.history, "restored_from": cb.restored_from, "probe": probe,
-                   "evaluated": len(cb.eval_seconds)}, fh)
+                   "evaluated": len(cb.eval_seconds), "broken_error": error,
+                   "broken_step": broken.state.global_step}, fh)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
 """Two processes (torchrun, gloo on CPU): the stop and the best step are the same on every rank, and the run exits 0.
 
 Only rank 0 evaluates and reports; the decision reaches rank 1 through a broadcast at the same step. Without it the
-ranks would stop at different steps and the run would crash in mismatched collectives.
+ranks would stop at different steps and the run would crash in mismatched collectives. An evaluation error on rank 0
+is broadcast the same way and raised on both ranks.
 """
 
 from __future__ import annotations
@@ -42,5 +43,9 @@ def test_two_ranks_stop_at_the_same_step(tmp_path):
     assert r0["global_step"] == r0["stopped_at"]
     assert r0["probe"] == r1["probe"]  # both ranks restored the same (best) weights
     assert (r0["evaluated"], r1["evaluated"]) == (len(r0["history"]), 0)  # evaluation on the main process only
+    # an evaluation error on rank 0 reaches every rank at the same step: both raise, neither hangs
+    assert "non-finite eval score nan at step 2" in r0["broken_error"], r0["broken_error"]
+    assert "EvalStop evaluation failed on the main process at step 2" in r1["broken_error"], r1["broken_error"]
+    assert r0["broken_step"] == r1["broken_step"] == 2
     trace = read_trace(tmp_path / "trace.jsonl")  # written once, by rank 0
     assert trace[0]["world_size"] == 2 and trace[-1]["stopped_at"] == r0["stopped_at"]
