@@ -93,7 +93,7 @@ def build_parser() -> argparse.ArgumentParser:
                     "Existing complete traces are kept (an interrupted recording resumes) unless --force.")
     rec.add_argument("--out", default="evalstop-traces", help="output folder (default: ./evalstop-traces)")
     rec.add_argument("--seeds", type=_nonneg_int, default=6, help="seeds per GRPO configuration (default 6)")
-    rec.add_argument("--ppo-seeds", type=_nonneg_int, default=4, help="seeds of PPO vs proxy, no KL (default 4)")
+    rec.add_argument("--ppo-seeds", type=_nonneg_int, default=5, help="seeds of PPO vs proxy, no KL (default 5)")
     rec.add_argument("--ppo-kl-seeds", type=_nonneg_int, default=2, help="seeds of PPO vs proxy, KL 0.2 (default 2)")
     rec.add_argument("--grpo-steps", type=_pos_int, default=300, help="GRPO run length (default 300)")
     rec.add_argument("--ppo-steps", type=_pos_int, default=120, help="PPO run length (default 120)")
@@ -149,6 +149,9 @@ def cmd_record(ns: argparse.Namespace) -> int:
             res = run_in_subprocess(spec, path, python=ppo_python if spec.algo == "ppo" else None,
                                     cache_dir=ns.cache_dir)
         except Exception as exc:  # noqa: BLE001 - report and continue with the next run
+            # A crashed run leaves a partial trace: set it aside so the folder holds complete traces only.
+            if path.exists():
+                path.replace(path.with_name(path.name + ".failed"))
             failures.append({"name": spec.name, "error": str(exc)})
             bar.write(f"FAILED {spec.name}: {exc}", file=sys.stderr)
             continue
