@@ -142,10 +142,10 @@ def test_dpo_improving_run_is_not_stopped(tmp_path):
     assert trainer.state.global_step == 12
 
 
-def sft(tmp_path, cb, kind: str, peft_config=None, lr=5e-3):
+def sft(tmp_path, cb, kind: str, peft_config=None, lr=5e-3, max_steps=12):
     from trl import SFTConfig, SFTTrainer
 
-    args = SFTConfig(output_dir=str(tmp_path), per_device_train_batch_size=8, learning_rate=lr, max_steps=12,
+    args = SFTConfig(output_dir=str(tmp_path), per_device_train_batch_size=8, learning_rate=lr, max_steps=max_steps,
                      max_length=32, dataset_text_field="text", save_total_limit=1, **COMMON)
     return SFTTrainer(model=policy(), args=args, processing_class=tokenizer(), peft_config=peft_config,
                       train_dataset=Dataset.from_dict({"text": sentences(kind)}), callbacks=[cb])
