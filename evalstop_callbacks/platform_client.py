@@ -28,9 +28,7 @@ import httpx
 from platform_sim.core import (
     Action,
     BoundaryError,
-    ConflictError,
     Decision,
-    InvalidReportError,
     JobMonitor,
     Report,
     detector_from_spec,
@@ -194,11 +192,14 @@ class PlatformClient:
                 reply = self._request("POST", f"/v1/jobs/{job_id}/evals", report.to_dict())
             except PlatformError as exc:
                 if exc.status in (409, 422):
-                    # The service's history contradicts this report although the local core accepted it (e.g. a
-                    # job id reused across runs): a contract error, surfaced exactly like the embedded client does.
+                    # The local core accepted this report but the service's history contradicts it: typically a run
+                    # resumed from a checkpoint older than the last step the service saw, whose re-evaluation gives
+                    # another score. Not a reason to crash training: the report is dropped for the service and the
+                    # local core (which holds this run's own history) decides.
                     link.backlog.pop(0)
-                    error = ConflictError if exc.status == 409 else InvalidReportError
-                    raise error(f"the scheduler refused step {report.step} of job {job_id!r}: {exc.message}") from None
+                    logger.error("evalstop: the scheduler refused step %d of job %r (%s); the embedded core decides",
+                                 report.step, job_id, exc.message)
+                    return None
                 logger.error("evalstop: the scheduler refused a report of job %r (%s); failing open", job_id, exc)
                 return None
             if reply is None:
@@ -251,8 +252,9 @@ class PlatformClient:
 
         Raises:
             KeyError: The job was not registered with this client.
-            InvalidReportError, ConflictError: The report breaks the contract (checked locally first, exactly as
-                the embedded client does).
+            InvalidReportError, ConflictError: The report breaks the contract, checked by the local core exactly as
+                the embedded client does. If only the service refuses it (its history differs from this run's, e.g.
+                after resuming from an older checkpoint), an error is logged and the local core decides.
         """
         with self._lock:
             link = self._links.get(report.job_id)
@@ -293,7 +295,7 @@ class PlatformClient:
                 if link.registered and self._request("POST", f"/v1/jobs/{job_id}/finish",
                                                      {"reason": reason[:200] or "completed"}) is None:
                     logger.warning("evalstop: could not tell the scheduler that job %r finished", job_id)
-            except (PlatformError, ConflictError, InvalidReportError) as exc:
+            except PlatformError as exc:
                 logger.warning("evalstop: finishing job %r on the scheduler failed: %s", job_id, exc)
 
     # -- extras ------------------------------------------------------------------------------------------------------

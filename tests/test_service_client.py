@@ -157,3 +157,21 @@ def test_garbage_replies_fail_open_instead_of_raising():
         decisions = [client.report(Report(job, "rlhf", s, v)) for s, v in HACKING[:3]]
     assert client.fallback_decisions == 3 and len(seen) == 5  # every scripted reply was consumed
     assert decisions == _embedded(job, HACKING[:3])
+
+
+def test_resumed_run_whose_history_differs_from_the_service_keeps_training(server):
+    """A run resumed from an older checkpoint re-reports a step with another score: the service says 409, the client
+    logs it and lets the local core decide instead of crashing the resumed training."""
+    srv, token = server
+    with PlatformClient(srv.url, token) as first:
+        job = first.register("rlhf", job_id="pc-resume")
+        for s, v in HACKING[:4]:
+            first.report(Report(job, "rlhf", s, v))
+    with PlatformClient(srv.url, token) as resumed:  # fresh local state, as if resumed from the step-10 checkpoint
+        resumed.register("rlhf", job_id="pc-resume")
+        again = [resumed.report(Report(job, "rlhf", s, v)) for s, v in HACKING[:2]]
+        assert again == _embedded(job, HACKING[:2]) and resumed.last_source == "service"  # idempotent re-sends
+        d = resumed.report(Report(job, "rlhf", 20, 0.3))  # the service holds 0.9 for step 20
+        assert resumed.last_source == "fallback" and d.action is Action.CONTINUE
+        later = resumed.report(Report(job, "rlhf", 40, 0.2))  # past the service's last step: accepted again
+        assert resumed.last_source == "service" and later.action is Action.CONTINUE
