@@ -27,9 +27,12 @@ import sys
 import time
 from typing import Any
 
-from platform_sim.sim.experiments import PolicySpec, SimTask, run_task
-from platform_sim.sim.runner import ProcessRunner, SerialRunner
-from platform_sim.sim.workload import WorkloadConfig
+# Ray runs each one-CPU task with OMP_NUM_THREADS=1; the serial run and the pool get the same, before numpy loads.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+from platform_sim.sim.experiments import PolicySpec, SimTask, run_task  # noqa: E402
+from platform_sim.sim.runner import ProcessRunner, SerialRunner  # noqa: E402
+from platform_sim.sim.workload import WorkloadConfig  # noqa: E402
 
 
 def _noop(x: int) -> int:
