@@ -73,7 +73,9 @@ def main() -> None:
         print(f"\nstopped at step {callback.stopped_at} of {args.max_steps} ({callback.stop_reason})")
     else:
         print(f"\nnot stopped: ran all {args.max_steps} steps")
-    print(f"best step {callback.best_step} (gold {callback.best_score:.3f}); restored from {callback.restored_from}")
+    where = (f"restored from {callback.restored_from}" if callback.restored_from
+             else "the final weights are the best, nothing to restore")
+    print(f"best step {callback.best_step} (gold {callback.best_score:.3f}); {where}")
     print(f"restored model's held-out gold: {restored:.3f}")
     eval_s = sum(callback.eval_seconds)
     print(f"training {train_s:.1f} s, of which evaluation {eval_s:.1f} s ({100 * eval_s / train_s:.1f}%); "
