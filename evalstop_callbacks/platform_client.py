@@ -75,6 +75,10 @@ class PlatformClient:
         max_backoff: Longest delay between two attempts.
         fallback: If True (default), when the service is unreachable the embedded core decides, with the job's full
             history, so the job is still protected. If False the decision is CONTINUE (fail-open, unprotected).
+        gpus: GPUs the job holds, declared at registration when ``register`` is not given them (the trainer
+            callback does not know them); the service then counts the GPUs its stops free.
+        planned_steps: Planned training steps, declared likewise; with ``gpus`` the service estimates the GPU-hours
+            a stop gives back.
         transport: An ``httpx`` transport, for tests (default: a real HTTP connection pool).
     """
 
@@ -89,6 +93,8 @@ class PlatformClient:
         backoff: float = 0.2,
         max_backoff: float = 2.0,
         fallback: bool = True,
+        gpus: int | None = None,
+        planned_steps: int | None = None,
         transport: httpx.BaseTransport | None = None,
     ) -> None:
         if not url.startswith(("http://", "https://")):
@@ -99,6 +105,11 @@ class PlatformClient:
             raise ValueError(f"max_retries must be >= 0, got {max_retries}")
         if timeout <= 0 or connect_timeout <= 0:
             raise ValueError("timeout and connect_timeout must be > 0")
+        for name, value in (("gpus", gpus), ("planned_steps", planned_steps)):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                raise ValueError(f"{name} must be an integer >= 1 or None, got {value!r}")
+        self.gpus = gpus
+        self.planned_steps = planned_steps
         self.url = url.rstrip("/")
         self.max_retries = max_retries
         self.backoff = backoff
@@ -237,6 +248,8 @@ class PlatformClient:
         """
         check_job_type(job_type)
         job_id = job_id or f"job-{uuid.uuid4().hex[:16]}"
+        gpus = self.gpus if gpus is None else gpus
+        planned_steps = self.planned_steps if planned_steps is None else planned_steps
         # Normalized (defaults filled in) and validated here, so a bad spec fails before any network call.
         spec = None if detector is None else detector_from_spec(detector).spec()
         with self._lock:

@@ -36,9 +36,9 @@ def _embedded(job: str, trace, detector=None):
 
 def test_platform_client_is_a_boundary_client_with_embedded_decisions(server):
     srv, token = server
-    with PlatformClient(srv.url, token) as client:
+    with PlatformClient(srv.url, token, gpus=2, planned_steps=200) as client:
         assert isinstance(client, BoundaryClient)
-        job = client.register("rlhf", detector={"name": "k-decline", "params": {"k": 2}}, job_id="pc-1", gpus=2)
+        job = client.register("rlhf", detector={"name": "k-decline", "params": {"k": 2}}, job_id="pc-1")
         assert client.register("rlhf", detector={"name": "k-decline", "params": {"k": 2}}, job_id="pc-1",
                                gpus=2) == job
         got = [client.report(Report(job, "rlhf", s, v)) for s, v in HACKING]
@@ -50,6 +50,7 @@ def test_platform_client_is_a_boundary_client_with_embedded_decisions(server):
         client.finish(job, "stopped")
     view = httpx.get(f"{srv.url}/v1/jobs/pc-1", headers=auth(token)).json()
     assert view["status"] == "finished" and view["n_reports"] == len(HACKING) and view["stopped_at"] == 50
+    assert (view["gpus"], view["planned_steps"]) == (2, 200)  # declared through the client's defaults
 
 
 def test_contract_errors_are_raised_like_embedded(server):
@@ -71,6 +72,8 @@ def test_contract_errors_are_raised_like_embedded(server):
             client.register("rlhf", detector={"name": "nope"})
     with pytest.raises(ValueError, match="url"):
         PlatformClient("localhost:8080", token)
+    with pytest.raises(ValueError, match="gpus"):
+        PlatformClient(srv.url, token, gpus=0)
 
 
 def test_retries_on_5xx_then_succeeds(server):
