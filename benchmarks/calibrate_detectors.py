@@ -5,7 +5,8 @@ three scenarios (default workload at sigma 0.02 and 0.12, healthy plateaus at si
 fast path (same observations as the simulator), prints every feasible point and the chosen one per family, and
 writes the whole grid as JSON.
 
-    python benchmarks/calibrate_detectors.py [--out calibration.json] [--only trend,cusum]
+    python benchmarks/calibrate_detectors.py [--out calibration.json] [--only trend,cusum] [--rule default-only]
+        [--grid '{"alpha": [0.1, 0.2, 0.3]}']
 """
 
 from __future__ import annotations
@@ -15,21 +16,27 @@ import json
 import logging
 import time
 
-from platform_sim.sim.detector_study import CALIBRATION_GRIDS, CalibrationRule, calibrate
+from platform_sim.sim.detector_study import CALIBRATION_GRIDS, CALIBRATION_RULES, calibrate
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=None, help="write the grid as JSON here")
     ap.add_argument("--only", default=None, help="comma-separated families to calibrate (default: all)")
+    ap.add_argument("--rule", choices=sorted(CALIBRATION_RULES), default="plateau-safe",
+                    help="selection rule (default plateau-safe)")
+    ap.add_argument("--grid", default=None, help='override a family\'s grid, JSON: {"alpha": [0.1, 0.2]}')
     args = ap.parse_args()
     logging.getLogger("platform_sim.core.robust_detectors").setLevel(logging.ERROR)
     grids = CALIBRATION_GRIDS
     if args.only:
         grids = {k: v for k, v in CALIBRATION_GRIDS.items() if k in args.only.split(",")}
     t0 = time.perf_counter()
-    res = calibrate(grids=grids, progress=lambda msg: print(msg, flush=True))
-    rule = CalibrationRule()
+    if args.grid:
+        override = json.loads(args.grid)
+        grids = {k: (name, {**grid, **{p: tuple(v) for p, v in override.items()}}) for k, (name, grid) in grids.items()}
+    rule = CALIBRATION_RULES[args.rule]
+    res = calibrate(rule=rule, grids=grids, progress=lambda msg: print(msg, flush=True))
     print(f"\nrule: {rule}")
     for label in grids:
         feasible = [r for r in res["grid"] if r["label"] == label and r["feasible"]]

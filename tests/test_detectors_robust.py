@@ -343,3 +343,20 @@ def test_trend_slopes_of_a_uniform_fall_are_certain():
         cur = [x + shift for x in base]
         stop = det.observe(step, float(np.mean(cur)), cur)
     assert stop is True and det.last_p == 0.0
+
+
+@settings(max_examples=200, deadline=None)
+@given(seed=st.integers(0, 2**16), n=st.integers(2, 60), shift=st.floats(-2, 2), alpha=st.sampled_from([0.001, 0.05, 0.3]))
+def test_t_prescreen_never_changes_scipys_decision(seed, n, shift, alpha):
+    from scipy import stats
+
+    from platform_sim.core.robust_detectors import one_sided_t_p
+
+    values = np.random.default_rng(seed).standard_t(3, n) + shift
+    if np.ptp(values) == 0:
+        return
+    ours = one_sided_t_p(values, alpha, {})
+    theirs = stats.ttest_1samp(values, 0.0, alternative="less").pvalue
+    assert (ours < alpha) == (theirs < alpha)
+    if ours != 1.0:
+        assert ours == theirs

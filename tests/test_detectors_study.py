@@ -135,6 +135,7 @@ def test_recorded_examples_reach_the_detector(tmp_path):
     (["--detector", "trend", "--detector-param", "window=1"], "window"),
     (["--sigmas", "a,b"], "--sigmas"),
     (["--jobs", "0"], "--jobs"),
+    (["--parts", "noise,bogus"], "--parts"),
     (["--traces", "/nonexistent-folder-xyz"], "--traces"),
 ])
 def test_cli_bad_input_exits_2_naming_the_flag(argv, flag, capsys):

@@ -76,6 +76,35 @@ def se_from_history(means: Sequence[float]) -> float | None:
     return float(_MAD_TO_SD * np.median(np.abs(second)) / math.sqrt(6.0))
 
 
+# How far (in t units) a statistic must be from the critical value before scipy's test is skipped. The statistic
+# below and scipy's agree to rounding (~1e-12), so with this margin a skipped test is always one that scipy would
+# also find not significant: decisions are scipy's; only the cost of clearly hopeless calls is saved.
+_T_SKIP_MARGIN = 0.25
+
+
+def one_sided_t_p(values: np.ndarray, alpha: float, crit_cache: dict[int, float]) -> float:
+    """scipy's one-sided one-sample t-test p-value of "mean < 0" for ``values``, or 1.0 when clearly not significant.
+
+    scipy's tests cost about a millisecond per call, most of it overhead, and a detector may run one at every eval
+    of every job. The t statistic is computed first; when it lies more than a margin above scipy's critical value
+    ``t.ppf(alpha, n - 1)`` (cached per sample size), the test cannot reach ``alpha`` and 1.0 is returned without
+    calling it. Otherwise the p-value is ``scipy.stats.ttest_1samp(values, 0, alternative="less").pvalue``.
+
+    Args:
+        values: The sample (at least 2 values, not all equal).
+        alpha: The significance level the caller compares the p-value with.
+        crit_cache: Per-detector cache of critical values by sample size.
+    """
+    n = values.size
+    crit = crit_cache.get(n)
+    if crit is None:
+        crit = crit_cache[n] = float(stats.t.ppf(alpha, n - 1))
+    sd = float(values.std(ddof=1))
+    if sd > 0.0 and float(values.mean()) / (sd / math.sqrt(n)) > crit + _T_SKIP_MARGIN:
+        return 1.0
+    return float(stats.ttest_1samp(values, 0.0, alternative="less").pvalue)
+
+
 class _FallbackMixin:
     """Shared bookkeeping: the noise of an eval-to-eval difference, the mean history (for the fallback estimate),
     the previous eval's per-example scores (for the paired estimate) and the once-per-detector warning."""
@@ -224,6 +253,7 @@ class PairedTestDetector(_FallbackMixin, Detector):
         self.declines = 0
         self.last_p: float | None = None
         self._warned = False
+        self._crit: dict[int, float] = {}  # t critical values by sample size (derived, not state)
 
     def _p_value(self, diff: np.ndarray) -> float:
         """One-sided p-value of "current < best" from the paired differences ``current - best``."""
@@ -240,7 +270,7 @@ class PairedTestDetector(_FallbackMixin, Detector):
                 # Every example moved by the same amount: zero variance, no t statistic (scipy gives NaN); a uniform
                 # drop on every example is the strongest possible evidence.
                 return 0.0 if diff[0] < 0 else 1.0
-            p = stats.ttest_1samp(diff, 0.0, alternative="less").pvalue
+            p = one_sided_t_p(diff, self.alpha, self._crit)
         return 1.0 if not math.isfinite(p) else float(p)
 
     def observe(self, step: int, score: float, scores: Sequence[float] | None = None) -> bool:
@@ -397,12 +427,16 @@ class TrendDetector(_FallbackMixin, Detector):
         se: Standard error of one eval mean, used when evals have no per-example scores. None: estimate the noise
             from the fit's residuals. Finite, >= 0.
         short_window: Optional second, shorter window: an integer >= 3 and < ``window``, or None.
+        level_alpha: Optional second condition: the current checkpoint must also be below the best checkpoint by a
+            one-sided paired t-test (per-example scores, scipy) at this level, strictly between 0 and 1; None: off.
+            Without per-example scores at this eval or at the best checkpoint the condition is the mean guard alone.
     """
 
     name: ClassVar[str] = "trend"
 
     def __init__(self, window: int = 8, alpha: float = 0.2, k: int = 1, min_drop: float = 0.0, test: str = "t",
-                 se: float | None = None, short_window: int | None = None) -> None:
+                 se: float | None = None, short_window: int | None = None,
+                 level_alpha: float | None = None) -> None:
         self.window = _check_int("window", window, 3)
         self.alpha = _check_prob("alpha", alpha)
         self.k = _check_int("k", k, 1)
@@ -416,7 +450,9 @@ class TrendDetector(_FallbackMixin, Detector):
             if short_window >= self.window:
                 raise ValueError(f"short_window must be < window ({self.window}), got {short_window!r}")
         self.short_window = short_window
+        self.level_alpha = None if level_alpha is None else _check_prob("level_alpha", level_alpha)
         self.best_score: float | None = None
+        self.best_scores: list[float] | None = None
         self.recent_means: list[float] = []
         self.recent_scores: list[list[float] | None] = []
         self.declines = 0
@@ -424,6 +460,8 @@ class TrendDetector(_FallbackMixin, Detector):
         self.last_slope: float | None = None
         self._warned = False
         self._windows = (self.window,) if short_window is None else (short_window, self.window)
+        self._crit: dict[int, float] = {}  # t critical values by sample size (derived, not state)
+        self._level_crit: dict[int, float] = {}
 
     def _p_value(self, w: int, slope: float, x: np.ndarray, den: float) -> float:
         """One-sided p-value of "the score falls over the last ``w`` evals" (their mean slope is ``slope`` < 0)."""
@@ -437,7 +475,7 @@ class TrendDetector(_FallbackMixin, Detector):
             if self.test == "wilcoxon":
                 p = stats.wilcoxon(slopes[slopes != 0.0], alternative="less").pvalue
             else:
-                p = stats.ttest_1samp(slopes, 0.0, alternative="less").pvalue
+                p = one_sided_t_p(slopes, self.alpha / len(self._windows), self._crit)
         else:
             self._warn_fallback("no per-example eval scores on every eval of the window")
             if self.se is not None:
@@ -472,10 +510,25 @@ class TrendDetector(_FallbackMixin, Detector):
                 if p < level:
                     significant = True
                     break
+            if significant and self.level_alpha is not None:
+                significant = self._below_best()
         self.declines = self.declines + 1 if significant else 0
         if self.best_score is None or score > self.best_score:
             self.best_score = score
+            self.best_scores = self.recent_scores[-1]
         return self.declines >= self.k
+
+    def _below_best(self) -> bool:
+        """The level condition: the current checkpoint is below the best one by a paired t-test at ``level_alpha``."""
+        cur, best = self.recent_scores[-1], self.best_scores
+        if cur is None or best is None or len(cur) != len(best) or len(cur) < 2:
+            self._warn_fallback("no per-example eval scores for the level test against the best checkpoint")
+            return True  # the mean guard (score below the best) already holds
+        diff = np.asarray(cur, dtype=float) - np.asarray(best, dtype=float)
+        if np.ptp(diff) <= 1e-12 * max(1.0, float(np.max(np.abs(diff)))):
+            return bool(diff[0] < 0)
+        assert self.level_alpha is not None
+        return one_sided_t_p(diff, self.level_alpha, self._level_crit) < self.level_alpha
 
     def reason(self) -> str:
         p = "n/a" if self.last_p is None else f"{self.last_p:.3g}"
@@ -486,15 +539,19 @@ class TrendDetector(_FallbackMixin, Detector):
 
     def params(self) -> dict[str, Any]:
         return {"window": self.window, "alpha": self.alpha, "k": self.k, "min_drop": self.min_drop,
-                "test": self.test, "se": self.se, "short_window": self.short_window}
+                "test": self.test, "se": self.se, "short_window": self.short_window, "level_alpha": self.level_alpha}
 
     def state_dict(self) -> dict[str, Any]:
-        return {"best_score": self.best_score, "recent_means": list(self.recent_means),
+        return {"best_score": self.best_score,
+                "best_scores": None if self.best_scores is None else list(self.best_scores),
+                "recent_means": list(self.recent_means),
                 "recent_scores": [None if r is None else list(r) for r in self.recent_scores],
                 "declines": self.declines, "last_p": self.last_p, "last_slope": self.last_slope}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         self.best_score = state["best_score"]
+        best_scores = state.get("best_scores")
+        self.best_scores = None if best_scores is None else [float(v) for v in best_scores]
         self.recent_means = [float(m) for m in state["recent_means"]]
         self.recent_scores = [None if r is None else [float(v) for v in r] for r in state["recent_scores"]]
         self.declines = int(state["declines"])

@@ -55,12 +55,18 @@ TUNING_SEEDS: tuple[int, ...] = tuple(range(1000, 1010))
 """Seeds used to calibrate :data:`CANDIDATES`; disjoint from the evaluation seeds 0 .. N-1."""
 
 CANDIDATES: tuple[tuple[str, dict[str, Any]], ...] = (
+    # The paper's rule, unchanged.
     ("paper k=2", {"name": "k-decline", "params": {"k": 2, "min_delta": 0.0}}),
-    ("k-decline+tol", {"name": "k-decline", "params": {"k": 2, "min_delta": 0.05}}),
+    # Calibrated with CalibrationRule() on TUNING_SEEDS (benchmarks/calibrate_detectors.py, docs/detectors.md):
+    # precision >= 95% at sigma 0.02 and 0.12 and on plateaus at sigma 0.02, then recall at sigma 0.12.
+    ("k-decline+tol", {"name": "k-decline", "params": {"k": 3, "min_delta": 0.05}}),
     ("k-decline-se", {"name": "k-decline-se", "params": {"k": 2, "z": 1.0}}),
-    ("paired-test", {"name": "paired-test", "params": {"test": "wilcoxon", "alpha": 0.01, "k": 2}}),
-    ("cusum", {"name": "cusum", "params": {"slack": 0.5, "threshold": 4.0}}),
-    ("trend", {"name": "trend", "params": {"window": 8, "alpha": 0.05, "k": 1}}),
+    ("paired-test", {"name": "paired-test", "params": {"test": "t", "alpha": 0.05, "k": 3}}),
+    ("cusum", {"name": "cusum", "params": {"slack": 0.0, "threshold": 4.0}}),
+    ("trend", {"name": "trend", "params": {"window": 8, "short_window": 4, "alpha": 0.01, "k": 1}}),
+    # Calibrated with CALIBRATION_RULES["default-only"]: precision >= 95% at sigma 0.12 only, then recall there; it
+    # trades the plateau scenario's precision for the high-noise target (docs/detectors.md).
+    ("trend-sens", {"name": "trend", "params": {"window": 8, "alpha": 0.3, "k": 1, "level_alpha": 0.2}}),
 )
 """``(label, detector spec)`` compared by ``evalstop-sim detectors``."""
 
@@ -155,10 +161,10 @@ def detection_metrics(spec: Mapping[str, Any], series: Iterable[Sequence[tuple]]
 CALIBRATION_GRIDS: dict[str, tuple[str, dict[str, Sequence[Any]]]] = {
     "k-decline+tol": ("k-decline", {"k": (1, 2, 3), "min_delta": (0.0, 0.02, 0.05, 0.1, 0.15, 0.2)}),
     "k-decline-se": ("k-decline-se", {"k": (1, 2, 3), "z": (0.5, 1.0, 1.5, 2.0, 2.5, 3.0)}),
-    "paired-test": ("paired-test", {"test": ("wilcoxon",), "alpha": (0.001, 0.01, 0.05, 0.1), "k": (1, 2, 3)}),
+    "paired-test": ("paired-test", {"test": ("t",), "alpha": (0.001, 0.01, 0.05, 0.1), "k": (1, 2, 3)}),
     "cusum": ("cusum", {"slack": (0.0, 0.25, 0.5, 1.0), "threshold": (2.0, 3.0, 4.0, 6.0, 8.0)}),
     "trend": ("trend", {"window": (6, 8, 10), "short_window": (None, 4), "alpha": (0.01, 0.05, 0.1, 0.2),
-                        "k": (1, 2)}),
+                        "k": (1,)}),
 }
 """Parameter grids searched by :func:`calibrate`."""
 
@@ -184,6 +190,13 @@ class CalibrationRule:
     min_precision: float = 0.95
     fast: str = "default_s0.02"
     max_delay: float = 3.0
+
+
+CALIBRATION_RULES: dict[str, CalibrationRule] = {
+    "plateau-safe": CalibrationRule(),
+    # What the default workload alone allows (its healthy RLHF runs never plateau): shows the price on plateaus.
+    "default-only": CalibrationRule(constrain=("default_s0.12",)),
+}
 
 
 def calibrate(seeds: Sequence[int] = TUNING_SEEDS, rule: CalibrationRule = CalibrationRule(),
@@ -333,18 +346,22 @@ def _row(label: str, spec: Mapping[str, Any], base: str, runs: Sequence[Mapping[
     return row
 
 
-def load_real(traces_dir: str | None) -> tuple[list[Any], Any, str | None]:
-    """The real traces with per-example scores, or ``([], None, why)`` when there are none usable."""
+def load_real(traces_dir: str | None) -> tuple[list[Any], Any, str | None, bool]:
+    """``(traces, scale, note, platform_ok)``: the real traces (``[]`` and a note when none are usable) and whether
+    they can feed the platform replay (it needs the same number of evals in every trace)."""
     from .replay import corpus_scale, evals_per_run
     from .traces import TraceFormatError, load_traces, shipped_traces_dir
 
     folder = Path(traces_dir) if traces_dir else shipped_traces_dir()
     try:
         traces = load_traces(folder)
-        evals_per_run(traces)
     except (FileNotFoundError, TraceFormatError, ValueError) as exc:
-        return [], None, str(exc)
-    return traces, corpus_scale(traces), None
+        return [], None, str(exc), False
+    try:
+        evals_per_run(traces)
+    except TraceFormatError as exc:
+        return traces, corpus_scale(traces), f"platform replay skipped: {exc}", False
+    return traces, corpus_scale(traces), None, True
 
 
 def recorded_examples(trace: Any) -> list[list[float] | None]:
@@ -422,8 +439,8 @@ def study(cfg: StudyConfig, runner: Any = None, progress: Callable[[int], None] 
     traces: list[Any] = []
     scale = None
     if cfg.traces_dir != "":
-        traces, scale, real_note = load_real(cfg.traces_dir)
-        if traces:
+        traces, scale, real_note, platform_ok = load_real(cfg.traces_dir)
+        if traces and platform_ok:
             curves = trace_curves(traces, scale)
             recorded = []
             for t, c in zip(traces, curves):
@@ -550,6 +567,8 @@ def add_detectors(sub: argparse._SubParsersAction) -> None:
                    help="a parameter of --detector (repeatable; values parsed as JSON)")
     p.add_argument("--only", default=None, help="comma-separated labels of the built-in detectors to keep")
     p.add_argument("--sigmas", default=None, help="comma-separated sigmas of the noise sweep (default 0.01..0.12)")
+    p.add_argument("--parts", default="noise,hack_rate,plateau,real",
+                   help="comma-separated experiments to run (default: noise,hack_rate,plateau,real)")
     p.add_argument("--out", default=None, help="write report.md, results.json and PNG plots into this folder")
     p.add_argument("--json", action="store_true", help="print the results as JSON")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -602,14 +621,21 @@ def cmd_detectors(args: argparse.Namespace) -> int:
         detectors.append((label, spec))
     if not detectors:
         raise UsageError("--only left no detector to compare")
-    traces_dir = "" if args.no_real else args.traces
+    parts = {x.strip() for x in args.parts.split(",") if x.strip()}
+    bad = parts - {"noise", "hack_rate", "plateau", "real"}
+    if bad or not parts:
+        raise UsageError(f"--parts: unknown experiment(s) {', '.join(sorted(bad)) or '(none)'}; choose from "
+                         "noise, hack_rate, plateau, real")
+    traces_dir = "" if args.no_real or "real" not in parts else args.traces
     if traces_dir:
         folder = Path(traces_dir)
         if not folder.is_dir():
             raise UsageError(f"--traces: {traces_dir} is not a folder")
     cfg = StudyConfig(seeds=args.seeds, detectors=tuple(detectors), base=args.base, traces_dir=traces_dir,
                       workload=WorkloadConfig(n_jobs=args.jobs),
-                      sigmas=_floats("--sigmas", args.sigmas) if args.sigmas else SIGMAS)
+                      sigmas=(_floats("--sigmas", args.sigmas) if args.sigmas else SIGMAS) if "noise" in parts else (),
+                      hack_rates=HACK_RATES if "hack_rate" in parts else (),
+                      plateau_sigmas=PLATEAU_SIGMAS if "plateau" in parts else ())
     try:
         runner = runner_from_args(args)
     except BackendArgError as exc:
