@@ -159,7 +159,7 @@ def _scores(rng: random.Random, n: int) -> list[float]:
     return [0.5 + 0.02 * min(i, peak) - 0.03 * max(0, i - peak) + rng.gauss(0, 0.01) for i in range(n)]
 
 
-def test_three_replicas_on_one_database_match_the_embedded_core(pg_db: str) -> None:
+def test_three_replicas_on_one_database_match_the_embedded_core(pg_db: str, tmp_path) -> None:
     httpx = pytest.importorskip("httpx")
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     cli = [sys.executable, "-m", "platform_sim.service.cli"]
@@ -168,15 +168,15 @@ def test_three_replicas_on_one_database_match_the_embedded_core(pg_db: str) -> N
     assert add.returncode == 0, add.stderr
     token = add.stdout.strip().splitlines()[-1]
     ports = [_free_port() for _ in range(3)]
+    logs = [open(tmp_path / f"replica-{p}.log", "w") for p in ports]  # a file: a full pipe would block a server
     procs = [subprocess.Popen([*cli, "serve", "--port", str(p), "--db", pg_db, "--log-level", "warning"],
-                              env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-             for p in ports]
+                              env=env, stdout=log, stderr=subprocess.STDOUT) for p, log in zip(ports, logs)]
     urls = [f"http://127.0.0.1:{p}" for p in ports]
     try:
         deadline = time.monotonic() + 90
-        for url, proc in zip(urls, procs):
+        for url, proc, log in zip(urls, procs, logs):
             while True:
-                assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+                assert proc.poll() is None, open(log.name).read()[-3000:]
                 try:
                     if httpx.get(f"{url}/readyz", timeout=1).status_code == 200:
                         break
@@ -203,6 +203,8 @@ def test_three_replicas_on_one_database_match_the_embedded_core(pg_db: str) -> N
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
+        for log in logs:
+            log.close()
 
     # Every decision equals the embedded core's on the same reports, in the order the database applied them.
     n_stopped = 0
@@ -357,3 +359,32 @@ def test_serve_with_an_unreachable_postgres_url_exits_2_with_one_line() -> None:
     assert proc.returncode == 2
     err = proc.stderr.strip()
     assert err.startswith("evalstop-server: error: --db postgresql://") and "\n" not in err, err
+
+
+@pytest.mark.skipif(not os.environ.get("EVALSTOP_PG_DIR"), reason="needs the server of tests/pg.sh to restart it")
+def test_the_store_survives_a_database_restart(pg_db: str) -> None:
+    # A replica's connections break when PostgreSQL restarts. The store notices at the next use and runs the
+    # transaction or read again on a new connection, so nothing fails once the server is back.
+    store = PostgresStore(pg_db, workers=1, readers=1)
+    try:
+        tenant, _ = store.add_tenant("t")
+        store.register_job(tenant.tenant_id, JobRecord("j", "rlhf", {"name": "k-decline", "params": {}}))
+        expected = JobMonitor("j", "rlhf")
+        first = Report("j", "rlhf", 0, 0.5)
+        assert store.submit_report(tenant.tenant_id, first).result(timeout=30).decision == \
+            expected.observe_report(first)
+        owner = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
+        pg_dir = os.environ["EVALSTOP_PG_DIR"]
+        # The restarted server must not inherit pipes of ours: its output goes to the server log (-l).
+        subprocess.run([*owner, os.path.join(os.environ["EVALSTOP_PG_BINDIR"], "pg_ctl"), "-D",
+                        os.path.join(pg_dir, "data"), "-l", os.path.join(pg_dir, "server.log"), "-m", "fast", "-w",
+                        "restart"], check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=60)
+        assert store.ready()  # the pooled reader connection died: read again on a new one
+        for step, score in ((10, 0.4), (20, 0.3)):  # the writer's connection died: reconnect and apply
+            report = Report("j", "rlhf", step, score)
+            outcome = store.submit_report(tenant.tenant_id, report).result(timeout=30)
+            assert outcome.decision == expected.observe_report(report)
+        assert outcome.decision.action is Action.STOP and outcome.stopped_now
+        assert [r.step for r in store.reports(tenant.tenant_id, "j")] == [0, 10, 20]
+    finally:
+        store.close()

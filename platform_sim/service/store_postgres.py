@@ -225,6 +225,18 @@ class PostgresStore(Store):
                     self._readers.put(conn)
             self._reader_slots.release()
 
+    def _read(self, fn: Callable[[Any], Any], retry: bool = True) -> Any:
+        """``fn(conn)`` on a pooled reader connection. A pooled connection can have died since its last use (the
+        database restarted): the read is then tried once more on a new connection (reads are idempotent)."""
+        try:
+            with self._reader() as conn:
+                return fn(conn)
+        except StoreUnavailable:
+            if not retry or self._closed:
+                raise
+        with self._reader() as conn:
+            return fn(conn)
+
     def _check_schema_at_head(self) -> None:
         from alembic.config import Config
         from alembic.script import ScriptDirectory
@@ -264,7 +276,7 @@ class PostgresStore(Store):
 
     def _write_loop(self, shard: int) -> None:
         q = self._queues[shard]
-        conn = None
+        conn: list[Any] = [None]  # this writer's connection, (re)opened by _transact
         while True:
             item = q.get()
             stop = item is _STOP
@@ -280,24 +292,14 @@ class PostgresStore(Store):
                     batch.append(nxt)
             batch = [b for b in batch if b[2].set_running_or_notify_cancel()]
             if batch:
-                if conn is None or conn.closed:
-                    try:
-                        conn = self._connect(autocommit=False)
-                    except StoreUnavailable as exc:
-                        for _, _, fut in batch:
-                            fut.set_exception(exc)
-                        conn = None
-                        continue
-                if not self._run_batch(conn, batch):
-                    self._discard(conn)
-                    conn = None
+                self._run_batch(conn, batch)
             if stop:
-                if conn is not None:
-                    self._discard(conn)
+                if conn[0] is not None:
+                    self._discard(conn[0])
                 return
 
-    def _run_batch(self, conn: Any, batch: list[tuple[tuple[Any, ...], Any, Future[Any]]]) -> bool:
-        """Commit the batch and resolve its futures; False if the connection is no longer usable.
+    def _run_batch(self, conn: list[Any], batch: list[tuple[tuple[Any, ...], Any, Future[Any]]]) -> None:
+        """Commit the batch and resolve its futures (``conn`` holds the writer's connection).
 
         Consecutive reports are applied together in one transaction (:meth:`_apply_reports`); any other operation
         (register, finish) runs in a transaction of its own, in submission order.
@@ -308,18 +310,12 @@ class PostgresStore(Store):
                 segments[-1].append(item)
             else:
                 segments.append([item])
-        for i, seg in enumerate(segments):
+        for seg in segments:
             if isinstance(seg[0][1], Report):
-                ok = self._transact(conn, seg, lambda cur, seg=seg: self._apply_reports(cur, seg))
+                self._transact(conn, seg, lambda cur, seg=seg: self._apply_reports(cur, seg))
             else:
                 (_, op, fut), = seg
-                ok = self._transact(conn, seg, lambda cur, op=op, fut=fut: [(fut, *self._call(op, cur))])
-            if not ok:
-                for later in segments[i + 1:]:
-                    for _, _, fut in later:
-                        fut.set_exception(StoreUnavailable("the database connection was lost"))
-                return False
-        return True
+                self._transact(conn, seg, lambda cur, op=op, fut=fut: [(fut, *self._call(op, cur))])
 
     @staticmethod
     def _call(op: Callable[[Any], Any], cur: Any) -> tuple[Any, BaseException | None]:
@@ -328,33 +324,52 @@ class PostgresStore(Store):
         except _DOMAIN_ERRORS as exc:  # raised before the op wrote anything: the transaction stays usable
             return None, exc
 
-    def _transact(self, conn: Any, items: list[tuple[tuple[Any, ...], Any, Future[Any]]],
-                  body: Callable[[Any], list[tuple[Future[Any], Any, BaseException | None]]]) -> bool:
-        """Run ``body`` in a transaction, retrying deadlocks; resolve the futures after the commit."""
+    def _transact(self, conn: list[Any], items: list[tuple[tuple[Any, ...], Any, Future[Any]]],
+                  body: Callable[[Any], list[tuple[Future[Any], Any, BaseException | None]]]) -> None:
+        """Run ``body`` in a transaction on the writer's connection ``conn[0]`` and resolve the futures after the
+        commit. Deadlocks and serialization failures are retried; a lost connection is reopened and the
+        transaction run once more. That is safe even if the lost transaction had committed: reports applied again
+        are re-sends of stored steps and get their stored decisions, registering and finishing are idempotent."""
         pg = self._psycopg
-        for attempt in range(self.retries + 1):
+        reconnected = False
+        attempt = 0
+        while True:
             try:
-                with conn.transaction():
-                    with conn.cursor() as cur:
+                if conn[0] is None or conn[0].closed:
+                    conn[0] = self._connect(autocommit=False)
+                with conn[0].transaction():
+                    with conn[0].cursor() as cur:
                         results = body(cur)
+            except StoreUnavailable as exc:  # cannot connect
+                for _, _, fut in items:
+                    fut.set_exception(exc)
+                return
             except pg.Error as exc:
                 sqlstate = getattr(exc, "sqlstate", None)
                 if sqlstate in _RETRY_SQLSTATES and attempt < self.retries:
-                    logger.info("postgres transaction retried after %s (attempt %d)", sqlstate, attempt + 1)
+                    attempt += 1
+                    logger.info("postgres transaction retried after %s (attempt %d)", sqlstate, attempt)
                     time.sleep(0.001 * 2 ** attempt)
                     continue
+                lost = conn[0].closed or isinstance(exc, pg.OperationalError)
+                if lost:
+                    self._discard(conn[0])
+                    conn[0] = None
+                    if not reconnected and not self._closed:
+                        reconnected = True
+                        logger.warning("postgres connection lost (%s); reconnecting", " ".join(str(exc).split()))
+                        continue
                 logger.error("postgres commit failed, %d operation(s) refused: %s", len(items), exc)
-                err = StoreUnavailable(f"the database could not commit: {exc}")
+                err = StoreUnavailable(f"the database could not commit: {' '.join(str(exc).split())}")
                 for _, _, fut in items:
                     fut.set_exception(err)
-                return not (conn.closed or isinstance(exc, pg.OperationalError))
+                return
             for fut, value, error in results:
                 if error is None:
                     fut.set_result(value)
                 else:
                     fut.set_exception(error)
-            return True
-        return True  # not reached: the last attempt either returns or fails above
+            return
 
     def _apply_reports(self, cur: Any, items: list[tuple[tuple[Any, ...], Any, Future[Any]]]
                        ) -> list[tuple[Future[Any], Any, BaseException | None]]:
@@ -467,7 +482,7 @@ class PostgresStore(Store):
     def add_tenant(self, name: str) -> tuple[Tenant, str]:
         token = new_token()
         now = time.time()
-        with self._reader() as conn:
+        with self._reader() as conn:  # not retried: a lost reply after the commit would read as "exists"
             row = conn.execute(
                 "INSERT INTO tenants (name, token_hash, created_at) VALUES (%s, %s, %s) "
                 "ON CONFLICT (name) DO NOTHING RETURNING tenant_id", (name, hash_token(token), now)).fetchone()
@@ -476,16 +491,15 @@ class PostgresStore(Store):
         return Tenant(int(row[0]), name, now, None), token
 
     def list_tenants(self) -> list[Tenant]:
-        with self._reader() as conn:
-            rows = conn.execute(
-                "SELECT tenant_id, name, created_at, revoked_at FROM tenants ORDER BY tenant_id").fetchall()
+        rows = self._read(lambda conn: conn.execute(
+            "SELECT tenant_id, name, created_at, revoked_at FROM tenants ORDER BY tenant_id").fetchall())
         return [Tenant(*row) for row in rows]
 
     def revoke_tenant(self, name: str) -> Tenant:
-        with self._reader() as conn:
-            row = conn.execute(
-                "UPDATE tenants SET revoked_at = COALESCE(revoked_at, %s) WHERE name = %s "
-                "RETURNING tenant_id, name, created_at, revoked_at", (time.time(), name)).fetchone()
+        now = time.time()
+        row = self._read(lambda conn: conn.execute(  # idempotent (COALESCE): safe to run twice
+            "UPDATE tenants SET revoked_at = COALESCE(revoked_at, %s) WHERE name = %s "
+            "RETURNING tenant_id, name, created_at, revoked_at", (now, name)).fetchone())
         if row is None:
             raise TenantNotFound(f"no tenant named {name!r}")
         return Tenant(*row)
@@ -493,9 +507,9 @@ class PostgresStore(Store):
     def tenant_for_token(self, token: str) -> Tenant | None:
         # Not cached here: the HTTP app already remembers valid tokens for its token_cache_ttl (1 s), so a revocation
         # reaches every replica within that time; a second cache in the store would only lengthen it.
-        with self._reader() as conn:
-            row = conn.execute("SELECT tenant_id, name, created_at, revoked_at FROM tenants WHERE token_hash = %s",
-                               (hash_token(token),)).fetchone()
+        digest = hash_token(token)
+        row = self._read(lambda conn: conn.execute(
+            "SELECT tenant_id, name, created_at, revoked_at FROM tenants WHERE token_hash = %s", (digest,)).fetchone())
         if row is None or row[3] is not None:
             return None
         return Tenant(*row)
@@ -530,9 +544,9 @@ class PostgresStore(Store):
         return self._submit(self._shard(tenant_id, record.job_id), (tenant_id, record.job_id), op).result()
 
     def get_job(self, tenant_id: int, job_id: str) -> JobRecord:
-        with self._reader() as conn:
-            row = conn.execute(f"SELECT {_JOB_COLUMNS} {_JOB_FROM} WHERE j.tenant_id = %s AND j.job_id = %s",
-                               (tenant_id, job_id)).fetchone()
+        row = self._read(lambda conn: conn.execute(
+            f"SELECT {_JOB_COLUMNS} {_JOB_FROM} WHERE j.tenant_id = %s AND j.job_id = %s",
+            (tenant_id, job_id)).fetchone())
         if row is None:
             raise JobNotFound(f"no job {job_id!r}")
         return _job_from_row(row)
@@ -553,10 +567,9 @@ class PostgresStore(Store):
         elif status is not None:
             raise ValueError(f"status must be running, stopped or finished, got {status!r}")
         args.append(int(limit))
-        with self._reader() as conn:
-            rows = conn.execute(
-                f"SELECT {_JOB_COLUMNS} {_JOB_FROM} WHERE {' AND '.join(where)} ORDER BY j.job_id LIMIT %s", args
-            ).fetchall()
+        rows = self._read(lambda conn: conn.execute(
+            f"SELECT {_JOB_COLUMNS} {_JOB_FROM} WHERE {' AND '.join(where)} ORDER BY j.job_id LIMIT %s", args
+        ).fetchall())
         return [_job_from_row(r) for r in rows]
 
     def submit_report(self, tenant_id: int, report: Report) -> Future[ReportOutcome]:
@@ -577,13 +590,15 @@ class PostgresStore(Store):
         return self.get_job(tenant_id, job_id)
 
     def reports(self, tenant_id: int, job_id: str) -> list[StoredReport]:
-        with self._reader() as conn:
+        def read(conn: Any) -> list[tuple[Any, ...]]:
             if conn.execute("SELECT 1 FROM jobs WHERE tenant_id = %s AND job_id = %s",
                             (tenant_id, job_id)).fetchone() is None:
                 raise JobNotFound(f"no job {job_id!r}")
-            rows = conn.execute(
+            return conn.execute(
                 "SELECT step, eval_score, eval_scores, action, reason, declines, best_step, best_score, received_at "
                 "FROM reports WHERE tenant_id = %s AND job_id = %s ORDER BY step", (tenant_id, job_id)).fetchall()
+
+        rows = self._read(read)
         return [StoredReport(r[0], r[1], None if r[2] is None else tuple(json.loads(r[2])), _decision(*r[3:8]), r[8])
                 for r in rows]
 
@@ -592,8 +607,7 @@ class PostgresStore(Store):
         if self._closed or any(not t.is_alive() for t in self._threads):
             return False
         try:
-            with self._reader() as conn:
-                conn.execute("SELECT 1 FROM alembic_version").fetchone()
+            self._read(lambda conn: conn.execute("SELECT 1 FROM alembic_version").fetchone())
         except (StoreUnavailable, self._psycopg.Error):
             return False
         return True
