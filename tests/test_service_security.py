@@ -158,3 +158,12 @@ def test_tokens_are_stored_hashed_and_cli_contract(env, tmp_path):
     assert port.returncode == 2 and "--port" in port.stderr
     nodir = cli("serve", "--db", str(tmp_path / "no" / "such" / "x.db"), check=False)
     assert nodir.returncode == 2 and "--db" in nodir.stderr
+
+
+def test_unknown_query_parameters_are_422(env):
+    url, alice = env["srv"].url, auth(env["alice"])
+    _error(httpx.get(f"{url}/v1/jobs", params={"loss": 1}, headers=alice), 422, "unknown query parameter(s) loss")
+    _error(httpx.get(f"{url}/v1/jobs/secret-job", params={"kl": 0.1}, headers=alice), 422, "kl")
+    _error(httpx.post(f"{url}/v1/jobs/secret-job/evals?proxy_reward=3", json={**GOOD, "step": 50}, headers=alice),
+           422, "unknown query parameter(s) proxy_reward")
+    assert httpx.get(f"{url}/v1/jobs", params={"limit": 5}, headers=alice).status_code == 200  # declared: fine

@@ -131,6 +131,31 @@ _JOB_ID = re.compile(JOB_ID_PATTERN)
 ReportHandler = Callable[[str | None, str, bytes], Awaitable[tuple[int, dict[str, Any], dict[str, str] | None]]]
 
 
+def _unknown_query_error(names: Sequence[str]) -> ApiError:
+    return ApiError(422, "invalid_request", f"invalid request: unknown query parameter(s) {', '.join(sorted(names))} "
+                                            "(unknown fields are rejected)")
+
+
+def _declared_query(dependant: Any) -> set[str]:
+    """Query parameter names a route declares, its sub-dependencies included."""
+    names = {getattr(f, "alias", None) or f.name for f in dependant.query_params}
+    for sub in dependant.dependencies:
+        names |= _declared_query(sub)
+    return names
+
+
+async def _no_unknown_query(request: Request) -> None:
+    """Refuse query parameters the route does not declare: the boundary holds for the query string too."""
+    if not request.query_params:
+        return
+    route = request.scope.get("route")
+    dependant = getattr(route, "dependant", None)
+    allowed = _declared_query(dependant) if dependant is not None else set()
+    unknown = set(request.query_params) - allowed
+    if unknown:
+        raise _unknown_query_error(list(unknown))
+
+
 class ReportFastPath:
     """Serve ``POST /v1/jobs/{job_id}/evals`` without FastAPI's routing, dependency and response machinery.
 
@@ -168,6 +193,11 @@ class ReportFastPath:
                 return
             if not message.get("more_body", False):
                 break
+        if scope.get("query_string"):  # the route declares no query parameter
+            names = [part.split(b"=", 1)[0].decode("latin-1") for part in scope["query_string"].split(b"&") if part]
+            error = _unknown_query_error(names or ["?"])
+            await _send_json(send, error.status, {"error": error.code, "message": error.message})
+            return
         status, payload, headers = await self.handler(authorization, match.group(1), bytes(body))
         await _send_json(send, status, payload, headers)
 
@@ -246,6 +276,7 @@ def create_app(store: Store, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES, cl
         description="Stops RLHF and fine-tuning jobs after k consecutive declines of their held-out eval score. "
                     "Only whitelisted fields cross the boundary; unknown fields are rejected.",
         lifespan=lifespan,
+        dependencies=[Depends(_no_unknown_query)],
     )
     app.state.store = store
     app.state.metrics = metrics
