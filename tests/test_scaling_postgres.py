@@ -388,3 +388,23 @@ def test_the_store_survives_a_database_restart(pg_db: str) -> None:
         assert [r.step for r in store.reports(tenant.tenant_id, "j")] == [0, 10, 20]
     finally:
         store.close()
+
+
+def test_a_row_lock_held_elsewhere_fails_the_report_after_lock_timeout_not_forever(pg_db: str) -> None:
+    from platform_sim.service.store import StoreUnavailable
+
+    store = PostgresStore(pg_db, workers=1, lock_timeout_s=0.5)
+    try:
+        tenant, _ = store.add_tenant("t")
+        store.register_job(tenant.tenant_id, JobRecord("j", "rlhf", {"name": "k-decline", "params": {}}))
+        with psycopg.connect(pg_db) as other:  # a stuck replica in the middle of its transaction
+            other.execute("SELECT 1 FROM jobs WHERE job_id = 'j' FOR UPDATE")
+            t0 = time.monotonic()
+            with pytest.raises(StoreUnavailable, match="lock timeout"):
+                store.submit_report(tenant.tenant_id, Report("j", "rlhf", 0, 0.5)).result(timeout=30)
+            assert time.monotonic() - t0 < 10
+            other.rollback()
+        # The lock is free again: the same report goes through, on the same connection.
+        assert store.submit_report(tenant.tenant_id, Report("j", "rlhf", 0, 0.5)).result(timeout=30).resend is False
+    finally:
+        store.close()

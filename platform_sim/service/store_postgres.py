@@ -143,10 +143,12 @@ class PostgresStore(Store):
             that the schema is at the newest revision, for operators who run migrations as a separate step.
         connect_timeout: Seconds to wait for a connection.
         retries: Times a transaction is run again after a deadlock or serialization failure.
+        lock_timeout_s: Longest wait for a job's row lock held by another replica; then the reports waiting for it
+            fail as :class:`StoreUnavailable` (503, re-sent by the client) instead of hanging.
     """
 
     def __init__(self, url: str, *, workers: int = 4, readers: int = 8, max_batch: int = 64, migrate: bool = True,
-                 connect_timeout: float = 10.0, retries: int = 5) -> None:
+                 connect_timeout: float = 10.0, retries: int = 5, lock_timeout_s: float = 10.0) -> None:
         if not is_postgres_url(url):
             raise ValueError(f"not a PostgreSQL URL (must start with postgresql://): {url!r}")
         for name, value in (("workers", workers), ("readers", readers), ("max_batch", max_batch)):
@@ -155,6 +157,9 @@ class PostgresStore(Store):
         import psycopg  # the optional extra `postgres`; imported here so that SQLite users never need it
 
         self._psycopg = psycopg
+        if not lock_timeout_s > 0:
+            raise ValueError(f"lock_timeout_s must be > 0, got {lock_timeout_s}")
+        self.lock_timeout_s = lock_timeout_s
         self.url = url
         self.workers = workers
         self.max_batch = max_batch
@@ -186,6 +191,13 @@ class PostgresStore(Store):
             conn = self._psycopg.connect(self.url, autocommit=autocommit, connect_timeout=int(self.connect_timeout))
         except self._psycopg.OperationalError as exc:
             raise StoreUnavailable(f"cannot connect to PostgreSQL: {' '.join(str(exc).split())}") from exc
+        if not autocommit:
+            # A writer never waits on a row lock forever: if another replica holds a job's row (a stuck or paused
+            # process), the reports fail as 503 after lock_timeout and the client re-sends them; and a session
+            # left idle inside a transaction is ended by the server so that its locks go free.
+            conn.execute(f"SET lock_timeout = '{int(self.lock_timeout_s * 1000)}ms'")
+            conn.execute("SET idle_in_transaction_session_timeout = '30s'")
+            conn.commit()
         with self._conns_lock:
             self._all_conns.append(conn)
         return conn
@@ -351,7 +363,7 @@ class PostgresStore(Store):
                     logger.info("postgres transaction retried after %s (attempt %d)", sqlstate, attempt)
                     time.sleep(0.001 * 2 ** attempt)
                     continue
-                lost = conn[0].closed or isinstance(exc, pg.OperationalError)
+                lost = conn[0].closed or conn[0].broken  # not a lock timeout: that connection is fine
                 if lost:
                     self._discard(conn[0])
                     conn[0] = None
