@@ -34,7 +34,7 @@ import os
 import sys
 import time
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping
 
 from platform_sim.core.detectors import detector_from_spec
 from platform_sim.core.stop_policies import STOP_POLICIES
