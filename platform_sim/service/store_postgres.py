@@ -13,8 +13,10 @@ How replicas stay correct:
   default).
 - No replica trusts memory: the monitor is rebuilt inside the transaction from the locked job row (detector state,
   best step, stop latch) and the report rows it needs (the last one, and the one of the reported step for a
-  re-send), then fed through the core's one implementation. That costs one or two indexed reads per report and makes
-  the decision identical to a single process applying the same reports in the same order.
+  re-send), then fed through the core's one implementation. That costs two indexed reads per batch and makes the
+  decision identical to a single process applying the same reports in the same order.
+- Lost connections (a database restart or failover) are reopened at their next use and the read or transaction run
+  once more; writers wait at most ``lock_timeout_s`` for a row lock another replica holds.
 - Within a replica, each job is pinned to one of ``workers`` writer threads (hash of tenant and job id), so reports
   for a job are applied in submission order. Each writer applies the reports queued for it together: one
   transaction of four round trips (lock the job rows in key order, so that two replicas' batches cannot deadlock;
