@@ -158,3 +158,10 @@ def test_unreadable_grid_file_exits_2_naming_the_file(tmp_path: Path, capsys, na
     err = capsys.readouterr().err.strip()
     assert err.startswith("evalstop-sim sweep: error: GRID ") and str(path) in err and message in err
     assert "\n" not in err
+
+
+def test_ray_backend_without_ray_installed_exits_2_naming_the_extra(grid: Path, capsys, monkeypatch) -> None:
+    monkeypatch.setitem(__import__("sys").modules, "ray", None)  # what `import ray` sees when it is not installed
+    assert main(["sweep", str(grid), "--backend", "ray"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == "evalstop-sim sweep: error: --backend ray needs Ray: pip install 'evalstop[ray]'"
