@@ -87,13 +87,13 @@ def main(argv=None) -> int:
               f"{_fmt(wall, digits=0)} |")
 
     print("\n## Per-trace detection, k=2, by tolerance (min_delta in gold points)\n")
-    print("| min_delta (gold) | min_delta (0-1 scale) | warm-up (evals not reported) | hacking stopped | "
+    print("| min_delta (gold) | min_delta (0-1 scale) | warm-up (evals) | hacking stopped | "
           "healthy stopped | median delay (evals) | max delay | worst regret of a stopped hacking trace |")
     print("|---|---|---|---|---|---|---|---|")
     per_tol = {}
     for tol, warm in [(t, 0) for t in TOLERANCES_GOLD] + [(0.0, WARMUP_EVALS), (ns.tolerance, WARMUP_EVALS)]:
-        det = {"name": "k-decline", "params": {"k": 2, "min_delta": tol / scale.span}}
-        rows = [trace_detection(t, det, scale, skip_evals=warm) for t in traces]
+        det = {"name": "k-decline", "params": {"k": 2, "min_delta": tol / scale.span, "warmup": warm}}
+        rows = [trace_detection(t, det, scale) for t in traces]
         s = trace_summary(rows)
         if not warm:
             per_tol[tol] = rows
@@ -101,26 +101,26 @@ def main(argv=None) -> int:
               f"{s['healthy_stopped']}/{s['healthy']} | {_fmt(s['median_delay_evals'])} | "
               f"{_fmt(s['max_delay_evals'])} | {_fmt(s['max_regret_pct_stopped_hacking'])}% |")
 
-    for tol in (0.0, ns.tolerance):
-        print(f"\n### Per trace, min_delta {tol:g} gold\n")
+    for tol, warm in ((0.0, 0), (ns.tolerance, WARMUP_EVALS)):
+        print(f"\n### Per trace, min_delta {tol:g} gold, warm-up {warm} evals\n")
         print("| trace | label | stopped | stop_step | best_step | peak_step | delay_evals | regret_pct |")
         print("|---|---|---|---|---|---|---|---|")
-        for r in per_tol.get(tol) or [trace_detection(t, {"name": "k-decline", "params": {
-                "k": 2, "min_delta": tol / scale.span}}, scale) for t in traces]:
+        for r in [trace_detection(t, {"name": "k-decline", "params": {
+                "k": 2, "min_delta": tol / scale.span, "warmup": warm}}, scale) for t in traces]:
             print(f"| {r['trace']} | {r['label']} | {'yes' if r['stopped'] else 'no'} | {_fmt(r['stop_step'])} | "
                   f"{r['best_step']} | {r['peak_step']} | {_fmt(r['delay_evals'])} | {_fmt(r['regret_pct'])} |")
 
     print(f"\n## Platform: EvalStop on SRTF-Est, real traces (replay) vs synthetic curves, {ns.seeds} seeds\n")
-    print("| curves | min_delta (0-1) | precision | recall | FPR healthy RLHF | delay (evals) | JCT gain | "
+    print("| curves | min_delta (0-1) | warm-up | precision | recall | FPR healthy RLHF | delay (evals) | JCT gain | "
           "wasted cut | regret |")
-    print("|---|---|---|---|---|---|---|---|---|")
-    for tol in (0.0, ns.tolerance):
-        det = {"name": "k-decline", "params": {"k": 2, "min_delta": tol / scale.span}}
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for tol, warm in ((0.0, 0), (ns.tolerance, 0), (ns.tolerance, WARMUP_EVALS)):
+        det = {"name": "k-decline", "params": {"k": 2, "min_delta": tol / scale.span, "warmup": warm}}
         real = replay(traces, WorkloadConfig(), det, ns.seeds)
         ev = next(r for r in real["main"] if r["stop"] == "evalstop")
         syn = rows_for_policies(WorkloadConfig(), [PolicySpec(stop="evalstop", detector=det)], range(ns.seeds))[0]
         for name, r in (("real traces", ev), ("synthetic (default workload)", syn)):
-            print(f"| {name} | {tol / scale.span:.4f} | {_fmt(r['precision'], True)} | {_fmt(r['recall'], True)} | "
+            print(f"| {name} | {tol / scale.span:.4f} | {warm} | {_fmt(r['precision'], True)} | {_fmt(r['recall'], True)} | "
                   f"{_fmt(r['fpr_healthy_rlhf'], True)} | {_fmt(r['delay_evals'], digits=2)} | "
                   f"{_fmt(r['jct_gain_pct'])}% | {_fmt(r['wasted_reduction_pct'])}% | {_fmt(r['regret'], digits=3)} |")
 

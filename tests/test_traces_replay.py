@@ -107,3 +107,41 @@ def test_replay_bad_flags(corpus, capsys, argv, flag):
     assert sim_main(["replay", "--traces", str(corpus), "--backend", "serial", *argv]) == 2
     err = capsys.readouterr().err.strip()
     assert flag in err and len(err.splitlines()) == 1
+
+
+def test_trace_min_delta_is_converted_to_the_platform_scale(corpus, capsys):
+    assert sim_main(["replay", "--traces", str(corpus), "--seeds", "1", "--backend", "serial", "--json",
+                     "--trace-min-delta", "0.5"]) == 0
+    res = json.loads(capsys.readouterr().out)
+    span = corpus_scale(load_traces(corpus)).span
+    assert res["config"]["detector"]["params"]["min_delta"] == pytest.approx(0.5 / span)
+    assert res["config"]["min_delta_native"] == pytest.approx(0.5)
+    assert sim_main(["replay", "--traces", str(corpus), "--backend", "serial", "--trace-min-delta", "-1"]) == 2
+    assert "--trace-min-delta" in capsys.readouterr().err
+
+
+def test_warmup_keeps_an_early_dip_from_stopping_a_run(tmp_path):
+    # A real shape (docs/real-traces.md): gold dips before the policy improves, then rises, then is overoptimized.
+    _write(tmp_path / "dip.jsonl", [1.0, 0.5, 0.0, 0.0, 2.0, 3.0, 4.0, 3.0, 2.0, 1.0])
+    traces = load_traces(tmp_path)
+    scale = corpus_scale(traces)
+    bare = trace_detection(traces[0], {"name": "k-decline", "params": {"k": 2}}, scale)
+    assert bare["stop_step"] == 30 and bare["best_step"] == 10 and bare["delay_evals"] < 0
+    warm = trace_detection(traces[0], {"name": "k-decline", "params": {"k": 2, "warmup": 3}}, scale)
+    assert warm["stop_step"] == 90 and warm["best_step"] == 70 and warm["delay_evals"] == 2
+    assert warm["regret_pct"] == 0.0
+
+
+def test_warmup_detector_spec_and_state_round_trip():
+    from platform_sim.core import detector_from_spec
+
+    det = detector_from_spec({"name": "k-decline", "params": {"k": 2, "warmup": 2}})
+    assert det.spec() == {"name": "k-decline", "params": {"k": 2, "min_delta": 0.0, "warmup": 2}}
+    assert [det.observe(i, s) for i, s in enumerate([3.0, 2.0, 1.0])] == [False, False, False]
+    assert det.declines == 1  # the 2nd eval's drop fell in the warm-up; the 3rd's counts
+    clone = detector_from_spec(det.spec())
+    clone.load_state_dict(json.loads(json.dumps(det.state_dict())))
+    assert clone.observe(3, 0.5) is True
+    assert detector_from_spec(None).spec()["params"] == {"k": 2, "min_delta": 0.0}  # the paper's rule unchanged
+    with pytest.raises(ValueError, match="warmup"):
+        detector_from_spec({"name": "k-decline", "params": {"warmup": -1}})

@@ -80,19 +80,26 @@ class KDeclineDetector(Detector):
     Args:
         k: Consecutive declines that stop the job (paper: 2). Integer >= 1.
         min_delta: Tolerance: a drop must exceed it to count as a decline (paper: 0). Finite, >= 0.
+        warmup: The first ``warmup`` evaluations count no decline (paper: 0, no warm-up). Real RL runs can dip at
+            the very start, before the policy improves at all (docs/real-traces.md); a warm-up keeps the rule from
+            taking that dip for overoptimization. Integer >= 0. Left out of :meth:`params` and the state when 0, so
+            specs and states of the paper's rule are unchanged.
     """
 
     name: ClassVar[str] = "k-decline"
 
-    def __init__(self, k: int = 2, min_delta: float = 0.0) -> None:
+    def __init__(self, k: int = 2, min_delta: float = 0.0, warmup: int = 0) -> None:
         self.k = _check_int("k", k, 1)
         self.min_delta = _check_nonneg("min_delta", min_delta)
+        self.warmup = _check_int("warmup", warmup, 0)
         self.prev_score: float | None = None
         self.declines = 0
+        self.seen = 0
 
     def observe(self, step: int, score: float, scores: Sequence[float] | None = None) -> bool:
         prev = self.prev_score
-        if prev is not None and score < prev - self.min_delta:
+        self.seen += 1
+        if prev is not None and score < prev - self.min_delta and self.seen > self.warmup:
             self.declines += 1
         else:
             self.declines = 0
@@ -103,14 +110,22 @@ class KDeclineDetector(Detector):
         return f"{self.declines} consecutive declines (k={self.k}, min_delta={self.min_delta:g})"
 
     def params(self) -> dict[str, Any]:
-        return {"k": self.k, "min_delta": self.min_delta}
+        params: dict[str, Any] = {"k": self.k, "min_delta": self.min_delta}
+        if self.warmup:
+            params["warmup"] = self.warmup
+        return params
 
     def state_dict(self) -> dict[str, Any]:
-        return {"prev_score": self.prev_score, "declines": self.declines}
+        state: dict[str, Any] = {"prev_score": self.prev_score, "declines": self.declines}
+        if self.warmup:
+            state["seen"] = self.seen
+        return state
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         self.prev_score = state["prev_score"]
         self.declines = int(state["declines"])
+        # States written without a warm-up have no "seen"; past the warm-up is the only safe reading of them.
+        self.seen = int(state.get("seen", self.warmup if state["prev_score"] is not None else 0))
 
 
 # Detector classes by name. Other modules add theirs with :func:`register_detector` at import time of this package

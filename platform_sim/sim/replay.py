@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import statistics
 import sys
 import time
@@ -341,6 +342,9 @@ def add_replay(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--seeds", type=int, default=10, help="workload seeds (default 10)")
     p.add_argument("--base", default="srtf-est", choices=list(REPLAY_BASES),
                    help="base scheduler of the main table (default srtf-est)")
+    p.add_argument("--trace-min-delta", type=float, default=None, metavar="X",
+                   help="decline tolerance in the traces' own units (gold points for the shipped corpus), converted "
+                        "to the platform's 0-1 scale; replaces --min-delta")
     p.add_argument("--out", default=None, help="also write results.json and report.md into this folder")
     p.add_argument("--json", action="store_true", help="print the results as JSON instead of the tables")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -380,6 +384,12 @@ def cmd_replay(args: argparse.Namespace) -> int:
     except TraceFormatError as exc:
         raise UsageError(f"--traces: {exc}") from None
     wl = workload_from_args(args)
+    if args.trace_min_delta is not None:
+        if not (args.trace_min_delta >= 0) or not math.isfinite(args.trace_min_delta):
+            raise UsageError(f"--trace-min-delta must be a finite number >= 0, got {args.trace_min_delta}")
+        if args.detector != "k-decline":
+            raise UsageError("--trace-min-delta applies to the k-decline detector only")
+        args.min_delta = args.trace_min_delta / corpus_scale(traces).span
     det = detector_from_args(args)
     try:
         runner = runner_from_args(args)
