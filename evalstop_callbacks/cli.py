@@ -70,9 +70,11 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--json", action="store_true", help="print a JSON summary object instead of the human output")
     demo.add_argument("--seed", type=_nonneg_int, default=0, help="environment and training seed (default 0)")
     demo.add_argument("--k", type=_pos_int, default=2, help="consecutive declines that stop the job (default 2)")
-    demo.add_argument("--min-delta", type=_nonneg_float, default=0.25,
-                      help="a drop must exceed this to count as a decline, in gold points (default 0.25; the paper's "
+    demo.add_argument("--min-delta", type=_nonneg_float, default=0.1,
+                      help="a drop must exceed this to count as a decline, in gold points (default 0.1; the paper's "
                            "bare rule is 0)")
+    demo.add_argument("--warmup", type=_nonneg_int, default=3,
+                      help="the first evals count no decline (default 3, a tenth of the run; the paper's rule: 0)")
     demo.add_argument("--steps", type=_pos_int, default=300, help="planned GRPO steps (default 300)")
     demo.add_argument("--eval-steps", type=_pos_int, default=10, help="evaluate every this many steps (default 10)")
     demo.add_argument("--traces", default=None, help="trace folder for the platform part (default: the shipped "
