@@ -360,3 +360,18 @@ def test_t_prescreen_never_changes_scipys_decision(seed, n, shift, alpha):
     assert (ours < alpha) == (theirs < alpha)
     if ours != 1.0:
         assert ours == theirs
+
+
+@pytest.mark.parametrize("name", ROBUST)
+def test_warmup_ignores_an_early_dip(name):
+    # A real GRPO trace shape: the score collapses in the first evals, then rises and only later really declines.
+    means = [1.0, 0.5, 0.0, 0.0, 1.0, 3.0, 3.0, 3.9, 4.0, 4.4, 4.5, 4.6, 4.7, 4.7, 4.6, 4.4, 4.2, 3.8, 3.5, 3.2, 2.9,
+             2.7, 2.4]
+    plain, _ = _feed(make_detector(name, **({"short_window": 3, "alpha": 0.05} if name == "trend" else {})),
+                     [m / 5 for m in means])
+    warm, _ = _feed(make_detector(name, warmup=5, **({"short_window": 3, "alpha": 0.05} if name == "trend" else {})),
+                    [m / 5 for m in means])
+    assert plain.stopped and plain.stopped_at < 5 * 10  # the dip stops it without a warm-up
+    assert warm.stopped and warm.stopped_at > 12 * 10  # with one, only the real decline does
+    with pytest.raises(ValueError, match="warmup"):
+        make_detector(name, warmup=-1)

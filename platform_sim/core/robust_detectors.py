@@ -164,12 +164,16 @@ class KDeclineSEDetector(_FallbackMixin, Detector):
         min_delta: Absolute floor of the tolerance (same units as the score). Finite, >= 0.
         se: Standard error of one eval mean to use when evals have no per-example scores. None: estimate it from
             the history of means (:func:`se_from_history`). Finite, >= 0.
+        warmup: The first ``warmup`` evals never count as evidence (0: none), as ``k-decline``'s ``warmup``: real RL
+            runs can dip at the very start before they improve. Integer >= 0.
     """
 
     name: ClassVar[str] = "k-decline-se"
 
-    def __init__(self, k: int = 2, z: float = 1.0, min_delta: float = 0.0, se: float | None = None) -> None:
+    def __init__(self, k: int = 2, z: float = 1.0, min_delta: float = 0.0, se: float | None = None,
+                 warmup: int = 0) -> None:
         self.k = _check_int("k", k, 1)
+        self.warmup = _check_int("warmup", warmup, 0)
         self.z = _check_nonneg("z", z)
         self.min_delta = _check_nonneg("min_delta", min_delta)
         self.se = _check_optional_nonneg("se", se)
@@ -184,7 +188,7 @@ class KDeclineSEDetector(_FallbackMixin, Detector):
         diff_se = self._diff_se(scores)
         if diff_se is not None:
             self.last_tolerance = max(self.min_delta, self.z * diff_se)
-        if self.means and score < self.means[-1] - self.last_tolerance:
+        if len(self.means) >= max(1, self.warmup) and score < self.means[-1] - self.last_tolerance:
             self.declines += 1
         else:
             self.declines = 0
@@ -196,7 +200,7 @@ class KDeclineSEDetector(_FallbackMixin, Detector):
                 f"(k={self.k}, tolerance {self.last_tolerance:.4g})")
 
     def params(self) -> dict[str, Any]:
-        return {"k": self.k, "z": self.z, "min_delta": self.min_delta, "se": self.se}
+        return {"k": self.k, "z": self.z, "min_delta": self.min_delta, "se": self.se, "warmup": self.warmup}
 
     def state_dict(self) -> dict[str, Any]:
         return {"prev_scores": None if self.prev_scores is None else list(self.prev_scores), "prev_se": self.prev_se,
@@ -236,11 +240,16 @@ class PairedTestDetector(_FallbackMixin, Detector):
         alpha: Significance level of each test, strictly between 0 and 1.
         min_effect: Minimum drop of the mean below the best mean (score units). Finite, >= 0.
         k: Consecutive significant evals that stop the job. Integer >= 1.
+        warmup: The first ``warmup`` evals never count as evidence (0: none), as ``k-decline``'s ``warmup``: real RL
+            runs can dip at the very start before they improve. Integer >= 0.
     """
 
     name: ClassVar[str] = "paired-test"
 
-    def __init__(self, test: str = "wilcoxon", alpha: float = 0.01, min_effect: float = 0.0, k: int = 2) -> None:
+    def __init__(self, test: str = "wilcoxon", alpha: float = 0.01, min_effect: float = 0.0, k: int = 2,
+                 warmup: int = 0) -> None:
+        self.warmup = _check_int("warmup", warmup, 0)
+        self.seen = 0
         if test not in PAIRED_TESTS:
             raise ValueError(f"test must be one of {', '.join(PAIRED_TESTS)}, got {test!r}")
         self.test = test
@@ -291,6 +300,8 @@ class PairedTestDetector(_FallbackMixin, Detector):
             elif score < best - self.min_effect:  # cheap pre-check first: the test runs only on a real drop
                 self.last_p = self._p_value(per_example - np.asarray(self.best_scores, dtype=float))
                 significant = self.last_p < self.alpha
+        self.seen += 1
+        significant = significant and self.seen > self.warmup
         self.declines = self.declines + 1 if significant else 0
         if best is None or score > best:
             self.best_score = score
@@ -304,12 +315,13 @@ class PairedTestDetector(_FallbackMixin, Detector):
                 f"({self.test} test, p={p}, alpha={self.alpha:g}, k={self.k})")
 
     def params(self) -> dict[str, Any]:
-        return {"test": self.test, "alpha": self.alpha, "min_effect": self.min_effect, "k": self.k}
+        return {"test": self.test, "alpha": self.alpha, "min_effect": self.min_effect, "k": self.k,
+                "warmup": self.warmup}
 
     def state_dict(self) -> dict[str, Any]:
         return {"best_score": self.best_score,
                 "best_scores": None if self.best_scores is None else list(self.best_scores),
-                "prev_score": self.prev_score, "declines": self.declines, "last_p": self.last_p}
+                "prev_score": self.prev_score, "declines": self.declines, "last_p": self.last_p, "seen": self.seen}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         self.best_score = state["best_score"]
@@ -318,6 +330,7 @@ class PairedTestDetector(_FallbackMixin, Detector):
         self.prev_score = state["prev_score"]
         self.declines = int(state["declines"])
         self.last_p = state["last_p"]
+        self.seen = int(state.get("seen", 0))
 
 
 @register_detector
@@ -338,12 +351,15 @@ class CusumDetector(_FallbackMixin, Detector):
             rounding-sized drops. Finite, >= 0.
         se: Standard error of one eval mean when evals have no per-example scores. None: estimate it from the
             history of means (:func:`se_from_history`). Finite, >= 0.
+        warmup: The first ``warmup`` evals never count as evidence (0: none), as ``k-decline``'s ``warmup``: real RL
+            runs can dip at the very start before they improve. Integer >= 0.
     """
 
     name: ClassVar[str] = "cusum"
 
     def __init__(self, slack: float = 0.5, threshold: float = 4.0, min_delta: float = 0.0,
-                 se: float | None = None) -> None:
+                 se: float | None = None, warmup: int = 0) -> None:
+        self.warmup = _check_int("warmup", warmup, 0)
         self.slack = _check_nonneg("slack", slack)
         self.threshold = _check_nonneg("threshold", threshold)
         self.min_delta = _check_nonneg("min_delta", min_delta)
@@ -364,7 +380,8 @@ class CusumDetector(_FallbackMixin, Detector):
             self.var_sum += diff_se * diff_se / 2.0
             self.var_count += 1
             pooled = math.sqrt(self.var_sum / self.var_count)
-            self.stat = max(0.0, self.stat + (self.means[-1] - score) - self.slack * pooled)
+            if len(self.means) >= self.warmup:  # drops into the first `warmup` evals are not accumulated
+                self.stat = max(0.0, self.stat + (self.means[-1] - score) - self.slack * pooled)
             stop = self.stat > self.threshold * pooled + self.min_delta
         # "declines" reports the evidence as a count: consecutive evals with the statistic above zero.
         self.declines = self.declines + 1 if self.stat > 0.0 else 0
@@ -376,7 +393,8 @@ class CusumDetector(_FallbackMixin, Detector):
                 f"(slack {self.slack:g}, min_delta {self.min_delta:g})")
 
     def params(self) -> dict[str, Any]:
-        return {"slack": self.slack, "threshold": self.threshold, "min_delta": self.min_delta, "se": self.se}
+        return {"slack": self.slack, "threshold": self.threshold, "min_delta": self.min_delta, "se": self.se,
+                "warmup": self.warmup}
 
     def state_dict(self) -> dict[str, Any]:
         return {"prev_scores": None if self.prev_scores is None else list(self.prev_scores), "prev_se": self.prev_se,
@@ -430,14 +448,18 @@ class TrendDetector(_FallbackMixin, Detector):
         level_alpha: Optional second condition: the current checkpoint must also be below the best checkpoint by a
             one-sided paired t-test (per-example scores, scipy) at this level, strictly between 0 and 1; None: off.
             Without per-example scores at this eval or at the best checkpoint the condition is the mean guard alone.
+        warmup: The first ``warmup`` evals never count as evidence (0: none), as ``k-decline``'s ``warmup``: real RL
+            runs can dip at the very start before they improve. Integer >= 0.
     """
 
     name: ClassVar[str] = "trend"
 
     def __init__(self, window: int = 8, alpha: float = 0.2, k: int = 1, min_drop: float = 0.0, test: str = "t",
                  se: float | None = None, short_window: int | None = None,
-                 level_alpha: float | None = None) -> None:
+                 level_alpha: float | None = None, warmup: int = 0) -> None:
         self.window = _check_int("window", window, 3)
+        self.warmup = _check_int("warmup", warmup, 0)
+        self.seen = 0
         self.alpha = _check_prob("alpha", alpha)
         self.k = _check_int("k", k, 1)
         self.min_drop = _check_nonneg("min_drop", min_drop)
@@ -512,6 +534,8 @@ class TrendDetector(_FallbackMixin, Detector):
                     break
             if significant and self.level_alpha is not None:
                 significant = self._below_best()
+        self.seen += 1
+        significant = significant and self.seen > self.warmup
         self.declines = self.declines + 1 if significant else 0
         if self.best_score is None or score > self.best_score:
             self.best_score = score
@@ -539,14 +563,15 @@ class TrendDetector(_FallbackMixin, Detector):
 
     def params(self) -> dict[str, Any]:
         return {"window": self.window, "alpha": self.alpha, "k": self.k, "min_drop": self.min_drop,
-                "test": self.test, "se": self.se, "short_window": self.short_window, "level_alpha": self.level_alpha}
+                "test": self.test, "se": self.se, "short_window": self.short_window, "level_alpha": self.level_alpha,
+                "warmup": self.warmup}
 
     def state_dict(self) -> dict[str, Any]:
         return {"best_score": self.best_score,
                 "best_scores": None if self.best_scores is None else list(self.best_scores),
                 "recent_means": list(self.recent_means),
                 "recent_scores": [None if r is None else list(r) for r in self.recent_scores],
-                "declines": self.declines, "last_p": self.last_p, "last_slope": self.last_slope}
+                "declines": self.declines, "last_p": self.last_p, "last_slope": self.last_slope, "seen": self.seen}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         self.best_score = state["best_score"]
@@ -557,3 +582,4 @@ class TrendDetector(_FallbackMixin, Detector):
         self.declines = int(state["declines"])
         self.last_p = state["last_p"]
         self.last_slope = state["last_slope"]
+        self.seen = int(state.get("seen", 0))

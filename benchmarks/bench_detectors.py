@@ -1,0 +1,49 @@
+"""Cost of each detector in the simulator: one 64-GPU / 200-job SRTF-Est run with per-example eval scores.
+
+Prints the median wall time of ``--repeat`` runs (seed 0) per detector of ``evalstop-sim detectors`` at each sigma,
+and the same run with no stop policy and with the paper's rule without per-example scores, for reference.
+
+    python benchmarks/bench_detectors.py [--repeat 3] [--sigmas 0.02,0.12]
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import statistics
+import time
+
+from platform_sim.sim.detector_study import CANDIDATES
+from platform_sim.sim.experiments import PolicySpec, run_one
+from platform_sim.sim.workload import WorkloadConfig
+
+
+def timed(wl: WorkloadConfig, spec: PolicySpec, observation, repeat: int) -> float:
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        run_one(wl, spec, 0, observation=observation)
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--sigmas", default="0.02,0.12")
+    args = ap.parse_args()
+    logging.getLogger("platform_sim.core.robust_detectors").setLevel(logging.ERROR)
+    per_example = {"name": "per-example", "params": {}}
+    for sigma in (float(s) for s in args.sigmas.split(",")):
+        wl = WorkloadConfig(sigma=sigma)
+        print(f"sigma {sigma}: median of {args.repeat} runs (64 GPUs, 200 jobs, srtf-est)")
+        print(f"  {'no stop policy, plain observations':42s} {1000 * timed(wl, PolicySpec(), None, args.repeat):8.1f} ms")
+        paper = PolicySpec(stop="evalstop", detector={"name": "k-decline", "params": {}})
+        print(f"  {'paper k=2, plain observations':42s} {1000 * timed(wl, paper, None, args.repeat):8.1f} ms")
+        for label, spec in CANDIDATES:
+            ms = 1000 * timed(wl, PolicySpec(stop="evalstop", detector=spec), per_example, args.repeat)
+            print(f"  {label + ', per-example scores':42s} {ms:8.1f} ms")
+
+
+if __name__ == "__main__":
+    main()
