@@ -153,3 +153,15 @@ def test_cli_json_has_the_four_lists(capsys):
     assert set(res) >= {"noise", "hack_rate", "plateau", "real", "config"}
     assert [r["detector"] for r in res["noise"]] == ["paper k=2", "cusum", "trend window=6"]
     assert res["real"] == []
+
+
+def test_run_generates_per_example_scores_only_for_detectors_that_read_them(capsys, caplog):
+    from platform_sim.sim.eval_scores import observation_for
+
+    assert observation_for(None) is None and observation_for("k-decline") is None
+    for name in ("paired-test", "trend", "cusum", "k-decline-se"):
+        assert observation_for(name) == {"name": "per-example", "params": {}}
+    with caplog.at_level(logging.WARNING, logger="platform_sim.core.robust_detectors"):
+        assert main(["run", "--jobs", "30", "--detector", "trend", "--detector-param", "window=6", "--json"]) == 0
+    assert not [r for r in caplog.records if "falling back" in r.getMessage()]
+    assert json.loads(capsys.readouterr().out)["config"]["detector"]["name"] == "trend"

@@ -169,6 +169,8 @@ class KDeclineSEDetector(_FallbackMixin, Detector):
     """
 
     name: ClassVar[str] = "k-decline-se"
+    #: Reads per-example eval scores when they are reported (simulators generate them only for such detectors).
+    uses_example_scores: ClassVar[bool] = True
 
     def __init__(self, k: int = 2, z: float = 1.0, min_delta: float = 0.0, se: float | None = None,
                  warmup: int = 0) -> None:
@@ -245,6 +247,8 @@ class PairedTestDetector(_FallbackMixin, Detector):
     """
 
     name: ClassVar[str] = "paired-test"
+    #: Reads per-example eval scores when they are reported (simulators generate them only for such detectors).
+    uses_example_scores: ClassVar[bool] = True
 
     def __init__(self, test: str = "wilcoxon", alpha: float = 0.01, min_effect: float = 0.0, k: int = 2,
                  warmup: int = 0) -> None:
@@ -356,6 +360,8 @@ class CusumDetector(_FallbackMixin, Detector):
     """
 
     name: ClassVar[str] = "cusum"
+    #: Reads per-example eval scores when they are reported (simulators generate them only for such detectors).
+    uses_example_scores: ClassVar[bool] = True
 
     def __init__(self, slack: float = 0.5, threshold: float = 4.0, min_delta: float = 0.0,
                  se: float | None = None, warmup: int = 0) -> None:
@@ -453,6 +459,8 @@ class TrendDetector(_FallbackMixin, Detector):
     """
 
     name: ClassVar[str] = "trend"
+    #: Reads per-example eval scores when they are reported (simulators generate them only for such detectors).
+    uses_example_scores: ClassVar[bool] = True
 
     def __init__(self, window: int = 8, alpha: float = 0.2, k: int = 1, min_drop: float = 0.0, test: str = "t",
                  se: float | None = None, short_window: int | None = None,

@@ -158,7 +158,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     det = detector_from_args(args)
     spec = PolicySpec(base=args.base, stop=args.stop, detector=det if args.stop == "evalstop" else None,
                       stop_params={"p": args.stop_at_p} if args.stop == "stop-at-p" else {})
-    _, m = run_one(wl, spec, args.seed)
+    from .eval_scores import observation_for
+
+    # Per-example eval scores are generated only when the detector reads them, so plain runs stay fast.
+    _, m = run_one(wl, spec, args.seed, observation=observation_for(det) if args.stop == "evalstop" else None)
     m["config"] = {"workload": wl.to_dict(), "seed": args.seed, "base": args.base, "stop": args.stop,
                    "detector": det if args.stop == "evalstop" else None}
     if args.json:
@@ -205,8 +208,11 @@ def cmd_paper(args: argparse.Namespace) -> int:
     except BackendArgError as exc:
         raise UsageError(str(exc)) from None
     wl = workload_from_args(args)
-    cfg = PaperConfig(seeds=args.seeds, workload=wl, detector=detector_from_args(args), base=args.base,
-                      stop_at_p=args.stop_at_p)
+    from .eval_scores import observation_for
+
+    det = detector_from_args(args)
+    cfg = PaperConfig(seeds=args.seeds, workload=wl, detector=det, base=args.base,
+                      stop_at_p=args.stop_at_p, observation=observation_for(det))
     command = "evalstop-sim " + " ".join(sys.argv[1:]) if sys.argv[1:2] == ["paper"] else "evalstop-sim paper"
     bar = None
     t0 = time.perf_counter()

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any, Mapping
 
 import numpy as np
 
@@ -100,3 +101,13 @@ class PerExampleObservation(ObservationModel):
     def observe_eval(self, job: JobSpec, k: int, progress: float) -> tuple[float, tuple[float, ...] | None]:
         score, _ = super().observe_eval(job, k, progress)
         return score, tuple((score + self._block(job)[k - 1]).tolist())
+
+
+def observation_for(detector: Mapping[str, Any] | str | None) -> dict[str, Any] | None:
+    """The observation-model spec a run needs for ``detector``: per-example scores when the detector reads them
+    (its class sets ``uses_example_scores``), else None (plain Gaussian observations, the fast path)."""
+    from platform_sim.core.detectors import detector_from_spec
+
+    if getattr(type(detector_from_spec(detector)), "uses_example_scores", False):
+        return {"name": "per-example", "params": {}}
+    return None
