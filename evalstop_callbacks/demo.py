@@ -53,7 +53,7 @@ def _plot(trace_rows: list[dict[str, Any]], stop_step: int | None, best_step: in
     ax2.set_ylabel("proxy")
     lines = ax.get_legend_handles_labels()
     lines2 = ax2.get_legend_handles_labels()
-    ax.legend(lines[0] + lines2[0], lines[1] + lines2[1], loc="lower left", fontsize=8)
+    ax.legend(lines[0] + lines2[0], lines[1] + lines2[1], loc="upper left", fontsize=8)
     ax.set_title("GRPO against a learned proxy: the proxy rises, gold peaks and falls")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -121,7 +121,6 @@ def run_demo(ns: argparse.Namespace) -> int:
             return control
 
     spec = RunSpec("grpo", "proxy", 0.0, ns.seed, ns.steps, ns.eval_steps)
-    _say(ns, f"{'':4} {'':4}   {'proxy':>11}   {'gold':>10}")
     t0 = time.perf_counter()
     trainer = _grpo_trainer(env, spec, [cb, _Printer()], str(ckpt_dir), save=True, save_total_limit=1)
     trainer.train()
