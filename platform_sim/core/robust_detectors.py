@@ -128,7 +128,7 @@ class _FallbackMixin:
         the same, so their fixed difficulty cancels and this is the noise the difference really has); *unpaired*,
         ``sqrt(SE_t**2 + SE_{t-1}**2)`` when only one side has per-example scores (overstates the noise when
         examples are correlated across checkpoints); then ``sqrt(2) * se`` with the ``se`` parameter, or with
-        :func:`se_from_history`; 0 while there are too few evals to estimate it (the rule on the bare mean).
+        :func:`se_from_history`; None while there are too few evals to estimate it (the eval then decides nothing).
         """
         cur = None if scores is None or len(scores) < 2 else np.asarray(scores, dtype=float)
         cur_se = None if cur is None else float(cur.std(ddof=1) / math.sqrt(cur.size))
@@ -142,7 +142,8 @@ class _FallbackMixin:
                 self._warn_fallback("no per-example eval scores" if not scores
                                     else "fewer than 2 per-example eval scores")
                 one = self.se if self.se is not None else se_from_history(self.means)
-                out = 0.0 if one is None else math.sqrt(2.0) * one
+                # Noise unknown (too few evals to estimate it): no evidence either way, so this eval decides nothing.
+                out = None if one is None else math.sqrt(2.0) * one
         self.prev_scores = None if cur is None else cur.tolist()
         self.prev_se = cur_se
         return out
@@ -190,7 +191,8 @@ class KDeclineSEDetector(_FallbackMixin, Detector):
         diff_se = self._diff_se(scores)
         if diff_se is not None:
             self.last_tolerance = max(self.min_delta, self.z * diff_se)
-        if len(self.means) >= max(1, self.warmup) and score < self.means[-1] - self.last_tolerance:
+        if (diff_se is not None and len(self.means) >= max(1, self.warmup)
+                and score < self.means[-1] - self.last_tolerance):
             self.declines += 1
         else:
             self.declines = 0
