@@ -375,3 +375,12 @@ def test_warmup_ignores_an_early_dip(name):
     assert warm.stopped and warm.stopped_at > 12 * 10  # with one, only the real decline does
     with pytest.raises(ValueError, match="warmup"):
         make_detector(name, warmup=-1)
+
+
+@pytest.mark.parametrize("name", ["k-decline-se", "cusum"])
+def test_unknown_noise_decides_nothing(name):
+    # Means only, no `se`: the noise is unknown until 4 evals exist, so early drops are no evidence yet.
+    det = make_detector(name, **({"k": 1} if name == "k-decline-se" else {"threshold": 0.0}))
+    assert [det.observe(i, m) for i, m in enumerate([1.0, 0.5, 0.0])] == [False, False, False]
+    with_se = make_detector(name, se=0.01, **({"k": 1} if name == "k-decline-se" else {"threshold": 0.0}))
+    assert [with_se.observe(i, m) for i, m in enumerate([1.0, 0.5, 0.0])][1] is True
