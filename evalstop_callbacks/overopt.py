@@ -22,6 +22,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import math
 import os
 import tempfile
 from dataclasses import asdict, dataclass
@@ -272,8 +273,21 @@ class OveroptEvaluator(_evaluator_base()):  # type: ignore[misc]
         return result
 
     def trace_extras(self, args: Any = None, state: Any = None) -> dict[str, float]:
-        """For ``EvalStopCallback(trace_extras=...)``: the held-out proxy of the evaluation just made."""
-        return {"proxy_reward": self.last_proxy}
+        """For ``EvalStopCallback(trace_extras=...)``: the held-out proxy of the evaluation just made.
+
+        Also PPO's loss and KL: TRL 1.12's ``PPOTrainer`` logs a step's metrics (``loss/policy_avg``,
+        ``objective/kl``) before ``on_step_end``, so they are the last log entry of the step being evaluated, which
+        the callback's own log merge (made for trainers that log after ``on_step_end``) does not see.
+        """
+        extras = {"proxy_reward": self.last_proxy}
+        history = getattr(state, "log_history", None) or []
+        last = history[-1] if history else {}
+        if last.get("step") == getattr(state, "global_step", None):
+            for field, key in (("train_loss", "loss/policy_avg"), ("kl", "objective/kl")):
+                value = last.get(key)
+                if isinstance(value, (int, float)) and math.isfinite(value):
+                    extras[field] = float(value)
+        return extras
 
 
 @dataclass(frozen=True)

@@ -93,3 +93,5 @@ def test_record_writes_a_ppo_trace(tmp_path):
     assert trace.steps == (4, 8)
     assert trace.header["trainer"].lower().startswith("ppo")
     assert all(p is not None for p in trace.proxy)
+    evals = [e for e in map(json.loads, path.read_text().splitlines()) if e["kind"] == "eval"]
+    assert all("train_loss" in e and "kl" in e for e in evals)  # PPO's own log names, taken by trace_extras
