@@ -176,7 +176,8 @@ def _platform(ns: argparse.Namespace) -> dict[str, Any]:
     det = {"name": "k-decline", "params": {"k": ns.k, "min_delta": ns.min_delta / scale.span, "warmup": ns.warmup}}
     results = replay(traces, WorkloadConfig(), det, ns.sim_seeds)
     s = results["trace_summary"]
-    _say(ns, f"{len(traces)} real traces from {folder} ({s['hacking']} hacking, {s['healthy']} healthy), "
+    where = folder if ns.traces else "the shipped corpus (platform_sim/data/traces)"
+    _say(ns, f"{len(traces)} real traces from {where} ({s['hacking']} hacking, {s['healthy']} healthy), "
              f"as the RLHF jobs of a 200-job workload with synthetic LoRA/DPO jobs, {ns.sim_seeds} seeds")
     _say(ns, "per trace: " + summary_line(s))
     _say(ns, "")
