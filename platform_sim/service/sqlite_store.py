@@ -20,7 +20,6 @@ applied to stale state. A networked store does the same with ``SELECT ... FOR UP
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import queue
@@ -32,8 +31,9 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from platform_sim.core import Action, BoundaryError, Decision, JobMonitor, Report, detector_from_spec
+from platform_sim.core import BoundaryError, JobMonitor, Report, detector_from_spec
 
+from . import sql
 from .store import (
     JobExists,
     JobFinished,
@@ -100,14 +100,7 @@ CREATE TABLE IF NOT EXISTS reports (
 ) WITHOUT ROWID;
 """
 
-_JOB_COLUMNS = (
-    "j.job_id, j.job_type, j.detector, j.gpus, j.planned_steps, j.created_at, j.n_reports, j.last_step, "
-    "j.best_step, j.best_score, j.stopped_at, j.finished_at, j.finish_reason, "
-    "r.action, r.reason, r.declines, r.best_step, r.best_score"
-)
-_JOB_FROM = (
-    "FROM jobs j LEFT JOIN reports r ON r.tenant_id = j.tenant_id AND r.job_id = j.job_id AND r.step = j.last_step"
-)
+_SQL = sql.statements("?")
 
 _STOP = object()
 
@@ -139,32 +132,11 @@ class _Txn:
     def flush(self) -> None:
         """Write what was collected (before any statement that reads or writes the same rows directly)."""
         if self.report_rows:
-            self.conn.executemany("INSERT INTO reports VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", self.report_rows)
+            self.conn.executemany(_SQL.insert_report, self.report_rows)
             self.report_rows = []
         if self.job_rows:
-            self.conn.executemany(
-                "UPDATE jobs SET detector_state = ?, n_reports = ?, first_step = ?, first_report_at = ?, "
-                "last_step = ?, best_step = ?, best_score = ?, stopped_at = ?, stop_reason = ? "
-                "WHERE tenant_id = ? AND job_id = ?", list(self.job_rows.values()))
+            self.conn.executemany(_SQL.update_job_state, list(self.job_rows.values()))
             self.job_rows = {}
-
-
-def _decision_from_row(action: str, reason: str, declines: int, best_step: int | None,
-                       best_score: float | None) -> Decision:
-    return Decision(Action(action), reason, declines, best_step, best_score)
-
-
-def _job_from_row(row: tuple[Any, ...]) -> JobRecord:
-    (job_id, job_type, detector, gpus, planned_steps, created_at, n_reports, last_step, best_step, best_score,
-     stopped_at, finished_at, finish_reason, r_action, r_reason, r_declines, r_best_step, r_best_score) = row
-    last = None
-    if r_action is not None:
-        last = _decision_from_row(r_action, r_reason, r_declines, r_best_step, r_best_score)
-    return JobRecord(
-        job_id=job_id, job_type=job_type, detector=json.loads(detector), gpus=gpus, planned_steps=planned_steps,
-        created_at=created_at, n_reports=n_reports, last_step=last_step, last_decision=last, best_step=best_step,
-        best_score=best_score, stopped_at=stopped_at, finished_at=finished_at, finish_reason=finish_reason,
-    )
 
 
 class SQLiteStore(Store):
@@ -335,15 +307,13 @@ class SQLiteStore(Store):
             if conn.execute("SELECT 1 FROM tenants WHERE name = ?", (name,)).fetchone():
                 raise TenantExists(f"tenant {name!r} already exists")
             now = time.time()
-            cur = conn.execute("INSERT INTO tenants (name, token_hash, created_at) VALUES (?, ?, ?)",
-                               (name, hash_token(token), now))
+            cur = conn.execute(_SQL.insert_tenant, (name, hash_token(token), now))
             return Tenant(int(cur.lastrowid or 0), name, now, None)
 
         return self._submit(op).result(), token
 
     def list_tenants(self) -> list[Tenant]:
-        rows = self._reader().execute(
-            "SELECT tenant_id, name, created_at, revoked_at FROM tenants ORDER BY tenant_id").fetchall()
+        rows = self._reader().execute(_SQL.list_tenants).fetchall()
         return [Tenant(*row) for row in rows]
 
     def revoke_tenant(self, name: str) -> Tenant:
@@ -360,9 +330,7 @@ class SQLiteStore(Store):
         return self._submit(op).result()
 
     def tenant_for_token(self, token: str) -> Tenant | None:
-        row = self._reader().execute(
-            "SELECT tenant_id, name, created_at, revoked_at FROM tenants WHERE token_hash = ?",
-            (hash_token(token),)).fetchone()
+        row = self._reader().execute(_SQL.tenant_by_token, (hash_token(token),)).fetchone()
         if row is None or row[3] is not None:
             return None
         return Tenant(*row)
@@ -378,55 +346,27 @@ class SQLiteStore(Store):
         def op(txn: _Txn) -> tuple[JobRecord, bool]:
             txn.flush()
             conn = txn.conn
-            row = conn.execute(f"SELECT {_JOB_COLUMNS} {_JOB_FROM} WHERE j.tenant_id = ? AND j.job_id = ?",
-                               (tenant_id, record.job_id)).fetchone()
+            row = conn.execute(_SQL.job_by_key, (tenant_id, record.job_id)).fetchone()
             if row is not None:
-                existing = _job_from_row(row)
-                if (existing.job_type, existing.detector, existing.gpus) != (record.job_type, spec, record.gpus):
-                    raise JobExists(
-                        f"job {record.job_id!r} is already registered with job_type={existing.job_type!r}, "
-                        f"detector={json.dumps(existing.detector)}, gpus={existing.gpus}"
-                    )
+                existing = sql.job_from_row(row)
+                sql.check_same_registration(existing, record, spec)
                 return existing, False
             now = time.time()
-            conn.execute(
-                "INSERT INTO jobs (tenant_id, job_id, job_type, detector, detector_state, gpus, planned_steps, "
-                "created_at, stop_reason) VALUES (?, ?, ?, ?, ?, ?, ?, ?, '')",
-                (tenant_id, record.job_id, record.job_type, json.dumps(spec), json.dumps(state["detector_state"]),
-                 record.gpus, record.planned_steps, now),
-            )
-            return JobRecord(job_id=record.job_id, job_type=record.job_type, detector=spec, gpus=record.gpus,
-                             planned_steps=record.planned_steps, created_at=now), True
+            conn.execute(_SQL.insert_job, sql.insert_job_args(tenant_id, record, spec, state["detector_state"], now))
+            return sql.new_job_record(record, spec, now), True
 
         return self._submit(op).result()
 
     def get_job(self, tenant_id: int, job_id: str) -> JobRecord:
-        row = self._reader().execute(f"SELECT {_JOB_COLUMNS} {_JOB_FROM} WHERE j.tenant_id = ? AND j.job_id = ?",
-                                     (tenant_id, job_id)).fetchone()
+        row = self._reader().execute(_SQL.job_by_key, (tenant_id, job_id)).fetchone()
         if row is None:
             raise JobNotFound(f"no job {job_id!r}")
-        return _job_from_row(row)
+        return sql.job_from_row(row)
 
     def list_jobs(self, tenant_id: int, status: str | None = None, limit: int = 100, after: str | None = None
                   ) -> list[JobRecord]:
-        where = ["j.tenant_id = ?"]
-        args: list[Any] = [tenant_id]
-        if after is not None:
-            where.append("j.job_id > ?")
-            args.append(after)
-        if status == "finished":
-            where.append("j.finished_at IS NOT NULL")
-        elif status == "stopped":
-            where.append("j.finished_at IS NULL AND j.stopped_at IS NOT NULL")
-        elif status == "running":
-            where.append("j.finished_at IS NULL AND j.stopped_at IS NULL")
-        elif status is not None:
-            raise ValueError(f"status must be running, stopped or finished, got {status!r}")
-        args.append(int(limit))
-        rows = self._reader().execute(
-            f"SELECT {_JOB_COLUMNS} {_JOB_FROM} WHERE {' AND '.join(where)} ORDER BY j.job_id LIMIT ?", args
-        ).fetchall()
-        return [_job_from_row(r) for r in rows]
+        query, args = sql.list_jobs_query(_SQL.ph, tenant_id, status, limit, after)
+        return [sql.job_from_row(r) for r in self._reader().execute(query, args).fetchall()]
 
     def _load_for_update(self, txn: _Txn, key: tuple[int, str]) -> _CachedJob:
         """The job's monitor, valid inside the current write transaction (see ``_run_batch`` for the cache)."""
@@ -449,14 +389,8 @@ class SQLiteStore(Store):
             "WHERE tenant_id = ? AND job_id = ? ORDER BY step", key).fetchall()
         if len(reps) != row[7]:
             raise StoreUnavailable(f"job {key[1]!r} is inconsistent: {row[7]} reports counted, {len(reps)} stored")
-        state = {
-            "job_id": key[1], "job_type": row[0], "detector": json.loads(row[1]),
-            "detector_state": json.loads(row[2]),
-            "steps": [r[0] for r in reps], "scores": [r[1] for r in reps],
-            "decisions": [{"action": r[2], "reason": r[3], "declines": r[4], "best_step": r[5], "best_score": r[6]}
-                          for r in reps],
-            "best_step": row[3], "best_score": row[4], "stopped_at": row[5], "stop_reason": row[6],
-        }
+        state = sql.monitor_state(key[1], row[0], row[1], row[2], reps, best_step=row[3], best_score=row[4],
+                                  stopped_at=row[5], stop_reason=row[6])
         cached = _CachedJob(JobMonitor.from_state_dict(state), gpus=row[9], planned_steps=row[10],
                             first_step=row[11], first_report_at=row[12])
         self._cache[key] = cached
@@ -476,24 +410,16 @@ class SQLiteStore(Store):
             if len(monitor.steps) == n_before:
                 return ReportOutcome(decision, resend=True)
             now = time.time()
-            txn.report_rows.append(
-                (tenant_id, report.job_id, report.step, report.eval_score,
-                 None if report.eval_scores is None else json.dumps(list(report.eval_scores)),
-                 decision.action.value, decision.reason, decision.declines, decision.best_step,
-                 decision.best_score, now))
+            txn.report_rows.append(sql.report_row(key, report, decision, now))
             if cached.first_step is None:
                 cached.first_step, cached.first_report_at = report.step, now
-            txn.job_rows[key] = (
-                json.dumps(monitor.detector.state_dict()), len(monitor.steps), cached.first_step,
-                cached.first_report_at, report.step, monitor.best_step, monitor.best_score, monitor.stopped_at,
-                monitor.stop_reason, *key)
+            txn.job_rows[key] = sql.job_state_row(key, monitor, len(monitor.steps), cached.first_step,
+                                              cached.first_report_at)
             stopped_now = monitor.stopped and not was_stopped
             reclaimed = 0.0
-            if stopped_now and cached.gpus and cached.planned_steps and cached.first_report_at is not None \
-                    and report.step > cached.first_step:
-                # Remaining planned steps at this job's own observed pace (server clock).
-                sec_per_step = (now - cached.first_report_at) / (report.step - cached.first_step)
-                reclaimed = cached.gpus * max(0, cached.planned_steps - report.step) * sec_per_step / 3600.0
+            if stopped_now:
+                reclaimed = sql.gpu_hours_reclaimed(cached.gpus, cached.planned_steps, cached.first_step,
+                                                    cached.first_report_at, report.step, now)
             return ReportOutcome(decision, resend=False, stopped_now=stopped_now, gpu_hours_reclaimed=reclaimed)
 
         return self._submit(op)
@@ -501,9 +427,7 @@ class SQLiteStore(Store):
     def finish_job(self, tenant_id: int, job_id: str, reason: str) -> JobRecord:
         def op(txn: _Txn) -> None:
             txn.flush()
-            cur = txn.conn.execute(
-                "UPDATE jobs SET finished_at = COALESCE(finished_at, ?), finish_reason = COALESCE(finish_reason, ?) "
-                "WHERE tenant_id = ? AND job_id = ?", (time.time(), reason, tenant_id, job_id))
+            cur = txn.conn.execute(_SQL.finish_job, (time.time(), reason, tenant_id, job_id))
             if cur.rowcount == 0:
                 raise JobNotFound(f"no job {job_id!r}")
             self._cache.pop((tenant_id, job_id), None)  # reloaded (and refused as finished) on the next report
@@ -513,14 +437,10 @@ class SQLiteStore(Store):
 
     def reports(self, tenant_id: int, job_id: str) -> list[StoredReport]:
         conn = self._reader()
-        found = conn.execute("SELECT 1 FROM jobs WHERE tenant_id = ? AND job_id = ?", (tenant_id, job_id)).fetchone()
-        if found is None:
+        if conn.execute(_SQL.job_exists, (tenant_id, job_id)).fetchone() is None:
             raise JobNotFound(f"no job {job_id!r}")
-        rows = conn.execute(
-            "SELECT step, eval_score, eval_scores, action, reason, declines, best_step, best_score, received_at "
-            "FROM reports WHERE tenant_id = ? AND job_id = ? ORDER BY step", (tenant_id, job_id)).fetchall()
-        return [StoredReport(r[0], r[1], None if r[2] is None else tuple(json.loads(r[2])),
-                             _decision_from_row(*r[3:8]), r[8]) for r in rows]
+        rows = conn.execute(_SQL.stored_reports, (tenant_id, job_id)).fetchall()
+        return [sql.stored_report_from_row(r) for r in rows]
 
     # -- operations ----------------------------------------------------------------------------------------------
     def ready(self) -> bool:

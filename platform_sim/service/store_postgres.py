@@ -25,7 +25,6 @@ How replicas stay correct:
 
 from __future__ import annotations
 
-import json
 import logging
 import queue
 import threading
@@ -36,8 +35,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from platform_sim.core import Action, BoundaryError, Decision, JobMonitor, Report, detector_from_spec
+from platform_sim.core import BoundaryError, JobMonitor, Report, detector_from_spec
 
+from . import sql
 from .store import (
     JobExists,
     JobFinished,
@@ -59,14 +59,7 @@ logger = logging.getLogger(__name__)
 URL_SCHEMES = ("postgresql://", "postgres://")
 MIGRATIONS_DIR = Path(__file__).with_name("migrations")
 
-_JOB_COLUMNS = (
-    "j.job_id, j.job_type, j.detector, j.gpus, j.planned_steps, j.created_at, j.n_reports, j.last_step, "
-    "j.best_step, j.best_score, j.stopped_at, j.finished_at, j.finish_reason, "
-    "r.action, r.reason, r.declines, r.best_step, r.best_score"
-)
-_JOB_FROM = (
-    "FROM jobs j LEFT JOIN reports r ON r.tenant_id = j.tenant_id AND r.job_id = j.job_id AND r.step = j.last_step"
-)
+_SQL = sql.statements("%s")
 # Errors after which a whole transaction may simply be run again (another replica won a race).
 _RETRY_SQLSTATES = frozenset({"40001", "40P01"})  # serialization_failure, deadlock_detected
 _DOMAIN_ERRORS = (BoundaryError, JobNotFound, JobFinished, JobExists, TenantExists, TenantNotFound, ValueError,
@@ -83,21 +76,6 @@ def is_postgres_url(db: str) -> bool:
 def _sqlalchemy_url(url: str) -> str:
     # Alembic goes through SQLAlchemy, whose default PostgreSQL driver is psycopg2; we ship psycopg 3.
     return "postgresql+psycopg://" + url.split("://", 1)[1]
-
-
-def _decision(action: str, reason: str, declines: int, best_step: int | None, best_score: float | None) -> Decision:
-    return Decision(Action(action), reason, declines, best_step, best_score)
-
-
-def _job_from_row(row: tuple[Any, ...]) -> JobRecord:
-    (job_id, job_type, detector, gpus, planned_steps, created_at, n_reports, last_step, best_step, best_score,
-     stopped_at, finished_at, finish_reason, r_action, r_reason, r_declines, r_best_step, r_best_score) = row
-    last = None if r_action is None else _decision(r_action, r_reason, r_declines, r_best_step, r_best_score)
-    return JobRecord(
-        job_id=job_id, job_type=job_type, detector=json.loads(detector), gpus=gpus, planned_steps=planned_steps,
-        created_at=created_at, n_reports=n_reports, last_step=last_step, last_decision=last, best_step=best_step,
-        best_score=best_score, stopped_at=stopped_at, finished_at=finished_at, finish_reason=finish_reason,
-    )
 
 
 def upgrade_schema(url: str, revision: str = "head") -> str:
@@ -430,18 +408,11 @@ class PostgresStore(Store):
             except _DOMAIN_ERRORS as exc:  # nothing of this report was applied
                 results.append((fut, None, exc))
         if inserts:
-            cur.executemany(
-                "INSERT INTO reports (tenant_id, job_id, step, eval_score, eval_scores, action, reason, declines, "
-                "best_step, best_score, received_at) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)", inserts)
-        updates = [(json.dumps(st["monitor"].detector.state_dict()), st["n_reports"], st["first_step"],
-                    st["first_report_at"], st["monitor"].steps[-1], st["monitor"].best_step,
-                    st["monitor"].best_score, st["monitor"].stopped_at, st["monitor"].stop_reason, *key)
+            cur.executemany(_SQL.insert_report, inserts)
+        updates = [sql.job_state_row(key, st["monitor"], st["n_reports"], st["first_step"], st["first_report_at"])
                    for key, st in states.items() if st["dirty"]]
         if updates:
-            cur.executemany(
-                "UPDATE jobs SET detector_state = %s, n_reports = %s, first_step = %s, first_report_at = %s, "
-                "last_step = %s, best_step = %s, best_score = %s, stopped_at = %s, stop_reason = %s "
-                "WHERE tenant_id = %s AND job_id = %s", updates)
+            cur.executemany(_SQL.update_job_state, updates)
         return results
 
     @staticmethod
@@ -458,15 +429,9 @@ class PostgresStore(Store):
             if last_step is not None and (not reps or reps[-1][0] != last_step):
                 raise StoreUnavailable(f"job {report.job_id!r} is inconsistent: its last report (step {last_step}) "
                                        "is missing")
-            monitor = JobMonitor.from_state_dict({
-                "job_id": report.job_id, "job_type": job_type, "detector": json.loads(detector),
-                "detector_state": json.loads(detector_state),
-                "steps": [r[0] for r in reps], "scores": [r[1] for r in reps],
-                "decisions": [{"action": r[2], "reason": r[3], "declines": r[4], "best_step": r[5],
-                               "best_score": r[6]} for r in reps],
-                "best_step": best_step, "best_score": best_score, "stopped_at": stopped_at,
-                "stop_reason": stop_reason,
-            })
+            monitor = JobMonitor.from_state_dict(sql.monitor_state(
+                report.job_id, job_type, detector, detector_state, reps, best_step=best_step, best_score=best_score,
+                stopped_at=stopped_at, stop_reason=stop_reason))
             st = states[key] = {"monitor": monitor, "n_reports": n_reports, "first_step": first_step,
                                 "first_report_at": first_report_at, "dirty": False}
         monitor: JobMonitor = st["monitor"]
@@ -476,20 +441,16 @@ class PostgresStore(Store):
         if len(monitor.steps) == n_before:
             return ReportOutcome(decision, resend=True)
         now = time.time()
-        inserts.append((*key, report.step, report.eval_score,
-                        None if report.eval_scores is None else json.dumps(list(report.eval_scores)),
-                        decision.action.value, decision.reason, decision.declines, decision.best_step,
-                        decision.best_score, now))
+        inserts.append(sql.report_row(key, report, decision, now))
         st["n_reports"] += 1
         st["dirty"] = True
         if st["first_step"] is None:
             st["first_step"], st["first_report_at"] = report.step, now
         stopped_now = monitor.stopped and not was_stopped
         reclaimed = 0.0
-        if stopped_now and gpus and planned_steps and report.step > st["first_step"]:
-            # Remaining planned steps at this job's own observed pace (server clock), as the SQLite store does.
-            sec_per_step = (now - st["first_report_at"]) / (report.step - st["first_step"])
-            reclaimed = gpus * max(0, planned_steps - report.step) * sec_per_step / 3600.0
+        if stopped_now:
+            reclaimed = sql.gpu_hours_reclaimed(gpus, planned_steps, st["first_step"], st["first_report_at"],
+                                                report.step, now)
         return ReportOutcome(decision, resend=False, stopped_now=stopped_now, gpu_hours_reclaimed=reclaimed)
 
     # -- tenants -------------------------------------------------------------------------------------------------
@@ -497,16 +458,14 @@ class PostgresStore(Store):
         token = new_token()
         now = time.time()
         with self._reader() as conn:  # not retried: a lost reply after the commit would read as "exists"
-            row = conn.execute(
-                "INSERT INTO tenants (name, token_hash, created_at) VALUES (%s, %s, %s) "
-                "ON CONFLICT (name) DO NOTHING RETURNING tenant_id", (name, hash_token(token), now)).fetchone()
+            row = conn.execute(_SQL.insert_tenant + " ON CONFLICT (name) DO NOTHING RETURNING tenant_id",
+                               (name, hash_token(token), now)).fetchone()
         if row is None:
             raise TenantExists(f"tenant {name!r} already exists")
         return Tenant(int(row[0]), name, now, None), token
 
     def list_tenants(self) -> list[Tenant]:
-        rows = self._read(lambda conn: conn.execute(
-            "SELECT tenant_id, name, created_at, revoked_at FROM tenants ORDER BY tenant_id").fetchall())
+        rows = self._read(lambda conn: conn.execute(_SQL.list_tenants).fetchall())
         return [Tenant(*row) for row in rows]
 
     def revoke_tenant(self, name: str) -> Tenant:
@@ -522,8 +481,7 @@ class PostgresStore(Store):
         # Not cached here: the HTTP app already remembers valid tokens for its token_cache_ttl (1 s), so a revocation
         # reaches every replica within that time; a second cache in the store would only lengthen it.
         digest = hash_token(token)
-        row = self._read(lambda conn: conn.execute(
-            "SELECT tenant_id, name, created_at, revoked_at FROM tenants WHERE token_hash = %s", (digest,)).fetchone())
+        row = self._read(lambda conn: conn.execute(_SQL.tenant_by_token, (digest,)).fetchone())
         if row is None or row[3] is not None:
             return None
         return Tenant(*row)
@@ -537,54 +495,26 @@ class PostgresStore(Store):
 
         def op(cur: Any) -> tuple[JobRecord, bool]:
             now = time.time()
-            cur.execute(
-                "INSERT INTO jobs (tenant_id, job_id, job_type, detector, detector_state, gpus, planned_steps, "
-                "created_at, stop_reason) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, '') "
-                "ON CONFLICT (tenant_id, job_id) DO NOTHING",
-                (tenant_id, record.job_id, record.job_type, json.dumps(spec), json.dumps(state["detector_state"]),
-                 record.gpus, record.planned_steps, now))
+            cur.execute(_SQL.insert_job + " ON CONFLICT (tenant_id, job_id) DO NOTHING",
+                        sql.insert_job_args(tenant_id, record, spec, state["detector_state"], now))
             if cur.rowcount == 1:
-                return JobRecord(job_id=record.job_id, job_type=record.job_type, detector=spec, gpus=record.gpus,
-                                 planned_steps=record.planned_steps, created_at=now), True
-            existing = _job_from_row(cur.execute(
-                f"SELECT {_JOB_COLUMNS} {_JOB_FROM} WHERE j.tenant_id = %s AND j.job_id = %s",
-                (tenant_id, record.job_id)).fetchone())
-            if (existing.job_type, existing.detector, existing.gpus) != (record.job_type, spec, record.gpus):
-                raise JobExists(
-                    f"job {record.job_id!r} is already registered with job_type={existing.job_type!r}, "
-                    f"detector={json.dumps(existing.detector)}, gpus={existing.gpus}")
+                return sql.new_job_record(record, spec, now), True
+            existing = sql.job_from_row(cur.execute(_SQL.job_by_key, (tenant_id, record.job_id)).fetchone())
+            sql.check_same_registration(existing, record, spec)
             return existing, False
 
         return self._submit(self._shard(tenant_id, record.job_id), (tenant_id, record.job_id), op).result()
 
     def get_job(self, tenant_id: int, job_id: str) -> JobRecord:
-        row = self._read(lambda conn: conn.execute(
-            f"SELECT {_JOB_COLUMNS} {_JOB_FROM} WHERE j.tenant_id = %s AND j.job_id = %s",
-            (tenant_id, job_id)).fetchone())
+        row = self._read(lambda conn: conn.execute(_SQL.job_by_key, (tenant_id, job_id)).fetchone())
         if row is None:
             raise JobNotFound(f"no job {job_id!r}")
-        return _job_from_row(row)
+        return sql.job_from_row(row)
 
     def list_jobs(self, tenant_id: int, status: str | None = None, limit: int = 100, after: str | None = None
                   ) -> list[JobRecord]:
-        where = ["j.tenant_id = %s"]
-        args: list[Any] = [tenant_id]
-        if after is not None:
-            where.append("j.job_id > %s")
-            args.append(after)
-        if status == "finished":
-            where.append("j.finished_at IS NOT NULL")
-        elif status == "stopped":
-            where.append("j.finished_at IS NULL AND j.stopped_at IS NOT NULL")
-        elif status == "running":
-            where.append("j.finished_at IS NULL AND j.stopped_at IS NULL")
-        elif status is not None:
-            raise ValueError(f"status must be running, stopped or finished, got {status!r}")
-        args.append(int(limit))
-        rows = self._read(lambda conn: conn.execute(
-            f"SELECT {_JOB_COLUMNS} {_JOB_FROM} WHERE {' AND '.join(where)} ORDER BY j.job_id LIMIT %s", args
-        ).fetchall())
-        return [_job_from_row(r) for r in rows]
+        query, args = sql.list_jobs_query(_SQL.ph, tenant_id, status, limit, after)
+        return [sql.job_from_row(r) for r in self._read(lambda conn: conn.execute(query, args).fetchall())]
 
     def submit_report(self, tenant_id: int, report: Report) -> Future[ReportOutcome]:
         key = (tenant_id, report.job_id)
@@ -593,9 +523,7 @@ class PostgresStore(Store):
 
     def finish_job(self, tenant_id: int, job_id: str, reason: str) -> JobRecord:
         def op(cur: Any) -> None:
-            cur.execute(
-                "UPDATE jobs SET finished_at = COALESCE(finished_at, %s), finish_reason = COALESCE(finish_reason, %s) "
-                "WHERE tenant_id = %s AND job_id = %s", (time.time(), reason, tenant_id, job_id))
+            cur.execute(_SQL.finish_job, (time.time(), reason, tenant_id, job_id))
             if cur.rowcount == 0:
                 raise JobNotFound(f"no job {job_id!r}")
 
@@ -605,16 +533,11 @@ class PostgresStore(Store):
 
     def reports(self, tenant_id: int, job_id: str) -> list[StoredReport]:
         def read(conn: Any) -> list[tuple[Any, ...]]:
-            if conn.execute("SELECT 1 FROM jobs WHERE tenant_id = %s AND job_id = %s",
-                            (tenant_id, job_id)).fetchone() is None:
+            if conn.execute(_SQL.job_exists, (tenant_id, job_id)).fetchone() is None:
                 raise JobNotFound(f"no job {job_id!r}")
-            return conn.execute(
-                "SELECT step, eval_score, eval_scores, action, reason, declines, best_step, best_score, received_at "
-                "FROM reports WHERE tenant_id = %s AND job_id = %s ORDER BY step", (tenant_id, job_id)).fetchall()
+            return conn.execute(_SQL.stored_reports, (tenant_id, job_id)).fetchall()
 
-        rows = self._read(read)
-        return [StoredReport(r[0], r[1], None if r[2] is None else tuple(json.loads(r[2])), _decision(*r[3:8]), r[8])
-                for r in rows]
+        return [sql.stored_report_from_row(r) for r in self._read(read)]
 
     # -- operations ----------------------------------------------------------------------------------------------
     def ready(self) -> bool:

@@ -1,0 +1,242 @@
+"""SQL and row conversions shared by the SQLite and PostgreSQL stores.
+
+Both stores keep the same tables (``tenants``, ``jobs``, ``reports``) with the same columns, so the statements that do
+not depend on a store's concurrency design (reads, plain inserts and updates) and the conversions between rows and
+:class:`~platform_sim.service.store.JobRecord` / :class:`~platform_sim.core.Decision` live here once. The two drivers
+differ in their placeholder style (``sqlite3``: ``?``, ``psycopg``: ``%s``): :func:`statements` renders every
+statement for one of them. What differs by design (SQLite's single writer with group commit, PostgreSQL's row locks
+and ``ON CONFLICT``) stays in each store.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+from platform_sim.core import Action, Decision, JobMonitor, Report
+
+from .store import JobExists, JobRecord, StoredReport
+
+# The columns of a job listing: the job row and its last report's decision (LEFT JOIN: None before the first report).
+JOB_COLUMNS = (
+    "j.job_id, j.job_type, j.detector, j.gpus, j.planned_steps, j.created_at, j.n_reports, j.last_step, "
+    "j.best_step, j.best_score, j.stopped_at, j.finished_at, j.finish_reason, "
+    "r.action, r.reason, r.declines, r.best_step, r.best_score"
+)
+JOB_FROM = (
+    "FROM jobs j LEFT JOIN reports r ON r.tenant_id = j.tenant_id AND r.job_id = j.job_id AND r.step = j.last_step"
+)
+TENANT_COLUMNS = "tenant_id, name, created_at, revoked_at"
+STORED_REPORT_COLUMNS = "step, eval_score, eval_scores, action, reason, declines, best_step, best_score, received_at"
+
+_STATUS_WHERE = {
+    "finished": "j.finished_at IS NOT NULL",
+    "stopped": "j.finished_at IS NULL AND j.stopped_at IS NOT NULL",
+    "running": "j.finished_at IS NULL AND j.stopped_at IS NULL",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Statements:
+    """The shared statements rendered for one driver's placeholder style.
+
+    Args:
+        ph: The placeholder, ``"?"`` (sqlite3) or ``"%s"`` (psycopg).
+        job_by_key: One job with its last decision (:data:`JOB_COLUMNS`), by ``(tenant_id, job_id)``.
+        job_exists: ``SELECT 1`` of a job, by ``(tenant_id, job_id)``.
+        insert_tenant: A new tenant, from ``(name, token_hash, created_at)``.
+        list_tenants: All tenants (:data:`TENANT_COLUMNS`) in id order.
+        tenant_by_token: The tenant (:data:`TENANT_COLUMNS`) holding a token hash.
+        insert_job: A new job, from :func:`insert_job_args` (PostgreSQL appends its ``ON CONFLICT`` clause).
+        insert_report: A report row, from :func:`report_row`.
+        update_job_state: A job's scheduler state after reports, from :func:`job_state_row`.
+        finish_job: Mark a job finished (idempotent), from ``(finished_at, reason, tenant_id, job_id)``.
+        stored_reports: A job's report rows (:data:`STORED_REPORT_COLUMNS`) in step order, by
+            ``(tenant_id, job_id)``.
+    """
+
+    ph: str
+    job_by_key: str
+    job_exists: str
+    insert_tenant: str
+    list_tenants: str
+    tenant_by_token: str
+    insert_job: str
+    insert_report: str
+    update_job_state: str
+    finish_job: str
+    stored_reports: str
+
+
+def statements(ph: str) -> Statements:
+    """Render the shared statements with placeholder ``ph`` (``"?"`` or ``"%s"``)."""
+    if ph not in ("?", "%s"):
+        raise ValueError(f"placeholder must be '?' or '%s', got {ph!r}")
+    p = ph
+    return Statements(
+        ph=p,
+        job_by_key=f"SELECT {JOB_COLUMNS} {JOB_FROM} WHERE j.tenant_id = {p} AND j.job_id = {p}",
+        job_exists=f"SELECT 1 FROM jobs WHERE tenant_id = {p} AND job_id = {p}",
+        insert_tenant=f"INSERT INTO tenants (name, token_hash, created_at) VALUES ({p}, {p}, {p})",
+        list_tenants=f"SELECT {TENANT_COLUMNS} FROM tenants ORDER BY tenant_id",
+        tenant_by_token=f"SELECT {TENANT_COLUMNS} FROM tenants WHERE token_hash = {p}",
+        insert_job=(
+            "INSERT INTO jobs (tenant_id, job_id, job_type, detector, detector_state, gpus, planned_steps, "
+            f"created_at, stop_reason) VALUES ({', '.join([p] * 8)}, '')"
+        ),
+        insert_report=(
+            "INSERT INTO reports (tenant_id, job_id, step, eval_score, eval_scores, action, reason, declines, "
+            f"best_step, best_score, received_at) VALUES ({', '.join([p] * 11)})"
+        ),
+        update_job_state=(
+            f"UPDATE jobs SET detector_state = {p}, n_reports = {p}, first_step = {p}, first_report_at = {p}, "
+            f"last_step = {p}, best_step = {p}, best_score = {p}, stopped_at = {p}, stop_reason = {p} "
+            f"WHERE tenant_id = {p} AND job_id = {p}"
+        ),
+        finish_job=(
+            f"UPDATE jobs SET finished_at = COALESCE(finished_at, {p}), finish_reason = COALESCE(finish_reason, {p}) "
+            f"WHERE tenant_id = {p} AND job_id = {p}"
+        ),
+        stored_reports=(
+            f"SELECT {STORED_REPORT_COLUMNS} FROM reports WHERE tenant_id = {p} AND job_id = {p} ORDER BY step"
+        ),
+    )
+
+
+def list_jobs_query(ph: str, tenant_id: int, status: str | None, limit: int, after: str | None
+                    ) -> tuple[str, list[Any]]:
+    """The statement and arguments of :meth:`Store.list_jobs <platform_sim.service.store.Store.list_jobs>`.
+
+    Args:
+        ph: The driver's placeholder (``"?"`` or ``"%s"``).
+        tenant_id: Whose jobs.
+        status: ``"running"``, ``"stopped"``, ``"finished"`` or None for all.
+        limit: Most rows.
+        after: Only job ids greater than this (keyset pagination), or None.
+
+    Raises:
+        ValueError: ``status`` is not one of the three (checked before any query runs).
+    """
+    where = [f"j.tenant_id = {ph}"]
+    args: list[Any] = [tenant_id]
+    if after is not None:
+        where.append(f"j.job_id > {ph}")
+        args.append(after)
+    if status is not None:
+        if status not in _STATUS_WHERE:
+            raise ValueError(f"status must be running, stopped or finished, got {status!r}")
+        where.append(_STATUS_WHERE[status])
+    args.append(int(limit))
+    return f"SELECT {JOB_COLUMNS} {JOB_FROM} WHERE {' AND '.join(where)} ORDER BY j.job_id LIMIT {ph}", args
+
+
+def decision_from_row(action: str, reason: str, declines: int, best_step: int | None,
+                      best_score: float | None) -> Decision:
+    """The :class:`~platform_sim.core.Decision` stored in a report row's decision columns."""
+    return Decision(Action(action), reason, declines, best_step, best_score)
+
+
+def job_from_row(row: Sequence[Any]) -> JobRecord:
+    """The :class:`~platform_sim.service.store.JobRecord` of a row selected with :data:`JOB_COLUMNS`."""
+    (job_id, job_type, detector, gpus, planned_steps, created_at, n_reports, last_step, best_step, best_score,
+     stopped_at, finished_at, finish_reason, r_action, r_reason, r_declines, r_best_step, r_best_score) = row
+    last = None if r_action is None else decision_from_row(r_action, r_reason, r_declines, r_best_step, r_best_score)
+    return JobRecord(
+        job_id=job_id, job_type=job_type, detector=json.loads(detector), gpus=gpus, planned_steps=planned_steps,
+        created_at=created_at, n_reports=n_reports, last_step=last_step, last_decision=last, best_step=best_step,
+        best_score=best_score, stopped_at=stopped_at, finished_at=finished_at, finish_reason=finish_reason,
+    )
+
+
+def stored_report_from_row(row: Sequence[Any]) -> StoredReport:
+    """The :class:`~platform_sim.service.store.StoredReport` of a row selected with :data:`STORED_REPORT_COLUMNS`."""
+    return StoredReport(row[0], row[1], None if row[2] is None else tuple(json.loads(row[2])),
+                        decision_from_row(*row[3:8]), row[8])
+
+
+def check_same_registration(existing: JobRecord, record: JobRecord, spec: dict[str, Any]) -> None:
+    """Raise :class:`~platform_sim.service.store.JobExists` unless a repeated registration matches the stored job.
+
+    Args:
+        existing: The stored job.
+        record: The registration request.
+        spec: The request's normalized detector spec.
+    """
+    if (existing.job_type, existing.detector, existing.gpus) != (record.job_type, spec, record.gpus):
+        raise JobExists(
+            f"job {record.job_id!r} is already registered with job_type={existing.job_type!r}, "
+            f"detector={json.dumps(existing.detector)}, gpus={existing.gpus}"
+        )
+
+
+def insert_job_args(tenant_id: int, record: JobRecord, spec: dict[str, Any], detector_state: Any,
+                    now: float) -> tuple[Any, ...]:
+    """The arguments of :attr:`Statements.insert_job` for a new job."""
+    return (tenant_id, record.job_id, record.job_type, json.dumps(spec), json.dumps(detector_state), record.gpus,
+            record.planned_steps, now)
+
+
+def new_job_record(record: JobRecord, spec: dict[str, Any], now: float) -> JobRecord:
+    """The record answered for a job just registered (no reports yet)."""
+    return JobRecord(job_id=record.job_id, job_type=record.job_type, detector=spec, gpus=record.gpus,
+                     planned_steps=record.planned_steps, created_at=now)
+
+
+def monitor_state(job_id: str, job_type: str, detector: str, detector_state: str, reps: Sequence[Sequence[Any]],
+                  best_step: int | None, best_score: float | None, stopped_at: int | None,
+                  stop_reason: str) -> dict[str, Any]:
+    """The :meth:`JobMonitor.from_state_dict <platform_sim.core.monitor.JobMonitor.from_state_dict>` input of a job.
+
+    Args:
+        job_id: The job's id.
+        job_type: The ``jobs.job_type`` column.
+        detector: The ``jobs.detector`` column (JSON).
+        detector_state: The ``jobs.detector_state`` column (JSON).
+        reps: Report rows ``(step, eval_score, action, reason, declines, best_step, best_score)`` in step order.
+        best_step: The ``jobs.best_step`` column.
+        best_score: The ``jobs.best_score`` column.
+        stopped_at: The ``jobs.stopped_at`` column.
+        stop_reason: The ``jobs.stop_reason`` column.
+    """
+    return {
+        "job_id": job_id, "job_type": job_type, "detector": json.loads(detector),
+        "detector_state": json.loads(detector_state),
+        "steps": [r[0] for r in reps], "scores": [r[1] for r in reps],
+        "decisions": [{"action": r[2], "reason": r[3], "declines": r[4], "best_step": r[5], "best_score": r[6]}
+                      for r in reps],
+        "best_step": best_step, "best_score": best_score, "stopped_at": stopped_at, "stop_reason": stop_reason,
+    }
+
+
+def report_row(key: tuple[Any, ...], report: Report, decision: Decision, now: float) -> tuple[Any, ...]:
+    """The arguments of :attr:`Statements.insert_report` for an accepted report of job ``key`` (tenant, job id)."""
+    return (*key, report.step, report.eval_score,
+            None if report.eval_scores is None else json.dumps(list(report.eval_scores)),
+            decision.action.value, decision.reason, decision.declines, decision.best_step, decision.best_score, now)
+
+
+def job_state_row(key: tuple[Any, ...], monitor: JobMonitor, n_reports: int, first_step: int | None,
+                  first_report_at: float | None) -> tuple[Any, ...]:
+    """The arguments of :attr:`Statements.update_job_state` for job ``key`` (tenant, job id) after its reports."""
+    return (json.dumps(monitor.detector.state_dict()), n_reports, first_step, first_report_at, monitor.steps[-1],
+            monitor.best_step, monitor.best_score, monitor.stopped_at, monitor.stop_reason, *key)
+
+
+def gpu_hours_reclaimed(gpus: int | None, planned_steps: int | None, first_step: int | None,
+                        first_report_at: float | None, step: int, now: float) -> float:
+    """Estimated GPU-hours given back by stopping a job at ``step``: its remaining planned steps at the job's own
+    observed pace (server clock); 0 when the job did not declare ``gpus`` and ``planned_steps`` or no pace is known.
+
+    Args:
+        gpus: GPUs the job declared.
+        planned_steps: Planned training steps the job declared.
+        first_step: Step of the job's first accepted report.
+        first_report_at: Server time of that report.
+        step: The step at which the job stopped.
+        now: Server time of the stopping report.
+    """
+    if not (gpus and planned_steps) or first_step is None or first_report_at is None or step <= first_step:
+        return 0.0
+    sec_per_step = (now - first_report_at) / (step - first_step)
+    return gpus * max(0, planned_steps - step) * sec_per_step / 3600.0
