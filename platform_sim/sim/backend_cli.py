@@ -10,15 +10,38 @@ Every multi-run command of ``evalstop-sim`` (``paper``, ``replay``, ``detectors`
 - ``--backend serial``: in this process (debugging, profiling).
 
 Results are the same whatever the backend: each task carries its seed.
+
+The rest of these commands' boilerplate lives here too, so that they all behave alike: :func:`runner_for_command`
+(a bad backend flag as a one-line usage error), :func:`run_with_progress` (the runner's lifetime, the progress bar
+and the wall time), :func:`command_line` (the command as typed, for reports), :func:`write_results_dir`
+(``--out``: ``results.json`` and ``report.md``) and :func:`print_results` (``--json`` or the human tables).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable, Mapping, TypeVar
 
 from .runner import ProcessRunner, Runner, SerialRunner
 
+T = TypeVar("T")
+
+Progress = Callable[[int], None]
+"""A callback taking a count: ``on_plan(total)`` once when the tasks are planned, ``progress(n)`` as they finish."""
+
 BACKENDS: tuple[str, ...] = ("pool", "ray", "serial")
+
+
+class UsageError(Exception):
+    """Bad command-line input: printed as one line, exit code 2 (re-exported by :mod:`platform_sim.sim.cli`).
+
+    Defined here, not in ``cli``, so that it is one class even under ``python -m platform_sim.sim.cli``, where
+    ``cli`` runs as ``__main__`` and the commands import ``platform_sim.sim.cli`` a second time.
+    """
 
 
 class BackendArgError(ValueError):
@@ -65,3 +88,79 @@ def runner_from_args(args: argparse.Namespace) -> Runner:
     if backend != "pool":
         raise BackendArgError(f"--backend: unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
     return ProcessRunner(workers=workers)
+
+
+def runner_for_command(args: argparse.Namespace) -> Runner:
+    """:func:`runner_from_args` for a command: a bad flag becomes the CLI's one-line usage error (exit code 2).
+
+    Raises:
+        UsageError: What :func:`runner_from_args` raises as :class:`BackendArgError`.
+    """
+    try:
+        return runner_from_args(args)
+    except BackendArgError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def run_with_progress(runner: Runner, study: Callable[[Runner, Progress, Progress], T], *, desc: str, unit: str,
+                      show: bool) -> tuple[T, float]:
+    """Run ``study(runner, progress, on_plan)`` inside ``with runner``, with a tqdm bar on stderr.
+
+    Args:
+        runner: The runner of :func:`runner_for_command`; entered here and closed when ``study`` returns.
+        study: The multi-run function (e.g. ``functools.partial(paper, cfg)``); it calls ``on_plan(total)`` once
+            it knows how many tasks it runs and ``progress(n)`` as ``n`` more finish.
+        desc: The bar's label.
+        unit: The bar's unit (``task``, ``seed``).
+        show: Whether to show the bar at all (not with ``--no-progress``, nor where stderr must stay quiet).
+
+    Returns:
+        ``study``'s result and the wall time in seconds of the whole run, bar included.
+    """
+    bar = None
+
+    def on_plan(total: int) -> None:
+        nonlocal bar
+        if show:
+            from tqdm import tqdm
+
+            bar = tqdm(total=total, desc=desc, unit=unit, file=sys.stderr)
+
+    def progress(n: int) -> None:
+        if bar is not None:
+            bar.update(n)
+
+    t0 = time.perf_counter()
+    with runner:
+        results = study(runner, progress, on_plan)
+    if bar is not None:
+        bar.close()
+    return results, time.perf_counter() - t0
+
+
+def command_line(name: str) -> str:
+    """The command as typed, for reports: ``evalstop-sim`` and the arguments when the process runs ``evalstop-sim
+    <name> ...``, else (called from Python, e.g. tests) just ``evalstop-sim <name>``."""
+    return "evalstop-sim " + " ".join(sys.argv[1:]) if sys.argv[1:2] == [name] else f"evalstop-sim {name}"
+
+
+def write_results_dir(out_dir: str | Path, results: Mapping[str, Any], markdown: str) -> Path:
+    """``--out``: create ``out_dir`` and write ``results.json`` (the results, indented) and ``report.md`` into it.
+
+    Returns:
+        The folder, for the caller's further files (plots).
+    """
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "results.json").write_text(json.dumps(results, indent=2))
+    (out / "report.md").write_text(markdown)
+    return out
+
+
+def print_results(results: Mapping[str, Any], as_json: bool, human: Callable[[], str]) -> int:
+    """Print ``results`` as indented JSON (``--json``) or else the text of ``human()``; return exit code 0.
+
+    ``human`` is called only when printed, so JSON output does not pay for the tables.
+    """
+    print(json.dumps(results, indent=2) if as_json else human())
+    return 0

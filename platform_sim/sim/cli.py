@@ -12,26 +12,23 @@ themselves to :data:`COMMANDS` with a function that adds their sub-parser.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import logging
 import math
 import sys
-import time
 from typing import Any, Callable, NoReturn, Sequence
 
 from platform_sim.core.detectors import DETECTORS, detector_from_spec
 from platform_sim.core.policies import BASE_POLICIES
 from platform_sim.core.stop_policies import STOP_POLICIES
 
-from .backend_cli import BackendArgError, add_backend_args, runner_from_args
+from .backend_cli import (UsageError, add_backend_args, command_line, print_results, run_with_progress,
+                          runner_for_command)
 from .detector_study import add_detectors
 from .replay import add_replay
 from .sweep import add_sweep
 from .workload import MIXES, WorkloadConfig
-
-
-class UsageError(Exception):
-    """Bad command-line input: printed as one line, exit code 2."""
 
 
 class _Parser(argparse.ArgumentParser):
@@ -203,46 +200,23 @@ def cmd_paper(args: argparse.Namespace) -> int:
 
     if args.seeds < 1:
         raise UsageError(f"--seeds must be >= 1, got {args.seeds}")
-    try:
-        runner = runner_from_args(args)
-    except BackendArgError as exc:
-        raise UsageError(str(exc)) from None
+    runner = runner_for_command(args)
     wl = workload_from_args(args)
     from .eval_scores import observation_for
 
     det = detector_from_args(args)
     cfg = PaperConfig(seeds=args.seeds, workload=wl, detector=det, base=args.base,
                       stop_at_p=args.stop_at_p, observation=observation_for(det))
-    command = "evalstop-sim " + " ".join(sys.argv[1:]) if sys.argv[1:2] == ["paper"] else "evalstop-sim paper"
-    bar = None
-    t0 = time.perf_counter()
-
-    def on_plan(total: int) -> None:
-        nonlocal bar
-        if not args.no_progress:
-            from tqdm import tqdm
-
-            bar = tqdm(total=total, desc="simulations", unit="task", file=sys.stderr)
-
-    def progress(n: int) -> None:
-        if bar is not None:
-            bar.update(n)
-
-    with runner:
-        results = paper(cfg, runner, progress, on_plan)
-    if bar is not None:
-        bar.close()
-    results["config"]["wall_s"] = time.perf_counter() - t0
+    command = command_line("paper")
+    results, wall = run_with_progress(runner, functools.partial(paper, cfg), desc="simulations",
+                                      unit="task", show=not args.no_progress)
+    results["config"]["wall_s"] = wall
     paths = write_paper_report(results, args.out, command, plots=not args.no_plots)
-    if args.json:
-        print(json.dumps(results, indent=2))
-        return 0
-    print(markdown_table(results["main"]))
-    print()
-    print(markdown_table(results["composability"], lead=(("base", "base", "s"),)))
-    print(f"\n{len(paths)} files in {args.out} (report.md, results.json, plots); "
-          f"{results['config']['tasks']} tasks in {results['config']['wall_s']:.1f} s")
-    return 0
+    return print_results(results, args.json, lambda: "\n".join([
+        markdown_table(results["main"]), "",
+        markdown_table(results["composability"], lead=(("base", "base", "s"),)),
+        f"\n{len(paths)} files in {args.out} (report.md, results.json, plots); "
+        f"{results['config']['tasks']} tasks in {results['config']['wall_s']:.1f} s"]))
 
 
 COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [add_run, add_paper, add_sweep, add_replay, add_detectors]

@@ -23,12 +23,11 @@ The detectors and their parameters are :data:`CANDIDATES`. Their parameters were
 from __future__ import annotations
 
 import argparse
+import functools
 import itertools
 import json
 import logging
 import statistics
-import sys
-import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
@@ -515,6 +514,8 @@ def write_study_plots(results: Mapping[str, Any], out_dir: Path) -> list[Path]:
     """``detectors_<experiment>.png``: precision, recall and JCT gain against the swept parameter, per detector."""
     import matplotlib
 
+    from .report import save_figure
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
@@ -538,11 +539,7 @@ def write_study_plots(results: Mapping[str, Any], out_dir: Path) -> list[Path]:
             ax.grid(alpha=0.3)
         axes[0].legend(fontsize=7)
         fig.suptitle(f"Detectors, {name} ({results['config']['seeds']} seeds, base {results['config']['base']})")
-        fig.tight_layout()
-        path = out_dir / f"detectors_{name}.png"
-        fig.savefig(path, dpi=100)
-        plt.close(fig)
-        written.append(path)
+        written.append(save_figure(fig, out_dir / f"detectors_{name}.png", dpi=100))
     return written
 
 
@@ -591,7 +588,7 @@ def _floats(flag: str, text: str) -> tuple[float, ...]:
 def cmd_detectors(args: argparse.Namespace) -> int:
     from platform_sim.core.policies import BASE_POLICIES
 
-    from .backend_cli import BackendArgError, runner_from_args
+    from .backend_cli import command_line, print_results, run_with_progress, runner_for_command, write_results_dir
     from .cli import UsageError
 
     if args.seeds < 1:
@@ -636,42 +633,14 @@ def cmd_detectors(args: argparse.Namespace) -> int:
                       sigmas=(_floats("--sigmas", args.sigmas) if args.sigmas else SIGMAS) if "noise" in parts else (),
                       hack_rates=HACK_RATES if "hack_rate" in parts else (),
                       plateau_sigmas=PLATEAU_SIGMAS if "plateau" in parts else ())
-    try:
-        runner = runner_from_args(args)
-    except BackendArgError as exc:
-        raise UsageError(str(exc)) from None
-    bar = None
-
-    def on_plan(total: int) -> None:
-        nonlocal bar
-        if not args.no_progress and not args.json:
-            from tqdm import tqdm
-
-            bar = tqdm(total=total, desc="detectors", unit="task", file=sys.stderr)
-
-    def progress(n: int) -> None:
-        if bar is not None:
-            bar.update(n)
-
-    t0 = time.perf_counter()
+    runner = runner_for_command(args)
     # Per-detector fallback warnings would repeat once per simulated job; every run here has per-example scores.
     logging.getLogger("platform_sim.core.robust_detectors").setLevel(logging.ERROR)
-    with runner:
-        results = study(cfg, runner, progress, on_plan)
-    if bar is not None:
-        bar.close()
-    results["config"]["wall_s"] = time.perf_counter() - t0
-    command = "evalstop-sim " + " ".join(sys.argv[1:]) if sys.argv[1:2] == ["detectors"] else \
-        "evalstop-sim detectors"
+    results, wall = run_with_progress(runner, functools.partial(study, cfg), desc="detectors", unit="task",
+                                      show=not args.no_progress and not args.json)
+    results["config"]["wall_s"] = wall
+    command = command_line("detectors")
     results["config"]["command"] = command
     if args.out:
-        out = Path(args.out)
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "results.json").write_text(json.dumps(results, indent=2))
-        (out / "report.md").write_text(study_markdown(results, command))
-        write_study_plots(results, out)
-    if args.json:
-        print(json.dumps(results, indent=2))
-        return 0
-    print(study_markdown(results, command, with_ci=False))
-    return 0
+        write_study_plots(results, write_results_dir(args.out, results, study_markdown(results, command)))
+    return print_results(results, args.json, lambda: study_markdown(results, command, with_ci=False))

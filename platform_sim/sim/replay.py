@@ -29,11 +29,10 @@ and ``regret_pct`` (100 x (peak - delivered) / |peak|, in trace units).
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
 import statistics
-import sys
-import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
@@ -369,7 +368,7 @@ def replay_markdown(results: Mapping[str, Any], command: str) -> str:
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
-    from .backend_cli import BackendArgError, runner_from_args
+    from .backend_cli import command_line, print_results, run_with_progress, runner_for_command, write_results_dir
     from .cli import UsageError, detector_from_args, workload_from_args
     from .report import markdown_table
 
@@ -391,43 +390,16 @@ def cmd_replay(args: argparse.Namespace) -> int:
             raise UsageError("--trace-min-delta applies to the k-decline detector only")
         args.min_delta = args.trace_min_delta / corpus_scale(traces).span
     det = detector_from_args(args)
-    try:
-        runner = runner_from_args(args)
-    except BackendArgError as exc:
-        raise UsageError(str(exc)) from None
-    bar = None
-
-    def on_plan(total: int) -> None:
-        nonlocal bar
-        if not args.no_progress and not args.json:
-            from tqdm import tqdm
-
-            bar = tqdm(total=total, desc="replay", unit="seed", file=sys.stderr)
-
-    def progress(n: int) -> None:
-        if bar is not None:
-            bar.update(n)
-
-    t0 = time.perf_counter()
-    with runner:
-        results = replay(traces, wl, det, args.seeds, args.base, args.stop_at_p, runner, progress, on_plan)
-    if bar is not None:
-        bar.close()
-    results["config"]["wall_s"] = time.perf_counter() - t0
+    runner = runner_for_command(args)
+    results, wall = run_with_progress(
+        runner, functools.partial(replay, traces, wl, det, args.seeds, args.base, args.stop_at_p), desc="replay",
+        unit="seed", show=not args.no_progress and not args.json)
+    results["config"]["wall_s"] = wall
     results["config"]["traces_dir"] = str(folder)
-    command = "evalstop-sim " + " ".join(sys.argv[1:]) if sys.argv[1:2] == ["replay"] else "evalstop-sim replay"
+    command = command_line("replay")
     if args.out:
-        out = Path(args.out)
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "results.json").write_text(json.dumps(results, indent=2))
-        (out / "report.md").write_text(replay_markdown(results, command))
-    if args.json:
-        print(json.dumps(results, indent=2))
-        return 0
-    print(traces_table(results["traces"]))
-    print(summary_line(results["trace_summary"]))
-    print()
-    print(markdown_table(results["main"]))
-    print()
-    print(markdown_table(results["composability"], lead=(("base", "base", "s"),)))
-    return 0
+        write_results_dir(args.out, results, replay_markdown(results, command))
+    return print_results(results, args.json, lambda: "\n".join([
+        traces_table(results["traces"]), summary_line(results["trace_summary"]), "",
+        markdown_table(results["main"]), "",
+        markdown_table(results["composability"], lead=(("base", "base", "s"),))]))

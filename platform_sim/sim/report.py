@@ -139,6 +139,22 @@ def paper_markdown(results: Mapping[str, Any], command: str = "evalstop-sim pape
     return "\n".join(out)
 
 
+def save_figure(fig: Any, path: Path, dpi: int) -> Path:
+    """Lay out ``fig``, write it to ``path`` and close it (pyplot keeps every open figure alive); return ``path``.
+
+    Args:
+        fig: A ``matplotlib.figure.Figure`` made with pyplot (the caller has chosen the Agg backend).
+        path: The PNG file to write.
+        dpi: Resolution of the PNG.
+    """
+    import matplotlib.pyplot as plt
+
+    fig.tight_layout()
+    fig.savefig(path, dpi=dpi)
+    plt.close(fig)
+    return path
+
+
 def write_plots(results: Mapping[str, Any], out_dir: Path) -> list[Path]:
     """PNG plots of the sweeps and the main table; returns the files written."""
     import matplotlib
@@ -161,11 +177,7 @@ def write_plots(results: Mapping[str, Any], out_dir: Path) -> list[Path]:
             ax.set_ylabel(label)
             ax.grid(alpha=0.3)
         fig.suptitle(f"EvalStop on {results['config']['base']}: {xlabel} sweep (mean, 95% CI)")
-        fig.tight_layout()
-        path = out_dir / f"{name}_sweep.png"
-        fig.savefig(path, dpi=110)
-        plt.close(fig)
-        written.append(path)
+        written.append(save_figure(fig, out_dir / f"{name}_sweep.png", dpi=110))
 
     sweep("noise", "sigma", "sigma")
     sweep("hack_rate", "hack_rate", "hacking rate")
@@ -184,11 +196,7 @@ def write_plots(results: Mapping[str, Any], out_dir: Path) -> list[Path]:
             ax.set_ylabel(ylabel)
             ax.grid(axis="y", alpha=0.3)
         fig.suptitle(f"{title} (mean, 95% CI)")
-        fig.tight_layout()
-        path = out_dir / f"{name}.png"
-        fig.savefig(path, dpi=110)
-        plt.close(fig)
-        written.append(path)
+        written.append(save_figure(fig, out_dir / f"{name}.png", dpi=110))
     return written
 
 

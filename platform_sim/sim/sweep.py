@@ -28,10 +28,10 @@ the mean over seeds with a 95% confidence interval, like ``evalstop-sim paper``.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import json
 import os
-import sys
 import time
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Mapping
@@ -328,9 +328,8 @@ def add_sweep(sub: Any) -> None:
 
 
 def cmd_sweep(args: Any) -> int:
-    from .backend_cli import BackendArgError, runner_from_args
+    from .backend_cli import print_results, run_with_progress, runner_for_command
     from .cli import UsageError
-    from .report import markdown_table
 
     if args.seeds is not None and args.seeds < 1:
         raise UsageError(f"--seeds must be >= 1, got {args.seeds}")
@@ -340,39 +339,24 @@ def cmd_sweep(args: Any) -> int:
         raise UsageError(f"GRID {exc}") from None
     if args.seeds is not None:
         spec = replace(spec, seeds=tuple(range(args.seeds)))
-    try:
-        runner = runner_from_args(args)
-    except BackendArgError as exc:
-        raise UsageError(str(exc)) from None
-    bar = None
-
-    def on_plan(total: int) -> None:
-        nonlocal bar
-        if not args.no_progress:
-            from tqdm import tqdm
-
-            bar = tqdm(total=total, desc="simulations", unit="task", file=sys.stderr)
-
-    def progress(n: int) -> None:
-        if bar is not None:
-            bar.update(n)
-
-    with runner:
-        results = sweep(spec, runner, progress, on_plan)
-    if bar is not None:
-        bar.close()
+    runner = runner_for_command(args)
+    results, _ = run_with_progress(runner, functools.partial(sweep, spec), desc="simulations", unit="task",
+                                   show=not args.no_progress)
     results["config"]["backend"] = args.backend
     if args.out:
         with open(args.out, "w", encoding="utf-8") as fh:
             json.dump(results, fh, indent=2)
-    if args.json:
-        print(json.dumps(results, indent=2))
-        return 0
+    return print_results(results, args.json, lambda: _sweep_text(spec, results, args.backend))
+
+
+def _sweep_text(spec: SweepSpec, results: Mapping[str, Any], backend: str) -> str:
+    """The human output of ``sweep``: the table, one column per swept axis, then a line of totals."""
+    from .report import markdown_table
+
     lead = tuple((n, n, "s") for n, _ in spec.axes if n not in ("stop",))
     if len({r["base"] for r in results["rows"]}) > 1 and "base" not in {n for n, _ in spec.axes}:
         lead = (("base", "base", "s"),) + lead
-    print(markdown_table(results["rows"], lead=lead))
     cfg = results["config"]
-    print(f"\n{cfg['cells']} cells x {len(spec.seeds)} seeds = {cfg['tasks']} tasks ({cfg['simulations']} "
-          f"simulations) on {args.backend} in {cfg['wall_s']:.1f} s")
-    return 0
+    return (markdown_table(results["rows"], lead=lead) + "\n"
+            f"\n{cfg['cells']} cells x {len(spec.seeds)} seeds = {cfg['tasks']} tasks ({cfg['simulations']} "
+            f"simulations) on {backend} in {cfg['wall_s']:.1f} s")
