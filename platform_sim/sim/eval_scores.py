@@ -35,7 +35,7 @@ from .workload import JobSpec, Workload
 DEFAULT_EXAMPLES = 48
 
 #: Correlation between two checkpoints' scores on the same example. Measured on the shipped real traces: the median
-#: correlation of consecutive checkpoints' per-example gold scores is 0.75 to 0.96 per trace (median 0.89), so the
+#: correlation of consecutive checkpoints' per-example gold scores is 0.69 to 0.96 per trace (median 0.88), so the
 #: paired standard error of a difference is 2 to 5 times smaller than the unpaired one; 0.85 was taken from the
 #: first traces recorded.
 DEFAULT_RHO = 0.85
