@@ -26,7 +26,6 @@ import json
 import os
 import random
 import shlex
-import socket
 import subprocess
 import sys
 import tempfile
@@ -39,27 +38,9 @@ import httpx
 
 REPO = Path(__file__).resolve().parent.parent
 
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _pct(values: list[float], q: float) -> float:
-    if not values:
-        return float("nan")
-    values = sorted(values)
-    return values[min(len(values) - 1, int(q * len(values)))]
-
-
-def _proc_cpu(pid: int) -> float:
-    """User+system CPU seconds of a process (Linux /proc)."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    except (OSError, IndexError, ValueError):
-        return float("nan")
+# The same port, percentile and process-CPU helpers as the SQLite benchmark, so both tables count alike.
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_service import _free_port, _pct, _proc_cpu  # noqa: E402
 
 
 def _pg_cpu() -> float:

@@ -8,8 +8,10 @@ import socket
 import subprocess
 import sys
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterator
 
 import httpx
 
@@ -93,3 +95,15 @@ class Server:
 
 def auth(token: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {token}"}
+
+
+@contextmanager
+def tenant_server(folder: Path, tenant: str = "acme") -> Iterator[tuple[Server, str]]:
+    """A started server on a fresh SQLite file in ``folder`` with one tenant; yields it and the tenant's token."""
+    db = folder / "service.db"
+    token = add_tenant(db, tenant)
+    srv = Server(db, free_port()).start()
+    try:
+        yield srv, token
+    finally:
+        srv.stop()

@@ -6,7 +6,7 @@ import random
 
 import httpx
 import pytest
-from service_support import Server, add_tenant, auth, free_port
+from service_support import auth, tenant_server
 
 from evalstop_callbacks.client import EmbeddedClient
 from platform_sim.core import Report
@@ -14,13 +14,8 @@ from platform_sim.core import Report
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory):
-    db = tmp_path_factory.mktemp("svc") / "api.db"
-    token = add_tenant(db, "acme")
-    srv = Server(db, free_port()).start()
-    try:
-        yield srv, token
-    finally:
-        srv.stop()
+    with tenant_server(tmp_path_factory.mktemp("svc")) as running:
+        yield running
 
 
 @pytest.fixture()

@@ -8,7 +8,7 @@ import time
 
 import httpx
 import pytest
-from service_support import Server, add_tenant, auth, free_port
+from service_support import Server, add_tenant, auth, free_port, tenant_server
 
 from evalstop_callbacks.client import BoundaryClient, EmbeddedClient
 from evalstop_callbacks.platform_client import PlatformClient
@@ -19,13 +19,8 @@ HACKING = [(0, 0.2), (10, 0.5), (20, 0.9), (30, 1.1), (40, 1.0), (50, 0.7), (60,
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory):
-    db = tmp_path_factory.mktemp("cli") / "client.db"
-    token = add_tenant(db, "acme")
-    srv = Server(db, free_port()).start()
-    try:
-        yield srv, token
-    finally:
-        srv.stop()
+    with tenant_server(tmp_path_factory.mktemp("cli")) as running:
+        yield running
 
 
 def _embedded(job: str, trace, detector=None):
