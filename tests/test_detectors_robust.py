@@ -23,7 +23,7 @@ from platform_sim.core import (
 )
 from platform_sim.core.robust_detectors import se_from_history, standard_error
 
-ROBUST = ["k-decline-se", "paired-test", "cusum", "trend"]
+ROBUST = ["k-decline-se", "paired-test", "cusum", "trend", "shape"]
 
 
 def _per_example(mean: float, rng: np.random.Generator, n: int = 64, spread: float = 0.3) -> list[float]:
@@ -68,6 +68,15 @@ def test_all_robust_detectors_registered_by_importing_core():
     ("cusum", {"threshold": float("inf")}, "threshold"),
     ("cusum", {"se": "x"}, "se"),
     ("cusum", {"bogus": 1}, "bogus"),
+    ("shape", {"threshold": 1.0}, "threshold"),
+    ("shape", {"threshold": 0}, "threshold"),
+    ("shape", {"k": 0}, "k"),
+    ("shape", {"min_evals": 2}, "min_evals"),
+    ("shape", {"future": 1.0}, "future"),
+    ("shape", {"future": float("inf")}, "future"),
+    ("shape", {"min_tau": 50.0}, "min_tau"),
+    ("shape", {"min_tau": -1.0}, "min_tau"),
+    ("shape", {"se": -0.1}, "se"),
 ])
 def test_bad_parameters_name_the_parameter(name, params, word):
     with pytest.raises(ValueError, match=word):
@@ -362,7 +371,7 @@ def test_t_prescreen_never_changes_scipys_decision(seed, n, shift, alpha):
         assert ours == theirs
 
 
-@pytest.mark.parametrize("name", ROBUST)
+@pytest.mark.parametrize("name", [n for n in ROBUST if n != "shape"])  # shape: its own warm-up test
 def test_warmup_ignores_an_early_dip(name):
     # A real GRPO trace shape: the score collapses in the first evals, then rises and only later really declines.
     means = [1.0, 0.5, 0.0, 0.0, 1.0, 3.0, 3.0, 3.9, 4.0, 4.4, 4.5, 4.6, 4.7, 4.7, 4.6, 4.4, 4.2, 3.8, 3.5, 3.2, 2.9,

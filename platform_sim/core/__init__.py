@@ -20,6 +20,7 @@ from .robust_detectors import (  # importing registers them by name
     PairedTestDetector,
     TrendDetector,
 )
+from .shape_detector import ShapeDetector  # importing registers it by name
 
 __all__ = [
     "JOB_TYPES",
@@ -36,6 +37,7 @@ __all__ = [
     "KDeclineSEDetector",
     "PairedTestDetector",
     "Report",
+    "ShapeDetector",
     "TrendDetector",
     "detector_from_spec",
     "make_detector",

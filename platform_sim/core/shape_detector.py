@@ -1,0 +1,218 @@
+"""A model-based stop detector: which curve shape explains the eval history, overoptimization or a healthy rise?
+
+The rules in :mod:`platform_sim.core.robust_detectors` look only at drops (of the mean, or against the best
+checkpoint). At high eval noise a drop is small against the noise for several evals after the true peak, so they must
+wait. But the *shape* of the whole history is informative too: under reward overoptimization the gold score follows
+Gao et al.'s (2023) RL form ``R(d) = d (a - b ln d)``, which rises, flattens, peaks and falls, while a healthy run
+rises and saturates (it may plateau, but it does not turn down). :class:`ShapeDetector` compares the two families on
+the history of eval means by Bayesian model comparison and stops when the posterior probability that the run is
+overoptimizing *and already past its peak* is high.
+
+The model, on the history ``(s_i, y_i)`` of steps and means up to the current eval ``s_t`` (steps are rescaled to
+``u = s / s_t``, so nothing depends on the run's length, which the detector does not know):
+
+- *overoptimization*: ``y = a + h z (1 - ln z)`` with ``z = (u / u_peak) ** gamma``, ``h > 0``; Gao's form with
+  ``d`` growing as a power of the step. ``u_peak`` on a log grid from the first eval to ``future`` times the current
+  step (peaks not reached yet are part of this family), ``gamma`` on :data:`GAMMAS`.
+- *healthy*: ``y = a + g (1 - exp(-u / tau))``, ``g >= 0``; ``tau`` on a log grid from 0.02 (converged at once, then
+  flat) to 20 (linear).
+- Gaussian noise of known standard deviation on each mean (below). The linear coefficients ``(a, h)`` or ``(a, g)``
+  are fitted by least squares for each grid point (both families have two, so profiling them favours neither); the
+  grid points are averaged with equal prior weight within each family, and the families have equal prior weight.
+
+The posterior of "overoptimizing, peak strictly before the current eval" must exceed ``threshold`` at ``k``
+consecutive evals, and the current mean must be below the best mean so far (so a score that never falls below its
+best never stops a job, whatever its shape).
+
+**Noise.** The likelihood needs the standard error of one eval mean *as it varies from checkpoint to checkpoint*. With
+per-example scores it is the paired one: the per-example differences between consecutive evals, ``var(d) / (2 n)``,
+pooled over the history (the examples' fixed difficulty cancels; the plain standard error of one eval would overstate
+it). Without them, the ``se`` parameter, else the estimate from the history of means
+(:func:`~platform_sim.core.robust_detectors.se_from_history`), with a warning once per detector; while the noise is
+unknown an eval decides nothing.
+
+**When not to use it.** Its power comes from the shapes: a run whose healthy curve turns down a little (a real,
+small decline) is "overoptimizing" to this model. The comparison with the other detectors, on synthetic and on the
+recorded real traces, is in ``docs/detectors.md``.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from typing import Any, ClassVar, Mapping, Sequence
+
+import numpy as np
+from scipy.special import logsumexp
+
+from .detectors import Detector, _check_int, _check_nonneg, register_detector
+from .robust_detectors import _check_optional_nonneg, _check_prob, se_from_history
+
+logger = logging.getLogger(__name__)
+
+#: Growth exponents of Gao's ``d`` in the step that the overoptimization family spans.
+GAMMAS: tuple[float, ...] = (1.0, 1.5, 2.0, 3.0, 4.0)
+#: Saturation constants (in units of the current step) that the healthy family spans.
+TAUS: tuple[float, ...] = tuple(float(t) for t in np.geomspace(0.02, 20.0, 31))
+#: Peak positions per decade of the overoptimization family's log grid.
+PEAKS_PER_DECADE = 24
+
+
+def _fit_rss(y: np.ndarray, basis: np.ndarray) -> np.ndarray:
+    """Residual sum of squares of ``y ~ a + c * basis[j]`` for every row ``j`` of ``basis``, with ``c >= 0``.
+
+    Closed-form least squares per row; where the unconstrained slope is negative the fit is ``c = 0`` (a constant).
+    """
+    yc = y - y.mean()
+    bc = basis - basis.mean(axis=1, keepdims=True)
+    sxx = np.einsum("ij,ij->i", bc, bc)
+    sxy = bc @ yc
+    syy = float(yc @ yc)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        gain = np.where((sxx > 1e-300) & (sxy > 0.0), sxy * sxy / sxx, 0.0)
+    return np.maximum(syy - gain, 0.0)
+
+
+@register_detector
+class ShapeDetector(Detector):
+    """Stop when the eval history is better explained by an overoptimization curve past its peak than by a healthy rise.
+
+    See the module docstring for the model. Each eval costs a few hundred small least-squares fits (vectorized, well
+    under a millisecond for runs of a few dozen evals).
+
+    Args:
+        threshold: Posterior probability of "overoptimizing and past the peak" that counts as evidence, strictly
+            between 0 and 1.
+        k: Consecutive evals with evidence that stop the job. Integer >= 1.
+        min_evals: Evals needed before the models are compared (a shape needs a few points). Integer >= 3.
+        future: How far beyond the current step the overoptimization family's peak may lie, as a multiple of the
+            current step (> 1).
+        min_tau: Smallest saturation constant of the healthy family, in units of the current step (default: the
+            grid's smallest, 0.02: healthy runs may converge at once and stay flat). Larger values assume that
+            healthy runs are still rising, which makes a flattening curve evidence of overoptimization: more power
+            at high noise, false stops on healthy plateaus. At most 20.
+        se: Standard error of one eval mean to use when evals have no per-example scores. None: estimate it from the
+            history of means. Finite, >= 0.
+        warmup: The first ``warmup`` evals never count as evidence (0: none), as ``k-decline``'s ``warmup``.
+            Integer >= 0.
+    """
+
+    name: ClassVar[str] = "shape"
+    #: Reads per-example eval scores when they are reported (simulators generate them only for such detectors).
+    uses_example_scores: ClassVar[bool] = True
+
+    def __init__(self, threshold: float = 0.95, k: int = 1, min_evals: int = 5, future: float = 3.0,
+                 min_tau: float = TAUS[0], se: float | None = None, warmup: int = 0) -> None:
+        self.threshold = _check_prob("threshold", threshold)
+        self.k = _check_int("k", k, 1)
+        self.min_evals = _check_int("min_evals", min_evals, 3)
+        self.future = _check_nonneg("future", future)
+        if not self.future > 1.0 or not math.isfinite(self.future):
+            raise ValueError(f"future must be a finite number > 1, got {future!r}")
+        self.min_tau = _check_nonneg("min_tau", min_tau)
+        if not self.min_tau <= TAUS[-1]:
+            raise ValueError(f"min_tau must be at most {TAUS[-1]:g}, got {min_tau!r}")
+        self.se = _check_optional_nonneg("se", se)
+        self.warmup = _check_int("warmup", warmup, 0)
+        self.steps: list[int] = []
+        self.means: list[float] = []
+        self.prev_scores: list[float] | None = None
+        self.paired_var_sum = 0.0  # sum over consecutive pairs of var(per-example difference) / (2 n)
+        self.paired_pairs = 0
+        self.declines = 0
+        self.last_posterior: float | None = None
+        self._warned = False
+
+    # -- noise ---------------------------------------------------------------------------------------------------
+
+    def _update_noise(self, scores: Sequence[float] | None) -> None:
+        cur = None if scores is None or len(scores) < 2 else [float(s) for s in scores]
+        if cur is not None and self.prev_scores is not None and len(self.prev_scores) == len(cur):
+            diff = np.asarray(cur) - np.asarray(self.prev_scores)
+            self.paired_var_sum += float(diff.var(ddof=1)) / (2.0 * diff.size)
+            self.paired_pairs += 1
+        elif self.means and cur is None and not self._warned:
+            self._warned = True
+            logger.warning("detector %s: no per-example eval scores; falling back to the mean score "
+                           "(noise from the se parameter or the history of means; warned once per detector)",
+                           self.name)
+        self.prev_scores = cur
+
+    def noise_sd(self) -> float | None:
+        """Standard deviation of one eval mean from checkpoint to checkpoint (None while unknown)."""
+        if self.paired_pairs:
+            return math.sqrt(self.paired_var_sum / self.paired_pairs)
+        if self.se is not None:
+            return self.se
+        return se_from_history(self.means)
+
+    # -- the model comparison -------------------------------------------------------------------------------------
+
+    def posterior_past_peak(self) -> float | None:
+        """P(overoptimizing and past the peak | history), or None with too few evals or an unknown noise."""
+        n = len(self.means)
+        sd = self.noise_sd()
+        if n < self.min_evals or sd is None:
+            return None
+        y = np.asarray(self.means, dtype=float)
+        steps = np.asarray(self.steps, dtype=float)
+        if steps[0] <= 0:  # both families start at step 0; an eval at step 0 moves the origin one interval back
+            steps = steps - steps[0] + (steps[1] - steps[0])
+        u = steps / steps[-1]
+        var = max(sd * sd, 1e-12 * max(1.0, float(np.abs(y).max())) ** 2)  # a zero noise estimate: near-exact fits
+        # Healthy: saturating rises.
+        taus = np.asarray([t for t in TAUS if t >= self.min_tau] or [TAUS[-1]])[:, None, None]
+        betas = np.asarray(GAMMAS)[None, :, None]
+        rise = 1.0 - np.exp(-((u[None, None, :] / taus) ** betas))
+        healthy = -0.5 * _fit_rss(y, rise.reshape(-1, n)) / var
+        # Overoptimization: Gao's form over (u_peak, gamma).
+        lo = math.log10(float(u[0]))
+        count = max(2, int(round((math.log10(self.future) - lo) * PEAKS_PER_DECADE)) + 1)
+        peaks = np.logspace(lo, math.log10(self.future), count)
+        gam = np.asarray(GAMMAS)
+        z = (u[None, None, :] / peaks[:, None, None]) ** gam[None, :, None]
+        shape = z * (1.0 - np.log(z))
+        hack = -0.5 * _fit_rss(y, shape.reshape(-1, n)).reshape(peaks.size, gam.size) / var
+        passed = peaks <= u[-2]  # the curve's peak lies at or before the previous eval: it is behind us
+        # log P(family) + log mean likelihood over its grid; the two families have equal prior weight.
+        if not passed.any():
+            return 0.0
+        log_h = float(logsumexp(healthy)) - math.log(healthy.size)
+        log_o = float(logsumexp(hack)) - math.log(hack.size)
+        log_o_passed = float(logsumexp(hack[passed])) - math.log(hack.size)
+        return math.exp(log_o_passed - float(np.logaddexp(log_h, log_o)))
+
+    def observe(self, step: int, score: float, scores: Sequence[float] | None = None) -> bool:
+        self._update_noise(scores)
+        below_best = bool(self.means) and score < max(self.means)
+        self.steps.append(int(step))
+        self.means.append(float(score))
+        self.last_posterior = self.posterior_past_peak()
+        evidence = (self.last_posterior is not None and self.last_posterior > self.threshold and below_best
+                    and len(self.means) > self.warmup)
+        self.declines = self.declines + 1 if evidence else 0
+        return self.declines >= self.k
+
+    def reason(self) -> str:
+        post = "n/a" if self.last_posterior is None else f"{self.last_posterior:.3f}"
+        return (f"overoptimization past its peak at posterior {post} > {self.threshold:g} "
+                f"for {self.declines} consecutive evals (k={self.k})")
+
+    def params(self) -> dict[str, Any]:
+        return {"threshold": self.threshold, "k": self.k, "min_evals": self.min_evals, "future": self.future,
+                "min_tau": self.min_tau, "se": self.se, "warmup": self.warmup}
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"steps": list(self.steps), "means": list(self.means),
+                "prev_scores": None if self.prev_scores is None else list(self.prev_scores),
+                "paired_var_sum": self.paired_var_sum, "paired_pairs": self.paired_pairs,
+                "declines": self.declines, "last_posterior": self.last_posterior}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self.steps = [int(s) for s in state["steps"]]
+        self.means = [float(m) for m in state["means"]]
+        self.prev_scores = None if state["prev_scores"] is None else [float(v) for v in state["prev_scores"]]
+        self.paired_var_sum = float(state["paired_var_sum"])
+        self.paired_pairs = int(state["paired_pairs"])
+        self.declines = int(state["declines"])
+        self.last_posterior = None if state["last_posterior"] is None else float(state["last_posterior"])
