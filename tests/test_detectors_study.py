@@ -165,3 +165,25 @@ def test_run_generates_per_example_scores_only_for_detectors_that_read_them(caps
         assert main(["run", "--jobs", "30", "--detector", "trend", "--detector-param", "window=6", "--json"]) == 0
     assert not [r for r in caplog.records if "falling back" in r.getMessage()]
     assert json.loads(capsys.readouterr().out)["config"]["detector"]["name"] == "trend"
+
+
+@pytest.mark.parametrize("rule_name", ["plateau-safe", "high-noise"])
+def test_calibration_picks_the_point_its_rule_prefers(rule_name):
+    from platform_sim.sim.detector_study import CALIBRATION_RULES, calibrate
+
+    rule = CALIBRATION_RULES[rule_name]
+    grids = {"cusum": ("cusum", {"slack": (0.0,), "threshold": (1.0, 4.0, 8.0)})}
+    res = calibrate(seeds=(1000,), rule=rule, grids=grids)
+    rows = res["grid"]
+    assert len(rows) == 3 and res["seeds"] == [1000]
+    feasible = [r for r in rows if all(r[c]["precision"] >= rule.min_precision for c in rule.constrain)]
+    assert [r["feasible"] for r in rows] == [r in feasible for r in rows]
+
+    def key(r):
+        obj = r[rule.objective]
+        score = min(obj["recall"], obj["precision"]) if rule.balanced else obj["recall"]
+        return ((r[rule.fast]["delay_median_evals"] or 99.0) <= rule.max_delay, round(score, 2),
+                -(obj["delay_median_evals"] or 99.0), score)
+
+    best = max(feasible, key=key) if feasible else None
+    assert res["chosen"]["cusum"] == (best["spec"] if best else None)

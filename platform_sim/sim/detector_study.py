@@ -66,6 +66,10 @@ CANDIDATES: tuple[tuple[str, dict[str, Any]], ...] = (
     # Calibrated with CALIBRATION_RULES["default-only"]: precision >= 95% at sigma 0.12 only, then recall there; it
     # trades the plateau scenario's precision for the high-noise target (docs/detectors.md).
     ("trend-sens", {"name": "trend", "params": {"window": 8, "alpha": 0.3, "k": 1, "level_alpha": 0.2}}),
+    # The model-based detector (platform_sim/core/shape_detector.py); "shape" calibrated with the same rule as the
+    # robust ones above, "shape-sens" with CALIBRATION_RULES["high-noise"] (healthy runs assumed still rising).
+    ("shape", {"name": "shape", "params": {"threshold": 0.8, "k": 1}}),
+    ("shape-sens", {"name": "shape", "params": {"threshold": 0.7, "future": 1.5, "min_tau": 2.0}}),
 )
 """``(label, detector spec)`` compared by ``evalstop-sim detectors``."""
 
@@ -164,6 +168,9 @@ CALIBRATION_GRIDS: dict[str, tuple[str, dict[str, Sequence[Any]]]] = {
     "cusum": ("cusum", {"slack": (0.0, 0.25, 0.5, 1.0), "threshold": (2.0, 3.0, 4.0, 6.0, 8.0)}),
     "trend": ("trend", {"window": (6, 8, 10), "short_window": (None, 4), "alpha": (0.01, 0.05, 0.1, 0.2),
                         "k": (1,)}),
+    "shape": ("shape", {"threshold": (0.5, 0.7, 0.8, 0.9, 0.95, 0.97, 0.99), "k": (1, 2)}),
+    # For the "high-noise" rule: healthy runs assumed to be still rising (min_tau), less prior mass on peaks ahead.
+    "shape-sens": ("shape", {"threshold": (0.6, 0.65, 0.7), "future": (1.5, 2.0, 3.0), "min_tau": (1.0, 2.0)}),
 }
 """Parameter grids searched by :func:`calibrate`."""
 
@@ -181,7 +188,8 @@ class CalibrationRule:
     Among the grid points with precision >= ``min_precision`` in every scenario of ``constrain``: prefer those whose
     median delay in ``fast`` is at most ``max_delay`` (as fast as the paper's rule at the default point, which is
     what its JCT gain comes from), then the highest recall in ``objective`` (rounded to 0.01), then the lowest
-    median delay in ``objective``, then the highest recall.
+    median delay in ``objective``, then the highest recall. With ``balanced``, "recall" in that order is the smaller
+    of precision and recall (the point that clears both with the widest margin).
     """
 
     objective: str = "default_s0.12"
@@ -189,12 +197,17 @@ class CalibrationRule:
     min_precision: float = 0.95
     fast: str = "default_s0.02"
     max_delay: float = 3.0
+    balanced: bool = False
 
 
 CALIBRATION_RULES: dict[str, CalibrationRule] = {
     "plateau-safe": CalibrationRule(),
     # What the default workload alone allows (its healthy RLHF runs never plateau): shows the price on plateaus.
     "default-only": CalibrationRule(constrain=("default_s0.12",)),
+    # The issue's high-noise target alone: median delay <= 4 evals at sigma 0.12, then the widest margin above
+    # both 95% marks (min of precision and recall); used for ``shape-sens``.
+    "high-noise": CalibrationRule(constrain=("default_s0.12",), fast="default_s0.12", max_delay=4.0,
+                                  balanced=True),
 }
 
 
@@ -224,8 +237,10 @@ def calibrate(seeds: Sequence[int] = TUNING_SEEDS, rule: CalibrationRule = Calib
             if ok:
                 obj = row[rule.objective]
                 quick = (row[rule.fast]["delay_median_evals"] or 99.0) <= rule.max_delay
-                key = (quick, round(obj["recall"] or 0.0, 2), -(obj["delay_median_evals"] or 99.0),
-                       obj["recall"] or 0.0)
+                score = obj["recall"] or 0.0
+                if rule.balanced:
+                    score = min(score, obj["precision"] or 0.0)
+                key = (quick, round(score, 2), -(obj["delay_median_evals"] or 99.0), score)
                 if best_key is None or key > best_key:
                     best_key, chosen[label] = key, spec
         chosen.setdefault(label, None)
