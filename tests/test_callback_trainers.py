@@ -202,3 +202,19 @@ def test_plain_trainer_with_metric_evaluator(tmp_path, kind, stops):
     else:
         assert first_k_decline_step(cb.history, 2) is None and cb.stopped_at is None, cb.history
         assert len(cb.history) == 6
+
+
+def test_sft_with_the_shape_detector_reads_per_example_scores(tmp_path):
+    # A detector chosen by name and parameters in the callback gets the evaluator's per-example scores through the
+    # embedded client: its paired noise estimate exists, and its decisions are those of the core on the same reports.
+    spec = {"name": "shape", "params": {"threshold": 0.8, "min_evals": 3}}
+    cb = EvalStopCallback(world_evaluator(), eval_steps=2, job_type="sft", detector=spec)
+    trainer = sft(tmp_path, cb, "negative")
+    trainer.train()
+    monitor = cb.client.monitor(cb.job_id)
+    assert monitor.detector.name == "shape" and monitor.detector.paired_pairs == len(cb.history) - 1
+    assert monitor.detector.steps == [h["step"] for h in cb.history]
+    assert monitor.detector.means == [h["eval_score"] for h in cb.history]
+    # The world score falls from the first eval on: past its peak as soon as the model has its 3 points.
+    assert cb.stopped_at == cb.history[2]["step"] and monitor.detector.last_posterior > 0.8
+    assert_restored_best(cb, trainer.model, tmp_path)

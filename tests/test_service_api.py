@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import random
 
 import httpx
@@ -213,3 +214,30 @@ def test_report_fast_path_answers_exactly_like_the_fastapi_route(tmp_path):
             answers[fast] = got
     assert answers[True] == answers[False]
     assert [s for _, s, _ in answers[True]] == [200, 200, 200, 409, 409, 422, 422, 422, 200, 401, 401, 404]
+
+
+@pytest.mark.parametrize("name", ["k-decline-se", "paired-test", "cusum", "trend", "shape"])
+def test_noise_robust_detectors_by_name_with_per_example_scores(http, name):
+    # Every detector is selected by name and parameters through the service, reads the per-example scores of the
+    # report, and decides exactly as the embedded core; a clear overoptimization curve is stopped.
+    detector = {"name": name, "params": {"warmup": 1}}
+    job = f"robust-{name}"
+    assert _register(http, job, detector=detector).status_code == 201
+    embedded = EmbeddedClient()
+    embedded.register("rlhf", detector=detector, job_id=job)
+    rng = random.Random(7)
+    decisions = []
+    for i in range(20):
+        x = ((i + 1) / 8.0) ** 2  # Gao et al.'s form, peak at eval 8
+        mean = 0.1 + 0.6 * x * (1.0 - math.log(x))
+        scores = [mean + rng.gauss(0.0, 0.2) for _ in range(32)]
+        resp = http.post(f"/v1/jobs/{job}/evals", json={"job_id": job, "job_type": "rlhf", "step": 10 * (i + 1),
+                                                       "eval_score": sum(scores) / 32, "eval_scores": scores})
+        assert resp.status_code == 200, resp.text
+        expected = embedded.report(Report(job, "rlhf", 10 * (i + 1), sum(scores) / 32, eval_scores=tuple(scores)))
+        assert resp.json() == expected.to_dict()
+        decisions.append(expected.action.value)
+        if expected.action.value == "stop":
+            break
+    assert decisions[-1] == "stop", name
+    assert http.get(f"/v1/jobs/{job}").json()["detector"] == embedded.monitor(job).detector.spec()
