@@ -106,6 +106,17 @@ def test_means_only_use_se_or_the_history_with_one_warning(caplog):
     assert history.noise_sd() is None  # fewer than 4 means: noise unknown, nothing decided
 
 
+def test_a_changed_example_set_is_not_paired_and_warns_once(caplog):
+    det = ShapeDetector(se=0.01)
+    with caplog.at_level(logging.WARNING):
+        det.observe(1, 0.1, [0.1, 0.1, 0.1])
+        det.observe(2, 0.2, [0.2, 0.2])  # two examples instead of three: no paired difference
+        det.observe(3, 0.3, [0.3, 0.3, 0.5])
+    assert det.paired_pairs == 0 and det.noise_sd() == 0.01
+    messages = [r.getMessage() for r in caplog.records if "falling back to the mean" in r.getMessage()]
+    assert len(messages) == 1 and "cannot be paired" in messages[0]
+
+
 def test_min_tau_makes_a_flattening_curve_evidence():
     # A run that saturates by mid-run and then sags by 0.03, about one eval's noise (0.2 / sqrt(48)): with healthy
     # runs allowed to plateau (the default) that is no evidence; assuming healthy runs keep rising (min_tau),

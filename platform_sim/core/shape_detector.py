@@ -14,15 +14,17 @@ The model, on the history ``(s_i, y_i)`` of steps and means up to the current ev
 - *overoptimization*: ``y = a + h z (1 - ln z)`` with ``z = (u / u_peak) ** gamma``, ``h > 0``; Gao's form with
   ``d`` growing as a power of the step. ``u_peak`` on a log grid from the first eval to ``future`` times the current
   step (peaks not reached yet are part of this family), ``gamma`` on :data:`GAMMAS`.
-- *healthy*: ``y = a + g (1 - exp(-u / tau))``, ``g >= 0``; ``tau`` on a log grid from 0.02 (converged at once, then
-  flat) to 20 (linear).
+- *healthy*: ``y = a + g (1 - exp(-(u / tau) ** beta))``, ``g >= 0``: saturating (``beta = 1``) or S-shaped
+  (``beta > 1``: slow start, fast rise, saturation, as the real GRPO runs on gold) rises; ``tau`` on a log grid from
+  0.02 (converged at once, then flat) to 20 (linear), ``beta`` on :data:`GAMMAS` (the same flexibility at the start
+  as the overoptimization family).
 - Gaussian noise of known standard deviation on each mean (below). The linear coefficients ``(a, h)`` or ``(a, g)``
   are fitted by least squares for each grid point (both families have two, so profiling them favours neither); the
   grid points are averaged with equal prior weight within each family, and the families have equal prior weight.
 
-The posterior of "overoptimizing, peak strictly before the current eval" must exceed ``threshold`` at ``k``
-consecutive evals, and the current mean must be below the best mean so far (so a score that never falls below its
-best never stops a job, whatever its shape).
+The posterior of "overoptimizing, with the curve's peak at or before the previous eval" must exceed ``threshold`` at
+``k`` consecutive evals, and the current mean must be below the best mean so far (so a score that never falls below
+its best never stops a job, whatever its shape).
 
 **Noise.** The likelihood needs the standard error of one eval mean *as it varies from checkpoint to checkpoint*. With
 per-example scores it is the paired one: the per-example differences between consecutive evals, ``var(d) / (2 n)``,
@@ -77,8 +79,8 @@ def _fit_rss(y: np.ndarray, basis: np.ndarray) -> np.ndarray:
 class ShapeDetector(Detector):
     """Stop when the eval history is better explained by an overoptimization curve past its peak than by a healthy rise.
 
-    See the module docstring for the model. Each eval costs a few hundred small least-squares fits (vectorized, well
-    under a millisecond for runs of a few dozen evals).
+    See the module docstring for the model. Each eval refits the whole history: about 450 two-parameter least-squares
+    fits, vectorized (0.4 ms per eval on average over a 20-eval run, 0.7 ms over 100 evals; ``docs/benchmarks.md``).
 
     Args:
         threshold: Posterior probability of "overoptimizing and past the peak" that counts as evidence, strictly
@@ -131,11 +133,12 @@ class ShapeDetector(Detector):
             diff = np.asarray(cur) - np.asarray(self.prev_scores)
             self.paired_var_sum += float(diff.var(ddof=1)) / (2.0 * diff.size)
             self.paired_pairs += 1
-        elif self.means and cur is None and not self._warned:
+        elif self.means and not self._warned:
             self._warned = True
-            logger.warning("detector %s: no per-example eval scores; falling back to the mean score "
-                           "(noise from the se parameter or the history of means; warned once per detector)",
-                           self.name)
+            why = ("no per-example eval scores" if cur is None or self.prev_scores is None
+                   else "the number of per-example eval scores changed, so they cannot be paired")
+            logger.warning("detector %s: %s; falling back to the mean score (noise from the se parameter or the "
+                           "history of means; warned once per detector)", self.name, why)
         self.prev_scores = cur
 
     def noise_sd(self) -> float | None:
@@ -160,7 +163,7 @@ class ShapeDetector(Detector):
             steps = steps - steps[0] + (steps[1] - steps[0])
         u = steps / steps[-1]
         var = max(sd * sd, 1e-12 * max(1.0, float(np.abs(y).max())) ** 2)  # a zero noise estimate: near-exact fits
-        # Healthy: saturating rises.
+        # Healthy: saturating (beta = 1) or S-shaped (beta > 1) rises.
         taus = np.asarray([t for t in TAUS if t >= self.min_tau] or [TAUS[-1]])[:, None, None]
         betas = np.asarray(GAMMAS)[None, :, None]
         rise = 1.0 - np.exp(-((u[None, None, :] / taus) ** betas))
