@@ -45,6 +45,16 @@ def _pos_int(text: str) -> int:
     return value
 
 
+def _detector_param(text: str) -> tuple[str, object]:
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"expected key=value, got {text!r}")
+    try:
+        return key, json.loads(value)
+    except json.JSONDecodeError:
+        return key, value
+
+
 def _nonneg_float(text: str) -> float:
     try:
         value = float(text)
@@ -75,6 +85,12 @@ def build_parser() -> argparse.ArgumentParser:
                            "bare rule is 0)")
     demo.add_argument("--warmup", type=_nonneg_int, default=3,
                       help="the first evals count no decline (default 3, a tenth of the run; the paper's rule: 0)")
+    demo.add_argument("--detector", default=None,
+                      help="use this registered detector instead of k-decline (e.g. shape; --k, --min-delta and "
+                           "--warmup then do not apply); the platform part gets the same spec on its 0-1 scale, so "
+                           "prefer scale-free detectors (shape, cusum, trend)")
+    demo.add_argument("--detector-param", action="append", type=_detector_param, default=[], metavar="KEY=VALUE",
+                      help="a parameter of --detector (repeatable; values parsed as JSON)")
     demo.add_argument("--steps", type=_pos_int, default=300, help="planned GRPO steps (default 300)")
     demo.add_argument("--eval-steps", type=_pos_int, default=10, help="evaluate every this many steps (default 10)")
     demo.add_argument("--traces", default=None, help="trace folder for the platform part (default: the shipped "
@@ -185,6 +201,17 @@ def cmd_demo(ns: argparse.Namespace) -> int:
 
     if ns.traces is not None and not Path(ns.traces).is_dir():
         return _fail("--traces", f"{ns.traces} is not a folder")
+    if ns.detector_param and ns.detector is None:
+        return _fail("--detector-param", "needs --detector")
+    if ns.detector is not None:
+        from platform_sim.core import detector_from_spec
+
+        try:  # validated before minutes of training, with the registry's own message
+            ns.detector_spec = detector_from_spec({"name": ns.detector, "params": dict(ns.detector_param)}).spec()
+        except (ValueError, TypeError) as exc:
+            return _fail("--detector", str(exc))
+    else:
+        ns.detector_spec = None
     return run_demo(ns)
 
 

@@ -96,10 +96,13 @@ def run_demo(ns: argparse.Namespace) -> int:
              f"corr(proxy, gold) = {env.proxy_fit['corr_check']:.2f} in distribution; reference gold "
              f"{env.reference_gold:.2f} on {len(env.heldout_prompts)} held-out prompts ({time.perf_counter() - t0:.1f} s)")
 
-    _say(ns, f"\n== 2. GRPO against the proxy (no KL), EvalStop k={ns.k} min_delta={ns.min_delta:g} "
-             f"warmup={ns.warmup}, eval every {ns.eval_steps} steps ==")
+    detector = getattr(ns, "detector_spec", None) or {
+        "name": "k-decline", "params": {"k": ns.k, "min_delta": ns.min_delta, "warmup": ns.warmup}}
+    rule = " ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in detector["params"].items()
+                    if v is not None)
+    _say(ns, f"\n== 2. GRPO against the proxy (no KL), EvalStop {detector['name']} {rule}, "
+             f"eval every {ns.eval_steps} steps ==")
     evaluator = env.evaluator()
-    detector = {"name": "k-decline", "params": {"k": ns.k, "min_delta": ns.min_delta, "warmup": ns.warmup}}
     cb = EvalStopCallback(evaluator, eval_steps=ns.eval_steps, k=ns.k, min_delta=ns.min_delta, job_id="demo-grpo",
                           job_type="rlhf", mode="enforce", trace_path=str(out / "trace.jsonl"), detector=detector,
                           trace_extras=evaluator.trace_extras)
@@ -146,7 +149,8 @@ def run_demo(ns: argparse.Namespace) -> int:
     summary: dict[str, Any] = {
         "stop_step": stop_step, "best_step": best_step, "best_gold": best_gold, "restored_gold": restored_gold,
         "restored_equals_best": bool(match), "proxy_at_stop": proxy_at_stop, "planned_steps": ns.steps,
-        "evals": rows, "k": ns.k, "min_delta": ns.min_delta, "warmup": ns.warmup, "train_s": round(train_s, 1),
+        "evals": rows, "detector": detector, "k": ns.k, "min_delta": ns.min_delta, "warmup": ns.warmup,
+        "train_s": round(train_s, 1),
         "proxy_corr_in_distribution": env.proxy_fit["corr_check"], "plot": str(plot_path),
         "trace": str(out / "trace.jsonl"),
     }
@@ -173,7 +177,8 @@ def _platform(ns: argparse.Namespace) -> dict[str, Any]:
     traces = load_traces(folder)
     scale = corpus_scale(traces)
     # The demo's tolerance is in gold points; the platform's scores are on 0-1 (corpus min..max).
-    det = {"name": "k-decline", "params": {"k": ns.k, "min_delta": ns.min_delta / scale.span, "warmup": ns.warmup}}
+    det = getattr(ns, "detector_spec", None) or {
+        "name": "k-decline", "params": {"k": ns.k, "min_delta": ns.min_delta / scale.span, "warmup": ns.warmup}}
     results = replay(traces, WorkloadConfig(), det, ns.sim_seeds)
     s = results["trace_summary"]
     where = folder if ns.traces else "the shipped corpus (platform_sim/data/traces)"

@@ -35,7 +35,11 @@ def test_demo_help(capsys):
 
 
 @pytest.mark.parametrize("argv, flag", [(["--k", "0"], "--k"), (["--min-delta", "-0.5"], "--min-delta"),
-                                        (["--steps", "x"], "--steps"), (["--traces", "/no/such/dir"], "--traces")])
+                                        (["--steps", "x"], "--steps"), (["--traces", "/no/such/dir"], "--traces"),
+                                        (["--detector", "no-such-rule"], "--detector"),
+                                        (["--detector", "shape", "--detector-param", "threshold=2"], "--detector"),
+                                        (["--detector-param", "k=2"], "--detector-param"),
+                                        (["--detector", "shape", "--detector-param", "nokey"], "--detector-param")])
 def test_demo_bad_flags_exit_2(argv, flag, capsys):
     with pytest.raises(SystemExit) as exc:
         raise SystemExit(main(["demo", *argv]))
@@ -56,6 +60,17 @@ def test_short_demo_writes_plot_trace_and_summary(tmp_path, env_cache):
     trace = read_trace(out / "trace.jsonl")
     assert trace.steps == (10, 20) and trace.scores[trace.steps.index(s["best_step"])] == s["best_gold"]
     assert json.loads((out / "summary.json").read_text())["best_step"] == s["best_step"]
+    assert s["detector"] == {"name": "k-decline", "params": {"k": 2, "min_delta": 0.1, "warmup": 3}}
+
+
+def test_short_demo_with_another_detector(tmp_path, env_cache):
+    proc = _demo(tmp_path, env_cache, "--steps", "20", "--eval-steps", "10", "--no-sim", "--json",
+                 "--detector", "shape", "--detector-param", "threshold=0.9")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    s = json.loads(proc.stdout)
+    assert s["detector"]["name"] == "shape" and s["detector"]["params"]["threshold"] == 0.9
+    assert "falling back" not in proc.stderr  # the demo's evaluator reports per-example scores
+    assert read_trace(tmp_path / "out" / "trace.jsonl").header["config"]["detector"] == s["detector"]
 
 
 @pytest.mark.slow

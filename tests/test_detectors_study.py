@@ -11,13 +11,12 @@ import pytest
 from platform_sim.sim.cli import main
 from platform_sim.sim.detector_study import (
     CANDIDATES,
-    RecordedExamplesObservation,
     StudyConfig,
     detection_metrics,
     job_series,
     study,
 )
-from platform_sim.sim.eval_scores import PerExampleObservation
+from platform_sim.sim.eval_scores import PerExampleObservation, RecordedExamplesObservation
 from platform_sim.sim.experiments import PolicySpec, run_one
 from platform_sim.sim.observe import ObservationModel
 from platform_sim.sim.workload import WorkloadConfig, generate_workload

@@ -145,3 +145,30 @@ def test_warmup_detector_spec_and_state_round_trip():
     assert detector_from_spec(None).spec()["params"] == {"k": 2, "min_delta": 0.0}  # the paper's rule unchanged
     with pytest.raises(ValueError, match="warmup"):
         detector_from_spec({"name": "k-decline", "params": {"warmup": -1}})
+
+
+def test_detectors_that_read_per_example_scores_get_the_recorded_ones(caplog):
+    # The shipped corpus records 48 per-example gold scores per eval: `replay` and the per-trace rows must hand them
+    # to a detector that reads them (no "falling back to the mean" for trace jobs), and the per-trace row must
+    # equal the detector study's, which feeds the same recorded scores.
+    import logging
+
+    from platform_sim.sim.detector_study import trace_rows
+    from platform_sim.sim.replay import replay
+    from platform_sim.sim.traces import shipped_traces_dir
+
+    traces = load_traces(shipped_traces_dir())[:4]
+    scale = corpus_scale(traces)
+    spec = {"name": "shape", "params": {"threshold": 0.8}}
+    with caplog.at_level(logging.WARNING, logger="platform_sim.core.shape_detector"):
+        rows = [trace_detection(t, spec, scale) for t in traces]
+    assert not [r for r in caplog.records if "falling back" in r.getMessage()]
+    study = trace_rows(traces, scale, [("shape", spec)])
+    assert [(r["stopped"], r["stop_step"], r["best_step"]) for r in rows] == [
+        (r["stopped"], r["stop_step"], r["best_step"]) for r in study]
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="platform_sim.core.shape_detector"):
+        out = replay(traces, WorkloadConfig(n_jobs=30), spec, seeds=1)
+    assert out["config"]["detector"]["name"] == "shape"
+    # Only synthetic jobs are generated per-example scores; nobody falls back to the mean.
+    assert not [r for r in caplog.records if "falling back" in r.getMessage()]

@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import functools
 import itertools
-import json
 import logging
 import statistics
 from dataclasses import dataclass, field, replace
@@ -40,8 +39,8 @@ from platform_sim.core.policies import PREEMPTION_COST_H
 
 from .eval_scores import DEFAULT_EXAMPLES, DEFAULT_RHO, PerExampleObservation
 from .experiments import HACK_RATES, SIGMAS, PolicySpec
-from .observe import ObservationModel, register_observation_model
-from .workload import JobSpec, Workload, WorkloadConfig, generate_workload
+from .traces import recorded_examples
+from .workload import WorkloadConfig, generate_workload
 
 logger = logging.getLogger(__name__)
 
@@ -72,44 +71,6 @@ CANDIDATES: tuple[tuple[str, dict[str, Any]], ...] = (
     ("shape-sens", {"name": "shape", "params": {"threshold": 0.7, "future": 1.5, "min_tau": 2.0}}),
 )
 """``(label, detector spec)`` compared by ``evalstop-sim detectors``."""
-
-
-# -- per-example observations of recorded traces -----------------------------------------------------------------
-
-
-@register_observation_model("recorded-examples")
-class RecordedExamplesObservation(PerExampleObservation):
-    """Per-example scores for a replay workload: the recorded ones for trace jobs, generated ones for the others.
-
-    A trace job is recognised by its noise-free curve on the eval grid, which a replay sets to the trace's recorded
-    (scaled) means; its per-example scores are the recorded ones on the same scale.
-
-    Args:
-        workload: A replay workload (:func:`~platform_sim.sim.replay.build_replay_workload`).
-        traces: ``[(scaled means, scaled per-example scores per eval), ...]`` for every trace.
-        examples, rho: Generation of the other jobs' per-example scores.
-    """
-
-    def __init__(self, workload: Workload, traces: Sequence[tuple[Sequence[float], Sequence[Sequence[float]]]] = (),
-                 examples: int = DEFAULT_EXAMPLES, rho: float = DEFAULT_RHO) -> None:
-        super().__init__(workload, examples, rho)
-        self._recorded: dict[int, Sequence[Sequence[float]]] = {}
-        for job in workload.jobs:
-            row = workload.true_evals[job.index]
-            for means, per_example in traces:
-                if len(means) == len(row) and np.allclose(row, means, rtol=0.0, atol=1e-12):
-                    self._recorded[job.index] = per_example
-                    break
-
-    def observe_eval(self, job: JobSpec, k: int, progress: float) -> tuple[float, tuple[float, ...] | None]:
-        recorded = self._recorded.get(job.index)
-        if recorded is None:
-            return super().observe_eval(job, k, progress)
-        score, _ = ObservationModel.observe_eval(self, job, k, progress)
-        return score, tuple(recorded[k - 1]) if recorded[k - 1] else None
-
-
-# -- fast detection-only evaluation (calibration) ----------------------------------------------------------------
 
 
 def job_series(config: WorkloadConfig, seed: int, examples: int = DEFAULT_EXAMPLES, rho: float = DEFAULT_RHO,
@@ -378,20 +339,6 @@ def load_real(traces_dir: str | None) -> tuple[list[Any], Any, str | None, bool]
     return traces, corpus_scale(traces), None, True
 
 
-def recorded_examples(trace: Any) -> list[list[float] | None]:
-    """The per-example scores of each eval of a validated trace (None where an eval has none)."""
-    out: list[list[float] | None] = []
-    with open(trace.path, encoding="utf-8") as fh:
-        for line in fh:
-            if not line.strip():
-                continue
-            obj = json.loads(line)
-            if obj.get("kind") == "eval":
-                scores = obj.get("eval_scores")
-                out.append([float(s) for s in scores] if scores else None)
-    return out
-
-
 def trace_rows(traces: Sequence[Any], scale: Any, detectors: Sequence[tuple[str, Mapping[str, Any]]],
                ) -> list[dict[str, Any]]:
     """Each detector over each trace's recorded eval sequence (means and per-example scores, platform scale)."""
@@ -440,7 +387,7 @@ def trace_summaries(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
 def study(cfg: StudyConfig, runner: Any = None, progress: Callable[[int], None] | None = None,
           on_plan: Callable[[int], None] | None = None) -> dict[str, Any]:
     """Run the comparison; ``{"noise", "hack_rate", "plateau", "real", "real_traces", "real_summary", "config"}``."""
-    from .replay import trace_curves
+    from .replay import recorded_observation, trace_curves
     from .runner import SerialRunner
 
     if cfg.seeds < 1:
@@ -456,13 +403,8 @@ def study(cfg: StudyConfig, runner: Any = None, progress: Callable[[int], None] 
         traces, scale, real_note, platform_ok = load_real(cfg.traces_dir)
         if traces and platform_ok:
             curves = trace_curves(traces, scale)
-            recorded = []
-            for t, c in zip(traces, curves):
-                ex = recorded_examples(t)
-                recorded.append((list(c.scores), [[scale(v) for v in e] if e else [] for e in ex]))
             real = (curves, len(traces[0].steps))
-            real_obs = {"name": "recorded-examples",
-                        "params": {"traces": recorded, "examples": cfg.examples, "rho": cfg.rho}}
+            real_obs = recorded_observation(traces, curves, scale, cfg.examples, cfg.rho)
     plan = _plan(cfg, real, real_obs)
     if on_plan:
         on_plan(len(plan.tasks))

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
@@ -112,3 +112,38 @@ def observation_for(detector: Mapping[str, Any] | str | None) -> dict[str, Any] 
     if getattr(type(detector_from_spec(detector)), "uses_example_scores", False):
         return {"name": "per-example", "params": {}}
     return None
+
+
+@register_observation_model("recorded-examples")
+class RecordedExamplesObservation(PerExampleObservation):
+    """Per-example scores for a replay workload: the recorded ones for trace jobs, generated ones for the others.
+
+    A trace job is recognised by its noise-free curve on the eval grid, which a replay sets to the trace's recorded
+    (scaled) means; its per-example scores are the recorded ones on the same scale.
+
+    Args:
+        workload: A replay workload (:func:`~platform_sim.sim.replay.build_replay_workload`).
+        traces: ``[(scaled means, scaled per-example scores per eval), ...]`` for every trace.
+        examples, rho: Generation of the other jobs' per-example scores.
+    """
+
+    def __init__(self, workload: Workload, traces: Sequence[tuple[Sequence[float], Sequence[Sequence[float]]]] = (),
+                 examples: int = DEFAULT_EXAMPLES, rho: float = DEFAULT_RHO) -> None:
+        super().__init__(workload, examples, rho)
+        self._recorded: dict[int, Sequence[Sequence[float]]] = {}
+        for job in workload.jobs:
+            row = workload.true_evals[job.index]
+            for means, per_example in traces:
+                if len(means) == len(row) and np.allclose(row, means, rtol=0.0, atol=1e-12):
+                    self._recorded[job.index] = per_example
+                    break
+
+    def observe_eval(self, job: JobSpec, k: int, progress: float) -> tuple[float, tuple[float, ...] | None]:
+        recorded = self._recorded.get(job.index)
+        if recorded is None:
+            return super().observe_eval(job, k, progress)
+        score, _ = ObservationModel.observe_eval(self, job, k, progress)
+        return score, tuple(recorded[k - 1]) if recorded[k - 1] else None
+
+
+# -- fast detection-only evaluation (calibration) ----------------------------------------------------------------

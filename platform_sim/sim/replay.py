@@ -43,7 +43,7 @@ from platform_sim.core.detectors import detector_from_spec
 from platform_sim.core.monitor import JobMonitor
 
 from .curves import TabulatedCurve, eval_grid
-from .traces import RealTrace, TraceFormatError, load_traces, shipped_traces_dir
+from .traces import RealTrace, TraceFormatError, load_traces, recorded_examples, shipped_traces_dir
 from .workload import Workload, WorkloadConfig, generate_workload
 
 REPLAY_BASES: tuple[str, ...] = ("fifo", "sjf-est", "srtf-est", "loss-aware")
@@ -148,19 +148,21 @@ class ReplayTask:
     curves: tuple[TraceCurve, ...]
     seed: int
     policies: tuple[Any, ...]  # PolicySpec
+    observation: Mapping[str, Any] | None = None  # None: the means alone (Gaussian model with the trace's noise)
 
 
 def run_replay_task(task: ReplayTask) -> list[dict[str, Any]]:
     """Run every policy of ``task`` on its replay workload; one metrics dict per policy. Picklable, pure."""
+    from . import eval_scores  # noqa: F401  (registers the "recorded-examples" observation model in workers)
     from .engine import simulate
     from .metrics import run_metrics
-    from .observe import ObservationModel
+    from .observe import make_observation_model
 
     workload = build_replay_workload(task.workload, task.curves, task.seed)
     out = []
     for spec in task.policies:
         result = simulate(workload, spec.build(workload), gpus=task.workload.gpus,
-                          observation=ObservationModel(workload))
+                          observation=make_observation_model(workload, task.observation))
         m = run_metrics(result)
         m["seed"] = task.seed
         out.append(m)
@@ -182,12 +184,16 @@ def trace_detection(trace: RealTrace, detector: Mapping[str, Any] | None, scale:
         ``{"trace", "label", "algo", "stopped", "stop_step", "best_step", "peak_step", "delay_evals",
         "regret_pct", "peak_score", "delivered_score"}``; scores in trace units.
     """
-    monitor = JobMonitor(job_id=trace.name, job_type="rlhf", detector=detector_from_spec(detector))
+    det = detector_from_spec(detector)
+    monitor = JobMonitor(job_id=trace.name, job_type="rlhf", detector=det)
+    # Detectors that read per-example scores get the recorded ones, on the same scale as the means.
+    examples = recorded_examples(trace) if getattr(type(det), "uses_example_scores", False) else []
     stop_index = None
     for i, (step, score) in enumerate(zip(trace.steps, trace.scores)):
         if i < skip_evals:
             continue
-        decision = monitor.observe(step, scale(score))
+        per = examples[i] if i < len(examples) else None
+        decision = monitor.observe(step, scale(score), None if per is None else [scale(v) for v in per])
         if decision.should_stop:
             stop_index = i
             break
@@ -230,6 +236,22 @@ def trace_summary(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     }
 
 
+def recorded_observation(traces: Sequence[RealTrace], curves: Sequence[TraceCurve], scale: Scale,
+                         examples: int | None = None, rho: float | None = None) -> dict[str, Any]:
+    """The observation-model spec that gives trace jobs their *recorded* per-example scores (platform scale) and the
+    synthetic jobs generated ones (``examples``, ``rho``: :mod:`platform_sim.sim.eval_scores`' defaults if None)."""
+    recorded = []
+    for trace, curve in zip(traces, curves):
+        per_eval = recorded_examples(trace)
+        recorded.append((list(curve.scores), [[scale(v) for v in e] if e else [] for e in per_eval]))
+    params: dict[str, Any] = {"traces": recorded}
+    if examples is not None:
+        params["examples"] = examples
+    if rho is not None:
+        params["rho"] = rho
+    return {"name": "recorded-examples", "params": params}
+
+
 def replay(traces: Sequence[RealTrace], workload: WorkloadConfig, detector: Mapping[str, Any] | None,
            seeds: int, base: str = "srtf-est", stop_at_p: float = 0.65, runner: Any = None,
            progress: Callable[[int], None] | None = None, on_plan: Callable[[int], None] | None = None,
@@ -256,7 +278,11 @@ def replay(traces: Sequence[RealTrace], workload: WorkloadConfig, detector: Mapp
     workload = replace(workload, n_evals=n_evals)
     scale = corpus_scale(traces)
     curves = trace_curves(traces, scale)
-    det = detector_from_spec(detector).spec()
+    det_obj = detector_from_spec(detector)
+    det = det_obj.spec()
+    # Detectors that read per-example scores see the recorded ones (the other jobs' are generated).
+    observation = (recorded_observation(traces, curves, scale)
+                   if getattr(type(det_obj), "uses_example_scores", False) else None)
 
     def spec(stop: str, b: str) -> PolicySpec:
         return PolicySpec(base=b, stop=stop, detector=det if stop == "evalstop" else None,
@@ -269,7 +295,7 @@ def replay(traces: Sequence[RealTrace], workload: WorkloadConfig, detector: Mapp
         for stop in ("none", "evalstop"):
             specs.setdefault(spec(stop, b).key(), spec(stop, b))
     keys = list(specs)
-    tasks = [ReplayTask(workload, curves, seed, tuple(specs.values())) for seed in range(seeds)]
+    tasks = [ReplayTask(workload, curves, seed, tuple(specs.values()), observation) for seed in range(seeds)]
     if on_plan:
         on_plan(len(tasks))
     results = (runner or SerialRunner()).map(run_replay_task, tasks, progress)

@@ -241,3 +241,17 @@ def shipped_traces_dir() -> Path:
     from importlib import resources
 
     return Path(str(resources.files("platform_sim") / "data" / "traces"))
+
+
+def recorded_examples(trace: Any) -> list[list[float] | None]:
+    """The per-example scores of each eval of a validated trace (None where an eval has none)."""
+    out: list[list[float] | None] = []
+    with open(trace.path, encoding="utf-8") as fh:
+        for line in fh:
+            if not line.strip():
+                continue
+            obj = json.loads(line)
+            if obj.get("kind") == "eval":
+                scores = obj.get("eval_scores")
+                out.append([float(s) for s in scores] if scores else None)
+    return out
