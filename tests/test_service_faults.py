@@ -90,3 +90,36 @@ def test_kill9_mid_run_then_restart_loses_no_acknowledged_report(tmp_path):
         assert store.get_job(tenant.tenant_id, job).status == "finished"
     assert any(d.action is Action.STOP for job in traces for _, d, _, _ in results[job])
     store.close()
+
+
+def test_a_commit_that_fails_answers_503_records_nothing_and_the_resend_succeeds(tmp_path):
+    # A real SQLite failure, not a mock: the writer connection's page limit is set to the database's current size, so
+    # the next transaction that needs a new page fails with SQLITE_FULL ("database or disk is full"), as on a full disk.
+    from fastapi.testclient import TestClient
+
+    from platform_sim.service.app import create_app
+
+    store = SQLiteStore(tmp_path / "full.db")
+    _, token = store.add_tenant("acme")
+    headers = {"Authorization": f"Bearer {token}"}
+    with TestClient(create_app(store, close_store=True)) as c:
+        assert c.post("/v1/jobs", json={"job_type": "rlhf", "job_id": "j"}, headers=headers).status_code == 201
+        for step in range(3):
+            body = {"job_id": "j", "job_type": "rlhf", "step": step, "eval_score": 0.1 * step}
+            assert c.post("/v1/jobs/j/evals", json=body, headers=headers).status_code == 200
+        writers = list(store._conns)  # the writer and this thread's readers; the limit only bites on writes
+        pages = writers[0].execute("PRAGMA page_count").fetchone()[0]
+        for conn in writers:
+            conn.execute(f"PRAGMA max_page_count = {pages}")
+        big = [0.5] * 20_000  # per-example scores: more than the free space of the last page
+        body = {"job_id": "j", "job_type": "rlhf", "step": 3, "eval_score": 0.5, "eval_scores": big}
+        failed = c.post("/v1/jobs/j/evals", json=body, headers=headers)
+        assert failed.status_code == 503, failed.text
+        assert failed.json()["error"] == "unavailable" and "full" in failed.json()["message"]
+        view = c.get("/v1/jobs/j", headers=headers).json()
+        assert view["n_reports"] == 3 and view["last_step"] == 2  # nothing of the failed report was kept
+        for conn in writers:
+            conn.execute("PRAGMA max_page_count = 1073741823")
+        again = c.post("/v1/jobs/j/evals", json=body, headers=headers)  # the client's re-send
+        assert again.status_code == 200, again.text
+        assert c.get("/v1/jobs/j", headers=headers).json()["n_reports"] == 4
