@@ -123,3 +123,44 @@ def test_a_commit_that_fails_answers_503_records_nothing_and_the_resend_succeeds
         again = c.post("/v1/jobs/j/evals", json=body, headers=headers)  # the client's re-send
         assert again.status_code == 200, again.text
         assert c.get("/v1/jobs/j", headers=headers).json()["n_reports"] == 4
+
+
+def test_restart_mid_run_keeps_a_per_example_detectors_state(tmp_path):
+    # The shape detector's state (history, previous per-example scores, pooled paired noise) lives in the store:
+    # after kill -9 and a restart on the same database, its decisions are those of an uninterrupted embedded run.
+    import math
+
+    import httpx
+
+    db = tmp_path / "shape.db"
+    token = add_tenant(db, "acme")
+    port = free_port()
+    srv = Server(db, port).start()
+    detector = {"name": "shape", "params": {"threshold": 0.8}}
+    embedded = EmbeddedClient()
+    embedded.register("rlhf", detector=detector, job_id="s")
+    rng = random.Random(3)
+    reports = []
+    for i in range(20):
+        x = ((i + 1) / 10.0) ** 2  # Gao et al.'s form, peak at eval 10
+        mean = 0.1 + 0.6 * x * (1.0 - math.log(x))
+        scores = [mean + rng.gauss(0.0, 0.2) for _ in range(24)]
+        reports.append(Report("s", "rlhf", 10 * (i + 1), sum(scores) / 24, eval_scores=tuple(scores)))
+    headers = {"Authorization": f"Bearer {token}"}
+    try:
+        assert httpx.post(f"{srv.url}/v1/jobs", json={"job_type": "rlhf", "job_id": "s", "detector": detector},
+                          headers=headers).status_code == 201
+        got = []
+        for i, rep in enumerate(reports):
+            if i == 12:
+                srv.kill9()
+                srv = Server(db, port).start()
+            resp = httpx.post(f"{srv.url}/v1/jobs/s/evals", json=rep.to_dict(), headers=headers)
+            expected = embedded.report(rep).to_dict()
+            assert resp.status_code == 200 and resp.json() == expected, (i, resp.text, expected)
+            got.append(expected["action"])
+            if expected["action"] == "stop":
+                break
+        assert got[-1] == "stop" and len(got) > 12  # the stop came after the restart
+    finally:
+        srv.stop()
