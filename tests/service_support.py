@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import math
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -14,6 +16,8 @@ from pathlib import Path
 from typing import Iterator
 
 import httpx
+
+from platform_sim.core import Report
 
 SERVER_CMD = [sys.executable, "-m", "platform_sim.service.cli"]
 
@@ -107,3 +111,17 @@ def tenant_server(folder: Path, tenant: str = "acme") -> Iterator[tuple[Server, 
         yield srv, token
     finally:
         srv.stop()
+
+
+def overoptimization_reports(job_id: str, peak_eval: int, n_evals: int = 20, examples: int = 24,
+                             seed: int = 0) -> list[Report]:
+    """Reports of an RLHF job whose gold score follows Gao et al.'s form (peak at ``peak_eval``), every 10 steps, with
+    ``examples`` noisy per-example scores each (spread 0.2) and their mean as the eval score."""
+    rng = random.Random(seed)
+    out = []
+    for i in range(n_evals):
+        x = ((i + 1) / peak_eval) ** 2
+        mean = 0.1 + 0.6 * x * (1.0 - math.log(x))
+        scores = [mean + rng.gauss(0.0, 0.2) for _ in range(examples)]
+        out.append(Report(job_id, "rlhf", 10 * (i + 1), sum(scores) / examples, eval_scores=tuple(scores)))
+    return out

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import math
 import random
 
 import httpx
 import pytest
-from service_support import auth, tenant_server
+from service_support import auth, overoptimization_reports, tenant_server
 
 from evalstop_callbacks.client import EmbeddedClient
 from platform_sim.core import Report
@@ -225,16 +224,11 @@ def test_noise_robust_detectors_by_name_with_per_example_scores(http, name):
     assert _register(http, job, detector=detector).status_code == 201
     embedded = EmbeddedClient()
     embedded.register("rlhf", detector=detector, job_id=job)
-    rng = random.Random(7)
     decisions = []
-    for i in range(20):
-        x = ((i + 1) / 8.0) ** 2  # Gao et al.'s form, peak at eval 8
-        mean = 0.1 + 0.6 * x * (1.0 - math.log(x))
-        scores = [mean + rng.gauss(0.0, 0.2) for _ in range(32)]
-        resp = http.post(f"/v1/jobs/{job}/evals", json={"job_id": job, "job_type": "rlhf", "step": 10 * (i + 1),
-                                                       "eval_score": sum(scores) / 32, "eval_scores": scores})
+    for rep in overoptimization_reports(job, peak_eval=8, examples=32, seed=7):
+        resp = http.post(f"/v1/jobs/{job}/evals", json=rep.to_dict())
         assert resp.status_code == 200, resp.text
-        expected = embedded.report(Report(job, "rlhf", 10 * (i + 1), sum(scores) / 32, eval_scores=tuple(scores)))
+        expected = embedded.report(rep)
         assert resp.json() == expected.to_dict()
         decisions.append(expected.action.value)
         if expected.action.value == "stop":

@@ -6,7 +6,7 @@ import random
 import threading
 import time
 
-from service_support import Server, add_tenant, free_port
+from service_support import Server, add_tenant, free_port, overoptimization_reports
 
 from evalstop_callbacks.client import EmbeddedClient
 from evalstop_callbacks.platform_client import PlatformClient
@@ -128,8 +128,6 @@ def test_a_commit_that_fails_answers_503_records_nothing_and_the_resend_succeeds
 def test_restart_mid_run_keeps_a_per_example_detectors_state(tmp_path):
     # The shape detector's state (history, previous per-example scores, pooled paired noise) lives in the store:
     # after kill -9 and a restart on the same database, its decisions are those of an uninterrupted embedded run.
-    import math
-
     import httpx
 
     db = tmp_path / "shape.db"
@@ -139,13 +137,7 @@ def test_restart_mid_run_keeps_a_per_example_detectors_state(tmp_path):
     detector = {"name": "shape", "params": {"threshold": 0.8}}
     embedded = EmbeddedClient()
     embedded.register("rlhf", detector=detector, job_id="s")
-    rng = random.Random(3)
-    reports = []
-    for i in range(20):
-        x = ((i + 1) / 10.0) ** 2  # Gao et al.'s form, peak at eval 10
-        mean = 0.1 + 0.6 * x * (1.0 - math.log(x))
-        scores = [mean + rng.gauss(0.0, 0.2) for _ in range(24)]
-        reports.append(Report("s", "rlhf", 10 * (i + 1), sum(scores) / 24, eval_scores=tuple(scores)))
+    reports = overoptimization_reports("s", peak_eval=10, seed=3)
     headers = {"Authorization": f"Bearer {token}"}
     try:
         assert httpx.post(f"{srv.url}/v1/jobs", json={"job_type": "rlhf", "job_id": "s", "detector": detector},
