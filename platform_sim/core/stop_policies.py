@@ -248,8 +248,53 @@ class Oracle(StopPolicy):
         return {"peak_steps": f"<{len(self.peak_steps)} jobs>", **super().params()}
 
 
+class FleetEvalStopPolicy(EvalStopPolicy):
+    """EvalStop whose detector for each new job is chosen from the platform's finished jobs.
+
+    A :class:`~platform_sim.core.fleet.FleetDetectorChoice` picks the ``conservative`` or the ``aggressive`` detector
+    spec when a job first reports (from the late gains of the covered jobs that finished without being stopped); the
+    job keeps that detector for its whole run. Everything else is :class:`EvalStopPolicy`.
+
+    Args:
+        conservative, aggressive, min_late_gain, min_runs, window: See
+            :class:`~platform_sim.core.fleet.FleetDetectorChoice`.
+        job_types: Job types covered (and learned from).
+    """
+
+    name: ClassVar[str] = "evalstop-fleet"
+
+    def __init__(self, conservative: Mapping[str, Any] | None = None, aggressive: Mapping[str, Any] | None = None,
+                 min_late_gain: float = 0.3, min_runs: int = 8, window: int = 50,
+                 job_types: Iterable[str] = DEFAULT_STOP_TYPES) -> None:
+        from .fleet import FleetDetectorChoice
+
+        # Defaults: the calibrated detectors of docs/detectors.md (shape at the class default, and shape-sens).
+        self.choice = FleetDetectorChoice(
+            conservative or {"name": "shape", "params": {}},
+            aggressive or {"name": "shape", "params": {"threshold": 0.7, "future": 1.5, "min_tau": 2.0}},
+            min_late_gain, min_runs, window)
+        super().__init__(self.choice.conservative, job_types)
+        self.chosen: dict[str, str] = {}  # job id -> "conservative" / "aggressive", for reports
+
+    def monitor(self, job: JobView) -> JobMonitor:
+        mon = self.monitors.get(job.job_id)
+        if mon is None:
+            spec = self.choice.spec()
+            self.chosen[job.job_id] = "aggressive" if spec == self.choice.aggressive else "conservative"
+            mon = self.monitors[job.job_id] = JobMonitor(job.job_id, job.job_type, detector_from_spec(spec))
+        return mon
+
+    def forget(self, job_id: str) -> None:
+        mon = self.monitors.pop(job_id, None)
+        if mon is not None and not mon.stopped:  # a run that finished: what this platform's runs look like
+            self.choice.record(mon.scores)
+
+    def params(self) -> dict[str, Any]:
+        return {**self.choice.params(), "job_types": sorted(self.job_types)}
+
+
 STOP_POLICIES: dict[str, type[StopPolicy]] = {
-    cls.name: cls for cls in (NoStop, EvalStopPolicy, StopAtP, LossPlateau, Oracle)
+    cls.name: cls for cls in (NoStop, EvalStopPolicy, FleetEvalStopPolicy, StopAtP, LossPlateau, Oracle)
 }
 
 
