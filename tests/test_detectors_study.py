@@ -164,6 +164,12 @@ def test_run_generates_per_example_scores_only_for_detectors_that_read_them(caps
         assert main(["run", "--jobs", "30", "--detector", "trend", "--detector-param", "window=6", "--json"]) == 0
     assert not [r for r in caplog.records if "falling back" in r.getMessage()]
     assert json.loads(capsys.readouterr().out)["config"]["detector"]["name"] == "trend"
+    assert observation_for("shape") == {"name": "per-example", "params": {}}
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="platform_sim.core.shape_detector"):
+        assert main(["run", "--jobs", "30", "--stop", "evalstop-fleet", "--json"]) == 0  # shape and shape-sens
+    assert not [r for r in caplog.records if "falling back" in r.getMessage()]
+    assert json.loads(capsys.readouterr().out)["config"]["stop"] == "evalstop-fleet"
 
 
 @pytest.mark.parametrize("rule_name", ["plateau-safe", "high-noise"])

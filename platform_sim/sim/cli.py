@@ -157,8 +157,11 @@ def cmd_run(args: argparse.Namespace) -> int:
                       stop_params={"p": args.stop_at_p} if args.stop == "stop-at-p" else {})
     from .eval_scores import observation_for
 
-    # Per-example eval scores are generated only when the detector reads them, so plain runs stay fast.
-    _, m = run_one(wl, spec, args.seed, observation=observation_for(det) if args.stop == "evalstop" else None)
+    # Per-example eval scores are generated only when the detector reads them, so plain runs stay fast
+    # (evalstop-fleet's two default detectors both do).
+    observation = (observation_for(det) if args.stop == "evalstop"
+                   else {"name": "per-example", "params": {}} if args.stop == "evalstop-fleet" else None)
+    _, m = run_one(wl, spec, args.seed, observation=observation)
     m["config"] = {"workload": wl.to_dict(), "seed": args.seed, "base": args.base, "stop": args.stop,
                    "detector": det if args.stop == "evalstop" else None}
     if args.json:
