@@ -2,7 +2,7 @@
 
 ``evalstop-sim detectors`` reports each detector's JCT gain over no stop policy with a confidence interval over
 seeds; two such intervals overlap even when one detector is better on every seed. This script runs the paper's rule
-and the given detectors on the same seeds and prints the mean per-seed difference of mean JCT (negative: faster
+and the given detectors (or the ``evalstop-fleet`` stop policy) on the same seeds and prints the mean per-seed difference of mean JCT (negative: faster
 than the paper's rule), its 95% confidence half-width, the seeds where the detector was faster, and scipy's paired
 t-test and Wilcoxon p-values.
 
@@ -27,12 +27,13 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sigma", type=float, default=0.02)
     ap.add_argument("--seeds", type=int, default=30)
-    ap.add_argument("--labels", default="shape,shape-sens,cusum", help="detectors of evalstop-sim detectors")
+    ap.add_argument("--labels", default="shape,shape-sens,cusum,evalstop-fleet",
+                    help="detectors of evalstop-sim detectors, or evalstop-fleet (the stop policy with its defaults)")
     args = ap.parse_args()
     logging.getLogger("platform_sim.core").setLevel(logging.ERROR)
     specs = dict(CANDIDATES)
     labels = args.labels.split(",")
-    unknown = [lab for lab in labels if lab not in specs]
+    unknown = [lab for lab in labels if lab not in specs and lab != "evalstop-fleet"]
     if unknown:
         ap.error(f"unknown --labels {', '.join(unknown)}; choose from {', '.join(specs)}")
     wl = WorkloadConfig(sigma=args.sigma)
@@ -41,7 +42,8 @@ def main() -> None:
     jct: dict[str, list[float]] = {lab: [] for lab in ["paper k=2", *labels]}
     for seed in range(args.seeds):
         for lab in jct:
-            spec = PolicySpec(stop="evalstop", detector=specs[lab])
+            spec = (PolicySpec(stop="evalstop-fleet") if lab == "evalstop-fleet"
+                    else PolicySpec(stop="evalstop", detector=specs[lab]))
             jct[lab].append(run_one(wl, spec, seed, observation=per_example)[1]["jct_mean_h"])
     base = np.asarray(jct["paper k=2"])
     print(f"sigma {args.sigma}, default workload, srtf-est, seeds 0-{args.seeds - 1} "

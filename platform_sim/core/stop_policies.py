@@ -11,6 +11,9 @@ Policies:
 - ``none``: never stops.
 - ``evalstop``: the job's detector (default ``k-decline``, k=2, min_delta=0) over its observed eval scores; delivers
   the best observed checkpoint (highest score, earliest on ties).
+- ``evalstop-fleet``: EvalStop whose detector for each new job is chosen from the platform's finished jobs
+  (:mod:`platform_sim.core.fleet`): the ``shape`` detector, or ``shape-sens`` once the jobs that finished unstopped
+  show that healthy runs here keep rising until the end.
 - ``stop-at-p``: stops every covered job at the first eval at or after a fraction ``p`` (0.65) of its planned steps;
   delivers that checkpoint.
 - ``loss-plateau``: stops a covered job when its training loss improved by less than ``min_rel_improvement`` (1%,
