@@ -199,7 +199,7 @@ def test_oracle_stops_at_the_true_peak_and_is_the_only_policy_with_ground_truth(
 
 
 def test_make_stop_policy_and_composition():
-    assert set(STOP_POLICIES) == {"none", "evalstop", "stop-at-p", "loss-plateau", "oracle"}
+    assert set(STOP_POLICIES) == {"none", "evalstop", "evalstop-fleet", "stop-at-p", "loss-plateau", "oracle"}
     with pytest.raises(ValueError, match="unknown stop policy 'magic'"):
         make_stop_policy("magic")
     with pytest.raises(ValueError, match="bad parameters for stop policy 'stop-at-p'"):
