@@ -73,6 +73,9 @@ CANDIDATES: tuple[tuple[str, dict[str, Any]], ...] = (
 """``(label, detector spec)`` compared by ``evalstop-sim detectors``."""
 
 
+# -- fast detection-only evaluation (calibration) ----------------------------------------------------------------
+
+
 def job_series(config: WorkloadConfig, seed: int, examples: int = DEFAULT_EXAMPLES, rho: float = DEFAULT_RHO,
                ) -> list[tuple[bool, int, np.ndarray, list[tuple[float, tuple[float, ...] | None]]]]:
     """The observed eval series of every RLHF job of a workload: ``(hacking, peak eval, truth, evals)``.

@@ -145,5 +145,3 @@ class RecordedExamplesObservation(PerExampleObservation):
         score, _ = ObservationModel.observe_eval(self, job, k, progress)
         return score, tuple(recorded[k - 1]) if recorded[k - 1] else None
 
-
-# -- fast detection-only evaluation (calibration) ----------------------------------------------------------------
