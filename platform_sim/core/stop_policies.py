@@ -33,6 +33,7 @@ from typing import Any, ClassVar, Iterable, Mapping
 
 from .boundary import JOB_TYPES, Action
 from .detectors import Detector, detector_from_spec
+from .fleet import FleetDetectorChoice
 from .monitor import JobMonitor
 from .policies import BasePolicy
 from .views import JobView
@@ -269,15 +270,14 @@ class FleetEvalStopPolicy(EvalStopPolicy):
     def __init__(self, conservative: Mapping[str, Any] | None = None, aggressive: Mapping[str, Any] | None = None,
                  min_late_gain: float = 0.3, min_runs: int = 8, window: int = 50,
                  job_types: Iterable[str] = DEFAULT_STOP_TYPES) -> None:
-        from .fleet import FleetDetectorChoice
-
         # Defaults: the calibrated detectors of docs/detectors.md (shape at the class default, and shape-sens).
         self.choice = FleetDetectorChoice(
             conservative or {"name": "shape", "params": {}},
             aggressive or {"name": "shape", "params": {"threshold": 0.7, "future": 1.5, "min_tau": 2.0}},
             min_late_gain, min_runs, window)
         super().__init__(self.choice.conservative, job_types)
-        self.chosen: dict[str, str] = {}  # job id -> "conservative" / "aggressive", for reports
+        # job id -> "conservative" / "aggressive", kept after the job ends so a run can report the choices it made.
+        self.chosen: dict[str, str] = {}
 
     def monitor(self, job: JobView) -> JobMonitor:
         mon = self.monitors.get(job.job_id)
