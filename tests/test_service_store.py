@@ -133,3 +133,53 @@ def test_database_settings_are_durable(tmp_path):
     store.close()
     with pytest.raises(ValueError, match="synchronous"):
         SQLiteStore(tmp_path / "e.db", synchronous="OFF")
+
+
+def test_tenant_detector_command_applies_the_fleet_rule_to_finished_jobs(tmp_path):
+    # `evalstop-server tenant detector NAME`: the fleet rule over a tenant's jobs that finished unstopped, read from a
+    # real SQLite file. Rising runs -> shape-sens; plateaued runs -> shape; stopped runs and other tenants don't count.
+    import json
+
+    import numpy as np
+    from service_support import cli
+
+    from platform_sim.core.stop_policies import FleetEvalStopPolicy
+
+    db = tmp_path / "fleet.db"
+    store = SQLiteStore(db)
+    rising = list(np.linspace(0.1, 0.7, 20))
+    flat = list(0.6 - 0.5 * np.exp(-np.linspace(0.05, 1.0, 20) / 0.1))
+    ids = {}
+    for name in ("climbers", "plateaus"):
+        tenant, _ = store.add_tenant(name)
+        ids[name] = tenant.tenant_id
+    for name, runs in (("climbers", [rising] * 8), ("plateaus", [flat] * 8)):
+        for i, scores in enumerate(runs):
+            job = f"{name}-{i}"
+            store.register_job(ids[name], JobRecord(job_id=job, job_type="rlhf", detector={"name": "k-decline",
+                                                                                             "params": {"k": 50}}))
+            for step, score in enumerate(scores):
+                store.submit_report(ids[name], Report(job, "rlhf", step * 10, float(score))).result()
+            store.finish_job(ids[name], job, "completed")
+    # A stopped run of the climbers (its monitor stopped it) must not count: with it, still 8 unstopped.
+    store.register_job(ids["climbers"], JobRecord(job_id="hack", job_type="rlhf",
+                                                  detector={"name": "k-decline", "params": {"k": 1}}))
+    for step, score in enumerate([0.5, 0.4]):
+        store.submit_report(ids["climbers"], Report("hack", "rlhf", step, score)).result()
+    store.finish_job(ids["climbers"], "hack", "stopped")
+    store.close()
+
+    defaults = FleetEvalStopPolicy().choice
+    out = json.loads(cli("tenant", "detector", "climbers", "--db", str(db), "--json").stdout)
+    assert out["regime"] == "aggressive" and out["detector"] == defaults.aggressive
+    assert out["finished_unstopped"] == 8 and out["median_late_gain"] == pytest.approx(0.5, abs=0.01)
+    out = json.loads(cli("tenant", "detector", "plateaus", "--db", str(db), "--json").stdout)
+    assert out["regime"] == "conservative" and out["detector"] == defaults.conservative
+    few = json.loads(cli("tenant", "detector", "climbers", "--db", str(db), "--json", "--min-runs", "9").stdout)
+    assert few["regime"] == "conservative" and few["median_late_gain"] is None
+    human = cli("tenant", "detector", "climbers", "--db", str(db)).stdout
+    assert "aggressive (median late gain 0.50" in human and json.loads(human.splitlines()[-1]) == defaults.aggressive
+    bad = cli("tenant", "detector", "nobody", "--db", str(db), check=False)
+    assert bad.returncode == 2 and "no tenant 'nobody'" in bad.stderr
+    bad = cli("tenant", "detector", "climbers", "--db", str(db), "--min-runs", "10", "--window", "5", check=False)
+    assert bad.returncode == 2 and "window" in bad.stderr

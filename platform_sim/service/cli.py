@@ -17,6 +17,8 @@ import re
 import sys
 from typing import Sequence
 
+from platform_sim.core.boundary import JOB_TYPES
+
 DEFAULT_DB = "evalstop.db"
 TENANT_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 
@@ -68,6 +70,20 @@ def build_parser() -> argparse.ArgumentParser:
     rev.add_argument("name")
     _db_arg(rev)
     rev.add_argument("--json", action="store_true", help="machine-readable output")
+    det = tsub.add_parser(
+        "detector", help="the stop detector this tenant's new jobs should use, from its finished jobs",
+        description="Applies evalstop-fleet's rule (platform_sim/core/fleet.py, docs/detectors.md) to the tenant's "
+                    "jobs of one type that finished without being stopped: the median late gain (the share of a "
+                    "run's rise made in its last third) of the last --window of them decides between the "
+                    "conservative detector (shape) and the aggressive one (shape-sens). Prints the spec to pass as "
+                    "the job's detector.")
+    det.add_argument("name")
+    det.add_argument("--job-type", default="rlhf", choices=list(JOB_TYPES), help="jobs to learn from (default rlhf)")
+    det.add_argument("--min-runs", type=int, default=8, help="finished runs needed before leaving the "
+                     "conservative detector (default 8)")
+    det.add_argument("--window", type=int, default=50, help="most recent finished runs that count (default 50)")
+    _db_arg(det)
+    det.add_argument("--json", action="store_true", help="machine-readable output")
     return parser
 
 
@@ -151,6 +167,8 @@ def _tenant(args: argparse.Namespace) -> int:
                     status = "revoked" if t.revoked_at is not None else "active"
                     print(f"{t.name:<24} {status:<8} {_iso(t.created_at):<20} {_iso(t.revoked_at)}")
             return 0
+        if args.tenant_command == "detector":
+            return _fleet_detector(store, args)
         try:
             tenant = store.revoke_tenant(args.name)
         except TenantNotFound as exc:
@@ -162,6 +180,45 @@ def _tenant(args: argparse.Namespace) -> int:
         return 0
     finally:
         store.close()
+
+
+def _fleet_detector(store, args: argparse.Namespace) -> int:  # noqa: ANN001 - the store type needs the extra
+    from platform_sim.core.fleet import FleetDetectorChoice
+    from platform_sim.core.stop_policies import FleetEvalStopPolicy
+
+    tenant = next((t for t in store.list_tenants() if t.name == args.name), None)
+    if tenant is None:
+        return _fail(f"no tenant {args.name!r}")
+    defaults = FleetEvalStopPolicy().choice
+    try:
+        choice = FleetDetectorChoice(defaults.conservative, defaults.aggressive, defaults.min_late_gain,
+                                     args.min_runs, args.window)
+    except ValueError as exc:
+        return _fail(f"--min-runs/--window: {exc}")
+    finished, after = [], None
+    while True:  # every finished job of the tenant, a page at a time
+        page = store.list_jobs(tenant.tenant_id, status="finished", limit=1000, after=after)
+        finished += [j for j in page if j.job_type == args.job_type and j.stopped_at is None]
+        if len(page) < 1000:
+            break
+        after = page[-1].job_id
+    finished.sort(key=lambda j: j.finished_at or 0.0)
+    counted = 0
+    for job in finished[-args.window:]:  # oldest first, as the fleet saw them finish
+        scores = [r.eval_score for r in store.reports(tenant.tenant_id, job.job_id)]
+        counted += choice.record(scores) is not None
+    spec, median = choice.spec(), choice.median_late_gain()
+    regime = "aggressive" if spec == choice.aggressive else "conservative"
+    if args.json:
+        print(json.dumps({"tenant": tenant.name, "job_type": args.job_type, "finished_unstopped": len(finished),
+                          "counted": counted, "median_late_gain": median, "regime": regime, "detector": spec}))
+    else:
+        why = (f"median late gain {median:.2f} of the last {len(choice.gains)} finished runs "
+               f"({'>=' if regime == 'aggressive' else '<'} {choice.min_late_gain:g})" if median is not None
+               else f"only {counted} finished runs with enough evals (needs {choice.min_runs})")
+        print(f"tenant {tenant.name!r}, {args.job_type} jobs: {regime} ({why})")
+        print(json.dumps(spec))
+    return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
