@@ -46,13 +46,12 @@ def _pos_int(text: str) -> int:
 
 
 def _detector_param(text: str) -> tuple[str, object]:
-    key, sep, value = text.partition("=")
-    if not sep or not key:
-        raise argparse.ArgumentTypeError(f"expected key=value, got {text!r}")
+    from platform_sim.core.detectors import parse_detector_param
+
     try:
-        return key, json.loads(value)
-    except json.JSONDecodeError:
-        return key, value
+        return parse_detector_param(text)
+    except ValueError as exc:  # argparse prints an ArgumentTypeError's own message
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _nonneg_float(text: str) -> float:

@@ -145,3 +145,15 @@ def test_register_detector_makes_it_selectable_and_requires_a_name():
 
     with pytest.raises(TypeError, match="no detector name"):
         register_detector(Nameless)
+
+
+def test_parse_detector_param():
+    from platform_sim.core.detectors import parse_detector_param
+
+    assert parse_detector_param("k=3") == ("k", 3)
+    assert parse_detector_param("se=null") == ("se", None)
+    assert parse_detector_param("test=wilcoxon") == ("test", "wilcoxon")  # not JSON: kept as text
+    assert parse_detector_param("x=a=b") == ("x", "a=b")
+    for bad in ("k", "=3", ""):
+        with pytest.raises(ValueError, match="expected key=value"):
+            parse_detector_param(bad)

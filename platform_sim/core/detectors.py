@@ -11,6 +11,7 @@ trainer can resume it from a checkpoint.
 
 from __future__ import annotations
 
+import json
 import math
 from abc import ABC, abstractmethod
 from typing import Any, Callable, ClassVar, Mapping, Sequence
@@ -165,6 +166,21 @@ def detector_from_spec(spec: str | Mapping[str, Any] | None) -> Detector:
     if unknown:
         raise ValueError(f"unknown detector spec field(s): {', '.join(sorted(unknown))}")
     return make_detector(spec["name"], **dict(spec.get("params") or {}))
+
+
+def parse_detector_param(text: str) -> tuple[str, Any]:
+    """``"key=value"`` as given on a command line (``--detector-param``): the value parsed as JSON, else kept as text.
+
+    Raises:
+        ValueError: No ``=`` or an empty key.
+    """
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise ValueError(f"expected key=value, got {text!r}")
+    try:
+        return key, json.loads(value)
+    except json.JSONDecodeError:
+        return key, value
 
 
 DetectorFactory = Callable[[], Detector]

@@ -19,7 +19,7 @@ import math
 import sys
 from typing import Any, Callable, NoReturn, Sequence
 
-from platform_sim.core.detectors import DETECTORS, detector_from_spec
+from platform_sim.core.detectors import DETECTORS, detector_from_spec, parse_detector_param
 from platform_sim.core.policies import BASE_POLICIES
 from platform_sim.core.stop_policies import STOP_POLICIES
 
@@ -37,20 +37,11 @@ class _Parser(argparse.ArgumentParser):
         raise SystemExit(2)
 
 
-def _parse_value(text: str) -> Any:
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError:
-        return text
-
-
 def _detector_param(text: str) -> tuple[str, Any]:
-    if "=" not in text:
-        raise argparse.ArgumentTypeError(f"expected key=value, got {text!r}")
-    key, value = text.split("=", 1)
-    if not key:
-        raise argparse.ArgumentTypeError(f"expected key=value, got {text!r}")
-    return key, _parse_value(value)
+    try:
+        return parse_detector_param(text)
+    except ValueError as exc:  # argparse prints an ArgumentTypeError's own message
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def add_workload_args(p: argparse.ArgumentParser) -> None:
