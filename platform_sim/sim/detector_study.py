@@ -345,29 +345,15 @@ def load_real(traces_dir: str | None) -> tuple[list[Any], Any, str | None, bool]
 def trace_rows(traces: Sequence[Any], scale: Any, detectors: Sequence[tuple[str, Mapping[str, Any]]],
                ) -> list[dict[str, Any]]:
     """Each detector over each trace's recorded eval sequence (means and per-example scores, platform scale)."""
+    from .replay import trace_detection
+
+    keys = ("trace", "label", "stopped", "stop_step", "best_step", "peak_step", "delay_evals", "regret_pct")
     rows = []
     for trace in traces:
-        examples = recorded_examples(trace)
+        examples = recorded_examples(trace)  # read once per trace, not once per detector
         for label, spec in detectors:
-            monitor = JobMonitor(trace.name, "rlhf", detector_from_spec(spec))
-            stop_index = None
-            for i, (step, score) in enumerate(zip(trace.steps, trace.scores)):
-                per = examples[i] if i < len(examples) else None
-                decision = monitor.observe(step, scale(score), None if per is None else [scale(v) for v in per])
-                if decision.should_stop:
-                    stop_index = i
-                    break
-            stopped = stop_index is not None
-            best_step = int(monitor.best_step) if stopped else trace.steps[-1]
-            delivered = trace.scores[trace.steps.index(best_step)]
-            peak = trace.peak_score
-            rows.append({
-                "detector": label, "trace": trace.name, "label": trace.label, "stopped": stopped,
-                "stop_step": trace.steps[stop_index] if stopped else None, "best_step": best_step,
-                "peak_step": trace.peak_step,
-                "delay_evals": (stop_index - trace.peak_index) if stopped else None,
-                "regret_pct": 100.0 * (peak - delivered) / abs(peak) if peak != 0 else None,
-            })
+            row = trace_detection(trace, spec, scale, examples=examples)
+            rows.append({"detector": label, **{k: row[k] for k in keys}})
     return rows
 
 

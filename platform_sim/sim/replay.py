@@ -170,7 +170,7 @@ def run_replay_task(task: ReplayTask) -> list[dict[str, Any]]:
 
 
 def trace_detection(trace: RealTrace, detector: Mapping[str, Any] | None, scale: Scale,
-                    skip_evals: int = 0) -> dict[str, Any]:
+                    skip_evals: int = 0, examples: Sequence[Sequence[float] | None] | None = None) -> dict[str, Any]:
     """Run the detector over one trace's real eval sequence (platform scale) and report what it did.
 
     Args:
@@ -179,6 +179,9 @@ def trace_detection(trace: RealTrace, detector: Mapping[str, Any] | None, scale:
         scale: The corpus's map to the platform scale.
         skip_evals: Report only from the eval after the first ``skip_evals`` ones (a job that starts reporting to
             the scheduler after a warm-up); its best checkpoint is then the best of the reported evals.
+        examples: The trace's recorded per-example scores per eval (:func:`~platform_sim.sim.traces.recorded_examples`,
+            trace units), when the caller already read them; by default they are read from the trace's file for a
+            detector that uses them.
 
     Returns:
         ``{"trace", "label", "algo", "stopped", "stop_step", "best_step", "peak_step", "delay_evals",
@@ -187,7 +190,10 @@ def trace_detection(trace: RealTrace, detector: Mapping[str, Any] | None, scale:
     det = detector_from_spec(detector)
     monitor = JobMonitor(job_id=trace.name, job_type="rlhf", detector=det)
     # Detectors that read per-example scores get the recorded ones, on the same scale as the means.
-    examples = recorded_examples(trace) if getattr(type(det), "uses_example_scores", False) else []
+    if not getattr(type(det), "uses_example_scores", False):
+        examples = []
+    elif examples is None:
+        examples = recorded_examples(trace)
     stop_index = None
     for i, (step, score) in enumerate(zip(trace.steps, trace.scores)):
         if i < skip_evals:
