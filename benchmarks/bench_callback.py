@@ -87,7 +87,7 @@ def share(trainer_name: str, steps: int, eval_steps: int) -> dict:
     from transformers.utils import logging as hf_logging
 
     from evalstop_callbacks import EvalStopCallback
-    from evalstop_callbacks.overopt import EnvConfig, build_env
+    from evalstop_callbacks.research.overopt import EnvConfig, build_env
 
     hf_logging.disable_progress_bar()
     hf_logging.set_verbosity_error()
@@ -107,7 +107,7 @@ def share(trainer_name: str, steps: int, eval_steps: int) -> dict:
     else:  # the configuration of examples/ppo_evalstop.py
         from trl.experimental.ppo import PPOConfig, PPOTrainer
 
-        from evalstop_callbacks.tiny import build_scalar_model
+        from evalstop_callbacks.research.tiny import build_scalar_model
 
         tok = env.tokenizer
         config = PPOConfig(output_dir=out, per_device_train_batch_size=32, num_mini_batches=1, num_ppo_epochs=4,

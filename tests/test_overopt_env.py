@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from evalstop_callbacks.overopt import (
+from evalstop_callbacks.research.overopt import (
     BagOfWordsProxy,
     EnvConfig,
     build_env,
@@ -17,7 +17,7 @@ from evalstop_callbacks.overopt import (
     heldout_prompts,
     train_prompts,
 )
-from evalstop_callbacks.tiny import VOCAB
+from evalstop_callbacks.research.tiny import VOCAB
 
 SMALL = EnvConfig(seed=3, pretrain_steps=60, proxy_samples=120, proxy_check_samples=60)
 

@@ -10,14 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from evalstop_callbacks.cli import main
-from evalstop_callbacks.record import RunSpec, default_grid, ppo_available
+from evalstop_callbacks.research.cli import main
+from evalstop_callbacks.research.record import RunSpec, default_grid, ppo_available
 from platform_sim.sim.traces import read_trace
 
 
 def _cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
     env = dict(os.environ, OMP_NUM_THREADS="1")
-    return subprocess.run([sys.executable, "-m", "evalstop_callbacks.cli", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "evalstop_callbacks.research.cli", *args], capture_output=True, text=True,
                           env=env, cwd=cwd, timeout=600)
 
 
@@ -78,13 +78,13 @@ def test_record_writes_a_grpo_trace_with_gold_proxy_loss_and_time(tmp_path, tmp_
 @pytest.mark.ppo
 @pytest.mark.skipif(not ppo_available(), reason="needs trl==1.12.0 (PPOTrainer)")
 def test_record_writes_a_ppo_trace(tmp_path):
-    from evalstop_callbacks.record import record_run
+    from evalstop_callbacks.research.record import record_run
 
     import torch
 
     torch.set_num_threads(1)
     path = tmp_path / "ppo.jsonl"
-    from evalstop_callbacks.overopt import EnvConfig
+    from evalstop_callbacks.research.overopt import EnvConfig
 
     small = EnvConfig(seed=0, pretrain_steps=60, proxy_samples=120, proxy_check_samples=60)
     record_run(RunSpec("ppo", "proxy", 0.0, 0, steps=8, eval_steps=4), path, cache_dir=str(tmp_path / "cache"),

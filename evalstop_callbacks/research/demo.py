@@ -1,6 +1,6 @@
 """``evalstop demo``: real reward hacking on CPU, stopped by EvalStop, then the platform fed by real traces.
 
-1. Build the overoptimization environment (:mod:`evalstop_callbacks.overopt`; cached after the first build).
+1. Build the overoptimization environment (:mod:`evalstop_callbacks.research.overopt`; cached after the first build).
 2. Train one real GRPO job against the learned proxy with no KL penalty (it hacks), with
    :class:`~evalstop_callbacks.EvalStopCallback` in enforce mode and the scheduler core embedded, printing proxy and
    gold side by side at each eval. EvalStop stops it after ``k`` declines of the held-out gold score, and the best
@@ -18,6 +18,7 @@ import argparse
 import json
 import logging
 import math
+import warnings
 import os
 import shutil
 import sys
@@ -62,6 +63,11 @@ def _plot(trace_rows: list[dict[str, Any]], stop_step: int | None, best_step: in
 
 def run_demo(ns: argparse.Namespace) -> int:
     """The demo; ``ns`` holds the parsed ``evalstop demo`` flags. Returns the exit code."""
+    with warnings.catch_warnings():
+        return _run_demo(ns)
+
+
+def _run_demo(ns: argparse.Namespace) -> int:
     t_start = time.perf_counter()
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     import torch
@@ -70,18 +76,18 @@ def run_demo(ns: argparse.Namespace) -> int:
     torch.set_num_threads(int(os.environ.get("EVALSTOP_THREADS", "1")))
     for name in ("transformers", "trl", "accelerate", "datasets"):
         logging.getLogger(name).setLevel(logging.ERROR)
-    import warnings
-
-    warnings.filterwarnings("ignore")
+    # The libraries' own warnings (deprecations, CPU hints) would bury the demo's output; only theirs are silenced,
+    # and only while the demo runs.
+    warnings.filterwarnings("ignore", module=r"(transformers|trl|accelerate|datasets|torch|peft)(\.|$)")
     from transformers import TrainerCallback
     from transformers.utils import logging as hf_logging
 
     hf_logging.set_verbosity_error()
     hf_logging.disable_progress_bar()
 
-    from .callback import EvalStopCallback
+    from ..callback import EvalStopCallback
     from .overopt import EnvConfig, build_env
-    from .record import RunSpec, _grpo_trainer
+    from .record import RunSpec, grpo_trainer
 
     out = Path(ns.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -125,7 +131,7 @@ def run_demo(ns: argparse.Namespace) -> int:
 
     spec = RunSpec("grpo", "proxy", 0.0, ns.seed, ns.steps, ns.eval_steps)
     t0 = time.perf_counter()
-    trainer = _grpo_trainer(env, spec, [cb, _Printer()], str(ckpt_dir), save=True, save_total_limit=1)
+    trainer = grpo_trainer(env, spec, [cb, _Printer()], str(ckpt_dir), save=True, save_total_limit=1)
     trainer.train()
     train_s = time.perf_counter() - t0
     stop_step, best_step, best_gold = cb.stopped_at, cb.best_step, cb.best_score

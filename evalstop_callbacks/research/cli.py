@@ -1,6 +1,6 @@
 """``evalstop``: the trainer side's command line.
 
-- ``evalstop demo``: the CPU reward-hacking demo, end to end (see :mod:`evalstop_callbacks.demo`).
+- ``evalstop demo``: the CPU reward-hacking demo, end to end (see :mod:`evalstop_callbacks.research.demo`).
 - ``evalstop traces record``: record real training runs of the overoptimization environment as JSONL traces.
 
 Bad input ends with a one-line reason naming the flag and exit code 2; ``--json`` prints machine-readable output.

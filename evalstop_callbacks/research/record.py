@@ -8,7 +8,7 @@ the trainer's loss and KL, and wall time.
 
 Runs execute one at a time, each in its own Python process (:func:`run_in_subprocess`), because PPO needs the TRL
 1.12 environment while GRPO runs on the newest TRL, and because a fresh process per run keeps runs independent.
-``python -m evalstop_callbacks.record --spec JSON --trace PATH`` runs one spec in the current interpreter.
+``python -m evalstop_callbacks.research.record --spec JSON --trace PATH`` runs one spec in the current interpreter.
 """
 
 from __future__ import annotations
@@ -122,7 +122,7 @@ class RunResult:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-def _grpo_trainer(env, spec: RunSpec, callbacks: list, output_dir: str, save: bool = False,
+def grpo_trainer(env, spec: RunSpec, callbacks: list, output_dir: str, save: bool = False,
                   save_total_limit: int | None = None):
     from datasets import Dataset
     from trl import GRPOConfig, GRPOTrainer
@@ -184,13 +184,13 @@ def record_run(spec: RunSpec, trace_path: str | os.PathLike, cache_dir: str | No
     Args:
         spec: The run.
         trace_path: Where the JSONL trace goes (replaced if it exists).
-        cache_dir: Environment cache (default: :func:`~evalstop_callbacks.overopt.default_cache_dir`).
-        env_config: An :class:`~evalstop_callbacks.overopt.EnvConfig` to use instead of the default one of
+        cache_dir: Environment cache (default: :func:`~evalstop_callbacks.research.overopt.default_cache_dir`).
+        env_config: An :class:`~evalstop_callbacks.research.overopt.EnvConfig` to use instead of the default one of
             ``spec.seed`` (smaller environments for tests).
     """
     import torch
 
-    from .callback import EvalStopCallback
+    from ..callback import EvalStopCallback
     from .overopt import EnvConfig, build_env
 
     torch.set_num_threads(int(os.environ.get("EVALSTOP_THREADS", "1")))
@@ -204,7 +204,7 @@ def record_run(spec: RunSpec, trace_path: str | os.PathLike, cache_dir: str | No
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="evalstop-rec-") as out:
         if spec.algo == "grpo":
-            trainer = _grpo_trainer(env, spec, [cb], out)
+            trainer = grpo_trainer(env, spec, [cb], out)
         else:
             trainer = _ppo_trainer(env, spec, [cb], out)
         trainer.train()
@@ -233,7 +233,7 @@ def _annotate_header(path: Path, spec: RunSpec, env) -> None:
 def run_in_subprocess(spec: RunSpec, trace_path: str | os.PathLike, python: str | None = None,
                       cache_dir: str | None = None, timeout: float | None = 1800) -> RunResult:
     """Run :func:`record_run` in a fresh interpreter (``python``, default this one) and return its result."""
-    cmd = [python or sys.executable, "-m", "evalstop_callbacks.record", "--spec", json.dumps(spec.to_dict()),
+    cmd = [python or sys.executable, "-m", "evalstop_callbacks.research.record", "--spec", json.dumps(spec.to_dict()),
            "--trace", str(trace_path)]
     if cache_dir:
         cmd += ["--cache-dir", str(cache_dir)]
@@ -249,7 +249,7 @@ def run_in_subprocess(spec: RunSpec, trace_path: str | os.PathLike, python: str 
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m evalstop_callbacks.record",
+    parser = argparse.ArgumentParser(prog="python -m evalstop_callbacks.research.record",
                                      description="Record one run of the overoptimization environment (internal).")
     parser.add_argument("--spec", required=True, help="RunSpec as JSON")
     parser.add_argument("--trace", required=True, help="trace file to write")

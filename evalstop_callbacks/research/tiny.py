@@ -2,7 +2,7 @@
 
 Nothing here downloads anything. The tokenizer is trained with ``tokenizers`` on the small corpus shipped in
 ``evalstop_callbacks/data/corpus.txt`` (made by :func:`generate_corpus`; regenerate it with
-``python -m evalstop_callbacks.tiny``). The models are randomly initialised GPT-2s of a few layers; a short language
+``python -m evalstop_callbacks.research.tiny``). The models are randomly initialised GPT-2s of a few layers; a short language
 model pretraining (:func:`pretrain_policy`, about 8 s on one CPU thread) makes the policy write sentence-like text.
 
 These serve the tests, the examples, the demo and the real overoptimization environment.
@@ -64,14 +64,14 @@ def generate_corpus(n_lines: int = 4000, seed: int = 0, vocab: Vocabulary = VOCA
 
 
 def corpus_path() -> Path:
-    return Path(str(resources.files("evalstop_callbacks") / "data" / "corpus.txt"))
+    return Path(str(resources.files("evalstop_callbacks.research") / "data" / "corpus.txt"))
 
 
 def load_corpus() -> list[str]:
     """The shipped corpus, one sentence per line."""
     path = corpus_path()
     if not path.exists():
-        raise FileNotFoundError(f"the tiny corpus is missing at {path}; regenerate it with python -m evalstop_callbacks.tiny")
+        raise FileNotFoundError(f"the tiny corpus is missing at {path}; regenerate it with python -m evalstop_callbacks.research.tiny")
     return [line for line in path.read_text().splitlines() if line.strip()]
 
 
