@@ -21,7 +21,7 @@ from platform_sim.core import (
     detector_from_spec,
     make_detector,
 )
-from platform_sim.core.robust_detectors import se_from_history, standard_error
+from platform_sim.core.detectors import se_from_history, standard_error
 
 ROBUST = ["k-decline-se", "paired-test", "cusum", "trend", "shape"]
 
@@ -239,7 +239,7 @@ def test_se_from_history_ignores_a_linear_trend():
 def test_missing_per_example_scores_fall_back_with_one_warning(name, caplog):
     det = make_detector(name)
     means = [0.1, 0.3, 0.5, 0.6, 0.6, 0.3, 0.0, -0.3, -0.6, -0.9]
-    with caplog.at_level(logging.WARNING, logger="platform_sim.core.robust_detectors"):
+    with caplog.at_level(logging.WARNING, logger="platform_sim.core.detectors"):
         monitor = JobMonitor("job", detector=det)
         for step, m in enumerate(means):
             monitor.observe(step, m)
@@ -359,7 +359,7 @@ def test_trend_slopes_of_a_uniform_fall_are_certain():
 def test_t_prescreen_never_changes_scipys_decision(seed, n, shift, alpha):
     from scipy import stats
 
-    from platform_sim.core.robust_detectors import one_sided_t_p
+    from platform_sim.core.detectors import one_sided_t_p
 
     values = np.random.default_rng(seed).standard_t(3, n) + shift
     if np.ptp(values) == 0:

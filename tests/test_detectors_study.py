@@ -62,7 +62,7 @@ def test_per_example_scores_change_nothing_for_detectors_on_the_mean():
 
 def test_paired_detector_gets_the_scores_in_the_simulator(caplog):
     spec = PolicySpec(stop="evalstop", detector={"name": "paired-test", "params": {}})
-    with caplog.at_level(logging.WARNING, logger="platform_sim.core.robust_detectors"):
+    with caplog.at_level(logging.WARNING, logger="platform_sim.core.detectors"):
         run_one(SMALL, spec, 0, observation={"name": "per-example", "params": {}})
     assert not [r for r in caplog.records if "falling back" in r.getMessage()]
 
@@ -160,13 +160,13 @@ def test_run_generates_per_example_scores_only_for_detectors_that_read_them(caps
     assert observation_for(None) is None and observation_for("k-decline") is None
     for name in ("paired-test", "trend", "cusum", "k-decline-se"):
         assert observation_for(name) == {"name": "per-example", "params": {}}
-    with caplog.at_level(logging.WARNING, logger="platform_sim.core.robust_detectors"):
+    with caplog.at_level(logging.WARNING, logger="platform_sim.core.detectors"):
         assert main(["run", "--jobs", "30", "--detector", "trend", "--detector-param", "window=6", "--json"]) == 0
     assert not [r for r in caplog.records if "falling back" in r.getMessage()]
     assert json.loads(capsys.readouterr().out)["config"]["detector"]["name"] == "trend"
     assert observation_for("shape") == {"name": "per-example", "params": {}}
     caplog.clear()
-    with caplog.at_level(logging.WARNING, logger="platform_sim.core.shape_detector"):
+    with caplog.at_level(logging.WARNING, logger="platform_sim.core.detectors"):
         assert main(["run", "--jobs", "30", "--stop", "evalstop-fleet", "--json"]) == 0  # shape and shape-sens
     assert not [r for r in caplog.records if "falling back" in r.getMessage()]
     assert json.loads(capsys.readouterr().out)["config"]["stop"] == "evalstop-fleet"
