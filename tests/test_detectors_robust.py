@@ -393,3 +393,24 @@ def test_unknown_noise_decides_nothing(name):
     assert [det.observe(i, m) for i, m in enumerate([1.0, 0.5, 0.0])] == [False, False, False]
     with_se = make_detector(name, se=0.01, **({"k": 1} if name == "k-decline-se" else {"threshold": 0.0}))
     assert [with_se.observe(i, m) for i, m in enumerate([1.0, 0.5, 0.0])][1] is True
+
+
+def _falling_after_a_noisy_best(best_noise: float, level_alpha: float | None) -> list[bool]:
+    # Every example falls by the same amount over the last four evals (certain trend evidence), but the best eval's
+    # per-example scores carry noise of sd ``best_noise`` around its mean, so the drop below the best is small
+    # against the paired noise of that comparison when ``best_noise`` is large.
+    rng = np.random.default_rng(0)
+    difficulty = rng.normal(0.0, 0.1, 20)
+    noise = rng.normal(0.0, best_noise, 20) if best_noise else np.zeros(20)
+    evals = [1.0 + difficulty + noise - noise.mean()] + [m + difficulty for m in (0.99, 0.98, 0.97, 0.96)]
+    det = TrendDetector(window=4, alpha=0.05, level_alpha=level_alpha)
+    return [det.observe(10 * (i + 1), float(np.mean(s)), list(s)) for i, s in enumerate(evals)]
+
+
+def test_trend_level_alpha_requires_a_significant_drop_below_the_best_checkpoint():
+    # Without the level condition the falling window stops the job; with it, the current checkpoint is not
+    # significantly below the noisy best one, so it does not.
+    assert _falling_after_a_noisy_best(1.0, None)[-1] is True
+    assert not any(_falling_after_a_noisy_best(1.0, 0.05))
+    # Far below a noise-free best: the condition holds and the job stops at the same eval as without it.
+    assert _falling_after_a_noisy_best(0.0, 0.05) == _falling_after_a_noisy_best(0.0, None) == [False] * 3 + [True] * 2
