@@ -37,7 +37,7 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--sigmas", default="0.02,0.12")
     args = ap.parse_args()
-    logging.getLogger("platform_sim.core.robust_detectors").setLevel(logging.ERROR)
+    logging.getLogger("platform_sim.core.detectors").setLevel(logging.ERROR)
     per_example = {"name": "per-example", "params": {}}
     for sigma in (float(s) for s in args.sigmas.split(",")):
         wl = WorkloadConfig(sigma=sigma)

@@ -27,7 +27,7 @@ def main() -> None:
                     help="selection rule (default plateau-safe)")
     ap.add_argument("--grid", default=None, help='override a family\'s grid, JSON: {"alpha": [0.1, 0.2]}')
     args = ap.parse_args()
-    logging.getLogger("platform_sim.core.robust_detectors").setLevel(logging.ERROR)
+    logging.getLogger("platform_sim.core.detectors").setLevel(logging.ERROR)
     grids = CALIBRATION_GRIDS
     if args.only:
         grids = {k: v for k, v in CALIBRATION_GRIDS.items() if k in args.only.split(",")}

@@ -19,7 +19,7 @@ from typing import Any, Callable, Mapping
 from transformers import TrainerCallback
 from transformers.trainer_callback import ExportableState
 
-from platform_sim.core import JOB_TYPES, Decision, Report, detector_from_spec
+from platform_sim.core import JOB_TYPES, Decision, Report, check_int, detector_from_spec
 
 from .checkpoints import CheckpointError, checkpoint_dir, mark_best, restore_checkpoint
 from .client import BoundaryClient, EmbeddedClient
@@ -61,12 +61,6 @@ class EvalStopTrainingStopped(RuntimeError):
             "stop ends trainer.train() with this exception: call "
             "evalstop_callbacks.ppo.train_with_evalstop(trainer) instead of trainer.train() to return normally."
         )
-
-
-def _check_int(name: str, value: Any, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
-    return value
 
 
 def _trainer_name(args: Any) -> str:
@@ -153,8 +147,8 @@ class EvalStopCallback(TrainerCallback, ExportableState):
                 f"got {type(evaluator).__name__}"
             )
         self.evaluator = evaluator
-        self.eval_steps = _check_int("eval_steps", eval_steps, 1)
-        self.k = _check_int("k", k, 1)
+        self.eval_steps = check_int("eval_steps", eval_steps, 1)
+        self.k = check_int("k", k, 1)
         if isinstance(min_delta, bool) or not isinstance(min_delta, (int, float)) or not math.isfinite(min_delta) \
                 or min_delta < 0:
             raise ValueError(f"min_delta must be a finite number >= 0, got {min_delta!r}")

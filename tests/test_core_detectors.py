@@ -157,3 +157,33 @@ def test_parse_detector_param():
     for bad in ("k", "=3", ""):
         with pytest.raises(ValueError, match="expected key=value"):
             parse_detector_param(bad)
+
+
+def test_detectors_declare_whether_they_read_per_example_scores():
+    assert Detector.uses_example_scores is False and KDeclineDetector.uses_example_scores is False
+    readers = {name for name, cls in DETECTORS.items() if cls.uses_example_scores}
+    assert readers == {"k-decline-se", "paired-test", "cusum", "trend", "shape"}
+
+
+def test_update_returns_the_verdict_with_its_reason_and_a_plain_detector_gets_it_from_observe():
+    det = KDeclineDetector(k=2)
+    verdicts = [det.update(i, s) for i, s in enumerate([0.5, 0.4, 0.3])]
+    assert verdicts[:2] == [(False, ""), (False, "")]
+    assert verdicts[2] == (True, "2 consecutive declines (k=2, min_delta=0)")
+
+    class Always(Detector):  # the interface alone: observe() and reason(), no EvidenceDetector
+        name = "test-always"
+
+        def observe(self, step, score, scores=None):
+            return True
+
+        def params(self):
+            return {}
+
+        def state_dict(self):
+            return {}
+
+        def load_state_dict(self, state):
+            pass
+
+    assert Always().update(1, 0.5) == (True, "test-always fired")

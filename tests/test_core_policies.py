@@ -169,6 +169,25 @@ def test_stop_at_p_stops_at_the_first_eval_at_or_after_p():
         StopAtP(1.5)
 
 
+def test_stop_at_p_reaches_p_despite_floating_point_rounding():
+    # 0.55 * 100 is 55.00000000000001 in floating point: the eval at step 55 of 100 is at p = 0.55 and must stop.
+    assert 0.55 * 100 > 55
+    pol = StopAtP(0.55)
+    v = view(steps=100)
+    W.add_eval(v, 54, 0.5)
+    assert pol.on_eval(v) is None
+    W.add_eval(v, 55, 0.5)
+    verdict = pol.on_eval(v)
+    assert verdict is not None and verdict.deliver_step == 55
+
+
+def test_base_policies_declare_should_yield_and_only_loss_aware_yields():
+    running, waiting = 5.0, 1.0  # the waiting job ranks much better
+    for cls in (FIFO, SJFEst, SRTFEst):
+        assert cls().should_yield(running, waiting) is False
+    assert LossAware().should_yield(-1.0, -3.0) is True
+
+
 def test_loss_plateau_rule():
     pol = LossPlateau(window=2, min_rel_improvement=0.05)
     v = view()

@@ -21,7 +21,7 @@ from platform_sim.core import (
     detector_from_spec,
     make_detector,
 )
-from platform_sim.core.robust_detectors import se_from_history, standard_error
+from platform_sim.core.detectors import se_from_history, standard_error
 
 ROBUST = ["k-decline-se", "paired-test", "cusum", "trend", "shape"]
 
@@ -239,7 +239,7 @@ def test_se_from_history_ignores_a_linear_trend():
 def test_missing_per_example_scores_fall_back_with_one_warning(name, caplog):
     det = make_detector(name)
     means = [0.1, 0.3, 0.5, 0.6, 0.6, 0.3, 0.0, -0.3, -0.6, -0.9]
-    with caplog.at_level(logging.WARNING, logger="platform_sim.core.robust_detectors"):
+    with caplog.at_level(logging.WARNING, logger="platform_sim.core.detectors"):
         monitor = JobMonitor("job", detector=det)
         for step, m in enumerate(means):
             monitor.observe(step, m)
@@ -359,7 +359,7 @@ def test_trend_slopes_of_a_uniform_fall_are_certain():
 def test_t_prescreen_never_changes_scipys_decision(seed, n, shift, alpha):
     from scipy import stats
 
-    from platform_sim.core.robust_detectors import one_sided_t_p
+    from platform_sim.core.detectors import one_sided_t_p
 
     values = np.random.default_rng(seed).standard_t(3, n) + shift
     if np.ptp(values) == 0:
@@ -393,3 +393,24 @@ def test_unknown_noise_decides_nothing(name):
     assert [det.observe(i, m) for i, m in enumerate([1.0, 0.5, 0.0])] == [False, False, False]
     with_se = make_detector(name, se=0.01, **({"k": 1} if name == "k-decline-se" else {"threshold": 0.0}))
     assert [with_se.observe(i, m) for i, m in enumerate([1.0, 0.5, 0.0])][1] is True
+
+
+def _falling_after_a_noisy_best(best_noise: float, level_alpha: float | None) -> list[bool]:
+    # Every example falls by the same amount over the last four evals (certain trend evidence), but the best eval's
+    # per-example scores carry noise of sd ``best_noise`` around its mean, so the drop below the best is small
+    # against the paired noise of that comparison when ``best_noise`` is large.
+    rng = np.random.default_rng(0)
+    difficulty = rng.normal(0.0, 0.1, 20)
+    noise = rng.normal(0.0, best_noise, 20) if best_noise else np.zeros(20)
+    evals = [1.0 + difficulty + noise - noise.mean()] + [m + difficulty for m in (0.99, 0.98, 0.97, 0.96)]
+    det = TrendDetector(window=4, alpha=0.05, level_alpha=level_alpha)
+    return [det.observe(10 * (i + 1), float(np.mean(s)), list(s)) for i, s in enumerate(evals)]
+
+
+def test_trend_level_alpha_requires_a_significant_drop_below_the_best_checkpoint():
+    # Without the level condition the falling window stops the job; with it, the current checkpoint is not
+    # significantly below the noisy best one, so it does not.
+    assert _falling_after_a_noisy_best(1.0, None)[-1] is True
+    assert not any(_falling_after_a_noisy_best(1.0, 0.05))
+    # Far below a noise-free best: the condition holds and the job stops at the same eval as without it.
+    assert _falling_after_a_noisy_best(0.0, 0.05) == _falling_after_a_noisy_best(0.0, None) == [False] * 3 + [True] * 2

@@ -150,3 +150,15 @@ def test_rebuilds_from_its_spec():
     det = make_detector("shape", threshold=0.8, min_tau=1.0, future=2.0, warmup=2)
     again = make_detector(det.name, **det.params())
     assert again.params() == det.params()
+
+
+@pytest.mark.parametrize("last, stops", [(0.63, False), (0.6299, True)])
+def test_shape_stops_only_on_a_score_below_the_best(last, stops, caplog):
+    # A rise that flattens at its best: at a low threshold the posterior of "past the peak" counts as evidence at
+    # every late eval, but a score equal to the best so far never stops the job; one just below it does.
+    det = ShapeDetector(threshold=0.01, se=0.01)
+    means = [0.1, 0.3, 0.45, 0.55, 0.6, 0.62, 0.63, 0.63, last]
+    with caplog.at_level(logging.ERROR, logger="platform_sim.core.detectors"):
+        out = [det.observe(10 * (i + 1), m) for i, m in enumerate(means)]
+    assert det.last_posterior is not None and det.last_posterior > 0.1
+    assert out == [False] * 8 + [stops]

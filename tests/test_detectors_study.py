@@ -62,7 +62,7 @@ def test_per_example_scores_change_nothing_for_detectors_on_the_mean():
 
 def test_paired_detector_gets_the_scores_in_the_simulator(caplog):
     spec = PolicySpec(stop="evalstop", detector={"name": "paired-test", "params": {}})
-    with caplog.at_level(logging.WARNING, logger="platform_sim.core.robust_detectors"):
+    with caplog.at_level(logging.WARNING, logger="platform_sim.core.detectors"):
         run_one(SMALL, spec, 0, observation={"name": "per-example", "params": {}})
     assert not [r for r in caplog.records if "falling back" in r.getMessage()]
 
@@ -160,35 +160,71 @@ def test_run_generates_per_example_scores_only_for_detectors_that_read_them(caps
     assert observation_for(None) is None and observation_for("k-decline") is None
     for name in ("paired-test", "trend", "cusum", "k-decline-se"):
         assert observation_for(name) == {"name": "per-example", "params": {}}
-    with caplog.at_level(logging.WARNING, logger="platform_sim.core.robust_detectors"):
+    with caplog.at_level(logging.WARNING, logger="platform_sim.core.detectors"):
         assert main(["run", "--jobs", "30", "--detector", "trend", "--detector-param", "window=6", "--json"]) == 0
     assert not [r for r in caplog.records if "falling back" in r.getMessage()]
     assert json.loads(capsys.readouterr().out)["config"]["detector"]["name"] == "trend"
     assert observation_for("shape") == {"name": "per-example", "params": {}}
     caplog.clear()
-    with caplog.at_level(logging.WARNING, logger="platform_sim.core.shape_detector"):
+    with caplog.at_level(logging.WARNING, logger="platform_sim.core.detectors"):
         assert main(["run", "--jobs", "30", "--stop", "evalstop-fleet", "--json"]) == 0  # shape and shape-sens
     assert not [r for r in caplog.records if "falling back" in r.getMessage()]
     assert json.loads(capsys.readouterr().out)["config"]["stop"] == "evalstop-fleet"
 
 
 @pytest.mark.parametrize("rule_name", ["plateau-safe", "high-noise"])
-def test_calibration_picks_the_point_its_rule_prefers(rule_name):
+def test_calibration_on_recorded_series_picks_the_pinned_point(rule_name):
     from platform_sim.sim.detector_study import CALIBRATION_RULES, calibrate
 
-    rule = CALIBRATION_RULES[rule_name]
     grids = {"cusum": ("cusum", {"slack": (0.0,), "threshold": (1.0, 4.0, 8.0)})}
-    res = calibrate(seeds=(1000,), rule=rule, grids=grids)
+    res = calibrate(seeds=(1000,), rule=CALIBRATION_RULES[rule_name], grids=grids)
     rows = res["grid"]
-    assert len(rows) == 3 and res["seeds"] == [1000]
-    feasible = [r for r in rows if all(r[c]["precision"] >= rule.min_precision for c in rule.constrain)]
-    assert [r["feasible"] for r in rows] == [r in feasible for r in rows]
+    assert res["seeds"] == [1000]
+    assert [r["spec"]["params"]["threshold"] for r in rows] == [1.0, 4.0, 8.0]
+    # threshold 1 stops healthy runs (precision < 95% at sigma 0.12 and on plateaus); of the other two, 4 is as
+    # fast as the paper's rule at sigma 0.02 (plateau-safe's first criterion) and has the higher recall and
+    # min(precision, recall) at sigma 0.12 (high-noise's, where neither is fast enough).
+    assert [r["feasible"] for r in rows] == [False, True, True]
+    assert rows[1]["default_s0.02"]["delay_median_evals"] == 3.0 and rows[2]["default_s0.02"]["delay_median_evals"] > 3
+    assert res["chosen"] == {"cusum": {"name": "cusum", "params": {"slack": 0.0, "threshold": 4.0}}}
 
-    def key(r):
-        obj = r[rule.objective]
-        score = min(obj["recall"], obj["precision"]) if rule.balanced else obj["recall"]
-        return ((r[rule.fast]["delay_median_evals"] or 99.0) <= rule.max_delay, round(score, 2),
-                -(obj["delay_median_evals"] or 99.0), score)
 
-    best = max(feasible, key=key) if feasible else None
-    assert res["chosen"]["cusum"] == (best["spec"] if best else None)
+# Synthetic metrics per grid point (cusum's threshold) and scenario: (precision, recall, median delay in evals).
+_METRICS = {
+    1.0: {"default_s0.02": (0.99, 1.0, 1.0), "default_s0.12": (0.50, 1.0, 2.0), "plateau_s0.02": (0.90, 1.0, 1.0)},
+    2.0: {"default_s0.02": (1.0, 1.0, 4.0), "default_s0.12": (0.97, 0.90, 5.0), "plateau_s0.02": (1.0, 1.0, 4.0)},
+    3.0: {"default_s0.02": (1.0, 1.0, 3.0), "default_s0.12": (0.97, 0.703, 6.0), "plateau_s0.02": (1.0, 1.0, 3.0)},
+    4.0: {"default_s0.02": (1.0, 1.0, 3.0), "default_s0.12": (0.97, 0.699, 5.0), "plateau_s0.02": (1.0, 1.0, 3.0)},
+    5.0: {"default_s0.02": (1.0, 1.0, 3.0), "default_s0.12": (0.97, 0.701, 5.0), "plateau_s0.02": (1.0, 1.0, 3.0)},
+    6.0: {"default_s0.02": (1.0, 1.0, 2.0), "default_s0.12": (0.96, 0.99, 3.0), "plateau_s0.02": (None, 0.0, None)},
+    7.0: {"default_s0.02": (1.0, 1.0, 2.0), "default_s0.12": (0.99, 0.97, 4.0), "plateau_s0.02": (0.90, 1.0, 2.0)},
+}
+
+
+@pytest.mark.parametrize("rule_name, expected", [
+    # Feasible on all three scenarios: 2-5. Fast at sigma 0.02 (delay <= 3): 3, 4, 5 (2 has the higher recall but
+    # is slow). Their recalls round to 0.70; 4 and 5 are faster at sigma 0.12 than 3 (which has the highest raw
+    # recall); of those two, 5 has the higher raw recall.
+    ("plateau-safe", 5.0),
+    # (6 has no precision on plateaus, 7 too low a one.)
+    # Feasible at sigma 0.12: 2-7. Fast at sigma 0.02: 3-7; highest rounded recall at sigma 0.12: 6.
+    ("default-only", 6.0),
+    # Feasible at sigma 0.12: 2-7; fast there (delay <= 4): 6, 7; min(precision, recall): 0.96 and 0.97.
+    ("high-noise", 7.0),
+])
+def test_calibration_selection_follows_its_rule(monkeypatch, rule_name, expected):
+    from platform_sim.sim import detector_study
+    from platform_sim.sim.detector_study import CALIBRATION_RULES, CALIBRATION_SCENARIOS, calibrate
+
+    names = {id(cfg): name for name, cfg in CALIBRATION_SCENARIOS.items()}
+    monkeypatch.setattr(detector_study, "job_series", lambda cfg, seed: names[id(cfg)])
+
+    def metrics(spec, series):
+        precision, recall, delay = _METRICS[spec["params"]["threshold"]][series[0]]
+        return {"precision": precision, "recall": recall, "delay_median_evals": delay}
+
+    monkeypatch.setattr(detector_study, "detection_metrics", metrics)
+    grids = {"cusum": ("cusum", {"threshold": tuple(_METRICS)}),
+             "none-feasible": ("cusum", {"threshold": (1.0,)})}
+    res = calibrate(seeds=(0,), rule=CALIBRATION_RULES[rule_name], grids=grids)
+    assert res["chosen"] == {"cusum": {"name": "cusum", "params": {"threshold": expected}}, "none-feasible": None}

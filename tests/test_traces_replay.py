@@ -160,14 +160,14 @@ def test_detectors_that_read_per_example_scores_get_the_recorded_ones(caplog):
     traces = load_traces(shipped_traces_dir())[:4]
     scale = corpus_scale(traces)
     spec = {"name": "shape", "params": {"threshold": 0.8}}
-    with caplog.at_level(logging.WARNING, logger="platform_sim.core.shape_detector"):
+    with caplog.at_level(logging.WARNING, logger="platform_sim.core.detectors"):
         rows = [trace_detection(t, spec, scale) for t in traces]
     assert not [r for r in caplog.records if "falling back" in r.getMessage()]
     study = trace_rows(traces, scale, [("shape", spec)])
     assert [(r["stopped"], r["stop_step"], r["best_step"]) for r in rows] == [
         (r["stopped"], r["stop_step"], r["best_step"]) for r in study]
     caplog.clear()
-    with caplog.at_level(logging.WARNING, logger="platform_sim.core.shape_detector"):
+    with caplog.at_level(logging.WARNING, logger="platform_sim.core.detectors"):
         out = replay(traces, WorkloadConfig(n_jobs=30), spec, seeds=1)
     assert out["config"]["detector"]["name"] == "shape"
     # Only synthetic jobs are generated per-example scores; nobody falls back to the mean.

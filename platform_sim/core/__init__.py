@@ -12,15 +12,24 @@ from .boundary import (
     InvalidReportError,
     Report,
 )
-from .detectors import DETECTORS, Detector, KDeclineDetector, detector_from_spec, make_detector, register_detector
-from .monitor import JobMonitor
-from .robust_detectors import (  # importing registers them by name
+from .checks import check_int
+from .detectors import (  # importing the package registers every detector by name
+    DETECTORS,
     CusumDetector,
+    Detector,
+    EvidenceDetector,
+    KDeclineDetector,
     KDeclineSEDetector,
     PairedTestDetector,
+    ShapeDetector,
     TrendDetector,
+    Verdict,
+    detector_from_spec,
+    make_detector,
+    register_detector,
+    shape_sens_spec,
 )
-from .shape_detector import ShapeDetector  # importing registers it by name
+from .monitor import JobMonitor
 
 __all__ = [
     "JOB_TYPES",
@@ -31,6 +40,7 @@ __all__ = [
     "DETECTORS",
     "Decision",
     "Detector",
+    "EvidenceDetector",
     "InvalidReportError",
     "JobMonitor",
     "KDeclineDetector",
@@ -39,7 +49,10 @@ __all__ = [
     "Report",
     "ShapeDetector",
     "TrendDetector",
+    "Verdict",
+    "check_int",
     "detector_from_spec",
     "make_detector",
     "register_detector",
+    "shape_sens_spec",
 ]

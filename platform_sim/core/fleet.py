@@ -24,6 +24,7 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
+from .checks import check_int, check_prob
 from .detectors import detector_from_spec
 
 #: Evals a finished run needs for its late gain (two per third).
@@ -72,13 +73,9 @@ class FleetDetectorChoice:
         # Validate and normalize both specs now: a bad one fails when the platform starts, not at a job's first eval.
         self.conservative = detector_from_spec(self.conservative).spec()
         self.aggressive = detector_from_spec(self.aggressive).spec()
-        if isinstance(self.min_late_gain, bool) or not isinstance(self.min_late_gain, (int, float)) or not (
-                0.0 < self.min_late_gain < 1.0):
-            raise ValueError(f"min_late_gain must be a number strictly between 0 and 1, got {self.min_late_gain!r}")
-        for name, low in (("min_runs", 1), ("window", self.min_runs)):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < low:
-                raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
+        check_prob("min_late_gain", self.min_late_gain)
+        check_int("min_runs", self.min_runs, 1)
+        check_int("window", self.window, self.min_runs)
 
     def record(self, scores: Sequence[float]) -> float | None:
         """Take a run that finished without being stopped; returns its late gain (None: too short to count)."""

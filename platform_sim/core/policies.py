@@ -23,6 +23,7 @@ import math
 from abc import ABC, abstractmethod
 from typing import Any, ClassVar
 
+from .checks import check_nonneg
 from .views import JobView
 
 PREEMPTION_COST_H: float = 2.0 / 60.0
@@ -45,6 +46,18 @@ class BasePolicy(ABC):
     @abstractmethod
     def key(self, job: JobView) -> float:
         """Rank of ``job`` (lower runs first), from its observable state as of its last update."""
+
+    def should_yield(self, running_key: float, waiting_key: float) -> bool:
+        """At an eval of a running job (policies with :attr:`preempt_on_eval`): whether it yields its GPUs.
+
+        Args:
+            running_key: The running job's key.
+            waiting_key: The key of the best-ranked waiting job that would fit in the GPUs it frees.
+
+        Returns:
+            False here (a running job keeps its GPUs); policies that preempt at evals override it.
+        """
+        return False
 
     def params(self) -> dict[str, Any]:
         return {}
@@ -104,9 +117,7 @@ class LossAware(BasePolicy):
     preempt_on_eval: ClassVar[bool] = True
 
     def __init__(self, margin: float = 0.25) -> None:
-        if not isinstance(margin, (int, float)) or not math.isfinite(margin) or margin < 0:
-            raise ValueError(f"margin must be a finite number >= 0, got {margin!r}")
-        self.margin = float(margin)
+        self.margin = check_nonneg("margin", margin)
 
     def reduction(self, job: JobView) -> float | None:
         history = job.loss_history
@@ -124,7 +135,12 @@ class LossAware(BasePolicy):
         return -math.inf if r is None else -r
 
     def should_yield(self, running_key: float, waiting_key: float) -> bool:
-        """Whether a running job with ``running_key`` yields to a waiting job with ``waiting_key``."""
+        """Whether a running job with ``running_key`` yields to a waiting job with ``waiting_key``.
+
+        Args:
+            running_key: The running job's key.
+            waiting_key: The best-ranked waiting job's key.
+        """
         if waiting_key == -math.inf:
             return running_key > -math.inf
         # keys are negative reductions: the waiting job must reduce more than (1 + margin) x the running one.

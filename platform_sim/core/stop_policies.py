@@ -26,13 +26,13 @@ Policies:
 
 from __future__ import annotations
 
-import math
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any, ClassVar, Iterable, Mapping
 
 from .boundary import JOB_TYPES, Action
-from .detectors import Detector, detector_from_spec
+from .checks import check_int, check_nonneg
+from .detectors import Detector, detector_from_spec, shape_sens_spec
 from .fleet import FleetDetectorChoice
 from .monitor import JobMonitor
 from .policies import BasePolicy
@@ -199,13 +199,8 @@ class LossPlateau(StopPolicy):
     def __init__(self, window: int = 4, min_rel_improvement: float = 0.01,
                  job_types: Iterable[str] = DEFAULT_STOP_TYPES) -> None:
         super().__init__(job_types)
-        if isinstance(window, bool) or not isinstance(window, int) or window < 1:
-            raise ValueError(f"window must be an integer >= 1, got {window!r}")
-        if not isinstance(min_rel_improvement, (int, float)) or not math.isfinite(min_rel_improvement) \
-                or min_rel_improvement < 0:
-            raise ValueError(f"min_rel_improvement must be a finite number >= 0, got {min_rel_improvement!r}")
-        self.window = window
-        self.min_rel_improvement = float(min_rel_improvement)
+        self.window = check_int("window", window, 1)
+        self.min_rel_improvement = check_nonneg("min_rel_improvement", min_rel_improvement)
 
     def on_eval(self, job: JobView) -> StopVerdict | None:
         losses = job.recent_losses(self.window + 1)
@@ -273,7 +268,7 @@ class FleetEvalStopPolicy(EvalStopPolicy):
         # Defaults: the calibrated detectors of docs/detectors.md (shape at the class default, and shape-sens).
         self.choice = FleetDetectorChoice(
             conservative or {"name": "shape", "params": {}},
-            aggressive or {"name": "shape", "params": {"threshold": 0.7, "future": 1.5, "min_tau": 2.0}},
+            aggressive or shape_sens_spec(),
             min_late_gain, min_runs, window)
         super().__init__(self.choice.conservative, job_types)
         # job id -> "conservative" / "aggressive", kept after the job ends so a run can report the choices it made.

@@ -33,7 +33,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from platform_sim.core.detectors import detector_from_spec
+from platform_sim.core.detectors import detector_from_spec, shape_sens_spec
 from platform_sim.core.monitor import JobMonitor
 from platform_sim.core.policies import PREEMPTION_COST_H
 
@@ -65,10 +65,10 @@ CANDIDATES: tuple[tuple[str, dict[str, Any]], ...] = (
     # Calibrated with CALIBRATION_RULES["default-only"]: precision >= 95% at sigma 0.12 only, then recall there; it
     # trades the plateau scenario's precision for the high-noise target (docs/detectors.md).
     ("trend-sens", {"name": "trend", "params": {"window": 8, "alpha": 0.3, "k": 1, "level_alpha": 0.2}}),
-    # The model-based detector (platform_sim/core/shape_detector.py); "shape" calibrated with the same rule as the
+    # The model-based detector (platform_sim/core/detectors/shape.py); "shape" calibrated with the same rule as the
     # robust ones above, "shape-sens" with CALIBRATION_RULES["high-noise"] (healthy runs assumed still rising).
     ("shape", {"name": "shape", "params": {"threshold": 0.8, "k": 1}}),
-    ("shape-sens", {"name": "shape", "params": {"threshold": 0.7, "future": 1.5, "min_tau": 2.0}}),
+    ("shape-sens", shape_sens_spec()),
 )
 """``(label, detector spec)`` compared by ``evalstop-sim detectors``."""
 
@@ -581,7 +581,7 @@ def cmd_detectors(args: argparse.Namespace) -> int:
                       plateau_sigmas=PLATEAU_SIGMAS if "plateau" in parts else ())
     runner = runner_for_command(args)
     # Per-detector fallback warnings would repeat once per simulated job; every run here has per-example scores.
-    logging.getLogger("platform_sim.core.robust_detectors").setLevel(logging.ERROR)
+    logging.getLogger("platform_sim.core.detectors").setLevel(logging.ERROR)
     results, wall = run_with_progress(runner, functools.partial(study, cfg), desc="detectors", unit="task",
                                       show=not args.no_progress and not args.json)
     results["config"]["wall_s"] = wall

@@ -140,7 +140,7 @@ def simulate(workload: Workload, scheduler: Scheduler, gpus: int = 64,
     key = base.key
     preempt_on_arrival = base.preempt_on_arrival
     preempt_on_eval = base.preempt_on_eval
-    should_yield = getattr(base, "should_yield", None)
+    should_yield = base.should_yield
     w = ViewWriter
     heappush, heappop = heapq.heappush, heapq.heappop  # locals: the event loop runs ~10^6 times
     observe_eval, on_eval = obs.observe_eval, stop.on_eval
@@ -335,7 +335,7 @@ def simulate(workload: Workload, scheduler: Scheduler, gpus: int = 64,
             fill(t)
             continue
         next_k[i] = k + 1
-        if preempt_on_eval and should_yield is not None:
+        if preempt_on_eval:
             best = best_waiting(free + g_of[i])
             if best is not None and should_yield(key(view), best[0]):
                 preempt(i, t)

@@ -109,7 +109,7 @@ def observation_for(detector: Mapping[str, Any] | str | None) -> dict[str, Any] 
     (its class sets ``uses_example_scores``), else None (plain Gaussian observations, the fast path)."""
     from platform_sim.core.detectors import detector_from_spec
 
-    if getattr(type(detector_from_spec(detector)), "uses_example_scores", False):
+    if detector_from_spec(detector).uses_example_scores:
         return {"name": "per-example", "params": {}}
     return None
 

@@ -190,7 +190,7 @@ def trace_detection(trace: RealTrace, detector: Mapping[str, Any] | None, scale:
     det = detector_from_spec(detector)
     monitor = JobMonitor(job_id=trace.name, job_type="rlhf", detector=det)
     # Detectors that read per-example scores get the recorded ones, on the same scale as the means.
-    if not getattr(type(det), "uses_example_scores", False):
+    if not det.uses_example_scores:
         examples = []
     elif examples is None:
         examples = recorded_examples(trace)
@@ -288,7 +288,7 @@ def replay(traces: Sequence[RealTrace], workload: WorkloadConfig, detector: Mapp
     det = det_obj.spec()
     # Detectors that read per-example scores see the recorded ones (the other jobs' are generated).
     observation = (recorded_observation(traces, curves, scale)
-                   if getattr(type(det_obj), "uses_example_scores", False) else None)
+                   if det_obj.uses_example_scores else None)
 
     def spec(stop: str, b: str) -> PolicySpec:
         return PolicySpec(base=b, stop=stop, detector=det if stop == "evalstop" else None,

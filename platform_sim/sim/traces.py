@@ -23,8 +23,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
+from platform_sim.core.boundary import JOB_TYPES
+
 TRACE_FORMAT = "evalstop-trace/1"
-JOB_TYPES = ("rlhf", "dpo", "lora", "sft", "other")
 LABEL_GIVE_BACK = 0.25
 """Fraction of the gain up to the peak that a trace must give back by its end to be labelled ``hacking``."""
 

@@ -1,8 +1,8 @@
 """A model-based stop detector: which curve shape explains the eval history, overoptimization or a healthy rise?
 
-The rules in :mod:`platform_sim.core.robust_detectors` look only at drops (of the mean, or against the best
-checkpoint). At high eval noise a drop is small against the noise for several evals after the true peak, so they must
-wait. But the *shape* of the whole history is informative too: under reward overoptimization the gold score follows
+The rules ``k-decline-se``, ``paired-test``, ``cusum`` and ``trend`` look only at drops (of the mean, or against the
+best checkpoint). At high eval noise a drop is small against the noise for several evals after the true peak, so they
+must wait. But the *shape* of the whole history is informative too: under reward overoptimization the gold score follows
 Gao et al.'s (2023) RL form ``R(d) = d (a - b ln d)``, which rises, flattens, peaks and falls, while a healthy run
 rises and saturates (it may plateau, but it does not turn down). :class:`ShapeDetector` compares the two families on
 the history of eval means by Bayesian model comparison and stops when the posterior probability that the run is
@@ -30,7 +30,7 @@ its best never stops a job, whatever its shape).
 per-example scores it is the paired one: the per-example differences between consecutive evals, ``var(d) / (2 n)``,
 pooled over the history (the examples' fixed difficulty cancels; the plain standard error of one eval would overstate
 it). Without them, the ``se`` parameter, else the estimate from the history of means
-(:func:`~platform_sim.core.robust_detectors.se_from_history`), with a warning once per detector; while the noise is
+(:func:`~platform_sim.core.detectors.noise.se_from_history`), with a warning once per detector; while the noise is
 unknown an eval decides nothing.
 
 **When not to use it.** Its power comes from the shapes: a run whose healthy curve turns down a little (a real,
@@ -40,17 +40,17 @@ recorded real traces, is in ``docs/detectors.md``.
 
 from __future__ import annotations
 
-import logging
 import math
+from types import MappingProxyType
 from typing import Any, ClassVar, Mapping, Sequence
 
 import numpy as np
-from scipy.special import logsumexp
 
-from .detectors import Detector, _check_int, _check_nonneg, register_detector
-from .robust_detectors import _check_optional_nonneg, _check_prob, se_from_history
-
-logger = logging.getLogger(__name__)
+from ..checks import check_int, check_nonneg, check_optional_nonneg, check_prob
+from .base import EvidenceDetector
+from .noise import mean_noise, paired_difference_var
+from .pvalues import scipy_module
+from .registry import register_detector
 
 #: Growth exponents of Gao's ``d`` in the step that the overoptimization family spans.
 GAMMAS: tuple[float, ...] = (1.0, 1.5, 2.0, 3.0, 4.0)
@@ -58,6 +58,15 @@ GAMMAS: tuple[float, ...] = (1.0, 1.5, 2.0, 3.0, 4.0)
 TAUS: tuple[float, ...] = tuple(float(t) for t in np.geomspace(0.02, 20.0, 31))
 #: Peak positions per decade of the overoptimization family's log grid.
 PEAKS_PER_DECADE = 24
+
+#: Parameters of ``shape-sens``, the sensitive calibration of ``shape`` (docs/detectors.md): it takes a flattening
+#: curve for a peak, right where healthy runs keep rising until the end, wrong where they plateau.
+SHAPE_SENS_PARAMS: Mapping[str, Any] = MappingProxyType({"threshold": 0.7, "future": 1.5, "min_tau": 2.0})
+
+
+def shape_sens_spec() -> dict[str, Any]:
+    """The detector spec of ``shape-sens`` (a new dict at each call, so a caller may change it freely)."""
+    return {"name": "shape", "params": dict(SHAPE_SENS_PARAMS)}
 
 
 def _fit_rss(y: np.ndarray, basis: np.ndarray) -> np.ndarray:
@@ -76,7 +85,7 @@ def _fit_rss(y: np.ndarray, basis: np.ndarray) -> np.ndarray:
 
 
 @register_detector
-class ShapeDetector(Detector):
+class ShapeDetector(EvidenceDetector):
     """Stop when the eval history is better explained by an overoptimization curve past its peak than by a healthy rise.
 
     See the module docstring for the model. Each eval refits the whole history: about 450 two-parameter least-squares
@@ -100,54 +109,45 @@ class ShapeDetector(Detector):
     """
 
     name: ClassVar[str] = "shape"
-    #: Reads per-example eval scores when they are reported (simulators generate them only for such detectors).
     uses_example_scores: ClassVar[bool] = True
 
     def __init__(self, threshold: float = 0.95, k: int = 1, min_evals: int = 5, future: float = 3.0,
                  min_tau: float = TAUS[0], se: float | None = None, warmup: int = 0) -> None:
-        self.threshold = _check_prob("threshold", threshold)
-        self.k = _check_int("k", k, 1)
-        self.min_evals = _check_int("min_evals", min_evals, 3)
-        self.future = _check_nonneg("future", future)
+        self.threshold = check_prob("threshold", threshold)
+        super().__init__(k, warmup)
+        self.min_evals = check_int("min_evals", min_evals, 3)
+        self.future = check_nonneg("future", future)
         if not self.future > 1.0 or not math.isfinite(self.future):
             raise ValueError(f"future must be a finite number > 1, got {future!r}")
-        self.min_tau = _check_nonneg("min_tau", min_tau)
+        self.min_tau = check_nonneg("min_tau", min_tau)
         if not self.min_tau <= TAUS[-1]:
             raise ValueError(f"min_tau must be at most {TAUS[-1]:g}, got {min_tau!r}")
-        self.se = _check_optional_nonneg("se", se)
-        self.warmup = _check_int("warmup", warmup, 0)
+        self.se = check_optional_nonneg("se", se)
         self.steps: list[int] = []
         self.means: list[float] = []
         self.prev_scores: list[float] | None = None
         self.paired_var_sum = 0.0  # sum over consecutive pairs of var(per-example difference) / (2 n)
         self.paired_pairs = 0
-        self.declines = 0
-        self.last_posterior: float | None = None
-        self._warned = False
+        self.last_posterior: float | None = None  # the last eval's posterior (None: too few evals or unknown noise)
 
     # -- noise ---------------------------------------------------------------------------------------------------
 
     def _update_noise(self, scores: Sequence[float] | None) -> None:
         cur = None if scores is None or len(scores) < 2 else [float(s) for s in scores]
         if cur is not None and self.prev_scores is not None and len(self.prev_scores) == len(cur):
-            diff = np.asarray(cur) - np.asarray(self.prev_scores)
-            self.paired_var_sum += float(diff.var(ddof=1)) / (2.0 * diff.size)
+            self.paired_var_sum += paired_difference_var(cur, self.prev_scores) / (2.0 * len(cur))
             self.paired_pairs += 1
-        elif self.means and not self._warned:
-            self._warned = True
+        elif self.means:
             why = ("no per-example eval scores" if cur is None or self.prev_scores is None
                    else "the number of per-example eval scores changed, so they cannot be paired")
-            logger.warning("detector %s: %s; falling back to the mean score (noise from the se parameter or the "
-                           "history of means; warned once per detector)", self.name, why)
+            self._warn_fallback(why, "noise from the se parameter or the history of means; ")
         self.prev_scores = cur
 
     def noise_sd(self) -> float | None:
         """Standard deviation of one eval mean from checkpoint to checkpoint (None while unknown)."""
         if self.paired_pairs:
             return math.sqrt(self.paired_var_sum / self.paired_pairs)
-        if self.se is not None:
-            return self.se
-        return se_from_history(self.means)
+        return mean_noise(self.se, self.means)
 
     # -- the model comparison -------------------------------------------------------------------------------------
 
@@ -180,21 +180,19 @@ class ShapeDetector(Detector):
         # log P(family) + log mean likelihood over its grid; the two families have equal prior weight.
         if not passed.any():
             return 0.0
+        logsumexp = scipy_module("special").logsumexp
         log_h = float(logsumexp(healthy)) - math.log(healthy.size)
         log_o = float(logsumexp(hack)) - math.log(hack.size)
         log_o_passed = float(logsumexp(hack[passed])) - math.log(hack.size)
         return math.exp(log_o_passed - float(np.logaddexp(log_h, log_o)))
 
-    def observe(self, step: int, score: float, scores: Sequence[float] | None = None) -> bool:
+    def _evidence(self, step: int, score: float, scores: Sequence[float] | None, counts: bool) -> bool:
         self._update_noise(scores)
         below_best = bool(self.means) and score < max(self.means)
         self.steps.append(int(step))
         self.means.append(float(score))
         self.last_posterior = self.posterior_past_peak()
-        evidence = (self.last_posterior is not None and self.last_posterior > self.threshold and below_best
-                    and len(self.means) > self.warmup)
-        self.declines = self.declines + 1 if evidence else 0
-        return self.declines >= self.k
+        return self.last_posterior is not None and self.last_posterior > self.threshold and below_best
 
     def reason(self) -> str:
         post = "n/a" if self.last_posterior is None else f"{self.last_posterior:.3f}"
@@ -205,17 +203,22 @@ class ShapeDetector(Detector):
         return {"threshold": self.threshold, "k": self.k, "min_evals": self.min_evals, "future": self.future,
                 "min_tau": self.min_tau, "se": self.se, "warmup": self.warmup}
 
-    def state_dict(self) -> dict[str, Any]:
+    def _rule_state(self) -> dict[str, Any]:
         return {"steps": list(self.steps), "means": list(self.means),
                 "prev_scores": None if self.prev_scores is None else list(self.prev_scores),
                 "paired_var_sum": self.paired_var_sum, "paired_pairs": self.paired_pairs,
-                "declines": self.declines, "last_posterior": self.last_posterior}
+                "last_posterior": self.last_posterior}
 
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+    def _load_rule_state(self, state: Mapping[str, Any]) -> None:
         self.steps = [int(s) for s in state["steps"]]
         self.means = [float(m) for m in state["means"]]
         self.prev_scores = None if state["prev_scores"] is None else [float(v) for v in state["prev_scores"]]
         self.paired_var_sum = float(state["paired_var_sum"])
         self.paired_pairs = int(state["paired_pairs"])
-        self.declines = int(state["declines"])
         self.last_posterior = None if state["last_posterior"] is None else float(state["last_posterior"])
+
+    def _records_seen(self) -> bool:
+        return False  # one mean per eval seen: the history tells it
+
+    def _seen_from_state(self, state: Mapping[str, Any]) -> int:
+        return len(state["means"])

@@ -1,0 +1,182 @@
+"""The detector interface and the base class of the built-in detectors.
+
+:class:`Detector` is the interface every consumer uses (the monitor, the stop policies, the service): one eval in, a
+:class:`Verdict` out, and the whole state as plain data. :class:`EvidenceDetector` is what the built-in detectors
+share: it owns the warm-up, the count of consecutive evals with evidence, the stop after ``k`` of them, the state's
+common fields and the verdict with its reason; a subclass supplies only its evidence rule (:meth:`~EvidenceDetector.
+_evidence`) and its own state fields.
+"""
+
+from __future__ import annotations
+
+import logging
+from abc import ABC, abstractmethod
+from typing import Any, ClassVar, Mapping, NamedTuple, Sequence
+
+from ..checks import check_int
+
+logger = logging.getLogger(__name__)
+
+
+class Verdict(NamedTuple):
+    """A detector's answer to one eval, as ``(stop, reason)``.
+
+    Args:
+        stop: Whether the job should stop now.
+        reason: Why it should stop (for logs and the decision); empty when ``stop`` is False.
+    """
+
+    stop: bool
+    reason: str
+
+
+_CONTINUE = Verdict(False, "")
+
+
+class Detector(ABC):
+    """Interface of a stop detector.
+
+    Subclasses set :attr:`name`, validate their parameters in ``__init__`` (raising ``ValueError`` that names the
+    parameter) and implement :meth:`observe`, :meth:`params`, :meth:`state_dict` and :meth:`load_state_dict`; the
+    built-in detectors do it through :class:`EvidenceDetector`.
+    """
+
+    name: ClassVar[str]
+    #: Whether the detector reads per-example eval scores when they are reported (simulators generate them only for
+    #: such detectors; others get the mean alone).
+    uses_example_scores: ClassVar[bool] = False
+
+    #: Current evidence count towards a stop (for the k-decline rule: consecutive declines).
+    declines: int = 0
+
+    def update(self, step: int, score: float, scores: Sequence[float] | None = None) -> Verdict:
+        """Take one evaluation; return whether the job should stop now and why.
+
+        Args:
+            step: Training step of the evaluation; strictly greater than every step observed before.
+            score: Finite mean score of the evaluation (higher is better).
+            scores: Optional per-example scores of the evaluation (same examples at every eval).
+        """
+        stop = self.observe(step, score, scores)
+        return Verdict(True, self.reason()) if stop else _CONTINUE
+
+    @abstractmethod
+    def observe(self, step: int, score: float, scores: Sequence[float] | None = None) -> bool:
+        """Take one evaluation; return True if the job should stop now (:meth:`update` without the reason).
+
+        Args:
+            step: Training step of the evaluation; strictly greater than every step observed before.
+            score: Finite mean score of the evaluation (higher is better).
+            scores: Optional per-example scores of the evaluation (same examples at every eval).
+        """
+
+    @abstractmethod
+    def params(self) -> dict[str, Any]:
+        """The constructor parameters, so that ``make_detector(d.name, **d.params())`` rebuilds an equal detector."""
+
+    @abstractmethod
+    def state_dict(self) -> dict[str, Any]:
+        """The mutable state as JSON-serializable plain data."""
+
+    @abstractmethod
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore the state written by :meth:`state_dict`."""
+
+    def reason(self) -> str:
+        """Why the detector stops (meaningful once :meth:`observe` returned True)."""
+        return f"{self.name} fired"
+
+    def spec(self) -> dict[str, Any]:
+        """``{"name": ..., "params": {...}}``: what :func:`~platform_sim.core.detectors.detector_from_spec` takes."""
+        return {"name": self.name, "params": self.params()}
+
+
+class EvidenceDetector(Detector):
+    """A detector that stops after ``k`` consecutive evals with evidence; the first ``warmup`` evals never count.
+
+    Real RL runs can dip at the very start, before the policy improves at all; a warm-up keeps a rule from taking
+    that dip for overoptimization. The evidence count is :attr:`declines`; any eval without evidence resets it.
+
+    Subclasses implement :meth:`_evidence` (the rule), :meth:`_rule_state` / :meth:`_load_rule_state` (their own
+    state fields) and :meth:`reason`, and may override :meth:`_fires` (when the stop is not "``k`` in a row") and
+    the two hooks that say how the number of evals seen is persisted.
+
+    Args:
+        k: Consecutive evals with evidence that stop the job. Integer >= 1.
+        warmup: The first ``warmup`` evals never count as evidence (0: none). Integer >= 0.
+    """
+
+    def __init__(self, k: int, warmup: int) -> None:
+        self.k = check_int("k", k, 1)
+        self.warmup = check_int("warmup", warmup, 0)
+        self.seen = 0  # evals observed, for the warm-up
+        self.declines = 0
+        self._warned = False  # the once-per-detector fallback warning (not state: a restored detector warns again)
+
+    def update(self, step: int, score: float, scores: Sequence[float] | None = None) -> Verdict:
+        return Verdict(True, self.reason()) if self.observe(step, score, scores) else _CONTINUE
+
+    def observe(self, step: int, score: float, scores: Sequence[float] | None = None) -> bool:
+        # The simulator's hot path (about 10^6 calls per experiment): the verdict without building its reason.
+        counts = self.seen >= self.warmup  # this eval is number seen + 1, past the first `warmup`
+        # The rule runs first: it may reject the eval (InvalidReportError), and then nothing here has changed.
+        evidence = self._evidence(step, score, scores, counts) and counts
+        self.seen += 1
+        self.declines = self.declines + 1 if evidence else 0
+        return self._fires()
+
+    @abstractmethod
+    def _evidence(self, step: int, score: float, scores: Sequence[float] | None, counts: bool) -> bool:
+        """Apply one eval to the rule's state and return whether it is evidence for a stop.
+
+        Args:
+            step: Training step of the evaluation (validated by the monitor).
+            score: Mean score of the evaluation.
+            scores: Per-example scores of the evaluation, or None.
+            counts: Whether this eval is past the warm-up. The base ignores evidence before it anyway; a rule that
+                accumulates evidence (CUSUM) uses it to leave the warm-up evals out.
+        """
+
+    def _fires(self) -> bool:
+        """Whether the job stops now, once :attr:`declines` is updated: ``k`` consecutive evals with evidence."""
+        return self.declines >= self.k
+
+    @abstractmethod
+    def _rule_state(self) -> dict[str, Any]:
+        """The rule's own state fields (plain data); the base adds ``declines`` and, where recorded, ``seen``."""
+
+    @abstractmethod
+    def _load_rule_state(self, state: Mapping[str, Any]) -> None:
+        """Restore the fields written by :meth:`_rule_state`."""
+
+    def _records_seen(self) -> bool:
+        """Whether the state has a ``seen`` field (False where the rule's history already tells it)."""
+        return True
+
+    def _seen_from_state(self, state: Mapping[str, Any]) -> int:
+        """The number of evals seen, for a state without a ``seen`` field (written so, or by an earlier version)."""
+        return 0
+
+    def state_dict(self) -> dict[str, Any]:
+        state = self._rule_state()
+        state["declines"] = self.declines
+        if self._records_seen():
+            state["seen"] = self.seen
+        return state
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self._load_rule_state(state)
+        self.declines = int(state["declines"])
+        self.seen = int(state["seen"]) if "seen" in state else self._seen_from_state(state)
+
+    def _warn_fallback(self, why: str, how: str = "") -> None:
+        """Warn, once per detector, that an eval is judged on the mean score alone.
+
+        Args:
+            why: What is missing (e.g. "no per-example eval scores").
+            how: Optional note on where the noise then comes from, ending with "; ".
+        """
+        if not self._warned:
+            self._warned = True
+            logger.warning("detector %s: %s; falling back to the mean score (%swarned once per detector)",
+                           self.name, why, how)

@@ -1,0 +1,72 @@
+"""Detector classes by name, and the factory and spec functions every consumer builds detectors through."""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Callable, Mapping
+
+from .base import Detector
+
+#: The detector of the EvalStop paper, used when a spec names none.
+DEFAULT_DETECTOR = "k-decline"
+
+# Detector classes by name. Each detector module adds its class with :func:`register_detector` when the package is
+# imported (``platform_sim/core/detectors/__init__.py`` imports them all); the mapping holds classes only, never
+# instances or run state.
+DETECTORS: dict[str, type[Detector]] = {}
+
+
+def register_detector(cls: type[Detector]) -> type[Detector]:
+    """Class decorator that makes a detector selectable by its ``name``.
+
+    Raises:
+        TypeError: The class has no (or an empty) ``name``.
+    """
+    if not getattr(cls, "name", None):  # a class attribute that subclasses must set: absent on a bad class
+        raise TypeError(f"{cls.__name__} has no detector name")
+    DETECTORS[cls.name] = cls
+    return cls
+
+
+def make_detector(name: str = DEFAULT_DETECTOR, **params: Any) -> Detector:
+    """Build a detector by name with its parameters; unknown names and bad parameters raise ``ValueError``."""
+    try:
+        cls = DETECTORS[name]
+    except KeyError:
+        raise ValueError(f"unknown detector {name!r}; choose one of {', '.join(sorted(DETECTORS))}") from None
+    try:
+        return cls(**params)
+    except TypeError as exc:  # unexpected keyword: name the detector so the user knows where to look
+        raise ValueError(f"bad parameters for detector {name!r}: {exc}") from None
+
+
+def detector_from_spec(spec: str | Mapping[str, Any] | None) -> Detector:
+    """Build a detector from ``None`` (the paper's rule), a name, or ``{"name": ..., "params": {...}}``."""
+    if spec is None:
+        return make_detector()
+    if isinstance(spec, str):
+        return make_detector(spec)
+    if not isinstance(spec, Mapping) or "name" not in spec:
+        raise ValueError(f"a detector spec is a name or {{'name': ..., 'params': {{...}}}}, got {spec!r}")
+    unknown = set(spec) - {"name", "params"}
+    if unknown:
+        raise ValueError(f"unknown detector spec field(s): {', '.join(sorted(unknown))}")
+    return make_detector(spec["name"], **dict(spec.get("params") or {}))
+
+
+def parse_detector_param(text: str) -> tuple[str, Any]:
+    """``"key=value"`` as given on a command line (``--detector-param``): the value parsed as JSON, else kept as text.
+
+    Raises:
+        ValueError: No ``=`` or an empty key.
+    """
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise ValueError(f"expected key=value, got {text!r}")
+    try:
+        return key, json.loads(value)
+    except json.JSONDecodeError:
+        return key, value
+
+
+DetectorFactory = Callable[[], Detector]

@@ -1,0 +1,180 @@
+"""``trend``: a one-sided test that the score has been *falling* over the last evals (a paired trend test)."""
+
+from __future__ import annotations
+
+import math
+from typing import Any, ClassVar, Mapping, Sequence
+
+import numpy as np
+
+from ..checks import check_int, check_nonneg, check_optional_nonneg, check_prob
+from .base import EvidenceDetector
+from .pvalues import one_sided_t_p, scipy_module
+from .registry import register_detector
+
+TREND_TESTS: tuple[str, ...] = ("t", "wilcoxon")
+
+
+@register_detector
+class TrendDetector(EvidenceDetector):
+    """A one-sided test that the score has been *falling* over the last evals (a paired trend test).
+
+    For each held-out example the detector fits the least-squares slope of its scores over the last ``window``
+    checkpoints; the examples' fixed difficulty cancels in a slope, so the slopes are paired evidence. scipy's
+    one-sided one-sample test (``t``: t-test; ``wilcoxon``: signed-rank) of "the mean slope is below zero" gives a
+    p-value. With ``short_window`` the last ``short_window`` checkpoints are tested too and each of the two tests
+    runs at ``alpha / 2`` (Bonferroni): the short window reacts fast when the noise is low, the long one sees
+    through heavy noise. An eval is *significant* when a test is and the mean is below the best mean so far by more
+    than ``min_drop``; ``k`` consecutive significant evals stop the job. A score that never falls below its best
+    never stops the job. A window is tested only once that many evals exist.
+
+    Averaging over a window is what lets this detector see a decline through heavy noise, where a rule on one or two
+    differences cannot; the price is that a small ``alpha`` is needed on runs that plateau for long (a flat run has a
+    negative fitted slope half of the time), and some delay after the peak (the window must fill with falling evals).
+
+    Without per-example scores on every eval of a window, its test falls back to the means (with a warning once per
+    detector): with the ``se`` parameter, a one-sided z-test of the slope of the means (``scipy.stats.norm``);
+    otherwise scipy's ``linregress`` one-sided test, which estimates the noise from the residuals of the fit.
+
+    Args:
+        window: Evals in the (long) fitted window, an integer >= 3.
+        alpha: Significance level of an eval (split between the two windows when ``short_window`` is set), strictly
+            between 0 and 1.
+        k: Consecutive significant evals that stop the job. Integer >= 1.
+        min_drop: Minimum drop of the mean below the best mean (score units). Finite, >= 0.
+        test: ``"t"`` or ``"wilcoxon"`` (on the per-example slopes).
+        se: Standard error of one eval mean, used when evals have no per-example scores. None: estimate the noise
+            from the fit's residuals. Finite, >= 0.
+        short_window: Optional second, shorter window: an integer >= 3 and < ``window``, or None.
+        level_alpha: Optional second condition: the current checkpoint must also be below the best checkpoint by a
+            one-sided paired t-test (per-example scores, scipy) at this level, strictly between 0 and 1; None: off.
+            Without per-example scores at this eval or at the best checkpoint the condition is the mean guard alone.
+        warmup: The first ``warmup`` evals never count as evidence (0: none), as ``k-decline``'s ``warmup``: real RL
+            runs can dip at the very start before they improve. Integer >= 0.
+    """
+
+    name: ClassVar[str] = "trend"
+    uses_example_scores: ClassVar[bool] = True
+
+    def __init__(self, window: int = 8, alpha: float = 0.2, k: int = 1, min_drop: float = 0.0, test: str = "t",
+                 se: float | None = None, short_window: int | None = None,
+                 level_alpha: float | None = None, warmup: int = 0) -> None:
+        self.window = check_int("window", window, 3)
+        super().__init__(k, warmup)
+        self.alpha = check_prob("alpha", alpha)
+        self.min_drop = check_nonneg("min_drop", min_drop)
+        if test not in TREND_TESTS:
+            raise ValueError(f"test must be one of {', '.join(TREND_TESTS)}, got {test!r}")
+        self.test = test
+        self.se = check_optional_nonneg("se", se)
+        if short_window is not None:
+            check_int("short_window", short_window, 3)
+            if short_window >= self.window:
+                raise ValueError(f"short_window must be < window ({self.window}), got {short_window!r}")
+        self.short_window = short_window
+        self.level_alpha = None if level_alpha is None else check_prob("level_alpha", level_alpha)
+        self.best_score: float | None = None
+        self.best_scores: list[float] | None = None
+        self.recent_means: list[float] = []
+        self.recent_scores: list[list[float] | None] = []
+        self.last_p: float | None = None  # smallest p-value of the last eval's tests (None: no test ran)
+        self.last_slope: float | None = None  # slope of the mean in the window of that p-value
+        self._windows = (self.window,) if short_window is None else (short_window, self.window)
+        self._crit: dict[int, float] = {}  # t critical values by sample size (derived, not state)
+        self._level_crit: dict[int, float] = {}
+
+    def _p_value(self, w: int, slope: float, x: np.ndarray, den: float) -> float:
+        """One-sided p-value of "the score falls over the last ``w`` evals" (their mean slope is ``slope`` < 0)."""
+        rows = self.recent_scores[-w:]
+        first = rows[0]
+        n = None if first is None else len(first)
+        if n is not None and n >= 2 and all(r is not None and len(r) == n for r in rows):
+            slopes = x @ np.asarray(rows, dtype=float) / den  # one slope per example
+            if np.ptp(slopes) <= 1e-12 * max(1.0, float(np.max(np.abs(slopes)))):
+                # Every example falls by the same amount: zero variance, scipy has no statistic; certain evidence.
+                return 0.0 if slopes[0] < 0 else 1.0
+            if self.test == "wilcoxon":
+                p = float(scipy_module("stats").wilcoxon(slopes[slopes != 0.0], alternative="less").pvalue)
+            else:
+                p = one_sided_t_p(slopes, self.alpha / len(self._windows), self._crit)
+        else:
+            self._warn_fallback("no per-example eval scores on every eval of the window")
+            stats = scipy_module("stats")
+            if self.se is not None:
+                if self.se == 0.0:
+                    return 0.0  # noise-free means that fall: certain evidence
+                p = float(stats.norm.cdf(slope / (self.se / math.sqrt(den))))
+            else:
+                p = float(stats.linregress(x, np.asarray(self.recent_means[-w:], dtype=float),
+                                           alternative="less").pvalue)
+        return 1.0 if not math.isfinite(p) else p
+
+    def _evidence(self, step: int, score: float, scores: Sequence[float] | None, counts: bool) -> bool:
+        self.recent_means.append(score)
+        self.recent_scores.append(None if scores is None or len(scores) == 0 else [float(s) for s in scores])
+        if len(self.recent_means) > self.window:
+            del self.recent_means[0], self.recent_scores[0]
+        significant = False
+        self.last_p = self.last_slope = None
+        # The cheap check first: a test runs only when the mean really fell below the best.
+        if self.best_score is not None and score < self.best_score - self.min_drop:
+            level = self.alpha / len(self._windows)
+            for w in self._windows:
+                if len(self.recent_means) < w:
+                    continue
+                x = np.arange(w, dtype=float) - (w - 1) / 2.0  # centered positions: slope = x @ y / (x @ x)
+                den = float(x @ x)
+                slope = float(x @ np.asarray(self.recent_means[-w:]) / den)
+                if slope >= 0.0:
+                    continue  # a one-sided p-value of a rising fit is >= 0.5: never significant
+                p = self._p_value(w, slope, x, den)
+                if self.last_p is None or p < self.last_p:
+                    self.last_p, self.last_slope = p, slope
+                if p < level:
+                    significant = True
+                    break
+            if significant and self.level_alpha is not None:
+                significant = self._below_best(self.level_alpha)
+        if self.best_score is None or score > self.best_score:
+            self.best_score = score
+            self.best_scores = self.recent_scores[-1]
+        return significant
+
+    def _below_best(self, level_alpha: float) -> bool:
+        """The level condition: the current checkpoint is below the best one by a paired t-test at ``level_alpha``."""
+        cur, best = self.recent_scores[-1], self.best_scores
+        if cur is None or best is None or len(cur) != len(best) or len(cur) < 2:
+            self._warn_fallback("no per-example eval scores for the level test against the best checkpoint")
+            return True  # the mean guard (score below the best) already holds
+        diff = np.asarray(cur, dtype=float) - np.asarray(best, dtype=float)
+        if np.ptp(diff) <= 1e-12 * max(1.0, float(np.max(np.abs(diff)))):
+            return bool(diff[0] < 0)
+        return one_sided_t_p(diff, level_alpha, self._level_crit) < level_alpha
+
+    def reason(self) -> str:
+        p = "n/a" if self.last_p is None else f"{self.last_p:.3g}"
+        slope = "n/a" if self.last_slope is None else f"{self.last_slope:.4g}"
+        windows = " or ".join(str(w) for w in self._windows)
+        return (f"score falling over the last {windows} evals (slope {slope} per eval, {self.test} test p={p}, "
+                f"alpha={self.alpha:g}, {self.declines} consecutive, k={self.k})")
+
+    def params(self) -> dict[str, Any]:
+        return {"window": self.window, "alpha": self.alpha, "k": self.k, "min_drop": self.min_drop,
+                "test": self.test, "se": self.se, "short_window": self.short_window, "level_alpha": self.level_alpha,
+                "warmup": self.warmup}
+
+    def _rule_state(self) -> dict[str, Any]:
+        return {"best_score": self.best_score,
+                "best_scores": None if self.best_scores is None else list(self.best_scores),
+                "recent_means": list(self.recent_means),
+                "recent_scores": [None if r is None else list(r) for r in self.recent_scores],
+                "last_p": self.last_p, "last_slope": self.last_slope}
+
+    def _load_rule_state(self, state: Mapping[str, Any]) -> None:
+        self.best_score = state["best_score"]
+        best_scores = state.get("best_scores")
+        self.best_scores = None if best_scores is None else [float(v) for v in best_scores]
+        self.recent_means = [float(m) for m in state["recent_means"]]
+        self.recent_scores = [None if r is None else [float(v) for v in r] for r in state["recent_scores"]]
+        self.last_p = state["last_p"]
+        self.last_slope = state["last_slope"]
