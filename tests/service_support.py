@@ -58,6 +58,8 @@ class Server:
     port: int
     proc: subprocess.Popen[bytes] | None = None
     log: Path | None = None
+    cmd: tuple[str, ...] = tuple(SERVER_CMD)
+    extra_args: tuple[str, ...] = ()
 
     @property
     def url(self) -> str:
@@ -67,7 +69,8 @@ class Server:
         self.log = self.db.with_suffix(f".{self.port}.log")
         with open(self.log, "ab") as log:
             self.proc = subprocess.Popen(
-                [*SERVER_CMD, "serve", "--db", str(self.db), "--port", str(self.port), "--log-level", "warning"],
+                [*self.cmd, "serve", "--db", str(self.db), "--port", str(self.port), "--log-level", "warning",
+                 *self.extra_args],
                 stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:

@@ -408,3 +408,33 @@ def test_a_row_lock_held_elsewhere_fails_the_report_after_lock_timeout_not_forev
         assert store.submit_report(tenant.tenant_id, Report("j", "rlhf", 0, 0.5)).result(timeout=30).resend is False
     finally:
         store.close()
+
+
+def test_one_faulty_report_fails_alone_and_every_queued_report_is_answered(pg_db: str) -> None:
+    """A batch holding a report whose detector raises (``tests/_service_faulty_server.py``) and many good ones: the
+    good ones commit, the faulty one fails alone with OperationFailed and stores nothing, the writer lives on."""
+    import _service_faulty_server  # noqa: F401 - registers the faulty detector in this process
+    from platform_sim.service.writer import OperationFailed
+
+    store = PostgresStore(pg_db, workers=1, max_batch=256)
+    try:
+        tenant, _ = store.add_tenant("t")
+        store.register_job(tenant.tenant_id, JobRecord("bad", "rlhf", {"name": "faulty"}))
+        for j in range(32):
+            store.register_job(tenant.tenant_id, JobRecord(f"g{j}", "rlhf", {"name": "k-decline"}))
+        futures = []
+        for i in range(6):
+            futures.append(("bad", i, store.submit_report(tenant.tenant_id, Report("bad", "rlhf", i, 0.5))))
+            for j in range(32):
+                futures.append((f"g{j}", i, store.submit_report(tenant.tenant_id, Report(f"g{j}", "rlhf", i, i))))
+        for job_id, step, fut in futures:
+            if job_id == "bad" and step in (1, 2, 4, 5):  # the faulty detector's FAULTS at these steps
+                with pytest.raises(OperationFailed, match="internal error"):
+                    fut.result(timeout=60)
+            else:
+                assert fut.result(timeout=60).decision.action.value == "continue", (job_id, step)
+        assert [r.step for r in store.reports(tenant.tenant_id, "bad")] == [0, 3]
+        assert all(len(store.reports(tenant.tenant_id, f"g{j}")) == 6 for j in range(32))
+        assert store.ready()
+    finally:
+        store.close()

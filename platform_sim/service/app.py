@@ -41,6 +41,7 @@ from .store import (
     StoreUnavailable,
     Tenant,
 )
+from .writer import OperationFailed
 
 logger = logging.getLogger(__name__)
 
@@ -286,6 +287,13 @@ def create_app(store: Store, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES, cl
     async def _api_error(request: Request, exc: ApiError) -> JSONResponse:
         return JSONResponse({"error": exc.code, "message": exc.message}, status_code=exc.status, headers=exc.headers)
 
+    @app.exception_handler(Exception)
+    async def _internal(request: Request, exc: Exception) -> JSONResponse:
+        # A bug answers 500 for this request alone, as JSON like every other error.
+        logger.error("%s %s failed", request.method, request.url.path, exc_info=exc)
+        return JSONResponse({"error": "internal_error", "message": "internal error while answering this request"},
+                            status_code=500)
+
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
         return JSONResponse({"error": "invalid_request", "message": _validation_message(exc.errors())},
@@ -359,6 +367,9 @@ def create_app(store: Store, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES, cl
         except StoreUnavailable as exc:
             metrics.reports.labels("unavailable").inc()
             raise ApiError(503, "unavailable", str(exc)) from None
+        except OperationFailed as exc:  # this report alone failed server-side; nothing of it was stored
+            metrics.reports.labels("internal_error").inc()
+            raise ApiError(500, "internal_error", str(exc)) from None
         decision = outcome.decision
         metrics.reports.labels("resend" if outcome.resend else "accepted").inc()
         metrics.decisions.labels(decision.action.value).inc()
@@ -387,6 +398,9 @@ def create_app(store: Store, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES, cl
             return 200, await handle_report(t, job_id, body), None
         except ApiError as exc:
             return exc.status, {"error": exc.code, "message": exc.message}, exc.headers
+        except Exception:  # a bug: a 500 for this request alone, never a dropped connection
+            logger.exception("report for job %r failed", job_id)
+            return 500, {"error": "internal_error", "message": "internal error while answering this report"}, None
 
     if fast_path:
         app.add_middleware(ReportFastPath, handler=fast_report, max_bytes=max_body_bytes)
@@ -409,6 +423,8 @@ def create_app(store: Store, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES, cl
             raise ApiError(422, "invalid_request", f"detector: {exc}") from None
         except StoreUnavailable as exc:
             raise ApiError(503, "unavailable", str(exc)) from None
+        except OperationFailed as exc:
+            raise ApiError(500, "internal_error", str(exc)) from None
         if created:
             metrics.jobs_registered.labels(job.job_type).inc()
         return JSONResponse(_job_out(job), status_code=201 if created else 200)
@@ -455,6 +471,8 @@ def create_app(store: Store, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES, cl
             raise not_found(job_id) from None
         except StoreUnavailable as exc:
             raise ApiError(503, "unavailable", str(exc)) from None
+        except OperationFailed as exc:
+            raise ApiError(500, "internal_error", str(exc)) from None
         metrics.jobs_finished.inc()
         return JSONResponse(_job_out(job))
 

@@ -24,7 +24,7 @@ class ServiceMetrics:
     def __post_init__(self) -> None:
         r = self.registry
         self.reports = Counter("evalstop_reports", "Eval reports by outcome (accepted, resend, conflict, invalid, "
-                               "not_found, finished, unavailable).", ["outcome"], registry=r)
+                               "not_found, finished, unavailable, internal_error).", ["outcome"], registry=r)
         self.decisions = Counter("evalstop_decisions", "Decisions answered, by action.", ["action"], registry=r)
         self.stops = Counter("evalstop_stops", "Jobs the scheduler core stopped.", registry=r)
         self.gpus_freed = Counter("evalstop_gpus_freed", "GPUs of stopped jobs that declared their GPU count.",

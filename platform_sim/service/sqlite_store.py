@@ -22,18 +22,18 @@ from __future__ import annotations
 
 import logging
 import os
-import queue
 import sqlite3
 import threading
 import time
 from collections import OrderedDict
 from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
-from platform_sim.core import BoundaryError, JobMonitor, Report, detector_from_spec
+from platform_sim.core import JobMonitor, Report, detector_from_spec
 
 from . import sql
+from .writer import BatchWriter, Op, Result
 from .store import (
     JobExists,
     JobFinished,
@@ -102,8 +102,6 @@ CREATE TABLE IF NOT EXISTS reports (
 
 _SQL = sql.statements("?")
 
-_STOP = object()
-
 
 @dataclass(slots=True)
 class _CachedJob:
@@ -169,9 +167,8 @@ class SQLiteStore(Store):
         self._local = threading.local()
         self._conns: list[sqlite3.Connection] = []
         self._conns_lock = threading.Lock()
-        self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
-        self._writer: threading.Thread | None = None
-        self._writer_lock = threading.Lock()
+        self._batch_writer = BatchWriter("evalstop-sqlite-writer", 1, max_batch, self._transact, self._forget)
+        self._wconn: sqlite3.Connection | None = None  # writer thread only
         self._closed = False
         self._cache: OrderedDict[tuple[int, str], _CachedJob] = OrderedDict()  # writer thread only
         self._data_version: int | None = None  # writer thread only
@@ -221,42 +218,23 @@ class SQLiteStore(Store):
             conn.close()
 
     # -- the writer thread ---------------------------------------------------------------------------------------
-    def _submit(self, op: Callable[[_Txn], Any]) -> Future[Any]:
-        fut: Future[Any] = Future()
-        if self._closed:
-            fut.set_exception(StoreUnavailable("the store is shutting down"))
-            return fut
-        if self._writer is None:
-            with self._writer_lock:
-                if self._writer is None:
-                    self._writer = threading.Thread(target=self._write_loop, name="evalstop-sqlite-writer",
-                                                    daemon=True)
-                    self._writer.start()
-        self._queue.put((op, fut))
-        return fut
+    def _submit(self, op: Callable[[_Txn], Any], key: Any = None) -> Future[Any]:
+        return self._batch_writer.submit(0, key, op)
 
-    def _write_loop(self) -> None:
-        conn = self._connect()
-        while True:
-            item = self._queue.get()
-            stop = item is _STOP
-            batch = [] if stop else [item]
-            while not stop and len(batch) < self.max_batch:
-                try:
-                    nxt = self._queue.get_nowait()
-                except queue.Empty:
-                    break
-                if nxt is _STOP:
-                    stop = True
-                else:
-                    batch.append(nxt)
-            if batch:
-                self._run_batch(conn, batch)
-            if stop:
-                return
+    def _forget(self, keys: Sequence[Any] | None) -> None:
+        """Drop cached monitors that may be ahead of the database (writer thread only)."""
+        if keys is None:
+            self._cache.clear()
+        else:
+            for key in keys:
+                self._cache.pop(key, None)
 
-    def _run_batch(self, conn: sqlite3.Connection, batch: list[tuple[Callable[..., Any], Future[Any]]]) -> None:
-        results: list[tuple[Future[Any], Any, BaseException | None]] = []
+    def _transact(self, shard: int, ops: Sequence[Op], commit_if: Callable[[Sequence[Result]], bool]
+                  ) -> list[Result]:
+        """One ``BEGIN IMMEDIATE`` transaction over ``ops`` (the writer's :data:`~.writer.Transact`)."""
+        if self._wconn is None:
+            self._wconn = self._connect()
+        conn = self._wconn
         txn = _Txn(conn)
         try:
             conn.execute("BEGIN IMMEDIATE")
@@ -267,36 +245,25 @@ class SQLiteStore(Store):
             if version != self._data_version:
                 self._cache.clear()
                 self._data_version = version
-            for op, fut in batch:
-                if not fut.set_running_or_notify_cancel():
-                    continue  # the caller gave up before we started: never acknowledged, never applied
+            results: list[Result] = []
+            for op in ops:
                 try:
-                    results.append((fut, op(txn), None))
-                except (BoundaryError, JobNotFound, JobFinished, JobExists, TenantExists, TenantNotFound,
-                        ValueError) as exc:
-                    # Domain errors are raised before the op writes anything (the core does not change state on a
-                    # rejected report), so the rest of the batch commits normally.
-                    results.append((fut, None, exc))
-            txn.flush()
-            conn.execute("COMMIT")
-        except Exception as exc:  # the database failed: nothing of this batch is acknowledged
-            logger.error("sqlite commit failed, %d operation(s) refused: %s", len(batch), exc)
+                    results.append((op.payload(txn), None))
+                except Exception as exc:  # the writer decides (domain error: answered; anything else: isolated)
+                    results.append((None, exc))
+            if commit_if(results):
+                txn.flush()
+                conn.execute("COMMIT")
+            else:
+                conn.execute("ROLLBACK")
+            return results
+        except BaseException:
             try:
                 if conn.in_transaction:
                     conn.execute("ROLLBACK")
             except sqlite3.Error:
                 pass
-            self._cache.clear()  # in-memory monitors may be ahead of the rolled-back database
-            err = StoreUnavailable(f"the database could not commit: {exc}")
-            for _, fut in batch:
-                if fut.running():
-                    fut.set_exception(err)
-            return
-        for fut, value, error in results:
-            if error is None:
-                fut.set_result(value)
-            else:
-                fut.set_exception(error)
+            raise
 
     # -- tenants -------------------------------------------------------------------------------------------------
     def add_tenant(self, name: str) -> tuple[Tenant, str]:
@@ -310,7 +277,7 @@ class SQLiteStore(Store):
             cur = conn.execute(_SQL.insert_tenant, (name, hash_token(token), now))
             return Tenant(int(cur.lastrowid or 0), name, now, None)
 
-        return self._submit(op).result(), token
+        return self._submit(op, ("tenant", name)).result(), token
 
     def list_tenants(self) -> list[Tenant]:
         rows = self._reader().execute(_SQL.list_tenants).fetchall()
@@ -327,7 +294,7 @@ class SQLiteStore(Store):
             conn.execute("UPDATE tenants SET revoked_at = ? WHERE tenant_id = ?", (revoked_at, row[0]))
             return Tenant(row[0], name, row[1], revoked_at)
 
-        return self._submit(op).result()
+        return self._submit(op, ("tenant", name)).result()
 
     def tenant_for_token(self, token: str) -> Tenant | None:
         row = self._reader().execute(_SQL.tenant_by_token, (hash_token(token),)).fetchone()
@@ -355,7 +322,7 @@ class SQLiteStore(Store):
             conn.execute(_SQL.insert_job, sql.insert_job_args(tenant_id, record, spec, state["detector_state"], now))
             return sql.new_job_record(record, spec, now), True
 
-        return self._submit(op).result()
+        return self._submit(op, (tenant_id, record.job_id)).result()
 
     def get_job(self, tenant_id: int, job_id: str) -> JobRecord:
         row = self._reader().execute(_SQL.job_by_key, (tenant_id, job_id)).fetchone()
@@ -410,11 +377,13 @@ class SQLiteStore(Store):
             if len(monitor.steps) == n_before:
                 return ReportOutcome(decision, resend=True)
             now = time.time()
-            txn.report_rows.append(sql.report_row(key, report, decision, now))
             if cached.first_step is None:
                 cached.first_step, cached.first_report_at = report.step, now
-            txn.job_rows[key] = sql.job_state_row(key, monitor, len(monitor.steps), cached.first_step,
-                                              cached.first_report_at)
+            # Both rows are built before either is queued: an error here leaves nothing of this report behind.
+            report_row = sql.report_row(key, report, decision, now)
+            job_row = sql.job_state_row(key, monitor, len(monitor.steps), cached.first_step, cached.first_report_at)
+            txn.report_rows.append(report_row)
+            txn.job_rows[key] = job_row
             stopped_now = monitor.stopped and not was_stopped
             reclaimed = 0.0
             if stopped_now:
@@ -422,7 +391,7 @@ class SQLiteStore(Store):
                                                     cached.first_report_at, report.step, now)
             return ReportOutcome(decision, resend=False, stopped_now=stopped_now, gpu_hours_reclaimed=reclaimed)
 
-        return self._submit(op)
+        return self._submit(op, key)
 
     def finish_job(self, tenant_id: int, job_id: str, reason: str) -> JobRecord:
         def op(txn: _Txn) -> None:
@@ -432,7 +401,7 @@ class SQLiteStore(Store):
                 raise JobNotFound(f"no job {job_id!r}")
             self._cache.pop((tenant_id, job_id), None)  # reloaded (and refused as finished) on the next report
 
-        self._submit(op).result()
+        self._submit(op, (tenant_id, job_id)).result()
         return self.get_job(tenant_id, job_id)
 
     def reports(self, tenant_id: int, job_id: str) -> list[StoredReport]:
@@ -444,7 +413,7 @@ class SQLiteStore(Store):
 
     # -- operations ----------------------------------------------------------------------------------------------
     def ready(self) -> bool:
-        if self._closed or (self._writer is not None and not self._writer.is_alive()):
+        if self._closed or not self._batch_writer.alive:
             return False
         try:
             self._reader().execute("SELECT 1 FROM meta LIMIT 1").fetchone()
@@ -456,9 +425,7 @@ class SQLiteStore(Store):
         if self._closed:
             return
         self._closed = True
-        if self._writer is not None:
-            self._queue.put(_STOP)
-            self._writer.join()
+        self._batch_writer.close()
         with self._conns_lock:
             for conn in self._conns:
                 try:

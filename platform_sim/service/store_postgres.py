@@ -33,11 +33,12 @@ import zlib
 from concurrent.futures import Future
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Sequence
 
-from platform_sim.core import BoundaryError, JobMonitor, Report, detector_from_spec
+from platform_sim.core import JobMonitor, Report, detector_from_spec
 
 from . import sql
+from .writer import BatchWriter, Op, Result
 from .store import (
     JobExists,
     JobFinished,
@@ -62,9 +63,7 @@ MIGRATIONS_DIR = Path(__file__).with_name("migrations")
 _SQL = sql.statements("%s")
 # Errors after which a whole transaction may simply be run again (another replica won a race).
 _RETRY_SQLSTATES = frozenset({"40001", "40P01"})  # serialization_failure, deadlock_detected
-_DOMAIN_ERRORS = (BoundaryError, JobNotFound, JobFinished, JobExists, TenantExists, TenantNotFound, ValueError,
-                  StoreUnavailable)
-_STOP = object()
+_LOCK_TIMEOUT = "55P03"  # lock_not_available: lock_timeout expired
 _ALEMBIC_LOCK = threading.Lock()
 
 
@@ -161,9 +160,8 @@ class PostgresStore(Store):
         self._reader_slots = threading.BoundedSemaphore(readers)
         self._all_conns: list[Any] = []
         self._conns_lock = threading.Lock()
-        self._queues: list[queue.SimpleQueue[Any]] = [queue.SimpleQueue() for _ in range(workers)]
-        self._threads: list[threading.Thread] = []
-        self._threads_lock = threading.Lock()
+        self._wconns: list[Any] = [None] * workers  # each writer thread's connection, (re)opened by _transact
+        self._batch_writer = BatchWriter("evalstop-pg-writer", workers, max_batch, self._transact)
 
     # -- connections -------------------------------------------------------------------------------------------
     def _connect(self, autocommit: bool) -> Any:
@@ -251,91 +249,53 @@ class PostgresStore(Store):
 
     def _submit(self, shard: int, key: tuple[Any, ...], op: Callable[[Any], Any] | Report) -> Future[Any]:
         """Queue ``op`` (a :class:`Report`, or a function of a cursor) on writer ``shard`` for the job ``key``."""
-        fut: Future[Any] = Future()
-        if self._closed:
-            fut.set_exception(StoreUnavailable("the store is shutting down"))
-            return fut
-        if not self._threads:
-            with self._threads_lock:
-                if not self._threads:
-                    for i in range(self.workers):
-                        t = threading.Thread(target=self._write_loop, args=(i,), name=f"evalstop-pg-writer-{i}",
-                                             daemon=True)
-                        t.start()
-                        self._threads.append(t)
-        self._queues[shard].put((key, op, fut))
-        return fut
+        return self._batch_writer.submit(shard, key, op)
 
-    def _write_loop(self, shard: int) -> None:
-        q = self._queues[shard]
-        conn: list[Any] = [None]  # this writer's connection, (re)opened by _transact
-        while True:
-            item = q.get()
-            stop = item is _STOP
-            batch = [] if stop else [item]
-            while not stop and len(batch) < self.max_batch:
-                try:
-                    nxt = q.get_nowait()
-                except queue.Empty:
-                    break
-                if nxt is _STOP:
-                    stop = True
-                else:
-                    batch.append(nxt)
-            batch = [b for b in batch if b[2].set_running_or_notify_cancel()]
-            if batch:
-                self._run_batch(conn, batch)
-            if stop:
-                if conn[0] is not None:
-                    self._discard(conn[0])
-                return
+    def _apply(self, cur: Any, ops: Sequence[Op]) -> list[Result]:
+        """Apply ``ops`` in submission order in the open transaction: consecutive reports together
+        (:meth:`_apply_reports`), any other operation (register, finish) alone."""
+        results: list[Result] = []
+        i = 0
+        while i < len(ops):
+            if isinstance(ops[i].payload, Report):
+                j = i
+                while j < len(ops) and isinstance(ops[j].payload, Report):
+                    j += 1
+                results += self._apply_reports(cur, ops[i:j])
+                i = j
+                continue
+            try:
+                results.append((ops[i].payload(cur), None))
+            except self._psycopg.Error:
+                raise  # the transaction is aborted: a database failure, handled by _transact
+            except Exception as exc:  # the writer decides (domain error: answered; anything else: isolated)
+                results.append((None, exc))
+            i += 1
+        return results
 
-    def _run_batch(self, conn: list[Any], batch: list[tuple[tuple[Any, ...], Any, Future[Any]]]) -> None:
-        """Commit the batch and resolve its futures (``conn`` holds the writer's connection).
+    def _transact(self, shard: int, ops: Sequence[Op], commit_if: Callable[[Sequence[Result]], bool]
+                  ) -> list[Result]:
+        """One transaction over ``ops`` on writer ``shard``'s connection (the writer's :data:`~.writer.Transact`).
 
-        Consecutive reports are applied together in one transaction (:meth:`_apply_reports`); any other operation
-        (register, finish) runs in a transaction of its own, in submission order.
-        """
-        segments: list[list[tuple[tuple[Any, ...], Any, Future[Any]]]] = []
-        for item in batch:
-            if isinstance(item[1], Report) and segments and isinstance(segments[-1][0][1], Report):
-                segments[-1].append(item)
-            else:
-                segments.append([item])
-        for seg in segments:
-            if isinstance(seg[0][1], Report):
-                self._transact(conn, seg, lambda cur, seg=seg: self._apply_reports(cur, seg))
-            else:
-                (_, op, fut), = seg
-                self._transact(conn, seg, lambda cur, op=op, fut=fut: [(fut, *self._call(op, cur))])
-
-    @staticmethod
-    def _call(op: Callable[[Any], Any], cur: Any) -> tuple[Any, BaseException | None]:
-        try:
-            return op(cur), None
-        except _DOMAIN_ERRORS as exc:  # raised before the op wrote anything: the transaction stays usable
-            return None, exc
-
-    def _transact(self, conn: list[Any], items: list[tuple[tuple[Any, ...], Any, Future[Any]]],
-                  body: Callable[[Any], list[tuple[Future[Any], Any, BaseException | None]]]) -> None:
-        """Run ``body`` in a transaction on the writer's connection ``conn[0]`` and resolve the futures after the
-        commit. Deadlocks and serialization failures are retried; a lost connection is reopened and the
-        transaction run once more. That is safe even if the lost transaction had committed: reports applied again
-        are re-sends of stored steps and get their stored decisions, registering and finishing are idempotent."""
+        Deadlocks and serialization failures are retried; a lost connection is reopened and the transaction run
+        once more. That is safe even if the lost transaction had committed: reports applied again are re-sends of
+        stored steps and get their stored decisions, registering and finishing are idempotent. A database that
+        cannot be reached, or a lock another replica holds past ``lock_timeout_s``, raises
+        :class:`StoreUnavailable` for the whole batch."""
         pg = self._psycopg
         reconnected = False
         attempt = 0
         while True:
+            conn = self._wconns[shard]
             try:
-                if conn[0] is None or conn[0].closed:
-                    conn[0] = self._connect(autocommit=False)
-                with conn[0].transaction():
-                    with conn[0].cursor() as cur:
-                        results = body(cur)
-            except StoreUnavailable as exc:  # cannot connect
-                for _, _, fut in items:
-                    fut.set_exception(exc)
-                return
+                if conn is None or conn.closed:
+                    conn = self._wconns[shard] = self._connect(autocommit=False)
+                with conn.transaction():
+                    with conn.cursor() as cur:
+                        results = self._apply(cur, ops)
+                    if not commit_if(results):
+                        raise pg.Rollback()  # leaves the block, rolled back, without an error
+                return results
             except pg.Error as exc:
                 sqlstate = getattr(exc, "sqlstate", None)
                 if sqlstate in _RETRY_SQLSTATES and attempt < self.retries:
@@ -343,34 +303,28 @@ class PostgresStore(Store):
                     logger.info("postgres transaction retried after %s (attempt %d)", sqlstate, attempt)
                     time.sleep(0.001 * 2 ** attempt)
                     continue
-                lost = conn[0].closed or conn[0].broken  # not a lock timeout: that connection is fine
+                lost = conn is None or conn.closed or conn.broken  # not a lock timeout: that connection is fine
                 if lost:
-                    self._discard(conn[0])
-                    conn[0] = None
+                    if conn is not None:
+                        self._discard(conn)
+                    self._wconns[shard] = None
                     if not reconnected and not self._closed:
                         reconnected = True
                         logger.warning("postgres connection lost (%s); reconnecting", " ".join(str(exc).split()))
                         continue
-                logger.error("postgres commit failed, %d operation(s) refused: %s", len(items), exc)
-                err = StoreUnavailable(f"the database could not commit: {' '.join(str(exc).split())}")
-                for _, _, fut in items:
-                    fut.set_exception(err)
-                return
-            for fut, value, error in results:
-                if error is None:
-                    fut.set_result(value)
-                else:
-                    fut.set_exception(error)
-            return
+                    raise StoreUnavailable(f"the database could not commit: {' '.join(str(exc).split())}") from exc
+                if sqlstate == _LOCK_TIMEOUT:
+                    raise StoreUnavailable(f"lock timeout: a job row stayed locked by another replica for more than "
+                                           f"{self.lock_timeout_s:g} s; send the report again") from exc
+                raise
 
-    def _apply_reports(self, cur: Any, items: list[tuple[tuple[Any, ...], Any, Future[Any]]]
-                       ) -> list[tuple[Future[Any], Any, BaseException | None]]:
+    def _apply_reports(self, cur: Any, items: Sequence[Op]) -> list[Result]:
         """Apply reports (several jobs, possibly several per job, in submission order) in the open transaction.
 
         Four round trips whatever the batch size: lock the job rows, read the report rows the monitors need, insert
         the new report rows, update the job rows.
         """
-        keys = sorted({key for key, _, _ in items})
+        keys = sorted({op.key for op in items})
         # The row locks, taken in key order (ORDER BY sits under the locking step), so that two replicas' batches
         # never wait on each other in a cycle. The lock is taken alone: after waiting, PostgreSQL re-reads the locked
         # row but would join other tables from the statement's older snapshot (READ COMMITTED), so the report rows
@@ -385,7 +339,8 @@ class PostgresStore(Store):
         # A monitor needs, besides the detector state, only the report rows that a re-send could be compared with:
         # the one at each reported step (if stored) and the last one (for "steps must increase").
         want: set[tuple[int, str, int]] = set()
-        for key, report, _ in items:
+        for op in items:
+            key, report = op.key, op.payload
             job = jobs.get(key)
             if job is not None and job[13] is not None:
                 want.update({(*key, job[13]), (*key, report.step)})
@@ -400,13 +355,14 @@ class PostgresStore(Store):
                 stored.setdefault((r[0], r[1]), []).append(r[2:])
         states: dict[tuple[Any, ...], dict[str, Any]] = {}
         inserts: list[tuple[Any, ...]] = []
-        results: list[tuple[Future[Any], Any, BaseException | None]] = []
-        for key, report, fut in items:
+        results: list[Result] = []
+        for op in items:
+            key = op.key
             try:
-                results.append((fut, self._apply_one(key, report, jobs.get(key), stored.get(key, []), states,
-                                                     inserts), None))
-            except _DOMAIN_ERRORS as exc:  # nothing of this report was applied
-                results.append((fut, None, exc))
+                results.append((self._apply_one(key, op.payload, jobs.get(key), stored.get(key, []), states,
+                                                inserts), None))
+            except Exception as exc:  # the writer decides (domain error: answered; anything else: isolated)
+                results.append((None, exc))
         if inserts:
             cur.executemany(_SQL.insert_report, inserts)
         updates = [sql.job_state_row(key, st["monitor"], st["n_reports"], st["first_step"], st["first_report_at"])
@@ -541,7 +497,7 @@ class PostgresStore(Store):
 
     # -- operations ----------------------------------------------------------------------------------------------
     def ready(self) -> bool:
-        if self._closed or any(not t.is_alive() for t in self._threads):
+        if self._closed or not self._batch_writer.alive:
             return False
         try:
             self._read(lambda conn: conn.execute("SELECT 1 FROM alembic_version").fetchone())
@@ -553,10 +509,7 @@ class PostgresStore(Store):
         if self._closed:
             return
         self._closed = True
-        for q in self._queues:
-            q.put(_STOP)
-        for t in self._threads:
-            t.join()
+        self._batch_writer.close()
         with self._conns_lock:
             conns, self._all_conns = list(self._all_conns), []
         for conn in conns:
