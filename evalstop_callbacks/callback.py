@@ -26,7 +26,7 @@ from .client import BoundaryClient, EmbeddedClient
 from .distributed import barrier, share_from_main, world
 from .evaluators import EvalResult, Evaluator, EvaluatorError, unwrap_model
 from .integrations import WandbLogger, reports_to
-from .trace import TraceRecorder
+from .trace import TraceRecorder, eval_prefix
 
 logger = logging.getLogger(__name__)
 
@@ -446,9 +446,9 @@ class EvalStopCallback(TrainerCallback, ExportableState):
             self._own_time = 0.0
 
     def _open_trace(self, args: Any, state: Any, model: Any, resuming: bool) -> None:
-        kept: list[str] = []
-        if resuming:
-            kept = _trace_prefix(self.trace_path, state.global_step)
+        kept: list[dict[str, Any]] = []
+        if resuming:  # the eval lines up to the checkpoint (a crash may have cut the last line)
+            kept = eval_prefix(self.trace_path, state.global_step)
         policy = unwrap_model(model) if model is not None else None
         config = {"eval_steps": self.eval_steps, "detector": self.detector_spec, "mode": self.mode,
                   **self.evaluator.describe()}
@@ -497,22 +497,3 @@ class EvalStopCallback(TrainerCallback, ExportableState):
             self._trace.end(reason, best_step=self.best_step, best_score=self.best_score, stopped_at=self.stopped_at)
         if self._registered and self.job_id is not None:
             self.client.finish(self.job_id, reason)
-
-
-def _trace_prefix(path: str | None, upto_step: int) -> list[str]:
-    """Eval lines of an existing trace up to ``upto_step`` (the checkpoint a run resumes from)."""
-    import json
-    import os
-
-    if path is None or not os.path.exists(path):
-        return []
-    kept = []
-    with open(path, encoding="utf-8") as fh:
-        for raw in fh:
-            try:
-                obj = json.loads(raw)
-            except json.JSONDecodeError:
-                break
-            if obj.get("kind") == "eval" and obj.get("step", upto_step + 1) <= upto_step:
-                kept.append(obj)
-    return kept

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from platform_sim.sim.cli import main as sim_main
-from platform_sim.sim.traces import TraceFormatError, label_of, load_traces, read_trace
+from platform_sim.sim.traces import TraceFormatError, load_traces, read_trace
 
 
 def write_trace(path: Path, scores, job_type="rlhf", end=True, extra_eval=None, header=None) -> Path:
@@ -41,7 +41,7 @@ def test_only_required_fields_are_required(tmp_path):
 
 @pytest.mark.parametrize("mutate, line, words", [
     (lambda ls: ls.__setitem__(2, "{not json"), 3, "not valid JSON"),
-    (lambda ls: ls.__setitem__(3, json.dumps({"kind": "eval", "step": 10, "eval_score": 1.0})), 4, "strictly increase"),
+    (lambda ls: ls.__setitem__(3, json.dumps({"kind": "eval", "step": 10, "eval_score": 1.0})), 4, "steps must increase"),
     (lambda ls: ls.__setitem__(2, '{"kind": "eval", "step": 20, "eval_score": NaN}'), 3, "finite"),
     (lambda ls: ls.__setitem__(2, json.dumps({"kind": "eval", "step": 20})), 3, "without eval_score"),
     (lambda ls: ls.__setitem__(2, json.dumps({"kind": "eval", "step": 20, "eval_score": 1, "loss": 2})), 3, "unknown"),
@@ -75,16 +75,6 @@ def test_rejects_empty_and_too_short_traces(tmp_path):
         read_trace(write_trace(tmp_path / "one.jsonl", [1.0]))
 
 
-def test_label_rule_is_give_back_of_a_quarter_of_the_gain():
-    assert label_of([0.0, 4.0, 2.9]) == "hacking"      # gave back 1.1 of 4 (> 25%)
-    assert label_of([0.0, 4.0, 3.1]) == "healthy"      # gave back 0.9 of 4
-    assert label_of([0.0, 1.0, 2.0]) == "healthy"
-    assert label_of([2.0, 1.0, 0.0]) == "healthy"      # never gained: nothing to overoptimize
-    assert label_of([0.1, 0.6, 0.3]) == label_of([1.0, 6.0, 3.0]) == "hacking"  # scale-free
-    with pytest.raises(ValueError):
-        label_of([])
-
-
 def test_load_traces_errors(tmp_path):
     with pytest.raises(FileNotFoundError, match="does not exist"):
         load_traces(tmp_path / "nope")
@@ -109,10 +99,3 @@ def test_replay_cli_rejects_empty_dir_and_bad_trace_with_exit_2(tmp_path, capsys
     assert sim_main(["replay", "--traces", str(bad), "--seeds", "1", "--backend", "serial"]) == 2
     err = capsys.readouterr().err.strip()
     assert f"{p}:3:" in err and len(err.splitlines()) == 1
-
-
-def test_replay_cli_rejects_mixed_eval_counts(tmp_path, capsys):
-    write_trace(tmp_path / "a.jsonl", [1.0, 2.0, 3.0])
-    write_trace(tmp_path / "b.jsonl", [1.0, 2.0, 3.0, 4.0])
-    assert sim_main(["replay", "--traces", str(tmp_path), "--seeds", "1", "--backend", "serial"]) == 2
-    assert "same number of evals" in capsys.readouterr().err

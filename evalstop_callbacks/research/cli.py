@@ -127,15 +127,9 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _trace_complete(path: Path) -> bool:
-    try:
-        lines = path.read_text(encoding="utf-8").strip().splitlines()
-        return bool(lines) and json.loads(lines[-1]).get("kind") == "end"
-    except (OSError, ValueError):
-        return False
-
-
 def cmd_record(ns: argparse.Namespace) -> int:
+    from platform_sim.trace_format import trace_complete
+
     from .record import default_grid, ppo_available, run_in_subprocess
 
     grid = default_grid(ns.seeds, 0 if ns.skip_ppo else ns.ppo_seeds, 0 if ns.skip_ppo else ns.ppo_kl_seeds,
@@ -159,7 +153,7 @@ def cmd_record(ns: argparse.Namespace) -> int:
     for spec in bar:
         bar.set_postfix_str(spec.name)
         path = out / f"{spec.name}.jsonl"
-        if path.exists() and not ns.force and _trace_complete(path):
+        if path.exists() and not ns.force and trace_complete(path):
             results.append({"name": spec.name, "trace": str(path), "skipped": True})
             continue
         try:

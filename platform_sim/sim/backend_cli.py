@@ -1,4 +1,9 @@
-"""Command-line flags that choose where the independent simulations of a multi-run command run.
+"""Flags and helpers shared by the commands of ``evalstop-sim`` (:mod:`platform_sim.sim.cli`).
+
+The simulator's library modules never import this module or ``cli``: the commands import the library, not the
+other way round. Here: :class:`UsageError` (bad input, exit code 2), the workload and detector flags
+(:func:`add_workload_args`, :func:`workload_from_args`, :func:`detector_from_args`, :func:`detector_param`), and the
+flags that choose where the independent simulations of a multi-run command run:
 
 Every multi-run command of ``evalstop-sim`` (``paper``, ``replay``, ``detectors``, ``sweep``) calls
 :func:`add_backend_args` on its sub-parser and :func:`runner_from_args` to get its
@@ -21,12 +26,16 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 import time
 from pathlib import Path
 from typing import Any, Callable, Mapping, TypeVar
 
+from platform_sim.core.detectors import DETECTORS, detector_from_spec, parse_detector_param
+
 from .runner import ProcessRunner, Runner, SerialRunner
+from .workload import MIXES, WorkloadConfig
 
 T = TypeVar("T")
 
@@ -40,7 +49,7 @@ class UsageError(Exception):
     """Bad command-line input: printed as one line, exit code 2 (re-exported by :mod:`platform_sim.sim.cli`).
 
     Defined here, not in ``cli``, so that it is one class even under ``python -m platform_sim.sim.cli``, where
-    ``cli`` runs as ``__main__`` and the commands import ``platform_sim.sim.cli`` a second time.
+    ``cli`` runs as ``__main__``.
     """
 
 
@@ -164,3 +173,117 @@ def print_results(results: Mapping[str, Any], as_json: bool, human: Callable[[],
     """
     print(json.dumps(results, indent=2) if as_json else human())
     return 0
+
+
+# -- workload and detector flags ----------------------------------------------------------------------------------
+
+#: ``WorkloadConfig`` field -> the flag that sets it, so that the config's own checks name the flag.
+WORKLOAD_FLAGS: dict[str, str] = {"n_jobs": "--jobs", "gpus": "--gpus", "mix": "--mix", "hack_rate": "--hack-rate",
+                                  "sigma": "--sigma", "n_evals": "--evals", "load": "--load",
+                                  "est_error": "--est-error", "hack_gamma": "--hack-gamma"}
+
+
+def detector_param(text: str) -> tuple[str, Any]:
+    """argparse type of ``--detector-param KEY=VALUE`` (:func:`~platform_sim.core.detectors.parse_detector_param`)."""
+    try:
+        return parse_detector_param(text)
+    except ValueError as exc:  # argparse prints an ArgumentTypeError's own message
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def seed_arg(text: str) -> int:
+    """argparse type of a seed: an integer >= 0."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 0, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 0, got {value}")
+    return value
+
+
+def add_workload_args(p: argparse.ArgumentParser) -> None:
+    """Workload and detector flags shared by ``run``, ``paper`` and ``replay``."""
+    d = WorkloadConfig()
+    g = p.add_argument_group("workload")
+    g.add_argument("--gpus", type=int, default=d.gpus, help=f"cluster size (default {d.gpus})")
+    g.add_argument("--jobs", type=int, default=d.n_jobs, help=f"jobs per run (default {d.n_jobs})")
+    g.add_argument("--mix", choices=list(MIXES), default=d.mix, help=f"job-type mix (default {d.mix})")
+    g.add_argument("--sigma", type=float, default=d.sigma, help=f"eval noise std, >= 0 (default {d.sigma})")
+    g.add_argument("--hack-rate", type=float, default=d.hack_rate,
+                   help=f"fraction of RLHF jobs that hack, in [0, 1] (default {d.hack_rate})")
+    g.add_argument("--evals", type=int, default=d.n_evals, help=f"evals per run (default {d.n_evals})")
+    g.add_argument("--load", type=float, default=d.load, help=f"offered load (default {d.load})")
+    g.add_argument("--est-error", type=float, default=d.est_error,
+                   help=f"std of log(user estimate / true duration) (default {d.est_error})")
+    g.add_argument("--hack-gamma", type=float, default=d.hack_gamma,
+                   help=f"steepness of the hacking curves' decline (default {d.hack_gamma}; 1 = Gao's d linear)")
+    e = p.add_argument_group("EvalStop detector")
+    e.add_argument("--detector", default="k-decline",
+                   help=f"detector name (default k-decline; registered: {', '.join(sorted(DETECTORS))})")
+    e.add_argument("--k", type=int, default=None, help="consecutive declines that stop a job (k-decline default 2)")
+    e.add_argument("--min-delta", type=float, default=None, help="decline tolerance (k-decline default 0)")
+    e.add_argument("--detector-param", action="append", type=detector_param, default=[], metavar="KEY=VALUE",
+                   help="extra detector parameter (repeatable; value parsed as JSON when it can be)")
+    e.add_argument("--stop-at-p", type=float, default=0.65, help="p of the stop-at-p baseline (default 0.65)")
+
+
+def workload_from_args(args: argparse.Namespace) -> WorkloadConfig:
+    """The :class:`WorkloadConfig` of :func:`add_workload_args`' flags; its own checks, reported with the flag.
+
+    Raises:
+        UsageError: a value the config rejects (the message names the flag), or a bad ``--stop-at-p``.
+    """
+    if not (0 < args.stop_at_p <= 1):
+        raise UsageError(f"--stop-at-p must be in (0, 1], got {args.stop_at_p}")
+    # WorkloadConfig does not check the decline's steepness; a curve with gamma <= 0 would not decline at all.
+    if not (args.hack_gamma > 0) or not math.isfinite(args.hack_gamma):
+        raise UsageError(f"--hack-gamma must be > 0, got {args.hack_gamma}")
+    try:
+        return WorkloadConfig(n_jobs=args.jobs, gpus=args.gpus, mix=args.mix, hack_rate=args.hack_rate,
+                              sigma=args.sigma, n_evals=args.evals, load=args.load, est_error=args.est_error,
+                              hack_gamma=args.hack_gamma)
+    except ValueError as exc:
+        msg = str(exc)
+        flag = next((f for name, f in WORKLOAD_FLAGS.items() if name in msg), "workload")
+        raise UsageError(f"{flag}: {msg}") from None
+
+
+def detector_from_args(args: argparse.Namespace) -> dict[str, Any]:
+    """The detector spec of ``--detector/--k/--min-delta/--detector-param``, validated.
+
+    Raises:
+        UsageError: an unknown detector or a parameter it rejects (the message names the flag).
+    """
+    if args.detector not in DETECTORS:
+        raise UsageError(f"--detector: unknown detector {args.detector!r}; choose one of {', '.join(sorted(DETECTORS))}")
+    params: dict[str, Any] = {}
+    if args.k is not None:
+        if args.k < 1:
+            raise UsageError(f"--k must be an integer >= 1, got {args.k}")
+        params["k"] = args.k
+    if args.min_delta is not None:
+        if not (args.min_delta >= 0) or not math.isfinite(args.min_delta):
+            raise UsageError(f"--min-delta must be a finite number >= 0, got {args.min_delta}")
+        params["min_delta"] = args.min_delta
+    params.update(dict(args.detector_param))
+    spec = {"name": args.detector, "params": params}
+    try:
+        return detector_from_spec(spec).spec()
+    except ValueError as exc:
+        raise UsageError(f"--detector-param: {exc}") from None
+
+
+def floats_arg(flag: str, text: str) -> tuple[float, ...]:
+    """Comma-separated numbers >= 0 of ``flag``.
+
+    Raises:
+        UsageError: naming ``flag``.
+    """
+    try:
+        vals = tuple(float(v) for v in text.split(",") if v.strip())
+    except ValueError:
+        raise UsageError(f"{flag} must be comma-separated numbers, got {text!r}") from None
+    if not vals or any(not (v >= 0) for v in vals):
+        raise UsageError(f"{flag} must be comma-separated numbers >= 0, got {text!r}")
+    return vals

@@ -1,12 +1,18 @@
-"""``evalstop-sim``: the platform simulator's command line.
+"""``evalstop-sim``: the platform simulator's command line. Every command is defined here.
 
 Commands:
 
 - ``run``: one simulation, its metrics as a table (or ``--json``).
 - ``paper``: every experiment of the paper over many seeds; writes report.md, results.json and PNG plots.
+- ``sweep``: every combination of a TOML/YAML parameter grid (:mod:`platform_sim.sim.sweep`).
+- ``replay``: the platform fed by recorded real traces (:mod:`platform_sim.sim.replay`).
+- ``detectors``: every stop detector on the same workloads and seeds (:mod:`platform_sim.sim.detector_study`).
+- ``benchmark``: detectors tuned on the tune-split environments of a trace corpus, judged once on the test-split
+  environments (:mod:`platform_sim.sim.benchmark`).
 
-Bad input ends with a one-line error that names the flag and exit code 2. Other commands (``replay``, sweeps) add
-themselves to :data:`COMMANDS` with a function that adds their sub-parser.
+The commands import the simulator's library modules; those never import this module (nor
+:mod:`~platform_sim.sim.backend_cli`, which holds the flags the commands share). Bad input ends with a one-line error
+that names the flag and exit code 2.
 """
 
 from __future__ import annotations
@@ -17,112 +23,38 @@ import json
 import logging
 import math
 import sys
+from dataclasses import replace
+from pathlib import Path
 from typing import Any, Callable, NoReturn, Sequence
 
-from platform_sim.core.detectors import DETECTORS, detector_from_spec, parse_detector_param
+from platform_sim.core.detectors import detector_from_spec
 from platform_sim.core.policies import BASE_POLICIES
 from platform_sim.core.stop_policies import STOP_POLICIES
 
-from .backend_cli import (UsageError, add_backend_args, command_line, print_results, run_with_progress,
-                          runner_for_command)
-from .detector_study import add_detectors
-from .replay import add_replay
-from .sweep import add_sweep
-from .workload import MIXES, WorkloadConfig
+from .backend_cli import (
+    UsageError,
+    add_backend_args,
+    add_workload_args,
+    command_line,
+    detector_from_args,
+    detector_param,
+    floats_arg,
+    print_results,
+    run_with_progress,
+    runner_for_command,
+    seed_arg,
+    workload_from_args,
+    write_results_dir,
+)
+
+__all__ = ["COMMANDS", "UsageError", "add_workload_args", "build_parser", "detector_from_args", "main",
+           "workload_from_args"]
 
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:  # one line, not argparse's usage block
         sys.stderr.write(f"{self.prog}: error: {message}\n")
         raise SystemExit(2)
-
-
-def _detector_param(text: str) -> tuple[str, Any]:
-    try:
-        return parse_detector_param(text)
-    except ValueError as exc:  # argparse prints an ArgumentTypeError's own message
-        raise argparse.ArgumentTypeError(str(exc)) from None
-
-
-def add_workload_args(p: argparse.ArgumentParser) -> None:
-    """Workload and detector flags shared by every command."""
-    d = WorkloadConfig()
-    g = p.add_argument_group("workload")
-    g.add_argument("--gpus", type=int, default=d.gpus, help=f"cluster size (default {d.gpus})")
-    g.add_argument("--jobs", type=int, default=d.n_jobs, help=f"jobs per run (default {d.n_jobs})")
-    g.add_argument("--mix", choices=list(MIXES), default=d.mix, help=f"job-type mix (default {d.mix})")
-    g.add_argument("--sigma", type=float, default=d.sigma, help=f"eval noise std, >= 0 (default {d.sigma})")
-    g.add_argument("--hack-rate", type=float, default=d.hack_rate,
-                   help=f"fraction of RLHF jobs that hack, in [0, 1] (default {d.hack_rate})")
-    g.add_argument("--evals", type=int, default=d.n_evals, help=f"evals per run (default {d.n_evals})")
-    g.add_argument("--load", type=float, default=d.load, help=f"offered load (default {d.load})")
-    g.add_argument("--est-error", type=float, default=d.est_error,
-                   help=f"std of log(user estimate / true duration) (default {d.est_error})")
-    g.add_argument("--hack-gamma", type=float, default=d.hack_gamma,
-                   help=f"steepness of the hacking curves' decline (default {d.hack_gamma}; 1 = Gao's d linear)")
-    e = p.add_argument_group("EvalStop detector")
-    e.add_argument("--detector", default="k-decline",
-                   help=f"detector name (default k-decline; registered: {', '.join(sorted(DETECTORS))})")
-    e.add_argument("--k", type=int, default=None, help="consecutive declines that stop a job (k-decline default 2)")
-    e.add_argument("--min-delta", type=float, default=None, help="decline tolerance (k-decline default 0)")
-    e.add_argument("--detector-param", action="append", type=_detector_param, default=[], metavar="KEY=VALUE",
-                   help="extra detector parameter (repeatable; value parsed as JSON when it can be)")
-    e.add_argument("--stop-at-p", type=float, default=0.65, help="p of the stop-at-p baseline (default 0.65)")
-
-
-def workload_from_args(args: argparse.Namespace) -> WorkloadConfig:
-    if args.jobs < 1:
-        raise UsageError("--jobs must be >= 1")
-    if args.gpus < 16:
-        raise UsageError("--gpus must be >= 16 (the largest job needs 16)")
-    if not (args.sigma >= 0) or not math.isfinite(args.sigma):
-        raise UsageError(f"--sigma must be a finite number >= 0, got {args.sigma}")
-    if not (0.0 <= args.hack_rate <= 1.0):
-        raise UsageError(f"--hack-rate must be in [0, 1], got {args.hack_rate}")
-    if args.evals < 2:
-        raise UsageError(f"--evals must be >= 2, got {args.evals}")
-    if not (args.load > 0) or not math.isfinite(args.load):
-        raise UsageError(f"--load must be > 0, got {args.load}")
-    if not (args.est_error >= 0):
-        raise UsageError(f"--est-error must be >= 0, got {args.est_error}")
-    if not (args.hack_gamma > 0):
-        raise UsageError(f"--hack-gamma must be > 0, got {args.hack_gamma}")
-    if not (0 < args.stop_at_p <= 1):
-        raise UsageError(f"--stop-at-p must be in (0, 1], got {args.stop_at_p}")
-    return WorkloadConfig(n_jobs=args.jobs, gpus=args.gpus, mix=args.mix, hack_rate=args.hack_rate,
-                          sigma=args.sigma, n_evals=args.evals, load=args.load, est_error=args.est_error,
-                          hack_gamma=args.hack_gamma)
-
-
-def detector_from_args(args: argparse.Namespace) -> dict[str, Any]:
-    """The detector spec of ``--detector/--k/--min-delta/--detector-param``, validated."""
-    if args.detector not in DETECTORS:
-        raise UsageError(f"--detector: unknown detector {args.detector!r}; choose one of {', '.join(sorted(DETECTORS))}")
-    params: dict[str, Any] = {}
-    if args.k is not None:
-        if args.k < 1:
-            raise UsageError(f"--k must be an integer >= 1, got {args.k}")
-        params["k"] = args.k
-    if args.min_delta is not None:
-        if not (args.min_delta >= 0) or not math.isfinite(args.min_delta):
-            raise UsageError(f"--min-delta must be a finite number >= 0, got {args.min_delta}")
-        params["min_delta"] = args.min_delta
-    params.update(dict(args.detector_param))
-    spec = {"name": args.detector, "params": params}
-    try:
-        return detector_from_spec(spec).spec()
-    except ValueError as exc:
-        raise UsageError(f"--detector-param: {exc}") from None
-
-
-def _seed(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be an integer >= 0, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be an integer >= 0, got {value}")
-    return value
 
 
 # -- run ---------------------------------------------------------------------------------------------------------
@@ -133,7 +65,7 @@ def add_run(sub: argparse._SubParsersAction) -> None:
                        description="Run one simulation and print its metrics.")
     p.add_argument("--base", choices=list(BASE_POLICIES), default="srtf-est", help="base scheduler")
     p.add_argument("--stop", choices=list(STOP_POLICIES), default="evalstop", help="stop policy")
-    p.add_argument("--seed", type=_seed, default=0, help="workload seed, integer >= 0 (default 0)")
+    p.add_argument("--seed", type=seed_arg, default=0, help="workload seed, integer >= 0 (default 0)")
     p.add_argument("--json", action="store_true", help="print the metrics as JSON")
     add_workload_args(p)
     p.set_defaults(func=cmd_run)
@@ -213,8 +145,216 @@ def cmd_paper(args: argparse.Namespace) -> int:
         f"{results['config']['tasks']} tasks in {results['config']['wall_s']:.1f} s"]))
 
 
-COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [add_run, add_paper, add_sweep, add_replay, add_detectors]
-"""Sub-command builders; other modules append theirs (``replay``, sweeps)."""
+# -- sweep -------------------------------------------------------------------------------------------------------
+
+def add_sweep(sub: argparse._SubParsersAction) -> None:
+    """Add the ``sweep`` sub-command to ``evalstop-sim``'s sub-parsers."""
+    p = sub.add_parser("sweep", help="run every combination of a parameter grid (TOML or YAML file)",
+                       description="Run every combination of the parameters in a TOML or YAML grid file over many "
+                                   "seeds; one row per cell and policy, paired against the same base scheduler "
+                                   "without a stop policy. See docs/scaling.md for the file format.")
+    p.add_argument("grid", metavar="GRID", help="grid file (.toml, .yaml or .yml)")
+    p.add_argument("--seeds", type=int, default=None, help="seeds 0..N-1 (default: the grid file's, else 10)")
+    p.add_argument("--json", action="store_true", help="print the results as JSON instead of the table")
+    p.add_argument("--out", default=None, help="also write the JSON results to this file")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_backend_args(p)
+    p.set_defaults(func=cmd_sweep)
+
+
+def cmd_sweep(args: argparse.Namespace) -> int:
+    from .sweep import SweepFileError, load_sweep_file, sweep, sweep_text
+
+    if args.seeds is not None and args.seeds < 1:
+        raise UsageError(f"--seeds must be >= 1, got {args.seeds}")
+    try:
+        spec = load_sweep_file(args.grid)
+    except SweepFileError as exc:
+        raise UsageError(f"GRID {exc}") from None
+    if args.seeds is not None:
+        spec = replace(spec, seeds=tuple(range(args.seeds)))
+    runner = runner_for_command(args)
+    results, _ = run_with_progress(runner, functools.partial(sweep, spec), desc="simulations", unit="task",
+                                   show=not args.no_progress)
+    results["config"]["backend"] = args.backend
+    if args.out:
+        with open(args.out, "w", encoding="utf-8") as fh:
+            json.dump(results, fh, indent=2)
+    return print_results(results, args.json, lambda: sweep_text(spec, results, args.backend))
+
+
+
+# -- replay -------------------------------------------------------------------------------------------------------
+
+
+def add_replay(sub: argparse._SubParsersAction) -> None:
+    """Add ``replay`` to ``evalstop-sim``."""
+    from .replay import REPLAY_BASES, SCORE_SCALES
+
+    p = sub.add_parser(
+        "replay", help="the platform fed by recorded real training traces",
+        description="Turn recorded traces (evalstop traces record, or any tool writing the trace format) into the "
+                    "RLHF jobs of the simulated platform, mixed with synthetic LoRA/DPO jobs, and report the main and "
+                    "composability tables for every stop policy and base scheduler, plus per-trace detection results. "
+                    "One folder may mix traces of different lengths, eval cadences, planned steps, trainers and "
+                    "models, with or without per-example scores; ambiguous traces are listed, not dealt.")
+    p.add_argument("--traces", default=None, help="folder of *.jsonl traces (default: the shipped corpus)")
+    p.add_argument("--seeds", type=int, default=10, help="workload seeds (default 10)")
+    p.add_argument("--base", default="srtf-est", choices=list(REPLAY_BASES),
+                   help="base scheduler of the main table (default srtf-est)")
+    p.add_argument("--score-scale", default="environment", choices=list(SCORE_SCALES),
+                   help="map scores onto the platform's 0-1 scale per environment (default: its traces' min -> 0, "
+                        "max -> 1) or per trace")
+    p.add_argument("--trace-min-delta", type=float, default=None, metavar="X",
+                   help="decline tolerance in the traces' own units (gold points for the shipped corpus), converted "
+                        "to the platform's 0-1 scale; replaces --min-delta; needs traces that share one scale")
+    p.add_argument("--out", default=None, help="also write results.json and report.md into this folder")
+    p.add_argument("--json", action="store_true", help="print the results as JSON instead of the tables")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_backend_args(p)
+    add_workload_args(p)
+    p.set_defaults(func=cmd_replay)
+
+
+def _load_traces_arg(flag: str, folder: Path) -> list[Any]:
+    from .traces import TraceFormatError, load_traces
+
+    try:
+        return load_traces(folder)
+    except (FileNotFoundError, TraceFormatError) as exc:
+        raise UsageError(f"{flag}: {exc}") from None
+
+
+def cmd_replay(args: argparse.Namespace) -> int:
+    from .replay import native_min_delta, replay, replay_markdown, replay_text
+    from .traces import shipped_traces_dir
+
+    if args.seeds < 1:
+        raise UsageError(f"--seeds must be >= 1, got {args.seeds}")
+    folder = Path(args.traces) if args.traces is not None else shipped_traces_dir()
+    traces = _load_traces_arg("--traces", folder)
+    if all(t.label == "ambiguous" for t in traces):
+        raise UsageError(f"--traces: every trace of {folder} is ambiguous; nothing to replay")
+    wl = workload_from_args(args)
+    if args.trace_min_delta is not None:
+        if not (args.trace_min_delta >= 0) or not math.isfinite(args.trace_min_delta):
+            raise UsageError(f"--trace-min-delta must be a finite number >= 0, got {args.trace_min_delta}")
+        if args.detector != "k-decline":
+            raise UsageError("--trace-min-delta applies to the k-decline detector only")
+        shared = native_min_delta(traces, args.score_scale)
+        if shared is None:
+            raise UsageError(f"--trace-min-delta: the traces are mapped onto the 0-1 scale per {args.score_scale} "
+                             "with different maps, so a tolerance in their units is no single number there; use "
+                             "--min-delta (0-1 scale)")
+        args.min_delta = args.trace_min_delta / shared.span
+    det = detector_from_args(args)
+    runner = runner_for_command(args)
+    results, wall = run_with_progress(
+        runner, functools.partial(replay, traces, wl, det, args.seeds, args.base, args.stop_at_p,
+                                  score_scale=args.score_scale),
+        desc="replay", unit="seed", show=not args.no_progress and not args.json)
+    results["config"]["wall_s"] = wall
+    results["config"]["traces_dir"] = str(folder)
+    command = command_line("replay")
+    if args.out:
+        write_results_dir(args.out, results, replay_markdown(results, command))
+    return print_results(results, args.json, lambda: replay_text(results))
+
+
+# -- detectors ---------------------------------------------------------------------------------------------------
+
+
+def add_detectors(sub: argparse._SubParsersAction) -> None:
+    """Add ``detectors`` to ``evalstop-sim``."""
+
+    p = sub.add_parser(
+        "detectors", help="compare every stop detector on the same workloads and seeds",
+        description="Compare the stop detectors (the paper's k-decline rule and the noise-robust ones) on the same "
+                    "workloads and seeds: noise sweep, hacking-rate sweep, healthy runs with long plateaus, and the "
+                    "shipped real traces. Per-example eval scores are generated for every run.")
+    p.add_argument("--seeds", type=int, default=30, help="evaluation seeds 0..N-1 (default 30)")
+    p.add_argument("--base", default="srtf-est", help="base scheduler (default srtf-est)")
+    p.add_argument("--jobs", type=int, default=200, help="jobs per run (default 200)")
+    p.add_argument("--traces", default=None, help="folder of real *.jsonl traces (default: the shipped corpus)")
+    p.add_argument("--no-real", action="store_true", help="skip the real traces")
+    p.add_argument("--detector", default=None,
+                   help="add one more detector by name to the comparison (with --detector-param)")
+    p.add_argument("--detector-param", action="append", type=detector_param, default=[], metavar="KEY=VALUE",
+                   help="a parameter of --detector (repeatable; values parsed as JSON)")
+    p.add_argument("--only", default=None, help="comma-separated labels of the built-in detectors to keep")
+    p.add_argument("--sigmas", default=None, help="comma-separated sigmas of the noise sweep (default 0.01..0.12)")
+    p.add_argument("--parts", default="noise,hack_rate,plateau,real",
+                   help="comma-separated experiments to run (default: noise,hack_rate,plateau,real)")
+    p.add_argument("--out", default=None, help="write report.md, results.json and PNG plots into this folder")
+    p.add_argument("--json", action="store_true", help="print the results as JSON")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_backend_args(p)
+    p.set_defaults(func=cmd_detectors)
+
+
+def cmd_detectors(args: argparse.Namespace) -> int:
+    from .detector_study import CANDIDATES, PLATEAU_SIGMAS, StudyConfig, study, study_markdown, write_study_plots
+    from .experiments import HACK_RATES, SIGMAS
+    from .workload import WorkloadConfig
+
+    if args.seeds < 1:
+        raise UsageError(f"--seeds must be >= 1, got {args.seeds}")
+    if args.jobs < 1:
+        raise UsageError(f"--jobs must be >= 1, got {args.jobs}")
+    if args.base not in BASE_POLICIES:
+        raise UsageError(f"--base: unknown scheduler {args.base!r}; choose one of {', '.join(BASE_POLICIES)}")
+    detectors = list(CANDIDATES)
+    if args.only:
+        keep = [s.strip() for s in args.only.split(",") if s.strip()]
+        unknown = [k for k in keep if k not in dict(CANDIDATES)]
+        if unknown:
+            raise UsageError(f"--only: unknown detector label(s) {', '.join(unknown)}; choose from "
+                             f"{', '.join(label for label, _ in CANDIDATES)}")
+        detectors = [(label, spec) for label, spec in CANDIDATES if label in keep]
+    if args.detector_param and not args.detector:
+        raise UsageError("--detector-param needs --detector")
+    if args.detector:
+        spec = {"name": args.detector, "params": dict(args.detector_param)}
+        try:
+            spec = detector_from_spec(spec).spec()
+        except ValueError as exc:
+            raise UsageError(f"--detector: {exc}") from None
+        label = args.detector + "".join(f" {k}={v}" for k, v in spec["params"].items() if k in dict(
+            args.detector_param))
+        detectors.append((label, spec))
+    if not detectors:
+        raise UsageError("--only left no detector to compare")
+    parts = {x.strip() for x in args.parts.split(",") if x.strip()}
+    bad = parts - {"noise", "hack_rate", "plateau", "real"}
+    if bad or not parts:
+        raise UsageError(f"--parts: unknown experiment(s) {', '.join(sorted(bad)) or '(none)'}; choose from "
+                         "noise, hack_rate, plateau, real")
+    traces_dir = "" if args.no_real or "real" not in parts else args.traces
+    if traces_dir:
+        folder = Path(traces_dir)
+        if not folder.is_dir():
+            raise UsageError(f"--traces: {traces_dir} is not a folder")
+    cfg = StudyConfig(seeds=args.seeds, detectors=tuple(detectors), base=args.base, traces_dir=traces_dir,
+                      workload=WorkloadConfig(n_jobs=args.jobs),
+                      sigmas=(floats_arg("--sigmas", args.sigmas) if args.sigmas else SIGMAS) if "noise" in parts else (),
+                      hack_rates=HACK_RATES if "hack_rate" in parts else (),
+                      plateau_sigmas=PLATEAU_SIGMAS if "plateau" in parts else ())
+    runner = runner_for_command(args)
+    # Per-detector fallback warnings would repeat once per simulated job; every run here has per-example scores.
+    logging.getLogger("platform_sim.core.robust_detectors").setLevel(logging.ERROR)
+    results, wall = run_with_progress(runner, functools.partial(study, cfg), desc="detectors", unit="task",
+                                      show=not args.no_progress and not args.json)
+    results["config"]["wall_s"] = wall
+    command = command_line("detectors")
+    results["config"]["command"] = command
+    if args.out:
+        write_study_plots(results, write_results_dir(args.out, results, study_markdown(results, command)))
+    return print_results(results, args.json, lambda: study_markdown(results, command, with_ci=False))
+
+
+COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [add_run, add_paper, add_sweep, add_replay,
+                                                                 add_detectors]
+"""Sub-command builders, in ``--help`` order."""
 
 
 def build_parser() -> argparse.ArgumentParser:

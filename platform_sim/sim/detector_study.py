@@ -22,8 +22,6 @@ The detectors and their parameters are :data:`CANDIDATES`. Their parameters were
 
 from __future__ import annotations
 
-import argparse
-import functools
 import itertools
 import logging
 import statistics
@@ -39,7 +37,6 @@ from platform_sim.core.policies import PREEMPTION_COST_H
 
 from .eval_scores import DEFAULT_EXAMPLES, DEFAULT_RHO, PerExampleObservation
 from .experiments import HACK_RATES, SIGMAS, PolicySpec
-from .traces import recorded_examples
 from .workload import WorkloadConfig, generate_workload
 
 logger = logging.getLogger(__name__)
@@ -325,9 +322,10 @@ def _row(label: str, spec: Mapping[str, Any], base: str, runs: Sequence[Mapping[
 
 
 def load_real(traces_dir: str | None) -> tuple[list[Any], Any, str | None, bool]:
-    """``(traces, scale, note, platform_ok)``: the real traces (``[]`` and a note when none are usable) and whether
-    they can feed the platform replay (it needs the same number of evals in every trace)."""
-    from .replay import corpus_scale, evals_per_run
+    """``(traces, scales, note, platform_ok)``: the real traces (``[]`` and a note when none are usable), each
+    trace's map to the 0-1 scale (per environment, :func:`~platform_sim.sim.replay.trace_scales`), and whether they
+    can feed the platform replay (any mix of lengths can; a corpus of only ambiguous traces cannot)."""
+    from .replay import trace_scales
     from .traces import TraceFormatError, load_traces, shipped_traces_dir
 
     folder = Path(traces_dir) if traces_dir else shipped_traces_dir()
@@ -335,24 +333,29 @@ def load_real(traces_dir: str | None) -> tuple[list[Any], Any, str | None, bool]
         traces = load_traces(folder)
     except (FileNotFoundError, TraceFormatError, ValueError) as exc:
         return [], None, str(exc), False
-    try:
-        evals_per_run(traces)
-    except TraceFormatError as exc:
-        return traces, corpus_scale(traces), f"platform replay skipped: {exc}", False
-    return traces, corpus_scale(traces), None, True
+    if all(t.label == "ambiguous" for t in traces):
+        return traces, trace_scales(traces), "platform replay skipped: every trace is ambiguous", False
+    return traces, trace_scales(traces), None, True
 
 
 def trace_rows(traces: Sequence[Any], scale: Any, detectors: Sequence[tuple[str, Mapping[str, Any]]],
                ) -> list[dict[str, Any]]:
-    """Each detector over each trace's recorded eval sequence (means and per-example scores, platform scale)."""
-    from .replay import trace_detection
+    """Each detector over each trace's recorded eval sequence (means and per-example scores, platform scale).
 
-    keys = ("trace", "label", "stopped", "stop_step", "best_step", "peak_step", "delay_evals", "regret_pct")
+    Args:
+        traces: The traces.
+        scale: One :class:`~platform_sim.sim.replay.Scale` for all, or one per trace name.
+        detectors: ``(label, spec)`` pairs.
+    """
+    from .replay import Scale, trace_detection
+
+    keys = ("trace", "environment", "split", "label", "stopped", "stop_step", "best_step", "peak_step",
+            "delay_evals", "regret", "regret_pct")
     rows = []
     for trace in traces:
-        examples = recorded_examples(trace)  # read once per trace, not once per detector
+        s = scale if isinstance(scale, Scale) else scale[trace.name]
         for label, spec in detectors:
-            row = trace_detection(trace, spec, scale, examples=examples)
+            row = trace_detection(trace, spec, s)
             rows.append({"detector": label, **{k: row[k] for k in keys}})
     return rows
 
@@ -363,11 +366,12 @@ def trace_summaries(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     for label in dict.fromkeys(r["detector"] for r in rows):
         mine = [r for r in rows if r["detector"] == label]
         hack = [r for r in mine if r["label"] == "hacking"]
-        ok = [r for r in mine if r["label"] != "hacking"]
+        ok = [r for r in mine if r["label"] == "healthy"]
         delays = [r["delay_evals"] for r in hack if r["stopped"]]
         regrets = [r["regret_pct"] for r in hack if r["stopped"] and r["regret_pct"] is not None]
         out.append({"detector": label, "hacking": len(hack), "hacking_stopped": sum(r["stopped"] for r in hack),
                     "healthy": len(ok), "healthy_stopped": sum(r["stopped"] for r in ok),
+                    "ambiguous": sum(r["label"] == "ambiguous" for r in mine),
                     "delay_median_evals": float(statistics.median(delays)) if delays else None,
                     "max_regret_pct": max(regrets) if regrets else None})
     return out
@@ -376,7 +380,7 @@ def trace_summaries(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
 def study(cfg: StudyConfig, runner: Any = None, progress: Callable[[int], None] | None = None,
           on_plan: Callable[[int], None] | None = None) -> dict[str, Any]:
     """Run the comparison; ``{"noise", "hack_rate", "plateau", "real", "real_traces", "real_summary", "config"}``."""
-    from .replay import recorded_observation, trace_curves
+    from .replay import grid_evals, recorded_observation, trace_curves
     from .runner import SerialRunner
 
     if cfg.seeds < 1:
@@ -392,8 +396,8 @@ def study(cfg: StudyConfig, runner: Any = None, progress: Callable[[int], None] 
         traces, scale, real_note, platform_ok = load_real(cfg.traces_dir)
         if traces and platform_ok:
             curves = trace_curves(traces, scale)
-            real = (curves, len(traces[0].steps))
-            real_obs = recorded_observation(traces, curves, scale, cfg.examples, cfg.rho)
+            real = (curves, grid_evals(traces))
+            real_obs = recorded_observation(traces, curves, None, cfg.examples, cfg.rho, n_evals=real[1])
     plan = _plan(cfg, real, real_obs)
     if on_plan:
         on_plan(len(plan.tasks))
@@ -487,106 +491,3 @@ def write_study_plots(results: Mapping[str, Any], out_dir: Path) -> list[Path]:
         fig.suptitle(f"Detectors, {name} ({results['config']['seeds']} seeds, base {results['config']['base']})")
         written.append(save_figure(fig, out_dir / f"detectors_{name}.png", dpi=100))
     return written
-
-
-def add_detectors(sub: argparse._SubParsersAction) -> None:
-    """Add ``detectors`` to ``evalstop-sim``."""
-    from .backend_cli import add_backend_args
-    from .cli import _detector_param
-
-    p = sub.add_parser(
-        "detectors", help="compare every stop detector on the same workloads and seeds",
-        description="Compare the stop detectors (the paper's k-decline rule and the noise-robust ones) on the same "
-                    "workloads and seeds: noise sweep, hacking-rate sweep, healthy runs with long plateaus, and the "
-                    "shipped real traces. Per-example eval scores are generated for every run.")
-    p.add_argument("--seeds", type=int, default=30, help="evaluation seeds 0..N-1 (default 30)")
-    p.add_argument("--base", default="srtf-est", help="base scheduler (default srtf-est)")
-    p.add_argument("--jobs", type=int, default=200, help="jobs per run (default 200)")
-    p.add_argument("--traces", default=None, help="folder of real *.jsonl traces (default: the shipped corpus)")
-    p.add_argument("--no-real", action="store_true", help="skip the real traces")
-    p.add_argument("--detector", default=None,
-                   help="add one more detector by name to the comparison (with --detector-param)")
-    p.add_argument("--detector-param", action="append", type=_detector_param, default=[], metavar="KEY=VALUE",
-                   help="a parameter of --detector (repeatable; values parsed as JSON)")
-    p.add_argument("--only", default=None, help="comma-separated labels of the built-in detectors to keep")
-    p.add_argument("--sigmas", default=None, help="comma-separated sigmas of the noise sweep (default 0.01..0.12)")
-    p.add_argument("--parts", default="noise,hack_rate,plateau,real",
-                   help="comma-separated experiments to run (default: noise,hack_rate,plateau,real)")
-    p.add_argument("--out", default=None, help="write report.md, results.json and PNG plots into this folder")
-    p.add_argument("--json", action="store_true", help="print the results as JSON")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
-    add_backend_args(p)
-    p.set_defaults(func=cmd_detectors)
-
-
-def _floats(flag: str, text: str) -> tuple[float, ...]:
-    from .cli import UsageError
-
-    try:
-        vals = tuple(float(v) for v in text.split(",") if v.strip())
-    except ValueError:
-        raise UsageError(f"{flag} must be comma-separated numbers, got {text!r}") from None
-    if not vals or any(not (v >= 0) for v in vals):
-        raise UsageError(f"{flag} must be comma-separated numbers >= 0, got {text!r}")
-    return vals
-
-
-def cmd_detectors(args: argparse.Namespace) -> int:
-    from platform_sim.core.policies import BASE_POLICIES
-
-    from .backend_cli import command_line, print_results, run_with_progress, runner_for_command, write_results_dir
-    from .cli import UsageError
-
-    if args.seeds < 1:
-        raise UsageError(f"--seeds must be >= 1, got {args.seeds}")
-    if args.jobs < 1:
-        raise UsageError(f"--jobs must be >= 1, got {args.jobs}")
-    if args.base not in BASE_POLICIES:
-        raise UsageError(f"--base: unknown scheduler {args.base!r}; choose one of {', '.join(BASE_POLICIES)}")
-    detectors = list(CANDIDATES)
-    if args.only:
-        keep = [s.strip() for s in args.only.split(",") if s.strip()]
-        unknown = [k for k in keep if k not in dict(CANDIDATES)]
-        if unknown:
-            raise UsageError(f"--only: unknown detector label(s) {', '.join(unknown)}; choose from "
-                             f"{', '.join(label for label, _ in CANDIDATES)}")
-        detectors = [(label, spec) for label, spec in CANDIDATES if label in keep]
-    if args.detector_param and not args.detector:
-        raise UsageError("--detector-param needs --detector")
-    if args.detector:
-        spec = {"name": args.detector, "params": dict(args.detector_param)}
-        try:
-            spec = detector_from_spec(spec).spec()
-        except ValueError as exc:
-            raise UsageError(f"--detector: {exc}") from None
-        label = args.detector + "".join(f" {k}={v}" for k, v in spec["params"].items() if k in dict(
-            args.detector_param))
-        detectors.append((label, spec))
-    if not detectors:
-        raise UsageError("--only left no detector to compare")
-    parts = {x.strip() for x in args.parts.split(",") if x.strip()}
-    bad = parts - {"noise", "hack_rate", "plateau", "real"}
-    if bad or not parts:
-        raise UsageError(f"--parts: unknown experiment(s) {', '.join(sorted(bad)) or '(none)'}; choose from "
-                         "noise, hack_rate, plateau, real")
-    traces_dir = "" if args.no_real or "real" not in parts else args.traces
-    if traces_dir:
-        folder = Path(traces_dir)
-        if not folder.is_dir():
-            raise UsageError(f"--traces: {traces_dir} is not a folder")
-    cfg = StudyConfig(seeds=args.seeds, detectors=tuple(detectors), base=args.base, traces_dir=traces_dir,
-                      workload=WorkloadConfig(n_jobs=args.jobs),
-                      sigmas=(_floats("--sigmas", args.sigmas) if args.sigmas else SIGMAS) if "noise" in parts else (),
-                      hack_rates=HACK_RATES if "hack_rate" in parts else (),
-                      plateau_sigmas=PLATEAU_SIGMAS if "plateau" in parts else ())
-    runner = runner_for_command(args)
-    # Per-detector fallback warnings would repeat once per simulated job; every run here has per-example scores.
-    logging.getLogger("platform_sim.core.detectors").setLevel(logging.ERROR)
-    results, wall = run_with_progress(runner, functools.partial(study, cfg), desc="detectors", unit="task",
-                                      show=not args.no_progress and not args.json)
-    results["config"]["wall_s"] = wall
-    command = command_line("detectors")
-    results["config"]["command"] = command
-    if args.out:
-        write_study_plots(results, write_results_dir(args.out, results, study_markdown(results, command)))
-    return print_results(results, args.json, lambda: study_markdown(results, command, with_ci=False))

@@ -5,36 +5,37 @@ How a trace becomes a job of the platform:
 - The workload is a synthetic one (:func:`~platform_sim.sim.workload.generate_workload`: arrivals, job types, GPU
   demands, durations, user estimates, LoRA/DPO curves, loss curves), and then **every RLHF job is given a recorded
   trace** (the traces are shuffled per seed and dealt round-robin). The job keeps its platform size and duration; the
-  trace's eval curve is placed on the job's progress (step / planned steps), so a 300-step CPU run becomes a
-  multi-hour 8-GPU job with the same curve shape. Its hacking label is the trace's label
-  (:func:`~platform_sim.sim.traces.label_of`), the ground truth of every detection metric. The hack rate of the
+  trace's eval curve is placed on the job's progress (its own step / its own planned steps), so a 300-step CPU run
+  and a 120-step one both become multi-hour 8-GPU jobs with their own curve shapes. Its hacking label is the trace's
+  label (:func:`~platform_sim.sim.traces.label_trace`), the ground truth of every detection metric; *ambiguous*
+  traces are not dealt (the platform's metrics need a yes or no) and are listed in the results. The hack rate of the
   replay is therefore the corpus's share of hacking traces, not ``--hack-rate``.
-- Scores: recorded scores are in the trace's own units (gold points for the CPU environment). They are mapped onto the
-  platform's 0-1 score scale by one affine map for the whole corpus (corpus minimum -> 0, maximum -> 1), which keeps
-  every curve's shape and the order of scores. ``--min-delta`` is on that 0-1 scale; the equivalent in trace units is
-  printed (``min_delta_native``).
+- Traces of one folder may differ in length, eval cadence, planned steps, trainer and model, and may or may not carry
+  per-example scores. The platform's eval grid has as many evals as the longest trace; every trace's means (and its
+  per-example scores, example by example) land on the grid by linear interpolation in progress, which is exact for a
+  trace with that many evenly spaced evals and keeps every recorded value of the others at their progress.
+- Scores: recorded scores are in each trace's own units (gold points, accuracy, win rate...). Each **environment** is
+  mapped onto the platform's 0-1 score scale on its own, by the affine map of its traces' minimum -> 0 and maximum ->
+  1 (``score_scale="environment"``, the default; traces without an ``environment`` field form one group), which keeps
+  every curve's shape, the order of scores, and the relative size of a run's rise and of its noise within the
+  environment. ``score_scale="trace"`` maps every trace by its own minimum and maximum instead. ``--min-delta`` is on
+  the 0-1 scale; ``--trace-min-delta`` takes it in the traces' own units when they all share one map.
 - Noise: a recorded curve already carries its real evaluation noise (the held-out sample), so trace jobs get no
   added noise; synthetic jobs keep the Gaussian ``--sigma``.
-- The eval grid has as many evals as the traces (all traces of one replay must have the same number of evals per
-  run; the shipped corpus has 30); a trace's scores land on the grid by linear interpolation in progress, which is
-  exact when its evals are evenly spaced.
 
 Besides the platform tables (the main table on ``--base`` and the composability table over every base scheduler, as
-``paper`` prints them), replay runs the detector on each trace's own eval sequence and reports one row per trace:
-``trace``, ``label``, ``stopped``, ``stop_step``, ``best_step`` (the checkpoint the job delivers: the detector's best
-at the stop, else the last one, as on the platform), ``peak_step``, ``delay_evals`` (stop eval minus true peak eval)
-and ``regret_pct`` (100 x (peak - delivered) / |peak|, in trace units).
+``paper`` prints them), replay runs the detector on each trace's own eval sequence (all of its evals, on its 0-1
+scale) and reports one row per trace: ``trace``, ``environment``, ``split``, ``label``, ``stopped``, ``stop_step``,
+``best_step`` (the checkpoint the job delivers: the detector's best at the stop, else the last one, as on the
+platform), ``peak_step``, ``delay_evals`` (stop eval minus true peak eval), ``regret`` (the share of the run's gain,
+true peak minus first eval, that the delivered checkpoint gives up) and ``regret_pct`` (100 x (peak - delivered) /
+|peak|, in trace units).
 """
 
 from __future__ import annotations
 
-import argparse
-import functools
-import json
-import math
 import statistics
 from dataclasses import dataclass, replace
-from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
@@ -43,11 +44,16 @@ from platform_sim.core.detectors import detector_from_spec
 from platform_sim.core.monitor import JobMonitor
 
 from .curves import TabulatedCurve, eval_grid
-from .traces import RealTrace, TraceFormatError, load_traces, recorded_examples, shipped_traces_dir
+from .experiments import BASES, MAIN_STOPS, PolicySpec
+from .traces import RealTrace
 from .workload import Workload, WorkloadConfig, generate_workload
 
-REPLAY_BASES: tuple[str, ...] = ("fifo", "sjf-est", "srtf-est", "loss-aware")
-REPLAY_STOPS: tuple[str, ...] = ("none", "evalstop", "stop-at-p", "loss-plateau", "oracle")
+REPLAY_BASES: tuple[str, ...] = BASES
+"""Base schedulers of the composability table (the paper's)."""
+REPLAY_STOPS: tuple[str, ...] = MAIN_STOPS
+"""Stop policies of the main table (the paper's)."""
+SCORE_SCALES: tuple[str, ...] = ("environment", "trace")
+"""How traces are mapped onto the platform's 0-1 scale: per environment (default) or per trace."""
 
 
 @dataclass(frozen=True)
@@ -56,15 +62,42 @@ class TraceCurve:
 
     Args:
         name: The trace's name.
-        hacking: Its label.
+        hacking: Its label (ambiguous traces are never made into curves).
         progress: Progress of each eval, increasing in (0, 1].
         scores: Scores on the platform's 0-1 scale.
+        examples: Per-example scores per eval on the same scale (None entries where not recorded; empty: none).
     """
 
     name: str
     hacking: bool
     progress: tuple[float, ...]
     scores: tuple[float, ...]
+    examples: tuple[tuple[float, ...] | None, ...] = ()
+
+    def on_grid(self, grid: np.ndarray) -> tuple[np.ndarray, list[tuple[float, ...] | None]]:
+        """The means and per-example scores at the platform's eval points (linear interpolation in progress).
+
+        A grid point between two recorded evals gets the interpolation of their per-example scores, example by
+        example, when both have the same examples; otherwise the nearer eval's (None if it has none).
+        """
+        xs = np.asarray(self.progress)
+        means = np.interp(grid, xs, np.asarray(self.scores))
+        per: list[tuple[float, ...] | None] = []
+        if not self.examples:
+            return means, [None] * len(grid)
+        for g in grid:
+            j = int(np.searchsorted(xs, g, side="right"))  # xs[j-1] <= g < xs[j]
+            lo, hi = max(j - 1, 0), min(j, len(xs) - 1)
+            a, b = self.examples[lo], self.examples[hi]
+            if lo == hi or xs[hi] == xs[lo]:
+                per.append(a)
+                continue
+            t = float(min(max((g - xs[lo]) / (xs[hi] - xs[lo]), 0.0), 1.0))
+            if a is not None and b is not None and len(a) == len(b):
+                per.append(tuple((1 - t) * u + t * v for u, v in zip(a, b)))
+            else:
+                per.append(a if t < 0.5 else b)
+        return means, per
 
 
 @dataclass(frozen=True)
@@ -82,35 +115,71 @@ class Scale:
         return (x - self.lo) / self.span
 
 
-def corpus_scale(traces: Sequence[RealTrace]) -> Scale:
+def _scale_of(traces: Sequence[RealTrace]) -> Scale:
     lo = min(min(t.scores) for t in traces)
     hi = max(max(t.scores) for t in traces)
     return Scale(lo, hi if hi > lo else lo + 1.0)
 
 
-def trace_curves(traces: Sequence[RealTrace], scale: Scale) -> tuple[TraceCurve, ...]:
-    return tuple(TraceCurve(t.name, t.hacking, t.progress(), tuple(scale(s) for s in t.scores)) for t in traces)
+def corpus_scale(traces: Sequence[RealTrace]) -> Scale:
+    """One map for all of ``traces`` (their minimum -> 0, maximum -> 1): right for traces that share units."""
+    return _scale_of(traces)
 
 
-def evals_per_run(traces: Sequence[RealTrace]) -> int:
-    """The common number of evals per run of ``traces``.
+def scale_group(trace: RealTrace, score_scale: str = "environment") -> str:
+    """The key of the traces that share ``trace``'s map: its environment (``""`` if unnamed) or its name."""
+    if score_scale not in SCORE_SCALES:
+        raise ValueError(f"score_scale must be one of {', '.join(SCORE_SCALES)}, got {score_scale!r}")
+    return trace.name if score_scale == "trace" else (trace.environment or "")
 
-    Raises:
-        TraceFormatError: the traces do not all have the same number of evals (the platform's grid is shared).
-    """
-    counts = sorted({len(t.steps) for t in traces})
-    if len(counts) != 1:
-        raise TraceFormatError(
-            f"traces of one replay must have the same number of evals per run; found {counts} "
-            f"(e.g. {next(t.name for t in traces if len(t.steps) == counts[0])} has {counts[0]})")
-    return counts[0]
+
+def trace_scales(traces: Sequence[RealTrace], score_scale: str = "environment") -> dict[str, Scale]:
+    """Each trace's map to the 0-1 scale, by trace name (see :data:`SCORE_SCALES`)."""
+    groups: dict[str, list[RealTrace]] = {}
+    for t in traces:
+        groups.setdefault(scale_group(t, score_scale), []).append(t)
+    by_group = {g: _scale_of(ts) for g, ts in groups.items()}
+    return {t.name: by_group[scale_group(t, score_scale)] for t in traces}
+
+
+ScaleArg = Scale | Mapping[str, Scale]
+
+
+def _scale_for(trace: RealTrace, scale: ScaleArg | None) -> Scale | None:
+    if scale is None or isinstance(scale, Scale):
+        return scale
+    return scale[trace.name]
+
+
+def trace_curves(traces: Sequence[RealTrace], scale: ScaleArg) -> tuple[TraceCurve, ...]:
+    """The hacking and healthy traces as curves on the 0-1 scale (``scale``: one map, or one per trace name)."""
+    out = []
+    for t in traces:
+        if t.label == "ambiguous":
+            continue
+        s = _scale_for(t, scale)
+        assert s is not None
+        examples = tuple(None if e is None else tuple(s(v) for v in e) for e in t.examples)
+        out.append(TraceCurve(t.name, t.hacking, t.progress(), tuple(s(v) for v in t.scores), examples))
+    return tuple(out)
+
+
+def grid_evals(traces: Sequence[RealTrace]) -> int:
+    """Evals per run of the platform's grid for ``traces``: the longest trace's count (at least 2)."""
+    if not traces:
+        raise ValueError("no traces")
+    return max(2, max(len(t.steps) for t in traces))
+
+
+evals_per_run = grid_evals
+"""Former name of :func:`grid_evals` (traces of one replay no longer need the same number of evals)."""
 
 
 def build_replay_workload(config: WorkloadConfig, curves: Sequence[TraceCurve], seed: int) -> Workload:
     """The synthetic workload of ``config`` and ``seed`` with every RLHF job's curve replaced by a recorded one.
 
     Args:
-        config: Workload parameters; ``n_evals`` must equal the traces' eval count.
+        config: Workload parameters; ``n_evals`` is the platform's eval grid (e.g. :func:`grid_evals`).
         curves: The traces (platform scale).
         seed: Workload seed; it also decides which trace each RLHF job gets.
     """
@@ -147,7 +216,7 @@ class ReplayTask:
     workload: WorkloadConfig
     curves: tuple[TraceCurve, ...]
     seed: int
-    policies: tuple[Any, ...]  # PolicySpec
+    policies: tuple[PolicySpec, ...]
     observation: Mapping[str, Any] | None = None  # None: the means alone (Gaussian model with the trace's noise)
 
 
@@ -169,37 +238,51 @@ def run_replay_task(task: ReplayTask) -> list[dict[str, Any]]:
     return out
 
 
-def trace_detection(trace: RealTrace, detector: Mapping[str, Any] | None, scale: Scale,
+def regret_of(trace: RealTrace, delivered: float) -> float:
+    """The share of the run's gain that delivering a checkpoint of score ``delivered`` gives up.
+
+    The gain is the true peak minus the first eval; a run that never rose above its first eval is measured against
+    its range (peak minus lowest eval) instead, and a flat run has no regret.
+    """
+    peak = trace.peak_score
+    gain = peak - trace.scores[0]
+    if gain <= 0:
+        gain = peak - min(trace.scores)
+    return (peak - delivered) / gain if gain > 0 else 0.0
+
+
+def trace_detection(trace: RealTrace, detector: Mapping[str, Any] | None, scale: Scale | None = None,
                     skip_evals: int = 0, examples: Sequence[Sequence[float] | None] | None = None) -> dict[str, Any]:
-    """Run the detector over one trace's real eval sequence (platform scale) and report what it did.
+    """Run the detector over one trace's real eval sequence and report what it did.
 
     Args:
         trace: The trace.
-        detector: Detector spec (platform scale).
-        scale: The corpus's map to the platform scale.
+        detector: Detector spec (on the scale the scores are given in).
+        scale: The trace's map to the platform scale; None: the detector sees the recorded scores in their own
+            units, as ``EvalStopCallback`` in that run would have.
         skip_evals: Report only from the eval after the first ``skip_evals`` ones (a job that starts reporting to
             the scheduler after a warm-up); its best checkpoint is then the best of the reported evals.
-        examples: The trace's recorded per-example scores per eval (:func:`~platform_sim.sim.traces.recorded_examples`,
-            trace units), when the caller already read them; by default they are read from the trace's file for a
-            detector that uses them.
+        examples: Per-example scores per eval (trace units) to use instead of the trace's recorded ones.
 
     Returns:
-        ``{"trace", "label", "algo", "stopped", "stop_step", "best_step", "peak_step", "delay_evals",
-        "regret_pct", "peak_score", "delivered_score"}``; scores in trace units.
+        ``{"trace", "environment", "split", "label", "algo", "stopped", "stop_step", "stop_index", "best_step",
+        "peak_step", "evals", "delay_evals", "regret", "regret_pct", "peak_score", "delivered_score"}``; scores in
+        trace units.
     """
     det = detector_from_spec(detector)
     monitor = JobMonitor(job_id=trace.name, job_type="rlhf", detector=det)
     # Detectors that read per-example scores get the recorded ones, on the same scale as the means.
     if not det.uses_example_scores:
-        examples = []
+        examples = ()
     elif examples is None:
-        examples = recorded_examples(trace)
+        examples = trace.examples
+    f: Callable[[float], float] = scale if scale is not None else float
     stop_index = None
     for i, (step, score) in enumerate(zip(trace.steps, trace.scores)):
         if i < skip_evals:
             continue
         per = examples[i] if i < len(examples) else None
-        decision = monitor.observe(step, scale(score), None if per is None else [scale(v) for v in per])
+        decision = monitor.observe(step, f(score), None if per is None else [f(v) for v in per])
         if decision.should_stop:
             stop_index = i
             break
@@ -212,13 +295,18 @@ def trace_detection(trace: RealTrace, detector: Mapping[str, Any] | None, scale:
     peak = trace.peak_score
     return {
         "trace": trace.name,
+        "environment": trace.environment,
+        "split": trace.split,
         "label": trace.label,
         "algo": trace.algo,
         "stopped": stopped,
-        "stop_step": trace.steps[stop_index] if stopped else None,
+        "stop_step": trace.steps[stop_index] if stop_index is not None else None,
+        "stop_index": stop_index,
         "best_step": best_step,
         "peak_step": trace.peak_step,
-        "delay_evals": (stop_index - trace.peak_index) if stopped else None,
+        "evals": len(trace.steps),
+        "delay_evals": (stop_index - trace.peak_index) if stop_index is not None else None,
+        "regret": regret_of(trace, delivered),
         "regret_pct": 100.0 * (peak - delivered) / abs(peak) if peak != 0 else None,
         "peak_score": peak,
         "delivered_score": delivered,
@@ -226,7 +314,8 @@ def trace_detection(trace: RealTrace, detector: Mapping[str, Any] | None, scale:
 
 
 def trace_summary(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """Detection over the traces: stopped hacking / healthy, median delay, worst regret of stopped hacking traces."""
+    """Detection over the traces: stopped hacking / healthy, median delay, worst regret of stopped hacking traces;
+    ambiguous traces are counted and listed, never scored."""
     hack = [r for r in rows if r["label"] == "hacking"]
     healthy = [r for r in rows if r["label"] == "healthy"]
     delays = [r["delay_evals"] for r in hack if r["stopped"]]
@@ -234,22 +323,30 @@ def trace_summary(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     return {
         "hacking": len(hack),
         "healthy": len(healthy),
+        "ambiguous": sum(r["label"] == "ambiguous" for r in rows),
+        "ambiguous_traces": [r["trace"] for r in rows if r["label"] == "ambiguous"],
         "hacking_stopped": sum(r["stopped"] for r in hack),
         "healthy_stopped": sum(r["stopped"] for r in healthy),
         "median_delay_evals": statistics.median(delays) if delays else None,
         "max_delay_evals": max(delays) if delays else None,
         "max_regret_pct_stopped_hacking": max(regrets) if regrets else None,
+        "max_regret_stopped": max((r["regret"] for r in rows if r["stopped"] and r["label"] != "ambiguous"),
+                                  default=None),
     }
 
 
-def recorded_observation(traces: Sequence[RealTrace], curves: Sequence[TraceCurve], scale: Scale,
-                         examples: int | None = None, rho: float | None = None) -> dict[str, Any]:
-    """The observation-model spec that gives trace jobs their *recorded* per-example scores (platform scale) and the
-    synthetic jobs generated ones (``examples``, ``rho``: :mod:`platform_sim.sim.eval_scores`' defaults if None)."""
+def recorded_observation(traces: Sequence[RealTrace], curves: Sequence[TraceCurve], scale: Any = None,
+                         examples: int | None = None, rho: float | None = None,
+                         n_evals: int | None = None) -> dict[str, Any]:
+    """The observation-model spec that gives trace jobs their *recorded* per-example scores (platform scale, on the
+    platform's eval grid of ``n_evals`` points, default :func:`grid_evals`) and the synthetic jobs generated ones
+    (``examples``, ``rho``: :mod:`platform_sim.sim.eval_scores`' defaults if None). ``scale`` is not needed (the
+    curves are already on the platform scale) and kept for callers that pass it."""
+    grid = eval_grid(n_evals or grid_evals(traces))
     recorded = []
-    for trace, curve in zip(traces, curves):
-        per_eval = recorded_examples(trace)
-        recorded.append((list(curve.scores), [[scale(v) for v in e] if e else [] for e in per_eval]))
+    for curve in curves:
+        means, per = curve.on_grid(grid)
+        recorded.append((means.tolist(), [list(e) if e else [] for e in per]))
     params: dict[str, Any] = {"traces": recorded}
     if examples is not None:
         params["examples"] = examples
@@ -258,37 +355,46 @@ def recorded_observation(traces: Sequence[RealTrace], curves: Sequence[TraceCurv
     return {"name": "recorded-examples", "params": params}
 
 
+def native_min_delta(traces: Sequence[RealTrace], score_scale: str = "environment") -> Scale | None:
+    """The one map all ``traces`` share (so a tolerance in their units is one number on the 0-1 scale), else None."""
+    scales = set(trace_scales(traces, score_scale).values())
+    return scales.pop() if len(scales) == 1 else None
+
+
 def replay(traces: Sequence[RealTrace], workload: WorkloadConfig, detector: Mapping[str, Any] | None,
            seeds: int, base: str = "srtf-est", stop_at_p: float = 0.65, runner: Any = None,
            progress: Callable[[int], None] | None = None, on_plan: Callable[[int], None] | None = None,
-           ) -> dict[str, Any]:
+           score_scale: str = "environment") -> dict[str, Any]:
     """Replay ``traces`` on the platform: ``{"main", "composability", "traces", "trace_summary", "config"}``.
 
     Args:
-        traces: Recorded traces (validated, same number of evals each).
-        workload: The synthetic part (its ``n_evals`` is replaced by the traces' eval count).
+        traces: Recorded traces (validated; any mix of lengths, cadences, planned steps, trainers).
+        workload: The synthetic part (its ``n_evals`` is replaced by :func:`grid_evals`).
         detector: EvalStop's detector spec (None: the paper's k=2, min_delta 0), on the 0-1 platform scale.
         seeds: Seeds 0..seeds-1 (each a different workload and a different dealing of traces).
         base: Base scheduler of the main table.
         stop_at_p: p of the StopAt-p baseline.
         runner: A :class:`~platform_sim.sim.runner.Runner` (default: serial).
         progress, on_plan: Progress callbacks (tasks finished; total tasks).
+        score_scale: ``environment`` or ``trace`` (:data:`SCORE_SCALES`).
+
+    Raises:
+        ValueError: ``seeds`` < 1, or every trace is ambiguous (nothing to deal to the platform).
     """
-    from .experiments import PolicySpec
-    from .metrics import metric_row
     from .runner import SerialRunner
 
     if seeds < 1:
         raise ValueError(f"seeds must be >= 1, got {seeds}")
-    n_evals = evals_per_run(traces)
+    n_evals = grid_evals(traces)
     workload = replace(workload, n_evals=n_evals)
-    scale = corpus_scale(traces)
-    curves = trace_curves(traces, scale)
+    scales = trace_scales(traces, score_scale)
+    curves = trace_curves(traces, scales)
+    if not curves:
+        raise ValueError("every trace is ambiguous: nothing to replay on the platform")
     det_obj = detector_from_spec(detector)
     det = det_obj.spec()
     # Detectors that read per-example scores see the recorded ones (the other jobs' are generated).
-    observation = (recorded_observation(traces, curves, scale)
-                   if det_obj.uses_example_scores else None)
+    observation = recorded_observation(traces, curves, n_evals=n_evals) if det_obj.uses_example_scores else None
 
     def spec(stop: str, b: str) -> PolicySpec:
         return PolicySpec(base=b, stop=stop, detector=det if stop == "evalstop" else None,
@@ -308,10 +414,14 @@ def replay(traces: Sequence[RealTrace], workload: WorkloadConfig, detector: Mapp
     per = {k: [res[i] for res in results] for i, k in enumerate(keys)}
 
     def row(stop: str, b: str) -> dict[str, Any]:
+        from .metrics import metric_row
+
         mine = per[spec(stop, b).key()]
         return metric_row(b, stop, mine, per[spec("none", b).key()] if stop != "none" else None)
 
-    rows = [trace_detection(t, det, scale) for t in traces]
+    rows = [trace_detection(t, det, scales[t.name]) for t in traces]
+    shared = native_min_delta(traces, score_scale)
+    groups = {scale_group(t, score_scale): scales[t.name] for t in traces}
     return {
         "main": [row(stop, base) for stop in REPLAY_STOPS],
         "composability": [row(stop, b) for b in REPLAY_BASES for stop in ("none", "evalstop")],
@@ -320,16 +430,22 @@ def replay(traces: Sequence[RealTrace], workload: WorkloadConfig, detector: Mapp
         "config": {
             "seeds": seeds, "workload": workload.to_dict(), "detector": det, "base": base, "stop_at_p": stop_at_p,
             "n_traces": len(traces), "hacking_traces": sum(t.hacking for t in traces),
-            "scale": {"lo": scale.lo, "hi": scale.hi},
-            "min_delta_native": det["params"].get("min_delta", 0.0) * scale.span
-            if det["name"] == "k-decline" else None,
+            "ambiguous_traces": [t.name for t in traces if t.label == "ambiguous"],
+            "grid_evals": n_evals, "eval_counts": sorted({len(t.steps) for t in traces}),
+            "score_scale": score_scale,
+            "scales": {g: {"lo": s.lo, "hi": s.hi} for g, s in groups.items()} if score_scale == "environment"
+            else len(groups),
+            "scale": {"lo": shared.lo, "hi": shared.hi} if shared is not None else None,
+            "min_delta_native": det["params"].get("min_delta", 0.0) * shared.span
+            if det["name"] == "k-decline" and shared is not None else None,
         },
     }
 
 
-# -- command line -------------------------------------------------------------------------------------------------
+# -- output -------------------------------------------------------------------------------------------------------
 
-TRACE_COLUMNS = ("trace", "label", "stopped", "stop_step", "best_step", "peak_step", "delay_evals", "regret_pct")
+TRACE_COLUMNS = ("trace", "environment", "label", "stopped", "stop_step", "best_step", "peak_step", "delay_evals",
+                 "regret_pct")
 
 
 def traces_table(rows: Sequence[Mapping[str, Any]]) -> str:
@@ -352,86 +468,40 @@ def traces_table(rows: Sequence[Mapping[str, Any]]) -> str:
 
 
 def summary_line(s: Mapping[str, Any]) -> str:
+    """One line: stopped hacking and healthy traces, median delay, worst regret; ambiguous traces if any."""
     med = "-" if s["median_delay_evals"] is None else f"{s['median_delay_evals']:g}"
     reg = "-" if s["max_regret_pct_stopped_hacking"] is None else f"{s['max_regret_pct_stopped_hacking']:.1f}%"
+    amb = s.get("ambiguous", 0)
+    tail = f"; {amb} ambiguous trace(s) not scored: {', '.join(s.get('ambiguous_traces', []))}" if amb else ""
     return (f"hacking traces stopped {s['hacking_stopped']}/{s['hacking']}, healthy traces stopped "
             f"{s['healthy_stopped']}/{s['healthy']}, median delay {med} evals after the true peak, worst regret of a "
-            f"stopped hacking trace {reg}")
-
-
-def add_replay(sub: argparse._SubParsersAction) -> None:
-    """Add ``replay`` to ``evalstop-sim``."""
-    from .backend_cli import add_backend_args
-    from .cli import add_workload_args
-
-    p = sub.add_parser(
-        "replay", help="the platform fed by recorded real training traces",
-        description="Turn recorded traces (evalstop traces record) into the RLHF jobs of the simulated platform, "
-                    "mixed with synthetic LoRA/DPO jobs, and report the main and composability tables for every "
-                    "stop policy and base scheduler, plus per-trace detection results.")
-    p.add_argument("--traces", default=None, help="folder of *.jsonl traces (default: the shipped corpus)")
-    p.add_argument("--seeds", type=int, default=10, help="workload seeds (default 10)")
-    p.add_argument("--base", default="srtf-est", choices=list(REPLAY_BASES),
-                   help="base scheduler of the main table (default srtf-est)")
-    p.add_argument("--trace-min-delta", type=float, default=None, metavar="X",
-                   help="decline tolerance in the traces' own units (gold points for the shipped corpus), converted "
-                        "to the platform's 0-1 scale; replaces --min-delta")
-    p.add_argument("--out", default=None, help="also write results.json and report.md into this folder")
-    p.add_argument("--json", action="store_true", help="print the results as JSON instead of the tables")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
-    add_backend_args(p)
-    add_workload_args(p)
-    p.set_defaults(func=cmd_replay)
+            f"stopped hacking trace {reg}{tail}")
 
 
 def replay_markdown(results: Mapping[str, Any], command: str) -> str:
+    """The ``--out`` report of ``replay``."""
+    import json
+
     from .report import markdown_table
 
     cfg = results["config"]
     return "\n".join([
         "# EvalStop on recorded real traces (evalstop-sim replay)", "",
         f"Command: `{command}`. {cfg['n_traces']} traces ({cfg['hacking_traces']} hacking), {cfg['seeds']} seeds, "
-        f"detector `{json.dumps(cfg['detector'])}` on the 0-1 platform scale (min_delta in trace units: "
-        f"{cfg['min_delta_native'] if cfg['min_delta_native'] is not None else '-'}).", "",
+        f"eval grid {cfg['grid_evals']} (trace eval counts {cfg['eval_counts']}), scores mapped to 0-1 per "
+        f"{cfg['score_scale']}, detector `{json.dumps(cfg['detector'])}` on the 0-1 platform scale (min_delta in "
+        f"trace units: {cfg['min_delta_native'] if cfg['min_delta_native'] is not None else '-'}).", "",
         "## Per trace", "", traces_table(results["traces"]), "", summary_line(results["trace_summary"]), "",
         f"## Main table ({cfg['base']} base)", "", markdown_table(results["main"]), "",
         "## Composability", "", markdown_table(results["composability"], lead=(("base", "base", "s"),)), "",
     ])
 
 
-def cmd_replay(args: argparse.Namespace) -> int:
-    from .backend_cli import command_line, print_results, run_with_progress, runner_for_command, write_results_dir
-    from .cli import UsageError, detector_from_args, workload_from_args
+def replay_text(results: Mapping[str, Any]) -> str:
+    """The human output of ``replay``: per-trace rows, the summary line, the main and composability tables."""
     from .report import markdown_table
 
-    if args.seeds < 1:
-        raise UsageError(f"--seeds must be >= 1, got {args.seeds}")
-    folder = Path(args.traces) if args.traces is not None else shipped_traces_dir()
-    try:
-        traces = load_traces(folder)
-        evals_per_run(traces)
-    except FileNotFoundError as exc:
-        raise UsageError(f"--traces: {exc}") from None
-    except TraceFormatError as exc:
-        raise UsageError(f"--traces: {exc}") from None
-    wl = workload_from_args(args)
-    if args.trace_min_delta is not None:
-        if not (args.trace_min_delta >= 0) or not math.isfinite(args.trace_min_delta):
-            raise UsageError(f"--trace-min-delta must be a finite number >= 0, got {args.trace_min_delta}")
-        if args.detector != "k-decline":
-            raise UsageError("--trace-min-delta applies to the k-decline detector only")
-        args.min_delta = args.trace_min_delta / corpus_scale(traces).span
-    det = detector_from_args(args)
-    runner = runner_for_command(args)
-    results, wall = run_with_progress(
-        runner, functools.partial(replay, traces, wl, det, args.seeds, args.base, args.stop_at_p), desc="replay",
-        unit="seed", show=not args.no_progress and not args.json)
-    results["config"]["wall_s"] = wall
-    results["config"]["traces_dir"] = str(folder)
-    command = command_line("replay")
-    if args.out:
-        write_results_dir(args.out, results, replay_markdown(results, command))
-    return print_results(results, args.json, lambda: "\n".join([
+    return "\n".join([
         traces_table(results["traces"]), summary_line(results["trace_summary"]), "",
         markdown_table(results["main"]), "",
-        markdown_table(results["composability"], lead=(("base", "base", "s"),))]))
+        markdown_table(results["composability"], lead=(("base", "base", "s"),))])

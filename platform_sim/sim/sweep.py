@@ -28,9 +28,7 @@ the mean over seeds with a 95% confidence interval, like ``evalstop-sim paper``.
 
 from __future__ import annotations
 
-import functools
 import itertools
-import json
 import os
 import time
 from dataclasses import dataclass, field, replace
@@ -308,48 +306,9 @@ def sweep(spec: SweepSpec, runner: Runner | None = None, progress: Callable[[int
     }
 
 
-# -- command line ---------------------------------------------------------------------------------------------------
+# -- output ---------------------------------------------------------------------------------------------------------
 
-def add_sweep(sub: Any) -> None:
-    """Add the ``sweep`` sub-command to ``evalstop-sim``'s sub-parsers."""
-    from .backend_cli import add_backend_args
-
-    p = sub.add_parser("sweep", help="run every combination of a parameter grid (TOML or YAML file)",
-                       description="Run every combination of the parameters in a TOML or YAML grid file over many "
-                                   "seeds; one row per cell and policy, paired against the same base scheduler "
-                                   "without a stop policy. See docs/scaling.md for the file format.")
-    p.add_argument("grid", metavar="GRID", help="grid file (.toml, .yaml or .yml)")
-    p.add_argument("--seeds", type=int, default=None, help="seeds 0..N-1 (default: the grid file's, else 10)")
-    p.add_argument("--json", action="store_true", help="print the results as JSON instead of the table")
-    p.add_argument("--out", default=None, help="also write the JSON results to this file")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
-    add_backend_args(p)
-    p.set_defaults(func=cmd_sweep)
-
-
-def cmd_sweep(args: Any) -> int:
-    from .backend_cli import print_results, run_with_progress, runner_for_command
-    from .cli import UsageError
-
-    if args.seeds is not None and args.seeds < 1:
-        raise UsageError(f"--seeds must be >= 1, got {args.seeds}")
-    try:
-        spec = load_sweep_file(args.grid)
-    except SweepFileError as exc:
-        raise UsageError(f"GRID {exc}") from None
-    if args.seeds is not None:
-        spec = replace(spec, seeds=tuple(range(args.seeds)))
-    runner = runner_for_command(args)
-    results, _ = run_with_progress(runner, functools.partial(sweep, spec), desc="simulations", unit="task",
-                                   show=not args.no_progress)
-    results["config"]["backend"] = args.backend
-    if args.out:
-        with open(args.out, "w", encoding="utf-8") as fh:
-            json.dump(results, fh, indent=2)
-    return print_results(results, args.json, lambda: _sweep_text(spec, results, args.backend))
-
-
-def _sweep_text(spec: SweepSpec, results: Mapping[str, Any], backend: str) -> str:
+def sweep_text(spec: SweepSpec, results: Mapping[str, Any], backend: str) -> str:
     """The human output of ``sweep``: the table, one column per swept axis, then a line of totals."""
     from .report import markdown_table
 

@@ -1,57 +1,200 @@
-"""Reading recorded JSONL traces (DESIGN.md section 4) for the simulator, and labelling them.
+"""Recorded JSONL traces for the simulator: reading them into :class:`RealTrace` objects, and labelling them.
 
-A trace is one real training run: a header line, one ``eval`` line per evaluation, an optional ``end`` line. The reader
-is strict, because a replay built on a silently mangled trace reports wrong numbers: every problem raises
-:class:`TraceFormatError` naming the file and the line number. Only the required fields are required (``format``,
-``job_id``, ``job_type``; ``step`` and ``eval_score``), so traces written by other tools load too.
+The format and its strict reader are :mod:`platform_sim.trace_format` (every problem raises
+:class:`TraceFormatError` naming the file and the line); this module adds what the simulator needs: the eval curve
+as tuples, the per-example scores, the run's environment and split, and the label.
 
-The label (``hacking`` or ``healthy``) is the ground truth of a replay. It is derived from the whole recorded eval
-curve, never from how the run was configured, by :func:`label_of`:
+**The label** (``hacking``, ``healthy`` or ``ambiguous``) is the ground truth of every replay and benchmark. It comes
+from the recorded gold curve alone, never from how the run was configured, by :func:`label_trace`:
 
-    a trace is **hacking** when its final eval score has given back more than ``LABEL_GIVE_BACK`` (25%) of the gain it
-    had made by its peak: ``peak - final > 0.25 * (peak - first)``, with ``peak > first``. Otherwise it is healthy.
+1. The curve is smoothed by windows of ``w`` consecutive evals (``w`` = a tenth of the evals, 2 to 5; 1 below 6
+   evals). The *peak level* is the highest window mean (the earliest on ties), the *start* the first window, the
+   *final level* the last window.
+2. ``drop`` = peak level - final level; ``gain`` = peak level - start. Their standard errors come from the
+   per-example scores where the trace has them: paired over the examples (the same held-out examples at every eval,
+   so example difficulty cancels) when every eval of the two windows scored the same number of examples, else from
+   each eval's spread; a trace without per-example scores gets a robust estimate from its successive differences.
+3. A trace is **hacking** when its decline is real and material: ``drop >= 3 SE`` and ``drop >= 25%`` of the gain.
+   It is **healthy** when there is no real decline (``drop < 2 SE``; a noisy plateau is this case: its best window
+   is only the luckiest stretch of noise) or the decline is small (below 10% of the gain). Everything else is
+   **ambiguous**: a real decline of 10-25% of the gain, a material one only 2-3 SE deep, or a real decline after no
+   real gain (``gain < 2 SE``: no peak to overoptimize past). Ambiguous traces are left out of precision and recall
+   and listed instead.
 
-The rule is scale-free (it works for a 0-1 score and for the gold points of the CPU environment alike) and ignores
-small end-of-run wobble on a plateau.
+The thresholds are :data:`LABEL_RULE`; the rule is scale-free (an affine change of the score's units changes
+nothing).
 """
 
 from __future__ import annotations
 
-import json
 import math
+import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
-from platform_sim.core.boundary import JOB_TYPES
+from platform_sim.trace_format import TRACE_FORMAT, TraceFormatError, read_trace_file
 
-TRACE_FORMAT = "evalstop-trace/1"
-LABEL_GIVE_BACK = 0.25
-"""Fraction of the gain up to the peak that a trace must give back by its end to be labelled ``hacking``."""
+__all__ = ["LABELS", "LABEL_RULE", "Label", "LabelRule", "RealTrace", "TRACE_FORMAT", "TraceFormatError",
+           "label_of", "label_trace", "load_traces", "read_trace", "recorded_examples", "shipped_traces_dir"]
 
-_EVAL_NUMBERS = ("proxy_reward", "train_loss", "kl", "wall_s", "gpu_s")
-_EVAL_FIELDS = frozenset({"kind", "step", "eval_score", "eval_scores", *_EVAL_NUMBERS})
-_END_FIELDS = frozenset({"kind", "reason", "stopped_at", "best_step", "best_score"})
-_HEADER_FIELDS = frozenset({"kind", "format", "job_id", "job_type", "trainer", "model", "planned_steps",
-                            "world_size", "config"})
+LABELS: tuple[str, ...] = ("hacking", "healthy", "ambiguous")
 
 
-class TraceFormatError(ValueError):
-    """A trace file that breaks the format; the message starts with ``file:line:``."""
-
-
-def label_of(scores: Sequence[float], give_back: float = LABEL_GIVE_BACK) -> str:
-    """``"hacking"`` if the curve gave back more than ``give_back`` of its gain by the end, else ``"healthy"``.
+@dataclass(frozen=True)
+class LabelRule:
+    """The thresholds of :func:`label_trace`.
 
     Args:
-        scores: The eval scores in step order (at least one).
-        give_back: The fraction (default :data:`LABEL_GIVE_BACK`).
+        give_back: Share of the gain a real decline must give back to be ``hacking``.
+        small: Share of the gain below which a decline is too small to matter (``healthy``).
+        z_hacking: Standard errors a decline must reach to be ``hacking``.
+        z_noise: Standard errors below which a decline (or a gain) is noise.
     """
-    if not scores:
-        raise ValueError("label_of needs at least one score")
-    peak = max(scores)
-    gain = peak - scores[0]
-    return "hacking" if gain > 0 and peak - scores[-1] > give_back * gain else "healthy"
+
+    give_back: float = 0.25
+    small: float = 0.10
+    z_hacking: float = 3.0
+    z_noise: float = 2.0
+
+
+LABEL_RULE = LabelRule()
+
+
+@dataclass(frozen=True)
+class Label:
+    """A trace's label and the numbers behind it (trace units).
+
+    Attributes:
+        label: ``hacking``, ``healthy`` or ``ambiguous``.
+        reason: One line saying why.
+        window: Evals per smoothing window.
+        peak_level, final_level, start_level: Window means.
+        drop, drop_se: Peak level minus final level, and its standard error.
+        gain, gain_se: Peak level minus start, and its standard error.
+        noise: Which estimate the standard errors come from (``paired``, ``per-eval``, ``curve``).
+    """
+
+    label: str
+    reason: str
+    window: int
+    peak_level: float
+    final_level: float
+    start_level: float
+    drop: float
+    drop_se: float
+    gain: float
+    gain_se: float
+    noise: str
+
+    @property
+    def drop_z(self) -> float:
+        return _ratio(self.drop, self.drop_se)
+
+    @property
+    def give_back(self) -> float | None:
+        """``drop / gain`` (None when the run never gained)."""
+        return self.drop / self.gain if self.gain > 0 else None
+
+    def to_dict(self) -> dict[str, Any]:
+        out = dict(self.__dict__)
+        out["drop_z"] = None if math.isinf(self.drop_z) else self.drop_z
+        out["give_back"] = self.give_back
+        return out
+
+
+def _ratio(x: float, se: float) -> float:
+    if x <= 0:
+        return 0.0
+    return x / se if se > 0 else math.inf
+
+
+def _window(n: int) -> int:
+    return 1 if n < 6 else min(5, max(2, round(n / 10)))
+
+
+def _mean(xs: Sequence[float]) -> float:
+    return math.fsum(xs) / len(xs)
+
+
+def _window_se(examples: Sequence[Sequence[float] | None], a: range, b: range) -> float | None:
+    """Standard error of ``mean(window a) - mean(window b)`` from per-example scores (None if any eval has none)."""
+    ev = [examples[i] if i < len(examples) else None for i in (*a, *b)]
+    if any(e is None or len(e) < 2 for e in ev):
+        return None
+    sizes = {len(e) for e in ev}  # type: ignore[arg-type]
+    if len(sizes) == 1:
+        n = sizes.pop()
+        diffs = [_mean([examples[i][x] for i in a]) - _mean([examples[i][x] for i in b])  # type: ignore[index]
+                 for x in range(n)]
+        return statistics.stdev(diffs) / math.sqrt(n)
+
+    def var(win: range) -> float:
+        return math.fsum(statistics.variance(examples[i]) / len(examples[i]) for i in win) / len(win) ** 2  # type: ignore
+
+    return math.sqrt(var(a) + var(b))
+
+
+def _curve_noise(scores: Sequence[float]) -> float:
+    """Robust std of one eval's noise from successive differences (median absolute deviation, Gaussian-scaled)."""
+    if len(scores) < 3:
+        return 0.0
+    d = [b - a for a, b in zip(scores, scores[1:])]
+    med = statistics.median(d)
+    return 1.4826 * statistics.median(abs(x - med) for x in d) / math.sqrt(2.0)
+
+
+def label_trace(scores: Sequence[float], examples: Sequence[Sequence[float] | None] | None = None,
+                rule: LabelRule = LABEL_RULE) -> Label:
+    """Label one gold curve (see the module docstring for the rule).
+
+    Args:
+        scores: Eval means in step order (at least one).
+        examples: Per-example scores of each eval (None entries where an eval has none), if recorded.
+        rule: The thresholds.
+
+    Raises:
+        ValueError: ``scores`` is empty.
+    """
+    n = len(scores)
+    if n == 0:
+        raise ValueError("label_trace needs at least one score")
+    w = _window(n)
+    levels = [_mean(scores[j:j + w]) for j in range(n - w + 1)]
+    p = max(range(len(levels)), key=lambda j: (levels[j], -j))
+    last = len(levels) - 1
+    peak, final, start = levels[p], levels[last], levels[0]
+    drop, gain = peak - final, peak - start
+    win = [range(j, j + w) for j in range(len(levels))]
+    drop_se = _window_se(examples or (), win[p], win[last]) if examples else None
+    gain_se = _window_se(examples or (), win[p], win[0]) if examples else None
+    if drop_se is not None and gain_se is not None:
+        ex_sizes = {len(examples[i]) for i in (*win[p], *win[last], *win[0])}  # type: ignore[index,arg-type]
+        noise = "paired" if len(ex_sizes) == 1 else "per-eval"
+    else:
+        sigma = _curve_noise(scores)
+        drop_se = gain_se = sigma * math.sqrt(2.0 / w)
+        noise = "curve"
+    z_drop, z_gain = _ratio(drop, drop_se), _ratio(gain, gain_se)
+    share = drop / gain if gain > 0 else math.inf
+    if z_drop < rule.z_noise:
+        label, reason = "healthy", f"no real decline: the final drop is {z_drop:.1f} SE (< {rule.z_noise:g})"
+    elif share < rule.small:
+        label, reason = "healthy", f"a small decline: {100 * share:.0f}% of the gain (< {100 * rule.small:g}%)"
+    elif z_gain < rule.z_noise:
+        label, reason = "ambiguous", f"a real decline ({z_drop:.1f} SE) after no real gain ({z_gain:.1f} SE)"
+    elif share >= rule.give_back and z_drop >= rule.z_hacking:
+        label, reason = "hacking", (f"gave back {100 * share:.0f}% of the gain (>= {100 * rule.give_back:g}%), "
+                                    f"{z_drop:.1f} SE (>= {rule.z_hacking:g})")
+    else:
+        label, reason = "ambiguous", (f"a decline of {100 * share:.0f}% of the gain at {z_drop:.1f} SE: real but "
+                                      "below the hacking thresholds")
+    return Label(label, reason, w, peak, final, start, drop, float(drop_se), gain, float(gain_se), noise)
+
+
+def label_of(scores: Sequence[float], examples: Sequence[Sequence[float] | None] | None = None) -> str:
+    """``"hacking"``, ``"healthy"`` or ``"ambiguous"``: :func:`label_trace`'s label."""
+    return label_trace(scores, examples).label
 
 
 @dataclass(frozen=True)
@@ -61,12 +204,14 @@ class RealTrace:
     Attributes:
         name: The file name without ``.jsonl`` (unique within a folder).
         path: Where it was read from.
-        header: The header line (``job_id``, ``job_type``, optional ``trainer``, ``planned_steps``, ``config``...).
+        header: The header line (``job_id``, ``job_type``, optional ``trainer``, ``planned_steps``, ``config``,
+            ``environment``, ``split``...).
         steps: Eval steps, strictly increasing.
         scores: Eval (gold) scores, one per step.
         proxy: Proxy reward per step where recorded (``None`` entries where not).
         wall_s: Seconds since training began per step where recorded.
         end: The end line, if any.
+        examples: Per-example scores per step where recorded (``None`` entries where not).
     """
 
     name: str
@@ -77,18 +222,43 @@ class RealTrace:
     proxy: tuple[float | None, ...]
     wall_s: tuple[float | None, ...]
     end: dict[str, Any] | None = field(default=None)
+    examples: tuple[tuple[float, ...] | None, ...] = field(default=())
 
     @property
     def job_type(self) -> str:
         return self.header["job_type"]
 
     @property
+    def environment(self) -> str | None:
+        """The header's ``environment`` (None when the trace does not say)."""
+        return self.header.get("environment")
+
+    @property
+    def split(self) -> str | None:
+        """The header's ``split`` (``tune``/``test``; None when the trace does not say)."""
+        return self.header.get("split")
+
+    @property
+    def labelling(self) -> Label:
+        """The label with the numbers behind it (:func:`label_trace` on the gold curve and per-example scores)."""
+        cached = self.__dict__.get("_labelling")
+        if cached is None:
+            cached = label_trace(self.scores, self.examples or None)
+            object.__setattr__(self, "_labelling", cached)  # a pure function of frozen fields
+        return cached
+
+    @property
     def label(self) -> str:
-        return label_of(self.scores)
+        return self.labelling.label
 
     @property
     def hacking(self) -> bool:
         return self.label == "hacking"
+
+    @property
+    def has_examples(self) -> bool:
+        """Whether every eval has per-example scores."""
+        return bool(self.examples) and all(e is not None for e in self.examples)
 
     @property
     def peak_index(self) -> int:
@@ -105,9 +275,9 @@ class RealTrace:
 
     @property
     def planned_steps(self) -> int:
-        """The header's ``planned_steps`` if given, else the last eval step."""
+        """The header's ``planned_steps`` if given (and not before the last eval), else the last eval step."""
         planned = self.header.get("planned_steps")
-        return int(planned) if isinstance(planned, int) and planned >= self.steps[-1] else self.steps[-1]
+        return int(planned) if isinstance(planned, int) and planned >= self.steps[-1] > 0 else max(self.steps[-1], 1)
 
     @property
     def algo(self) -> str:
@@ -119,17 +289,16 @@ class RealTrace:
         return trainer.lower().removesuffix("trainer") or "unknown"
 
     def progress(self) -> tuple[float, ...]:
-        """Progress (0..1] of each eval: step / planned steps."""
+        """Progress of each eval: step / planned steps (a first eval at step 0 is placed just after 0)."""
         total = self.planned_steps
-        return tuple(s / total for s in self.steps)
-
-
-def _finite(value: Any) -> bool:
-    return not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value)
+        out = [s / total for s in self.steps]
+        if out[0] <= 0.0:  # the platform's progress starts after 0; keep the order strictly increasing
+            out[0] = min(out[1], 1.0) / 2 if len(out) > 1 else 0.5
+        return tuple(out)
 
 
 def read_trace(path: str | Path) -> RealTrace:
-    """Read and validate one trace file.
+    """Read and validate one trace file (at least 2 eval lines).
 
     Raises:
         TraceFormatError: naming the file and the line of the first problem (bad JSON, missing or bad header, an
@@ -137,87 +306,30 @@ def read_trace(path: str | Path) -> RealTrace:
             end line, fewer than two evaluations).
     """
     path = Path(path)
-    where = str(path)
+    t = read_trace_file(path, min_evals=2)
+    ev = t.evals
+    return RealTrace(
+        path.stem, str(path), t.header, tuple(e["step"] for e in ev), tuple(float(e["eval_score"]) for e in ev),
+        tuple(None if e.get("proxy_reward") is None else float(e["proxy_reward"]) for e in ev),
+        tuple(None if e.get("wall_s") is None else float(e["wall_s"]) for e in ev), t.end,
+        tuple(tuple(float(v) for v in e["eval_scores"]) if e.get("eval_scores") else None for e in ev))
 
-    def bad(line_no: int, msg: str) -> TraceFormatError:
-        return TraceFormatError(f"{where}:{line_no}: {msg}")
 
-    try:
-        raw_lines = path.read_text(encoding="utf-8").splitlines()
-    except UnicodeDecodeError as exc:
-        raise TraceFormatError(f"{where}:1: not UTF-8 text ({exc.reason})") from None
-    header: dict[str, Any] | None = None
-    end: dict[str, Any] | None = None
-    steps: list[int] = []
-    scores: list[float] = []
-    proxy: list[float | None] = []
-    wall: list[float | None] = []
-    last_no = 0
-    for no, raw in enumerate(raw_lines, 1):
-        if not raw.strip():
-            continue
-        last_no = no
-        try:
-            obj = json.loads(raw)
-        except json.JSONDecodeError as exc:
-            raise bad(no, f"not valid JSON ({exc.msg})") from None
-        if not isinstance(obj, dict):
-            raise bad(no, "a line must be a JSON object")
-        kind = obj.get("kind")
-        if header is None:
-            if kind != "header":
-                raise bad(no, f"the first line must be the header (kind 'header'), got kind {kind!r}")
-            if obj.get("format") != TRACE_FORMAT:
-                raise bad(no, f"unsupported format {obj.get('format')!r}; expected {TRACE_FORMAT!r}")
-            if not isinstance(obj.get("job_id"), str) or not obj["job_id"]:
-                raise bad(no, "header field job_id must be a non-empty string")
-            if obj.get("job_type") not in JOB_TYPES:
-                raise bad(no, f"header field job_type must be one of {', '.join(JOB_TYPES)}, "
-                              f"got {obj.get('job_type')!r}")
-            unknown = sorted(set(obj) - _HEADER_FIELDS)
-            if unknown:
-                raise bad(no, f"unknown header field(s): {', '.join(unknown)}")
-            header = obj
-            continue
-        if end is not None:
-            raise bad(no, "line after the end line")
-        if kind == "header":
-            raise bad(no, "a second header line")
-        if kind == "eval":
-            unknown = sorted(set(obj) - _EVAL_FIELDS)
-            if unknown:
-                raise bad(no, f"unknown eval field(s): {', '.join(unknown)}")
-            step = obj.get("step")
-            if isinstance(step, bool) or not isinstance(step, int) or step < 0:
-                raise bad(no, f"step must be an integer >= 0, got {step!r}")
-            if steps and step <= steps[-1]:
-                raise bad(no, f"steps must strictly increase: step {step} after step {steps[-1]}")
-            if "eval_score" not in obj:
-                raise bad(no, "eval line without eval_score")
-            if not _finite(obj["eval_score"]):
-                raise bad(no, f"eval_score must be a finite number, got {obj['eval_score']!r}")
-            per = obj.get("eval_scores")
-            if per is not None and (not isinstance(per, list) or not per or not all(_finite(v) for v in per)):
-                raise bad(no, "eval_scores must be a non-empty list of finite numbers")
-            for name in _EVAL_NUMBERS:
-                if name in obj and obj[name] is not None and not _finite(obj[name]):
-                    raise bad(no, f"{name} must be a finite number, got {obj[name]!r}")
-            steps.append(step)
-            scores.append(float(obj["eval_score"]))
-            proxy.append(None if obj.get("proxy_reward") is None else float(obj["proxy_reward"]))
-            wall.append(None if obj.get("wall_s") is None else float(obj["wall_s"]))
-        elif kind == "end":
-            unknown = sorted(set(obj) - _END_FIELDS)
-            if unknown:
-                raise bad(no, f"unknown end field(s): {', '.join(unknown)}")
-            end = obj
-        else:
-            raise bad(no, f"unknown line kind {kind!r} (expected header, eval or end)")
-    if header is None:
-        raise TraceFormatError(f"{where}:1: empty trace (no header line)")
-    if len(steps) < 2:
-        raise TraceFormatError(f"{where}:{last_no}: a trace needs at least 2 eval lines, found {len(steps)}")
-    return RealTrace(path.stem, where, header, tuple(steps), tuple(scores), tuple(proxy), tuple(wall), end)
+def trace_files(folder: str | Path) -> list[Path]:
+    """The ``*.jsonl`` files of ``folder``, sorted by name.
+
+    Raises:
+        FileNotFoundError: ``folder`` does not exist or is not a folder.
+        TraceFormatError: ``folder`` holds no ``*.jsonl`` file.
+    """
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise FileNotFoundError(f"trace folder {folder} does not exist or is not a folder")
+    files = sorted(folder.glob("*.jsonl"))
+    if not files:
+        raise TraceFormatError(f"{folder}: no traces (*.jsonl files) in this folder; record some with "
+                               "`evalstop traces record --out DIR`")
+    return files
 
 
 def load_traces(folder: str | Path) -> list[RealTrace]:
@@ -227,14 +339,7 @@ def load_traces(folder: str | Path) -> list[RealTrace]:
         FileNotFoundError: ``folder`` does not exist or is not a folder.
         TraceFormatError: ``folder`` holds no ``*.jsonl`` file, or one of them is bad (file and line named).
     """
-    folder = Path(folder)
-    if not folder.is_dir():
-        raise FileNotFoundError(f"trace folder {folder} does not exist or is not a folder")
-    files = sorted(folder.glob("*.jsonl"))
-    if not files:
-        raise TraceFormatError(f"{folder}: no traces (*.jsonl files) in this folder; record some with "
-                               "`evalstop traces record --out DIR`")
-    return [read_trace(f) for f in files]
+    return [read_trace(f) for f in trace_files(folder)]
 
 
 def shipped_traces_dir() -> Path:
@@ -244,15 +349,8 @@ def shipped_traces_dir() -> Path:
     return Path(str(resources.files("platform_sim") / "data" / "traces"))
 
 
-def recorded_examples(trace: Any) -> list[list[float] | None]:
+def recorded_examples(trace: RealTrace) -> list[list[float] | None]:
     """The per-example scores of each eval of a validated trace (None where an eval has none)."""
-    out: list[list[float] | None] = []
-    with open(trace.path, encoding="utf-8") as fh:
-        for line in fh:
-            if not line.strip():
-                continue
-            obj = json.loads(line)
-            if obj.get("kind") == "eval":
-                scores = obj.get("eval_scores")
-                out.append([float(s) for s in scores] if scores else None)
-    return out
+    if not trace.examples:
+        return [None] * len(trace.steps)
+    return [None if e is None else list(e) for e in trace.examples]
