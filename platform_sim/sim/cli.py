@@ -25,6 +25,7 @@ from platform_sim.core.stop_policies import STOP_POLICIES
 
 from .backend_cli import (UsageError, add_backend_args, command_line, print_results, run_with_progress,
                           runner_for_command)
+from .curve_fit import add_curve_args, calibration_from_args
 from .detector_study import add_detectors
 from .replay import add_replay
 from .sweep import add_sweep
@@ -89,9 +90,13 @@ def workload_from_args(args: argparse.Namespace) -> WorkloadConfig:
         raise UsageError(f"--hack-gamma must be > 0, got {args.hack_gamma}")
     if not (0 < args.stop_at_p <= 1):
         raise UsageError(f"--stop-at-p must be in (0, 1], got {args.stop_at_p}")
+    try:  # --curves/--curve-traces (run and paper only; other commands have no such flags)
+        real_curves = calibration_from_args(args)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
     return WorkloadConfig(n_jobs=args.jobs, gpus=args.gpus, mix=args.mix, hack_rate=args.hack_rate,
                           sigma=args.sigma, n_evals=args.evals, load=args.load, est_error=args.est_error,
-                          hack_gamma=args.hack_gamma)
+                          hack_gamma=args.hack_gamma, real_curves=real_curves)
 
 
 def detector_from_args(args: argparse.Namespace) -> dict[str, Any]:
@@ -136,6 +141,7 @@ def add_run(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--seed", type=_seed, default=0, help="workload seed, integer >= 0 (default 0)")
     p.add_argument("--json", action="store_true", help="print the metrics as JSON")
     add_workload_args(p)
+    add_curve_args(p)
     p.set_defaults(func=cmd_run)
 
 
@@ -185,6 +191,7 @@ def add_paper(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     add_workload_args(p)
+    add_curve_args(p)
     p.set_defaults(func=cmd_paper)
 
 
