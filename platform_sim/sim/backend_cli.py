@@ -34,6 +34,7 @@ from typing import Any, Callable, Mapping, TypeVar
 
 from platform_sim.core.detectors import DETECTORS, detector_from_spec, parse_detector_param
 
+from .curve_fit import calibration_from_args
 from .runner import ProcessRunner, Runner, SerialRunner
 from .workload import MIXES, WorkloadConfig
 
@@ -239,10 +240,14 @@ def workload_from_args(args: argparse.Namespace) -> WorkloadConfig:
     # WorkloadConfig does not check the decline's steepness; a curve with gamma <= 0 would not decline at all.
     if not (args.hack_gamma > 0) or not math.isfinite(args.hack_gamma):
         raise UsageError(f"--hack-gamma must be > 0, got {args.hack_gamma}")
+    try:  # --curves/--curve-traces (run and paper only; other commands have no such flags)
+        real_curves = calibration_from_args(args)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
     try:
         return WorkloadConfig(n_jobs=args.jobs, gpus=args.gpus, mix=args.mix, hack_rate=args.hack_rate,
                               sigma=args.sigma, n_evals=args.evals, load=args.load, est_error=args.est_error,
-                              hack_gamma=args.hack_gamma)
+                              hack_gamma=args.hack_gamma, real_curves=real_curves)
     except ValueError as exc:
         msg = str(exc)
         flag = next((f for name, f in WORKLOAD_FLAGS.items() if name in msg), "workload")

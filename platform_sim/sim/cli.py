@@ -46,6 +46,7 @@ from .backend_cli import (
     workload_from_args,
     write_results_dir,
 )
+from .curve_fit import add_curve_args
 
 __all__ = ["COMMANDS", "UsageError", "add_workload_args", "build_parser", "detector_from_args", "main",
            "workload_from_args"]
@@ -68,6 +69,7 @@ def add_run(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--seed", type=seed_arg, default=0, help="workload seed, integer >= 0 (default 0)")
     p.add_argument("--json", action="store_true", help="print the metrics as JSON")
     add_workload_args(p)
+    add_curve_args(p)
     p.set_defaults(func=cmd_run)
 
 
@@ -117,6 +119,7 @@ def add_paper(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     add_workload_args(p)
+    add_curve_args(p)
     p.set_defaults(func=cmd_paper)
 
 

@@ -14,6 +14,13 @@ Shapes (DESIGN.md section 5; the parameter ranges are drawn in :mod:`platform_si
   ``s0 + height * x (1 - ln x)``, where ``x = (p / p_peak) ** gamma``. ``gamma = 1`` is d linear in progress; the
   default ``gamma = 2`` (d grows faster as the policy starts to exploit) gives the fast post-peak collapse seen in real
   TRL runs (``NOTES-trl-on-cpu.md``). Clipped at 0, the floor of the 0-1 score scale.
+- :class:`RiseCurve`: the saturating form written by the *share of its rise made by progress 0.5* (0.5: linear; near
+  1: the rise is done early and the second half is a plateau; below 0.5: convex). ``SaturatingCurve(tau)`` is
+  ``RiseCurve`` with ``kappa = 1 / tau``. Healthy RLHF runs of the real-calibrated workload
+  (:mod:`platform_sim.sim.curve_fit`).
+- :class:`PeakDeclineCurve`: rise to a peak at ``p_peak`` (quadratic, flat at the top), then a linear decline by
+  ``decline`` gains per unit of progress until it has given back ``drop`` gains, then flat; clipped at 0. Hacking RLHF
+  runs of the real-calibrated workload: the shape fitted to recorded traces.
 - :class:`ExpLossCurve`: training loss ``l_inf + (l0 - l_inf) exp(-p / tau)``, falling monotonically for every job,
   hacking ones included.
 """
@@ -128,6 +135,88 @@ class GaoHackingCurve(Curve):
         out = s0 + height * x * (1.0 - np.log(x))
         out = np.where(g <= 0, s0, out)
         return np.maximum(out, 0.0)
+
+
+def share_to_kappa(share: Any) -> Any:
+    """The rate ``kappa`` of :class:`RiseCurve` whose rise is ``share`` done by progress 0.5: ``2 logit(share)``."""
+    share = np.asarray(share, dtype=float)
+    return 2.0 * np.log(share / (1.0 - share))
+
+
+class RiseCurve(Curve):
+    """``s0 + gain * (1 - exp(-kappa p)) / (1 - exp(-kappa))`` with ``kappa = 2 logit(share)`` (linear at share 0.5).
+
+    Args:
+        s0: Score at progress 0.
+        gain: Rise over the whole run (> 0).
+        share: Share of the rise made by progress 0.5, in (0, 1) (the curve's plateau share).
+    """
+
+    def __init__(self, s0: float, gain: float, share: float) -> None:
+        if not (0.0 < share < 1.0) or gain <= 0:
+            raise ValueError(f"need 0 < share < 1 and gain > 0, got share={share}, gain={gain}")
+        self.s0, self.gain, self.share = float(s0), float(gain), float(share)
+
+    def value(self, progress: float) -> float:
+        return float(self.values(np.array([progress]))[0])
+
+    def values(self, grid: np.ndarray) -> np.ndarray:
+        return self.batch(self.s0, self.gain, self.share, grid)
+
+    @staticmethod
+    def shape(kappa: Any, grid: Any) -> np.ndarray:
+        """The rise's share done by each progress point for rate ``kappa`` (broadcast), exact at ``kappa = 0``."""
+        k = np.asarray(kappa, dtype=float)
+        g = np.asarray(grid, dtype=float)
+        small = np.abs(k) < 1e-9
+        safe = np.where(small, 1.0, k)  # keeps the unused branch finite at kappa = 0
+        return np.where(small, g, np.expm1(-safe * g) / np.expm1(-safe))
+
+    @staticmethod
+    def batch(s0: Any, gain: Any, share: Any, grid: np.ndarray) -> np.ndarray:
+        """Values for many curves at once (parameters broadcast against ``grid``)."""
+        return s0 + gain * RiseCurve.shape(share_to_kappa(share), grid)
+
+
+class PeakDeclineCurve(Curve):
+    """Rise to a peak, then a linear decline that levels off: the hacking shape fitted to recorded traces.
+
+    With ``u = p / p_peak``: ``s0 + gain * (1 - (1 - u)^2)`` up to the peak (``s0 + gain`` at ``p_peak``, flat there),
+    then ``s0 + gain * (1 - min(decline * (p - p_peak), drop))``; clipped at 0, the floor of the 0-1 score scale.
+
+    Args:
+        s0: Score at progress 0.
+        gain: Rise from ``s0`` to the peak (> 0).
+        p_peak: Progress of the true peak, in (0, 1].
+        decline: Post-peak decline in gains per unit of progress (>= 0).
+        drop: Total decline in gains after which the curve stays flat (>= 0).
+    """
+
+    def __init__(self, s0: float, gain: float, p_peak: float, decline: float, drop: float) -> None:
+        if not (0 < p_peak <= 1) or gain <= 0 or decline < 0 or drop < 0:
+            raise ValueError(f"need 0 < p_peak <= 1, gain > 0, decline >= 0, drop >= 0; got p_peak={p_peak}, "
+                             f"gain={gain}, decline={decline}, drop={drop}")
+        self.s0, self.gain, self.p_peak = float(s0), float(gain), float(p_peak)
+        self.decline, self.drop = float(decline), float(drop)
+
+    def value(self, progress: float) -> float:
+        return float(self.values(np.array([progress]))[0])
+
+    def values(self, grid: np.ndarray) -> np.ndarray:
+        return self.batch(self.s0, self.gain, self.p_peak, self.decline, self.drop, grid)
+
+    @staticmethod
+    def shape(p_peak: Any, decline: Any, drop: Any, grid: Any) -> np.ndarray:
+        """The curve in gains above ``s0`` (1 at the peak), unclipped; parameters broadcast against ``grid``."""
+        g = np.asarray(grid, dtype=float)
+        u = np.minimum(g / p_peak, 1.0)
+        after = np.minimum(decline * np.maximum(g - p_peak, 0.0), drop)
+        return 1.0 - (1.0 - u) ** 2 - after
+
+    @staticmethod
+    def batch(s0: Any, gain: Any, p_peak: Any, decline: Any, drop: Any, grid: np.ndarray) -> np.ndarray:
+        """Values for many curves at once (parameters broadcast against ``grid``), clipped at 0."""
+        return np.maximum(s0 + gain * PeakDeclineCurve.shape(p_peak, decline, drop, grid), 0.0)
 
 
 class ExpLossCurve(Curve):

@@ -93,8 +93,12 @@ class PerExampleObservation(ObservationModel):
         if block is None:
             rng = self.job_rng(job, _STREAM_TAG)
             n = self.config.examples
-            difficulty = rng.normal(0.0, self._difficulty_sd, n)
-            noise = rng.normal(0.0, self._noise_sd, (self.workload.n_evals, n))
+            noise_sd, difficulty_sd = self._noise_sd, self._difficulty_sd
+            if self.workload.job_sigma is not None:  # per-job noise (real-calibrated curves)
+                noise_sd = float(self.workload.job_sigma[job.index]) * math.sqrt(n)
+                difficulty_sd = noise_sd * math.sqrt(self.config.rho / (1.0 - self.config.rho))
+            difficulty = rng.normal(0.0, difficulty_sd, n)
+            noise = rng.normal(0.0, noise_sd, (self.workload.n_evals, n))
             block = (difficulty - difficulty.mean()) + (noise - noise.mean(axis=1, keepdims=True))
             self._blocks[job.index] = block
         return block

@@ -29,7 +29,9 @@ class ObservationModel:
     def __init__(self, workload: Workload) -> None:
         self.workload = workload
         # One vectorized pass instead of two numpy scalar reads per eval: the engine's hot path.
-        self._observed: list[list[float]] = (workload.true_evals + workload.sigma * workload.noise).tolist()
+        # Per-job noise std only when the workload has one (real-calibrated curves); else the scalar, as always.
+        scale = workload.sigma if workload.job_sigma is None else workload.noise_std()[:, None]
+        self._observed: list[list[float]] = (workload.true_evals + scale * workload.noise).tolist()
 
     def observe_eval(self, job: JobSpec, k: int, progress: float) -> tuple[float, tuple[float, ...] | None]:
         """The observed result of the ``k``-th eval (1-based) of ``job``, taken at ``progress``.

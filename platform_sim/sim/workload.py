@@ -17,7 +17,9 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from .curves import Curve, ExpLossCurve, GaoHackingCurve, PlateauCurve, SaturatingCurve, eval_grid
+from .curve_fit import CurveCalibration
+from .curves import (Curve, ExpLossCurve, GaoHackingCurve, PeakDeclineCurve, PlateauCurve, RiseCurve,
+                     SaturatingCurve, eval_grid)
 
 MIXES: dict[str, dict[str, float]] = {
     "rlhf-heavy": {"rlhf": 0.8, "dpo": 0.1, "lora": 0.1},
@@ -74,6 +76,13 @@ class WorkloadConfig:
         healthy_tau: Range of the saturation constant of healthy RLHF curves (larger: closer to linear).
         healthy_gain: Range of the total rise of healthy RLHF curves.
         hack_peak: Range of the true peak's progress of hacking curves.
+        real_curves: None (the default): synthetic RLHF curves as above. A :class:`CurveCalibration` fitted on
+            recorded traces (:mod:`platform_sim.sim.curve_fit`): every RLHF curve's *shape* is drawn from it instead
+            (hacking: :class:`PeakDeclineCurve` with a drawn peak position, decline rate and total decline;
+            healthy: :class:`RiseCurve` with a drawn plateau share), on the same start and gain draws as the
+            synthetic curves, and each RLHF job's eval noise is its drawn noise (a fraction of its gain) instead
+            of ``sigma``, which then applies to DPO and LoRA jobs only. ``hack_gamma``, ``healthy_tau`` and
+            ``hack_peak`` are unused; ``hack_rate`` still sets which RLHF jobs hack.
     """
 
     n_jobs: int = 200
@@ -88,8 +97,11 @@ class WorkloadConfig:
     healthy_tau: tuple[float, float] = (1.5, 3.0)
     healthy_gain: tuple[float, float] = (0.65, 0.8)
     hack_peak: tuple[float, float] = (0.55, 0.75)
+    real_curves: CurveCalibration | None = None
 
     def __post_init__(self) -> None:
+        if self.real_curves is not None and not isinstance(self.real_curves, CurveCalibration):
+            raise ValueError(f"real_curves must be a CurveCalibration or None, got {type(self.real_curves).__name__}")
         if self.n_jobs < 1:
             raise ValueError(f"n_jobs must be >= 1, got {self.n_jobs}")
         if self.gpus < 16:
@@ -114,11 +126,18 @@ class WorkloadConfig:
         return self.load * self.gpus / mean_gh
 
     def to_dict(self) -> dict[str, Any]:
-        return {k: (list(v) if isinstance(v, tuple) else v) for k, v in self.__dict__.items()}
+        """Plain JSON data; ``real_curves`` appears only when set (synthetic configs keep their old form)."""
+        out = {k: (list(v) if isinstance(v, tuple) else v) for k, v in self.__dict__.items() if k != "real_curves"}
+        if self.real_curves is not None:
+            out["real_curves"] = self.real_curves.to_dict()
+        return out
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "WorkloadConfig":
-        return cls(**{k: (tuple(v) if isinstance(v, list) else v) for k, v in data.items()})
+        args = {k: (tuple(v) if isinstance(v, list) else v) for k, v in data.items() if k != "real_curves"}
+        if data.get("real_curves") is not None:
+            args["real_curves"] = CurveCalibration.from_dict(data["real_curves"])
+        return cls(**args)
 
 
 @dataclass(slots=True)
@@ -165,6 +184,8 @@ class Workload:
         noise: ``(n_jobs, n_evals)`` standard-normal draws; the observed score is ``true + sigma * noise``.
         seed: The seed it was generated from (extensions derive per-job generators from it).
         config: The configuration (None for workloads built from traces).
+        job_sigma: ``(n_jobs,)`` eval noise std of each job, or None (the default): ``sigma`` for every job. The
+            observed score of job ``i`` is ``true + noise_std()[i] * noise``.
     """
 
     jobs: list[JobSpec]
@@ -175,6 +196,7 @@ class Workload:
     noise: np.ndarray
     seed: int = 0
     config: WorkloadConfig | None = None
+    job_sigma: np.ndarray | None = None
     peak_index: np.ndarray = field(init=False)
 
     def __post_init__(self) -> None:
@@ -183,8 +205,16 @@ class Workload:
             arr = getattr(self, name)
             if arr.shape != (n, self.n_evals):
                 raise ValueError(f"{name} has shape {arr.shape}, expected {(n, self.n_evals)}")
+        if self.job_sigma is not None and np.shape(self.job_sigma) != (n,):
+            raise ValueError(f"job_sigma has shape {np.shape(self.job_sigma)}, expected {(n,)}")
         # Peak eval index (0-based), the earliest on ties: the target of the Oracle and the reference of the metrics.
         self.peak_index = np.argmax(self.true_evals, axis=1) if n else np.zeros(0, dtype=int)
+
+    def noise_std(self) -> np.ndarray:
+        """``(n_jobs,)`` eval noise std of each job (``sigma`` for every job unless ``job_sigma`` is set)."""
+        if self.job_sigma is not None:
+            return np.asarray(self.job_sigma, dtype=float)
+        return np.full(len(self.jobs), float(self.sigma))
 
     def eval_step(self, job: JobSpec, k: int) -> int:
         """Step of the ``k``-th eval (1-based) of ``job``."""
@@ -271,6 +301,24 @@ def generate_workload(config: WorkloadConfig, seed: int) -> Workload:
     losses = ExpLossCurve.batch(l_0[col], l_inf[col], l_tau[col], grid)
 
     kinds = np.select([lora | healthy, dpo, hacking], [0, 1, 2], 0).tolist()
+    job_sigma = None
+    if config.real_curves is not None:
+        # Drawn from their own stream after every synthetic draw, so the jobs, gains, losses and noise of a seed are
+        # exactly the synthetic workload's: the two kinds of curves are compared on paired workloads.
+        draws = config.real_curves.draw(np.random.default_rng([int(seed), 20260, 1]), n)
+        p3 = np.where(hacking, draws.peak, np.where(healthy, draws.plateau_share, p3))
+        p4 = np.where(hacking, draws.decline, p4)
+        p5 = np.where(hacking, draws.drop, 0.0)
+        for mask, fn in ((hacking, lambda m: PeakDeclineCurve.batch(p1[m][col], p2[m][col], p3[m][col], p4[m][col],
+                                                                    p5[m][col], grid)),
+                         (healthy, lambda m: RiseCurve.batch(p1[m][col], p2[m][col], p3[m][col], grid))):
+            if mask.any():
+                true_evals[mask] = fn(mask)
+        job_sigma = np.full(n, float(config.sigma))
+        job_sigma[hacking] = draws.hack_noise[hacking] * p2[hacking]
+        job_sigma[healthy] = draws.healthy_noise[healthy] * p2[healthy]
+        kinds = np.select([lora, healthy, dpo, hacking], [0, 3, 1, 4], 0).tolist()
+        p5l = p5.tolist()
     p1l, p2l, p3l, p4l = p1.tolist(), p2.tolist(), p3.tolist(), p4.tolist()
     l0l, linfl, ltaul = l_0.tolist(), l_inf.tolist(), l_tau.tolist()
     names, gl, sl, dl, el, pl, hl = (type_names.tolist(), gpus.tolist(), submit.tolist(), dur.tolist(), est.tolist(),
@@ -284,8 +332,12 @@ def generate_workload(config: WorkloadConfig, seed: int) -> Workload:
             curve = SaturatingCurve(p1l[i], p2l[i], p3l[i])
         elif kind == 1:
             curve = PlateauCurve(p1l[i], p2l[i], p3l[i], p4l[i])
-        else:
+        elif kind == 2:
             curve = GaoHackingCurve(p1l[i], p2l[i], p3l[i], config.hack_gamma)
+        elif kind == 3:
+            curve = RiseCurve(p1l[i], p2l[i], p3l[i])
+        else:
+            curve = PeakDeclineCurve(p1l[i], p2l[i], p3l[i], p4l[i], p5l[i])
         jobs.append(JobSpec(i, f"j{i:0{width}d}", names[i], gl[i], sl[i], dl[i], el[i], pl[i], hl[i], curve,
                             ExpLossCurve(l0l[i], linfl[i], ltaul[i])))
-    return Workload(jobs, n_evals, config.sigma, true_evals, losses, noise, int(seed), config)
+    return Workload(jobs, n_evals, config.sigma, true_evals, losses, noise, int(seed), config, job_sigma)
