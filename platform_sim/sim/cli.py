@@ -215,6 +215,8 @@ def cmd_paper(args: argparse.Namespace) -> int:
 
 COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [add_run, add_paper, add_sweep, add_replay, add_detectors]
 """Sub-command builders; other modules append theirs (``replay``, sweeps)."""
+from platform_sim.integrations.tune_cli import add_tune  # noqa: E402  (imports Ray only when the command runs)
+COMMANDS.append(add_tune)
 
 
 def build_parser() -> argparse.ArgumentParser:
