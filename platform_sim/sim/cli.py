@@ -46,6 +46,8 @@ from .backend_cli import (
     workload_from_args,
     write_results_dir,
 )
+from platform_sim.integrations.tune_cli import add_tune  # Ray is imported only when the command runs
+
 from .curve_fit import add_curve_args
 
 __all__ = ["COMMANDS", "UsageError", "add_workload_args", "build_parser", "detector_from_args", "main",
@@ -356,7 +358,7 @@ def cmd_detectors(args: argparse.Namespace) -> int:
 
 
 COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [add_run, add_paper, add_sweep, add_replay,
-                                                                 add_detectors]
+                                                                 add_detectors, add_tune]
 """Sub-command builders, in ``--help`` order."""
 
 
