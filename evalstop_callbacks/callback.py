@@ -19,7 +19,8 @@ from typing import Any, Callable, Mapping
 from transformers import TrainerCallback
 from transformers.trainer_callback import ExportableState
 
-from platform_sim.core import JOB_TYPES, Decision, Report, check_int, detector_from_spec
+from platform_sim.core import JOB_TYPES, Decision, Report, detector_from_spec
+from platform_sim.core.checks import check_int, check_nonneg
 
 from .checkpoints import CheckpointError, checkpoint_dir, mark_best, restore_checkpoint
 from .client import BoundaryClient, EmbeddedClient
@@ -149,10 +150,7 @@ class EvalStopCallback(TrainerCallback, ExportableState):
         self.evaluator = evaluator
         self.eval_steps = check_int("eval_steps", eval_steps, 1)
         self.k = check_int("k", k, 1)
-        if isinstance(min_delta, bool) or not isinstance(min_delta, (int, float)) or not math.isfinite(min_delta) \
-                or min_delta < 0:
-            raise ValueError(f"min_delta must be a finite number >= 0, got {min_delta!r}")
-        self.min_delta = float(min_delta)
+        self.min_delta = check_nonneg("min_delta", min_delta)
         if job_type not in JOB_TYPES:
             raise ValueError(f"job_type must be one of {', '.join(JOB_TYPES)}; got {job_type!r}")
         self.job_type = job_type

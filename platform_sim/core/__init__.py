@@ -12,7 +12,6 @@ from .boundary import (
     InvalidReportError,
     Report,
 )
-from .checks import check_int
 from .detectors import (  # importing the package registers every detector by name
     DETECTORS,
     CusumDetector,
@@ -50,7 +49,6 @@ __all__ = [
     "ShapeDetector",
     "TrendDetector",
     "Verdict",
-    "check_int",
     "detector_from_spec",
     "make_detector",
     "register_detector",

@@ -56,15 +56,50 @@ class JobView:
         self._losses: list[float] = []
         self._preemptions = 0
 
-    job_id = property(lambda self: self._job_id, doc="The job's identifier.")
-    job_type = property(lambda self: self._job_type, doc="rlhf, dpo, lora, sft or other.")
-    gpus = property(lambda self: self._gpus, doc="GPUs the job needs.")
-    submit_time = property(lambda self: self._submit_time, doc="Submission time in hours.")
-    planned_steps = property(lambda self: self._planned_steps, doc="Planned training steps.")
-    est_duration_h = property(lambda self: self._est_duration_h, doc="User's run-time estimate in hours.")
-    progress = property(lambda self: self._progress, doc="Fraction of planned steps done, as of the last update.")
-    state = property(lambda self: self._state, doc="waiting, running, preempted, stopped or completed.")
-    preemptions = property(lambda self: self._preemptions, doc="How often the job was preempted.")
+    @property
+    def job_id(self) -> str:
+        """The job's identifier."""
+        return self._job_id
+
+    @property
+    def job_type(self) -> str:
+        """rlhf, dpo, lora, sft or other."""
+        return self._job_type
+
+    @property
+    def gpus(self) -> int:
+        """GPUs the job needs."""
+        return self._gpus
+
+    @property
+    def submit_time(self) -> float:
+        """Submission time in hours."""
+        return self._submit_time
+
+    @property
+    def planned_steps(self) -> int:
+        """Planned training steps."""
+        return self._planned_steps
+
+    @property
+    def est_duration_h(self) -> float:
+        """User's run-time estimate in hours."""
+        return self._est_duration_h
+
+    @property
+    def progress(self) -> float:
+        """Fraction of planned steps done, as of the last update."""
+        return self._progress
+
+    @property
+    def state(self) -> str:
+        """waiting, running, preempted, stopped or completed."""
+        return self._state
+
+    @property
+    def preemptions(self) -> int:
+        """How often the job was preempted."""
+        return self._preemptions
 
     @property
     def eval_steps(self) -> tuple[int, ...]:
