@@ -86,3 +86,14 @@ def test_decision_round_trip_and_bad_hint() -> None:
     assert Decision.from_dict(d.to_dict()) == d and d.to_dict()["next_eval_step"] == 65
     with pytest.raises(BoundaryError, match="next_eval_step"):
         Decision.from_dict({**d.to_dict(), "next_eval_step": -3})
+
+
+def test_service_decision_schema_passes_the_hint_through() -> None:
+    from platform_sim.service.schemas import DecisionOut
+
+    with_hint = Decision(Action.CONTINUE, "no stop signal", 1, 20, 0.5, 65).to_dict()
+    assert DecisionOut.model_validate(with_hint).next_eval_step == 65
+    # Without a hint the field is absent from the core's dict and None in the schema: clients keep their cadence.
+    plain = Decision(Action.CONTINUE, "no stop signal", 0, 20, 0.5).to_dict()
+    assert DecisionOut.model_validate(plain).next_eval_step is None
+    assert Decision.from_dict(DecisionOut.model_validate(with_hint).model_dump()) == Decision.from_dict(with_hint)

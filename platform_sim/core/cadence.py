@@ -20,7 +20,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, ClassVar, Mapping, Sequence
 
-from .detectors import Detector
+from .detectors import Detector, se_from_history
 
 CADENCES: tuple[str, ...] = ("fixed", "adaptive")
 """Cadence names a spec may give: ``fixed`` (no hints) and ``adaptive`` (:class:`CadencePolicy`)."""
@@ -33,20 +33,34 @@ class CadencePolicy:
     The regular interval is read from the job's own history (the largest gap between two consecutive evaluated
     steps, since hinted evaluations only ever shorten gaps), so the policy needs no knowledge of the job's plan.
 
+    A drop that noise alone could make is a poor reason to look again soon: an eval that came out low by chance is
+    followed, at nearly the same checkpoint, by a higher one about two times in three, but on a healthy run that
+    still rises, a confirming eval only a share of an interval later has less rise to protect it from a chance second
+    decline. ``min_drop`` therefore asks for the sooner eval only when the latest drop is large against the noise of
+    an eval-to-eval difference, estimated from the job's own history of means.
+
     Args:
         fraction: The hinted evaluation comes this share of the regular interval after the evaluation that showed
             evidence. A number strictly between 0 and 1 (default 0.25: a quarter of an interval).
+        min_drop: Hint only when the latest drop is at least this many standard errors of a difference of two eval
+            means (noise estimated from the history, no hint before it can be estimated); 0 (the default): any
+            evidence asks for the sooner eval. Finite, >= 0.
     """
 
     name: ClassVar[str] = "adaptive"
 
     fraction: float = 0.25
+    min_drop: float = 0.0
 
     def __post_init__(self) -> None:
         f = self.fraction
         if isinstance(f, bool) or not isinstance(f, (int, float)) or not math.isfinite(f) or not 0.0 < f < 1.0:
             raise ValueError(f"cadence fraction must be a number strictly between 0 and 1, got {f!r}")
         object.__setattr__(self, "fraction", float(f))
+        m = self.min_drop
+        if isinstance(m, bool) or not isinstance(m, (int, float)) or not math.isfinite(m) or m < 0:
+            raise ValueError(f"cadence min_drop must be a finite number >= 0, got {m!r}")
+        object.__setattr__(self, "min_drop", float(m))
 
     @staticmethod
     def regular_interval(steps: Sequence[int]) -> int | None:
@@ -60,7 +74,8 @@ class CadencePolicy:
                 gap = b - a
         return gap if gap > 0 else None
 
-    def next_eval_step(self, steps: Sequence[int], evidence: int, needed: int | None) -> int | None:
+    def next_eval_step(self, steps: Sequence[int], evidence: int, needed: int | None,
+                       scores: Sequence[float] = ()) -> int | None:
         """The step at which the next evaluation is wanted, or None for the regular cadence.
 
         Args:
@@ -68,6 +83,7 @@ class CadencePolicy:
             evidence: The detector's current evidence count (consecutive declines for k-decline).
             needed: The evidence count that stops the job (``k``), or None when the detector has no such count (then
                 any evidence asks for a sooner evaluation).
+            scores: The mean scores of those evaluations (read only when ``min_drop`` > 0).
 
         Returns:
             A step strictly after ``steps[-1]`` and strictly before the regular next evaluation, or None.
@@ -77,18 +93,26 @@ class CadencePolicy:
         interval = self.regular_interval(steps)
         if interval is None:
             return None
+        if self.min_drop > 0.0:
+            se = se_from_history(scores) if len(scores) == len(steps) else None
+            if se is None or scores[-2] - scores[-1] < self.min_drop * se * math.sqrt(2.0):
+                return None
         gap = max(1, round(self.fraction * interval))
         if gap >= interval:  # intervals of one or two steps: the regular cadence is already as soon as it gets
             return None
         return steps[-1] + gap
 
-    def for_detector(self, steps: Sequence[int], detector: Detector) -> int | None:
-        """:meth:`next_eval_step` with the evidence and the stop count read from ``detector``."""
-        return self.next_eval_step(steps, int(detector.declines), getattr(detector, "k", None))
+    def for_history(self, steps: Sequence[int], scores: Sequence[float], detector: Detector) -> int | None:
+        """:meth:`next_eval_step` for a job's history, with the evidence and the stop count read from ``detector``."""
+        return self.next_eval_step(steps, int(detector.declines), getattr(detector, "k", None), scores)
 
     def spec(self) -> dict[str, Any]:
-        """``{"name": "adaptive", "params": {...}}``: what :func:`cadence_from_spec` takes."""
-        return {"name": self.name, "params": {"fraction": self.fraction}}
+        """``{"name": "adaptive", "params": {...}}``: what :func:`cadence_from_spec` takes (``min_drop`` only when
+        set)."""
+        params: dict[str, Any] = {"fraction": self.fraction}
+        if self.min_drop:
+            params["min_drop"] = self.min_drop
+        return {"name": self.name, "params": params}
 
 
 def cadence_from_spec(spec: str | Mapping[str, Any] | None) -> CadencePolicy | None:

@@ -128,7 +128,7 @@ class JobMonitor:
         if self.stopped_at is not None:
             return Decision(Action.STOP, f"stopped at step {self.stopped_at}: {self.stop_reason}",
                             self.detector.declines, self.best_step, self.best_score)
-        hint = self.cadence.for_detector(self.steps, self.detector) if self.cadence is not None else None
+        hint = self.cadence.for_history(self.steps, self.scores, self.detector) if self.cadence is not None else None
         return Decision(Action.CONTINUE, "no stop signal", self.detector.declines, self.best_step, self.best_score,
                         hint)
 
