@@ -239,6 +239,7 @@ def add_replay(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     add_backend_args(p)
     add_workload_args(p)
+    add_cadence_args(p)
     p.set_defaults(func=cmd_replay)
 
 
@@ -262,6 +263,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
     if all(t.label == "ambiguous" for t in traces):
         raise UsageError(f"--traces: every trace of {folder} is ambiguous; nothing to replay")
     wl = workload_from_args(args)
+    cadence, eval_cost = _cadence_or_usage(args)
     if args.trace_min_delta is not None:
         if not (args.trace_min_delta >= 0) or not math.isfinite(args.trace_min_delta):
             raise UsageError(f"--trace-min-delta must be a finite number >= 0, got {args.trace_min_delta}")
@@ -277,7 +279,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
     runner = runner_for_command(args)
     results, wall = run_with_progress(
         runner, functools.partial(replay, traces, wl, det, args.seeds, args.base, args.stop_at_p,
-                                  score_scale=args.score_scale),
+                                  score_scale=args.score_scale, cadence=cadence, eval_cost=eval_cost),
         desc="replay", unit="seed", show=not args.no_progress and not args.json)
     results["config"]["wall_s"] = wall
     results["config"]["traces_dir"] = str(folder)

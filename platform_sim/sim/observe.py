@@ -53,7 +53,7 @@ class ObservationModel:
 
         The true curve's value there plus fresh Gaussian noise of the job's noise std, drawn from a generator private
         to the job (:meth:`job_rng`, stream 1), so the regular evals' noise is unchanged and the result does not
-        depend on other jobs. No per-example scores: models that make them fall back to this mean-only eval unless
+        depend on other jobs (no noise for a job whose regular evals have none added, e.g. a replayed trace). No per-example scores: models that make them fall back to this mean-only eval unless
         they override it.
 
         Args:
@@ -64,7 +64,10 @@ class ObservationModel:
         del step  # the Gaussian model needs only the progress; trace-backed models may read the step
         if self._extra_rngs is None:
             self._extra_rngs = {}
-            self._std = self.workload.noise_std().tolist()
+            # A job whose regular evals get no added noise (a replayed trace: its curve carries its recorded noise,
+            # and between two recorded evals it is their linear interpolation) gets none on extra evals either.
+            noisy = np.any(self.workload.noise != 0.0, axis=1)
+            self._std = np.where(noisy, self.workload.noise_std(), 0.0).tolist()
         rng = self._extra_rngs.get(job.index)
         if rng is None:
             rng = self._extra_rngs[job.index] = self.job_rng(job, stream=1)
