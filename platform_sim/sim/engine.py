@@ -342,10 +342,10 @@ def simulate(workload: Workload, scheduler: Scheduler, gpus: int = 64,
     def ask(i: int, view: JobView, p: float) -> None:
         # The cadence hint after an eval at progress p: an extra eval if it comes before the next regular one.
         h = hint_of(view)
-        if h is not None:
-            ph = h / planned[i]
-            if p < ph < next_k[i] * inv_n:
-                extra_p[i] = ph
+        # In steps, not progress: a regular eval's step is rounded down, so a hint just below the next regular
+        # eval's progress may fall on that eval's step.
+        if h is not None and view._eval_steps[-1] < h < (next_k[i] * planned[i]) // n_evals:
+            extra_p[i] = h / planned[i]
 
     def extra_eval(i: int, t: float) -> bool:
         # An extra eval reached at time t: it takes eval_h[i] on the GPUs, then the job stops or goes on. Returns
