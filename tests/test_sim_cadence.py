@@ -75,3 +75,13 @@ def test_cli_run_cadence_json() -> None:
     bad = subprocess.run([sys.executable, "-m", "platform_sim.sim.cli", "run", "--eval-cost", "nan"],
                          capture_output=True, text=True)
     assert bad.returncode == 2 and "--eval-cost" in bad.stderr
+
+
+def test_repeated_hints_never_land_on_a_regular_eval_step() -> None:
+    # k=3 hints twice in a row; at half an interval the second hint is exactly the next regular eval's step, which
+    # in progress (floating point) can compare just below it. It must be left to the regular eval (the monitor would
+    # raise a conflict for a second report of that step).
+    wl = generate_workload(WorkloadConfig(), seed=0)
+    res = _run(wl, detector={"name": "k-decline", "params": {"k": 3}},
+               cadence={"name": "adaptive", "params": {"fraction": 0.5}})
+    assert sum(o.extra_evals for o in res.outcomes) > 0

@@ -342,8 +342,8 @@ def simulate(workload: Workload, scheduler: Scheduler, gpus: int = 64,
     def ask(i: int, view: JobView, p: float) -> None:
         # The cadence hint after an eval at progress p: an extra eval if it comes before the next regular one.
         h = hint_of(view)
-        # In steps, not progress: a regular eval's step is rounded down, so a hint just below the next regular
-        # eval's progress may fall on that eval's step.
+        # Compared in steps, not progress: a hint on the next regular eval's step can come out just below that
+        # eval's progress in floating point, and would then report the same step twice.
         if h is not None and view._eval_steps[-1] < h < (next_k[i] * planned[i]) // n_evals:
             extra_p[i] = h / planned[i]
 
