@@ -20,7 +20,7 @@ COMMON = dict(use_cpu=True, bf16=False, report_to="none", disable_tqdm=True, log
               seed=0)
 
 
-def _grpo(tmp_path, cb, max_steps=16):  # noqa: ANN001, ANN202
+def _grpo(tmp_path, cb, max_steps=16):
     from trl import GRPOConfig, GRPOTrainer
 
     args = GRPOConfig(output_dir=str(tmp_path), per_device_train_batch_size=32, num_generations=8,
@@ -33,7 +33,7 @@ def _evaluator() -> RewardFunctionEvaluator:
     return RewardFunctionEvaluator(HELDOUT_PROMPTS * 4, gold, max_new_tokens=8)
 
 
-def test_grpo_follows_the_hint_and_stops_sooner(tmp_path) -> None:  # noqa: ANN001
+def test_grpo_follows_the_hint_and_stops_sooner(tmp_path) -> None:
     fixed = EvalStopCallback(_evaluator(), eval_steps=4, k=2)
     _grpo(tmp_path / "fixed", fixed).train()
     trace = tmp_path / "adaptive.jsonl"
@@ -59,7 +59,7 @@ def test_grpo_follows_the_hint_and_stops_sooner(tmp_path) -> None:  # noqa: ANN0
     assert set(adaptive.extra_eval_steps) <= {x["step"] for x in lines if x["kind"] == "eval"}
 
 
-def test_zero_budget_ignores_hints_and_bad_arguments(tmp_path) -> None:  # noqa: ANN001
+def test_zero_budget_ignores_hints_and_bad_arguments(tmp_path) -> None:
     cb = EvalStopCallback(_evaluator(), eval_steps=4, k=2, cadence="adaptive", max_extra_evals=0)
     _grpo(tmp_path, cb, max_steps=12).train()
     assert cb.extra_eval_steps == [] and all(h["step"] % 4 == 0 for h in cb.history)
@@ -70,3 +70,18 @@ def test_zero_budget_ignores_hints_and_bad_arguments(tmp_path) -> None:  # noqa:
     with pytest.raises(ValueError, match="embedded client"):
         EvalStopCallback(_evaluator(), eval_steps=4, cadence="adaptive",
                          client=PlatformClient("http://127.0.0.1:9", "token"))
+
+
+def test_embedded_client_keeps_the_cadence_across_a_resume() -> None:
+    from evalstop_callbacks.client import EmbeddedClient
+    from platform_sim.core import Report
+
+    client = EmbeddedClient()
+    job = client.register("rlhf", None, job_id="j", cadence={"name": "adaptive", "params": {"fraction": 0.5}})
+    client.report(Report(job, "rlhf", 4, 1.0))
+    assert client.report(Report(job, "rlhf", 8, 0.5)).next_eval_step == 10
+    resumed = EmbeddedClient()
+    resumed.load_state_dict(json.loads(json.dumps(client.state_dict())))
+    assert resumed.register("rlhf", None, job_id="j") == "j"  # re-registration after a resume keeps the state
+    assert resumed.report(Report(job, "rlhf", 8, 0.5)).next_eval_step == 10  # the re-sent eval's decision
+    assert resumed.report(Report(job, "rlhf", 10, 0.6)).next_eval_step is None  # no decline: regular cadence

@@ -68,10 +68,8 @@ class CadencePolicy:
         as a gap from step 0). None before any evaluation, or when every evaluation was at step 0."""
         if not steps:
             return None
-        gap = steps[0]
-        for a, b in zip(steps, steps[1:]):
-            if b - a > gap:
-                gap = b - a
+        gap = max((b - a for a, b in zip(steps, steps[1:])), default=0)
+        gap = max(gap, steps[0])
         return gap if gap > 0 else None
 
     def next_eval_step(self, steps: Sequence[int], evidence: int, needed: int | None,
