@@ -350,6 +350,8 @@ def with_stop(base: BasePolicy, stop: StopPolicy | None = None) -> Scheduler:
 
 
 def evalstop(base: BasePolicy, detector: str | Mapping[str, Any] | None = None,
-             job_types: Iterable[str] = DEFAULT_STOP_TYPES) -> Scheduler:
-    """The EvalStop wrapper around any base policy: ``evalstop(SRTFEst())`` is the paper's SRTF-Est + EvalStop."""
-    return Scheduler(base, EvalStopPolicy(detector, job_types))
+             job_types: Iterable[str] = DEFAULT_STOP_TYPES,
+             cadence: str | Mapping[str, Any] | None = None) -> Scheduler:
+    """The EvalStop wrapper around any base policy: ``evalstop(SRTFEst())`` is the paper's SRTF-Est + EvalStop;
+    ``cadence="adaptive"`` adds the core's cadence hints."""
+    return Scheduler(base, EvalStopPolicy(detector, job_types, cadence))
