@@ -15,6 +15,7 @@ from datasets import Dataset
 
 from evalstop_callbacks import EvalStopCallback, RewardFunctionEvaluator
 from evalstop_callbacks.platform_client import PlatformClient
+from evalstop_callbacks.trace import read_trace
 
 COMMON = dict(use_cpu=True, bf16=False, report_to="none", disable_tqdm=True, logging_steps=1, save_strategy="no",
               seed=0)
@@ -54,7 +55,7 @@ def test_grpo_follows_the_hint_and_stops_sooner(tmp_path) -> None:
     assert adaptive.stopped_at is not None and adaptive.stopped_at < fixed.stopped_at
     assert adaptive.stopped_at - adaptive.best_step < fixed.stopped_at - fixed.best_step
     # The trace records the extra evals as eval lines at their steps, and the cadence in its header.
-    lines = [json.loads(x) for x in trace.read_text().splitlines()]
+    lines = read_trace(trace)  # a valid trace: the extra evals are eval lines like any other
     assert lines[0]["config"]["cadence"] == {"name": "adaptive", "params": {"fraction": 0.5}}
     assert set(adaptive.extra_eval_steps) <= {x["step"] for x in lines if x["kind"] == "eval"}
 
