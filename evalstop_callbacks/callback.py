@@ -19,7 +19,7 @@ from typing import Any, Callable, Mapping
 from transformers import TrainerCallback
 from transformers.trainer_callback import ExportableState
 
-from platform_sim.core import JOB_TYPES, Decision, Report, detector_from_spec
+from platform_sim.core import JOB_TYPES, Decision, Report, cadence_from_spec, detector_from_spec
 from platform_sim.core.checks import check_int, check_nonneg
 
 from .checkpoints import CheckpointError, checkpoint_dir, mark_best, restore_checkpoint
@@ -115,6 +115,16 @@ class EvalStopCallback(TrainerCallback, ExportableState):
             Keyword-only. Called on the main process at each evaluation; its `proxy_reward`, `train_loss`, `kl`,
             `wall_s`, `gpu_s` go into the trace line (they override the values taken from the trainer's logs). Never
             sent to the scheduler.
+        cadence (`str` or `dict`, *optional*):
+            Keyword-only. `"adaptive"` (or `{"name": "adaptive", "params": {"fraction": ...}}`) asks the scheduler
+            core for cadence hints: while a decline may have begun, its decisions name a `next_eval_step` sooner
+            than the next regular evaluation, and the callback evaluates there too. `None` (the default) or
+            `"fixed"`: every `eval_steps` only. With the embedded client only (the service's registration takes
+            no cadence); a hint that a client's decision carries anyway is honoured within `max_extra_evals`.
+        max_extra_evals (`int`, *optional*, defaults to 4):
+            Keyword-only. At most this many evaluations per run beyond the regular ones (0: ignore hints). An extra
+            evaluation is a full one: reported, checkpointed when it is a new best, and written to the trace as an
+            eval line at its (off-cadence) step.
 
     Attributes:
         history (`list[dict]`): One entry per evaluation: `step`, `eval_score`, `declines`, `action`.
@@ -122,6 +132,8 @@ class EvalStopCallback(TrainerCallback, ExportableState):
         stopped_at (`int` or `None`): Step at which enforce mode stopped training.
         would_stop_at (`int` or `None`): First step at which the scheduler said stop (both modes).
         restored_from (`str` or `None`): Checkpoint folder whose weights were loaded into the model.
+        extra_eval_steps (`list[int]`): Steps of the evaluations made at a cadence hint (also marked `"extra"` in
+            `history`).
         eval_seconds, overhead_seconds (`list[float]`): Per evaluation: the evaluator's time, and the callback's own
             time (report, decision, bookkeeping, trace), measured on the main process.
     """
@@ -141,6 +153,8 @@ class EvalStopCallback(TrainerCallback, ExportableState):
         *,
         detector: str | Mapping[str, Any] | None = None,
         trace_extras: Callable[[Any, Any], Mapping[str, float]] | None = None,
+        cadence: str | Mapping[str, Any] | None = None,
+        max_extra_evals: int = 4,
     ) -> None:
         if not isinstance(evaluator, Evaluator):
             raise TypeError(
@@ -173,6 +187,14 @@ class EvalStopCallback(TrainerCallback, ExportableState):
         if trace_extras is not None and not callable(trace_extras):
             raise TypeError("trace_extras must be callable(args, state) -> mapping")
         self.trace_extras = trace_extras
+        policy = cadence_from_spec(cadence)  # a bad spec fails here
+        self.cadence_spec: dict[str, Any] | None = policy.spec() if policy is not None else None
+        if self.cadence_spec is not None and not isinstance(self.client, EmbeddedClient):
+            raise ValueError("cadence hints are decided by the scheduler core: pass cadence with the embedded client "
+                             "only (the service's job registration takes no cadence)")
+        self.max_extra_evals = check_int("max_extra_evals", max_extra_evals, 0)
+        self.extra_eval_steps: list[int] = []
+        self._hinted_step: int | None = None
 
         self.history: list[dict[str, Any]] = []
         self.best_step: int | None = None
@@ -221,6 +243,8 @@ class EvalStopCallback(TrainerCallback, ExportableState):
                     "stopped_at": self.stopped_at,
                     "would_stop_at": self.would_stop_at,
                     "last_eval_step": self._last_eval_step,
+                    "extra_eval_steps": list(self.extra_eval_steps),
+                    "hinted_step": self._hinted_step,
                     "wall_s": self._wall(),
                     "client_state": client_state,
                 }
@@ -243,6 +267,8 @@ class EvalStopCallback(TrainerCallback, ExportableState):
         self.stopped_at = saved.get("stopped_at")
         self.would_stop_at = saved.get("would_stop_at")
         self._last_eval_step = saved.get("last_eval_step")
+        self.extra_eval_steps = list(saved.get("extra_eval_steps") or [])
+        self._hinted_step = saved.get("hinted_step")
         self._wall_offset = float(saved.get("wall_s") or 0.0)
         client_state = saved.get("client_state")
         if client_state is not None and callable(getattr(self.client, "load_state_dict", None)):
@@ -282,8 +308,7 @@ class EvalStopCallback(TrainerCallback, ExportableState):
                            "load_best_model_at_end with metric_for_best_model competes for state.best_model_checkpoint")
         self._t0 = time.perf_counter()
         if self._is_main:
-            self.job_id = self.client.register(self.job_type, self.detector_spec, job_id=self.job_id)
-            self._registered = True
+            self._register()
             self._wandb = WandbLogger(reports_to(args, "wandb"))
             if self.trace_path is not None:
                 self._open_trace(args, state, model, resuming)
@@ -360,6 +385,14 @@ class EvalStopCallback(TrainerCallback, ExportableState):
 
     # -- internals ---------------------------------------------------------------------------------------------------
 
+    def _register(self) -> None:
+        if self.cadence_spec is not None:  # only then: other clients' register() takes no cadence
+            self.job_id = self.client.register(self.job_type, self.detector_spec, job_id=self.job_id,
+                                               cadence=self.cadence_spec)
+        else:
+            self.job_id = self.client.register(self.job_type, self.detector_spec, job_id=self.job_id)
+        self._registered = True
+
     def _wall(self) -> float:
         return self._wall_offset + (time.perf_counter() - self._t0)
 
@@ -369,7 +402,19 @@ class EvalStopCallback(TrainerCallback, ExportableState):
         if self._last_eval_step is not None and step <= self._last_eval_step:
             return False
         last = bool(state.max_steps) and step >= state.max_steps
-        return step > 0 and (step % self.eval_steps == 0 or last)
+        return step > 0 and (step % self.eval_steps == 0 or last or step == self._hinted_step)
+
+    def _take_hint(self, step: int, decision: Decision, max_steps: int) -> None:
+        """Remember the decision's cadence hint if it is sooner than the next regular eval and the budget allows."""
+        self._hinted_step = None
+        hint = decision.next_eval_step
+        if hint is None or decision.should_stop or len(self.extra_eval_steps) >= self.max_extra_evals:
+            return
+        next_regular = (step // self.eval_steps + 1) * self.eval_steps
+        if max_steps:
+            next_regular = min(next_regular, max_steps)
+        if step < hint < next_regular:
+            self._hinted_step = hint
 
     def _report(self, args: Any, state: Any, step: int, result: EvalResult, eval_s: float) -> dict[str, Any]:
         """Main process: send the report, return the payload every rank applies. Timed as the callback's own cost."""
@@ -380,8 +425,7 @@ class EvalStopCallback(TrainerCallback, ExportableState):
             raise EvaluatorError(f"{type(self.evaluator).__name__} returned a non-finite eval score {result.score} "
                                  f"at step {step}; EvalStop never decides on NaN or inf")
         if not self._registered:
-            self.job_id = self.client.register(self.job_type, self.detector_spec, job_id=self.job_id)
-            self._registered = True
+            self._register()
         report = Report(self.job_id, self.job_type, step, result.score,
                         tuple(result.scores) if result.scores else None)
         decision = self.client.report(report)
@@ -408,8 +452,12 @@ class EvalStopCallback(TrainerCallback, ExportableState):
         self.last_decision = decision
         self._last_eval_step = step
         score = shared["score"]
-        self.history.append({"step": step, "eval_score": score, "declines": decision.declines,
-                             "action": decision.action.value})
+        entry = {"step": step, "eval_score": score, "declines": decision.declines, "action": decision.action.value}
+        if step == self._hinted_step:
+            entry["extra"] = True
+            self.extra_eval_steps.append(step)
+        self.history.append(entry)
+        self._take_hint(step, decision, int(getattr(state, "max_steps", 0) or 0))
         if decision.best_step is not None and decision.best_step != self.best_step:
             if decision.best_step != step:
                 # Only the step being evaluated can still be saved; a scheduler naming another step as best (a
@@ -450,6 +498,9 @@ class EvalStopCallback(TrainerCallback, ExportableState):
         policy = unwrap_model(model) if model is not None else None
         config = {"eval_steps": self.eval_steps, "detector": self.detector_spec, "mode": self.mode,
                   **self.evaluator.describe()}
+        if self.cadence_spec is not None:  # extra evals are the trace's eval lines off the eval_steps cadence
+            config["cadence"] = self.cadence_spec
+            config["max_extra_evals"] = self.max_extra_evals
         self._trace = TraceRecorder(
             self.trace_path, job_id=self.job_id, job_type=self.job_type, trainer=_trainer_name(args),
             model=type(policy).__name__ if policy is not None else None, planned_steps=int(state.max_steps or 0),

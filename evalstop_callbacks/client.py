@@ -12,7 +12,7 @@ import logging
 import uuid
 from typing import Any, Mapping, Protocol, runtime_checkable
 
-from platform_sim.core import Decision, JobMonitor, Report, detector_from_spec
+from platform_sim.core import Decision, JobMonitor, Report, cadence_from_spec, detector_from_spec
 from platform_sim.core.boundary import check_job_type
 
 logger = logging.getLogger(__name__)
@@ -59,8 +59,12 @@ class EmbeddedClient:
         detector: Mapping[str, Any] | None = None,
         job_id: str | None = None,
         gpus: int | None = None,
+        cadence: str | Mapping[str, Any] | None = None,
     ) -> str:
+        """Register a job; ``cadence`` (a spec for :func:`~platform_sim.core.cadence.cadence_from_spec`, None: fixed)
+        makes the core's decisions carry ``next_eval_step`` hints."""
         check_job_type(job_type)
+        policy = cadence_from_spec(cadence)
         job_id = job_id or f"job-{uuid.uuid4().hex[:12]}"
         if job_id in self._jobs:
             # Re-registering after a resume keeps the loaded state; a different type or detector is a user error.
@@ -68,7 +72,8 @@ class EmbeddedClient:
             if existing.job_type != job_type or existing.detector.spec() != detector_from_spec(detector).spec():
                 raise ValueError(f"job {job_id!r} is already registered with another type or detector")
             return job_id
-        self._jobs[job_id] = JobMonitor(job_id=job_id, job_type=job_type, detector=detector_from_spec(detector))
+        self._jobs[job_id] = JobMonitor(job_id=job_id, job_type=job_type, detector=detector_from_spec(detector),
+                                        cadence=policy)
         return job_id
 
     def report(self, report: Report) -> Decision:

@@ -12,6 +12,8 @@ from .boundary import (
     InvalidReportError,
     Report,
 )
+from .cadence import CADENCES, CadencePolicy, cadence_from_spec
+from .checks import check_int
 from .detectors import (  # importing the package registers every detector by name
     DETECTORS,
     CusumDetector,
@@ -34,6 +36,8 @@ __all__ = [
     "JOB_TYPES",
     "Action",
     "BoundaryError",
+    "CADENCES",
+    "CadencePolicy",
     "ConflictError",
     "CusumDetector",
     "DETECTORS",
@@ -49,6 +53,8 @@ __all__ = [
     "ShapeDetector",
     "TrendDetector",
     "Verdict",
+    "cadence_from_spec",
+    "check_int",
     "detector_from_spec",
     "make_detector",
     "register_detector",

@@ -17,7 +17,8 @@ JOB_TYPES: tuple[str, ...] = ("rlhf", "dpo", "lora", "sft", "other")
 """Job types a report may name. Schedulers may treat them differently (StopAt-p only stops ``rlhf``)."""
 
 REPORT_FIELDS: frozenset[str] = frozenset({"job_id", "job_type", "step", "eval_score", "eval_scores"})
-DECISION_FIELDS: frozenset[str] = frozenset({"action", "reason", "declines", "best_step", "best_score"})
+DECISION_FIELDS: frozenset[str] = frozenset({"action", "reason", "declines", "best_step", "best_score",
+                                            "next_eval_step"})
 
 
 class BoundaryError(ValueError):
@@ -139,6 +140,10 @@ class Decision:
         declines: The detector's current evidence count (consecutive declines for the k-decline rule).
         best_step: Step of the best checkpoint observed so far (highest score, earliest on ties).
         best_score: Its score.
+        next_eval_step: Optional cadence hint, from the scheduler to the job only: the step at which the scheduler
+            wants the next evaluation (sooner than the regular cadence while a decline may have begun). None: the
+            job keeps its regular cadence. Left out of :meth:`to_dict` when None, so decisions without a hint
+            serialize as before.
     """
 
     action: Action
@@ -146,19 +151,23 @@ class Decision:
     declines: int
     best_step: int | None
     best_score: float | None
+    next_eval_step: int | None = None
 
     @property
     def should_stop(self) -> bool:
         return self.action is Action.STOP
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "action": self.action.value,
             "reason": self.reason,
             "declines": self.declines,
             "best_step": self.best_step,
             "best_score": self.best_score,
         }
+        if self.next_eval_step is not None:
+            out["next_eval_step"] = self.next_eval_step
+        return out
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "Decision":
@@ -169,10 +178,17 @@ class Decision:
             action = Action(data["action"])
         except (KeyError, ValueError) as exc:
             raise BoundaryError(f"decision has no valid action: {data.get('action')!r}") from exc
+        hint = data.get("next_eval_step")
+        if hint is not None:
+            try:
+                hint = check_step(hint)
+            except InvalidReportError as exc:
+                raise BoundaryError(f"decision next_eval_step: {exc}") from None
         return cls(
             action=action,
             reason=str(data.get("reason", "")),
             declines=int(data.get("declines", 0)),
             best_step=data.get("best_step"),
             best_score=data.get("best_score"),
+            next_eval_step=hint,
         )

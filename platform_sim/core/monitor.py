@@ -21,6 +21,7 @@ from .boundary import (
     check_job_type,
     check_step,
 )
+from .cadence import CadencePolicy, cadence_from_spec
 from .detectors import Detector, detector_from_spec
 
 
@@ -32,6 +33,8 @@ class JobMonitor:
         job_id: The job's identifier.
         job_type: One of :data:`~platform_sim.core.boundary.JOB_TYPES`.
         detector: The stop detector of this job (default: the paper's k=2 rule).
+        cadence: Optional cadence policy: while the job runs, each decision carries its ``next_eval_step`` hint.
+            None (the default): no hints, the job keeps its regular cadence.
     """
 
     job_id: str
@@ -44,6 +47,7 @@ class JobMonitor:
     best_score: float | None = None
     stopped_at: int | None = None
     stop_reason: str = ""
+    cadence: CadencePolicy | None = None
 
     def __post_init__(self) -> None:
         check_job_type(self.job_type)
@@ -124,13 +128,16 @@ class JobMonitor:
         if self.stopped_at is not None:
             return Decision(Action.STOP, f"stopped at step {self.stopped_at}: {self.stop_reason}",
                             self.detector.declines, self.best_step, self.best_score)
-        return Decision(Action.CONTINUE, "no stop signal", self.detector.declines, self.best_step, self.best_score)
+        hint = self.cadence.for_history(self.steps, self.scores, self.detector) if self.cadence is not None else None
+        return Decision(Action.CONTINUE, "no stop signal", self.detector.declines, self.best_step, self.best_score,
+                        hint)
 
     # -- persistence ---------------------------------------------------------------------------------------------
 
     def state_dict(self) -> dict[str, Any]:
-        """Everything needed to rebuild this monitor, as plain JSON-serializable data."""
-        return {
+        """Everything needed to rebuild this monitor, as plain JSON-serializable data (``cadence`` only when set, so
+        states of monitors without one are unchanged)."""
+        state: dict[str, Any] = {
             "job_id": self.job_id,
             "job_type": self.job_type,
             "detector": self.detector.spec(),
@@ -143,6 +150,9 @@ class JobMonitor:
             "stopped_at": self.stopped_at,
             "stop_reason": self.stop_reason,
         }
+        if self.cadence is not None:
+            state["cadence"] = self.cadence.spec()
+        return state
 
     @classmethod
     def from_state_dict(cls, state: Mapping[str, Any]) -> "JobMonitor":
@@ -159,4 +169,5 @@ class JobMonitor:
             best_score=state["best_score"],
             stopped_at=state["stopped_at"],
             stop_reason=state["stop_reason"],
+            cadence=cadence_from_spec(state.get("cadence")),
         )

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Iterable, Mapping
 
 from .boundary import JOB_TYPES, Action
+from .cadence import cadence_from_spec
 from .checks import check_int, check_nonneg
 from .detectors import Detector, detector_from_spec, shape_sens_spec
 from .fleet import FleetDetectorChoice
@@ -88,6 +89,11 @@ class StopPolicy(ABC):
     def forget(self, job_id: str) -> None:
         """The job ended: drop any per-job state."""
 
+    def next_eval_step(self, job: JobView) -> int | None:
+        """The cadence hint after ``job``'s latest eval (None: its regular cadence); asked after :meth:`on_eval`
+        returned None. Policies without a cadence policy never hint."""
+        return None
+
     def params(self) -> dict[str, Any]:
         return {"job_types": sorted(self.job_types)}
 
@@ -114,13 +120,17 @@ class EvalStopPolicy(StopPolicy):
         detector: A detector spec for :func:`~platform_sim.core.detectors.detector_from_spec` (None: k-decline, k=2,
             min_delta=0). Every job gets its own detector built from it.
         job_types: Job types covered.
+        cadence: A cadence spec for :func:`~platform_sim.core.cadence.cadence_from_spec` (None or ``"fixed"``: no
+            hints; ``"adaptive"``: ask for a sooner eval while a decline may have begun).
     """
 
     name: ClassVar[str] = "evalstop"
 
     def __init__(self, detector: str | Mapping[str, Any] | None = None,
-                 job_types: Iterable[str] = DEFAULT_STOP_TYPES) -> None:
+                 job_types: Iterable[str] = DEFAULT_STOP_TYPES,
+                 cadence: str | Mapping[str, Any] | None = None) -> None:
         super().__init__(job_types)
+        self.cadence = cadence_from_spec(cadence)
         probe = detector_from_spec(detector)  # validate now: a bad spec fails at construction, not mid-run
         self.detector_spec: dict[str, Any] = probe.spec()
         self._detector_cls = type(probe)
@@ -134,7 +144,8 @@ class EvalStopPolicy(StopPolicy):
     def monitor(self, job: JobView) -> JobMonitor:
         mon = self.monitors.get(job.job_id)
         if mon is None:
-            mon = self.monitors[job.job_id] = JobMonitor(job.job_id, job.job_type, self.new_detector())
+            mon = self.monitors[job.job_id] = JobMonitor(job.job_id, job.job_type, self.new_detector(),
+                                                         cadence=self.cadence)
         return mon
 
     def on_eval(self, job: JobView) -> StopVerdict | None:
@@ -151,8 +162,16 @@ class EvalStopPolicy(StopPolicy):
     def forget(self, job_id: str) -> None:
         self.monitors.pop(job_id, None)
 
+    def next_eval_step(self, job: JobView) -> int | None:
+        mon = self.monitors.get(job.job_id)
+        decision = mon.last_decision if mon is not None else None
+        return decision.next_eval_step if decision is not None else None
+
     def params(self) -> dict[str, Any]:
-        return {"detector": self.detector_spec, **super().params()}
+        params = {"detector": self.detector_spec, **super().params()}
+        if self.cadence is not None:  # left out when fixed, so the paper's parameters read as before
+            params["cadence"] = self.cadence.spec()
+        return params
 
 
 class StopAtP(StopPolicy):
@@ -331,6 +350,8 @@ def with_stop(base: BasePolicy, stop: StopPolicy | None = None) -> Scheduler:
 
 
 def evalstop(base: BasePolicy, detector: str | Mapping[str, Any] | None = None,
-             job_types: Iterable[str] = DEFAULT_STOP_TYPES) -> Scheduler:
-    """The EvalStop wrapper around any base policy: ``evalstop(SRTFEst())`` is the paper's SRTF-Est + EvalStop."""
-    return Scheduler(base, EvalStopPolicy(detector, job_types))
+             job_types: Iterable[str] = DEFAULT_STOP_TYPES,
+             cadence: str | Mapping[str, Any] | None = None) -> Scheduler:
+    """The EvalStop wrapper around any base policy: ``evalstop(SRTFEst())`` is the paper's SRTF-Est + EvalStop;
+    ``cadence="adaptive"`` adds the core's cadence hints."""
+    return Scheduler(base, EvalStopPolicy(detector, job_types, cadence))

@@ -97,6 +97,10 @@ class DecisionOut(BaseModel):
     declines: int
     best_step: int | None
     best_score: float | None
+    next_eval_step: int | None = Field(
+        None, description="Cadence hint from the scheduler to the job: the step at which it wants the next "
+                          "evaluation (sooner than the regular cadence while a decline may have begun). Absent: "
+                          "keep the regular cadence.")
 
 
 class JobOut(BaseModel):

@@ -48,6 +48,7 @@ from .backend_cli import (
 )
 from platform_sim.integrations.tune_cli import add_tune  # Ray is imported only when the command runs
 
+from .cadence_study import add_cadence_args, cadence_from_args
 from .curve_fit import add_curve_args
 
 __all__ = ["COMMANDS", "UsageError", "add_workload_args", "build_parser", "detector_from_args", "main",
@@ -63,6 +64,13 @@ class _Parser(argparse.ArgumentParser):
 # -- run ---------------------------------------------------------------------------------------------------------
 
 
+def _cadence_or_usage(args: argparse.Namespace) -> tuple[str | None, float]:
+    try:
+        return cadence_from_args(args)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+
+
 def add_run(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("run", help="run one simulation and print its metrics",
                        description="Run one simulation and print its metrics.")
@@ -72,6 +80,7 @@ def add_run(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--json", action="store_true", help="print the metrics as JSON")
     add_workload_args(p)
     add_curve_args(p)
+    add_cadence_args(p)
     p.set_defaults(func=cmd_run)
 
 
@@ -80,17 +89,25 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     wl = workload_from_args(args)
     det = detector_from_args(args)
+    cadence, eval_cost = _cadence_or_usage(args)
     spec = PolicySpec(base=args.base, stop=args.stop, detector=det if args.stop == "evalstop" else None,
-                      stop_params={"p": args.stop_at_p} if args.stop == "stop-at-p" else {})
+                      stop_params={"p": args.stop_at_p} if args.stop == "stop-at-p" else {},
+                      cadence=cadence if args.stop == "evalstop" else None)
     from .eval_scores import observation_for
 
     # Per-example eval scores are generated only when the detector reads them, so plain runs stay fast
     # (evalstop-fleet's two default detectors both do).
     observation = (observation_for(det) if args.stop == "evalstop"
                    else {"name": "per-example", "params": {}} if args.stop == "evalstop-fleet" else None)
-    _, m = run_one(wl, spec, args.seed, observation=observation)
+    _, m = run_one(wl, spec, args.seed, observation=observation, eval_cost=eval_cost)
+    # The waste cut as a share of the Oracle's: the base alone and the Oracle on the same seed.
+    base_m = run_one(wl, PolicySpec(base=args.base), args.seed, eval_cost=eval_cost)[1]
+    oracle_m = run_one(wl, PolicySpec(base=args.base, stop="oracle"), args.seed, eval_cost=eval_cost)[1]
+    cut, bound = base_m["wasted_gpu_h"] - m["wasted_gpu_h"], base_m["wasted_gpu_h"] - oracle_m["wasted_gpu_h"]
+    m["waste_cut_share_of_oracle"] = cut / bound if bound > 0 else None
     m["config"] = {"workload": wl.to_dict(), "seed": args.seed, "base": args.base, "stop": args.stop,
-                   "detector": det if args.stop == "evalstop" else None}
+                   "detector": det if args.stop == "evalstop" else None, "cadence": args.cadence,
+                   "eval_cost": eval_cost}
     if args.json:
         print(json.dumps(m, indent=2))
         return 0
@@ -98,7 +115,8 @@ def cmd_run(args: argparse.Namespace) -> int:
           f"sigma {wl.sigma}, hack rate {wl.hack_rate}")
     for key in ("jobs", "hacking", "stopped", "stopped_hacking", "false_stops", "precision", "recall", "fpr",
                 "fpr_healthy_rlhf", "delay_evals", "regret", "jct_mean_h", "jct_p95_h", "wasted_gpu_h",
-                "makespan_h", "utilization", "preemptions", "events", "wall_s"):
+                "makespan_h", "utilization", "preemptions", "eval_gpu_h", "extra_evals", "waste_cut_share_of_oracle",
+                "events", "wall_s"):
         v = m[key]
         s = "-" if v is None else (f"{v:.4g}" if isinstance(v, float) else str(v))
         print(f"  {key:18s} {s}")
@@ -122,6 +140,7 @@ def add_paper(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     add_workload_args(p)
     add_curve_args(p)
+    add_cadence_args(p)
     p.set_defaults(func=cmd_paper)
 
 
@@ -136,8 +155,10 @@ def cmd_paper(args: argparse.Namespace) -> int:
     from .eval_scores import observation_for
 
     det = detector_from_args(args)
+    cadence, eval_cost = _cadence_or_usage(args)
     cfg = PaperConfig(seeds=args.seeds, workload=wl, detector=det, base=args.base,
-                      stop_at_p=args.stop_at_p, observation=observation_for(det))
+                      stop_at_p=args.stop_at_p, observation=observation_for(det), cadence=cadence,
+                      eval_cost=eval_cost)
     command = command_line("paper")
     results, wall = run_with_progress(runner, functools.partial(paper, cfg), desc="simulations",
                                       unit="task", show=not args.no_progress)
@@ -218,6 +239,7 @@ def add_replay(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     add_backend_args(p)
     add_workload_args(p)
+    add_cadence_args(p)
     p.set_defaults(func=cmd_replay)
 
 
@@ -241,6 +263,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
     if all(t.label == "ambiguous" for t in traces):
         raise UsageError(f"--traces: every trace of {folder} is ambiguous; nothing to replay")
     wl = workload_from_args(args)
+    cadence, eval_cost = _cadence_or_usage(args)
     if args.trace_min_delta is not None:
         if not (args.trace_min_delta >= 0) or not math.isfinite(args.trace_min_delta):
             raise UsageError(f"--trace-min-delta must be a finite number >= 0, got {args.trace_min_delta}")
@@ -256,7 +279,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
     runner = runner_for_command(args)
     results, wall = run_with_progress(
         runner, functools.partial(replay, traces, wl, det, args.seeds, args.base, args.stop_at_p,
-                                  score_scale=args.score_scale),
+                                  score_scale=args.score_scale, cadence=cadence, eval_cost=eval_cost),
         desc="replay", unit="seed", show=not args.no_progress and not args.json)
     results["config"]["wall_s"] = wall
     results["config"]["traces_dir"] = str(folder)

@@ -15,6 +15,14 @@ backfill, preemption with a resume cost (the job holds its GPUs that long before
 at preemption, so no progress is lost). On each eval of a job it covers, the stop policy may stop it: its GPUs are
 freed at once, it delivers the verdict's checkpoint, and the freed GPUs go back to the base policy.
 
+Evaluations are priced: each costs ``eval_cost`` of a regular eval interval of the job's time on its GPUs. The
+regular evals (every ``1 / n_evals`` of progress) are part of a job's planned duration, so the fixed cadence runs
+exactly as without pricing; what they cost is reported as ``eval_gpu_hours``. When the stop policy gives a cadence
+hint (``next_eval_step``) sooner than the next regular eval, the engine schedules an *extra* eval there: the job
+holds its GPUs ``eval_cost`` of an interval longer without progressing, the eval is observed off the regular grid
+(:meth:`~platform_sim.sim.observe.ObservationModel.observe_at`), and the regular cadence then goes on. A stop at an
+extra eval ends the job at that progress; its waste counts the extra evals' time after the true peak.
+
 The engine never imports the runner, the metrics or the CLI; it returns plain per-job outcomes.
 """
 
@@ -60,6 +68,8 @@ class JobOutcome:
         gpu_hours: GPU-hours it held (preemption overheads included).
         wasted_gpu_hours: GPU-hours of progress after its true peak eval.
         preemptions: How often it was preempted.
+        eval_gpu_hours: GPU-hours spent evaluating (regular and extra evals, ``eval_cost`` of an interval each).
+        extra_evals: Evals the cadence hint added to the regular ones.
     """
 
     job_id: str
@@ -78,6 +88,8 @@ class JobOutcome:
     gpu_hours: float
     wasted_gpu_hours: float
     preemptions: int
+    eval_gpu_hours: float = 0.0
+    extra_evals: int = 0
 
     @property
     def jct(self) -> float:
@@ -113,9 +125,14 @@ class SimResult:
         return d
 
 
+DEFAULT_EVAL_COST: float = 0.05
+"""Share of a regular eval interval (1/20 of a run) that one evaluation takes on the job's GPUs."""
+
+
 def simulate(workload: Workload, scheduler: Scheduler, gpus: int = 64,
              preemption_cost_h: float = PREEMPTION_COST_H,
-             observation: ObservationModel | None = None) -> SimResult:
+             observation: ObservationModel | None = None,
+             eval_cost: float = DEFAULT_EVAL_COST) -> SimResult:
     """Run ``workload`` on a cluster of ``gpus`` GPUs under ``scheduler`` (a base policy composed with a stop policy).
 
     Args:
@@ -125,6 +142,9 @@ def simulate(workload: Workload, scheduler: Scheduler, gpus: int = 64,
         gpus: Cluster size; every job's demand must fit.
         preemption_cost_h: Resume cost after a preemption, in hours (default 2 minutes).
         observation: How evals are observed (default: Gaussian noise of the workload's sigma).
+        eval_cost: What one evaluation costs, as a share of a regular eval interval of the job's run time (>= 0;
+            default :data:`DEFAULT_EVAL_COST`). Regular evals are inside the planned duration; extra evals asked
+            for by a cadence hint add this much time each.
     """
     t_wall = time.perf_counter()
     jobs = workload.jobs
@@ -133,6 +153,8 @@ def simulate(workload: Workload, scheduler: Scheduler, gpus: int = 64,
         raise ValueError(f"a job needs more GPUs than the cluster's {gpus}")
     if preemption_cost_h < 0:
         raise ValueError("preemption_cost_h must be >= 0")
+    if not (eval_cost >= 0 and math.isfinite(eval_cost)):
+        raise ValueError(f"eval_cost must be a finite number >= 0, got {eval_cost!r}")
     base, stop = scheduler.base, scheduler.stop
     obs = observation or ObservationModel(workload)
     n_evals = workload.n_evals
@@ -144,6 +166,9 @@ def simulate(workload: Workload, scheduler: Scheduler, gpus: int = 64,
     w = ViewWriter
     heappush, heappop = heapq.heappush, heapq.heappop  # locals: the event loop runs ~10^6 times
     observe_eval, on_eval = obs.observe_eval, stop.on_eval
+    hint_of = stop.next_eval_step
+    # Only a stop policy with a cadence policy can hint; the others skip the hint look-up on the hot path.
+    hints = getattr(stop, "cadence", None) is not None
 
     views = [JobView(j.job_id, j.job_type, j.gpus, j.submit_time, j.planned_steps, j.est_duration_h) for j in jobs]
     # Jobs whose evals a policy reads (the stop policy's types; every job for LossAware). The others need no eval
@@ -167,6 +192,10 @@ def simulate(workload: Workload, scheduler: Scheduler, gpus: int = 64,
     first_start = [math.nan] * n
     preempts = [0] * n
     outcomes: list[Any] = [None] * n
+    extra_p = [-1.0] * n      # progress of the pending extra eval (-1: the next eval is the regular one)
+    extra_n = [0] * n         # extra evals done
+    extra_waste_h = [0.0] * n  # hours of extra evals after the true peak
+    eval_h = [eval_cost * d * inv_n for d in (j.duration_h for j in jobs)]  # hours one eval takes
 
     free = gpus
     demands = sorted({g for g in g_of})
@@ -203,7 +232,8 @@ def simulate(workload: Workload, scheduler: Scheduler, gpus: int = 64,
             first_start[i] = t
         w.set_state(views[i], "running")
         seq += 1
-        t_next = seg_start[i] + (next_k[i] * inv_n - p0[i]) * dur[i]
+        target = extra_p[i] if extra_p[i] >= 0.0 else next_k[i] * inv_n
+        t_next = seg_start[i] + (target - p0[i]) * dur[i]
         heappush(events, (t_next, seq, i, version[i]))
         if preempt_on_arrival:
             heappush(running_heap, (-key(views[i]), seq, i, version[i]))
@@ -275,23 +305,79 @@ def simulate(workload: Workload, scheduler: Scheduler, gpus: int = 64,
                 seq += 1
                 heappush(running_heap, (-key(views[i]), seq, i, version[i]))
 
-    def finish(i: int, t: float, k: int, stopped: bool, deliver_k: int) -> None:
+    def finish(i: int, t: float, k: int, stopped: bool, deliver_k: int, p_extra: float = -1.0,
+               deliver_p: float = -1.0) -> None:
+        # p_extra >= 0: stopped at an extra eval at that progress (k: the last regular eval before it);
+        # deliver_p >= 0: the delivered checkpoint is an extra eval's, at that progress.
         nonlocal last_end
         release(i, t)
         state[i] = _DONE
-        p_end = k * inv_n
+        p_end = p_extra if p_extra >= 0.0 else k * inv_n
         pk = peak_idx[i] + 1
         job = jobs[i]
-        waste = max(0.0, p_end - pk * inv_n) * dur[i] * g_of[i]
+        waste = (max(0.0, p_end - pk * inv_n) * dur[i] + extra_waste_h[i]) * g_of[i]
+        stop_eval: Any = (p_extra * n_evals if p_extra >= 0.0 else k) if stopped else None
+        if deliver_p >= 0.0:
+            deliver_eval: Any = deliver_p * n_evals
+            delivered = float(job.curve.value(deliver_p))
+        else:
+            deliver_eval, delivered = deliver_k, float(true_evals[i, deliver_k - 1])
         outcomes[i] = JobOutcome(
             job.job_id, job.job_type, job.hacking, g_of[i], job.submit_time, first_start[i], t, stopped,
-            k if stopped else None, deliver_k, pk, float(true_evals[i, pk - 1]),
-            float(true_evals[i, deliver_k - 1]), gpu_h[i], waste, preempts[i],
+            stop_eval, deliver_eval, pk, float(true_evals[i, pk - 1]),
+            delivered, gpu_h[i], waste, preempts[i], (k + extra_n[i]) * eval_h[i] * g_of[i], extra_n[i],
         )
         w.set_state(views[i], "stopped" if stopped else "completed")
         stop.forget(job.job_id)
         if t > last_end:
             last_end = t
+
+    def delivered_at(i: int, d: int, k: int, p: float) -> tuple[int, float]:
+        # The delivered checkpoint of step d, at most the eval just done (regular index k, progress p): a regular
+        # eval's index, or (with a cadence hint) an extra eval's progress off the regular grid.
+        if d * n_evals % planned[i] and extra_n[i]:
+            return k, min(d / planned[i], p)
+        return min(max(-(-d * n_evals // planned[i]), 1), k), -1.0
+
+    def ask(i: int, view: JobView, p: float) -> None:
+        # The cadence hint after an eval at progress p: an extra eval if it comes before the next regular one.
+        h = hint_of(view)
+        # Compared in steps, not progress: a hint on the next regular eval's step can come out just below that
+        # eval's progress in floating point, and would then report the same step twice.
+        if h is not None and view._eval_steps[-1] < h < (next_k[i] * planned[i]) // n_evals:
+            extra_p[i] = h / planned[i]
+
+    def extra_eval(i: int, t: float) -> bool:
+        # An extra eval reached at time t: it takes eval_h[i] on the GPUs, then the job stops or goes on. Returns
+        # whether the job finished (its GPUs are free).
+        nonlocal seq
+        p = extra_p[i]
+        extra_p[i] = -1.0
+        extra_n[i] += 1
+        done_at = t + eval_h[i]
+        if p > (peak_idx[i] + 1) * inv_n:
+            extra_waste_h[i] += eval_h[i]
+        p0[i] = p
+        seg_start[i] = done_at  # no progress while evaluating
+        view = views[i]
+        view._progress = p
+        step = round(p * planned[i])
+        score, examples = obs.observe_at(jobs[i], p, step)
+        view._eval_steps.append(step)
+        view._eval_scores.append(score)
+        view._losses.append(float(jobs[i].loss_curve.value(p)))
+        view._last_example_scores = tuple(examples) if examples is not None else None
+        verdict = on_eval(view)
+        if verdict is not None:
+            k_reg = next_k[i] - 1
+            deliver_k, deliver_p = delivered_at(i, verdict.deliver_step, k_reg, p)
+            finish(i, done_at, k_reg, True, deliver_k, p, deliver_p)
+            return True
+        ask(i, view, p)
+        seq += 1
+        target = extra_p[i] if extra_p[i] >= 0.0 else next_k[i] * inv_n
+        heappush(events, (done_at + (target - p) * dur[i], seq, i, version[i]))
+        return False
 
     arrivals = [j.submit_time for j in jobs]
     a = 0
@@ -310,6 +396,10 @@ def simulate(workload: Workload, scheduler: Scheduler, gpus: int = 64,
         if version[i] != ver:
             continue
         n_events += 1
+        if extra_p[i] >= 0.0:
+            if extra_eval(i, t):
+                fill(t)
+            continue
         k = next_k[i]
         p = k * inv_n
         p0[i] = p
@@ -326,8 +416,8 @@ def simulate(workload: Workload, scheduler: Scheduler, gpus: int = 64,
                 verdict = on_eval(view)
                 if verdict is not None:
                     # The delivered checkpoint is the first eval at or after the verdict's step (exact on our grid).
-                    deliver_k = min(max(-(-verdict.deliver_step * n_evals // planned[i]), 1), k)
-                    finish(i, t, k, True, deliver_k)
+                    deliver_k, deliver_p = delivered_at(i, verdict.deliver_step, k, p)
+                    finish(i, t, k, True, deliver_k, -1.0, deliver_p)
                     fill(t)
                     continue
         if k == n_evals:
@@ -335,6 +425,8 @@ def simulate(workload: Workload, scheduler: Scheduler, gpus: int = 64,
             fill(t)
             continue
         next_k[i] = k + 1
+        if hints and consult_stop[i]:
+            ask(i, view, p)
         if preempt_on_eval:
             best = best_waiting(free + g_of[i])
             if best is not None and should_yield(key(view), best[0]):
@@ -342,7 +434,9 @@ def simulate(workload: Workload, scheduler: Scheduler, gpus: int = 64,
                 fill(t)
                 continue
         seq += 1
-        heappush(events, (t + inv_n * dur[i], seq, i, version[i]))
+        # Without an extra eval the original expression, so that the fixed cadence's event times are unchanged.
+        dt = (extra_p[i] - p) * dur[i] if extra_p[i] >= 0.0 else inv_n * dur[i]
+        heappush(events, (t + dt, seq, i, version[i]))
 
     first = arrivals[0] if n else 0.0
     return SimResult(outcomes, gpus, n_evals, last_end - first, busy, n_events, time.perf_counter() - t_wall,

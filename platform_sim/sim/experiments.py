@@ -21,7 +21,8 @@ from platform_sim.core.detectors import detector_from_spec
 from platform_sim.core.policies import PREEMPTION_COST_H, make_base_policy
 from platform_sim.core.stop_policies import DEFAULT_STOP_TYPES, Scheduler, make_stop_policy, with_stop
 
-from .engine import SimResult, simulate
+from .cadence_study import add_oracle_shares
+from .engine import DEFAULT_EVAL_COST, SimResult, simulate
 from .metrics import metric_row, run_metrics
 from .observe import make_observation_model
 from .runner import Runner, SerialRunner
@@ -41,6 +42,7 @@ class PolicySpec:
         stop_params: Extra stop-policy parameters (``p`` for stop-at-p, ``window`` for loss-plateau, ...).
         base_params: Extra base-policy parameters.
         stop_types: Job types the stop policy covers.
+        cadence: Cadence spec of ``evalstop`` (None: fixed; ``"adaptive"``: the core's cadence hints).
     """
 
     base: str = "srtf-est"
@@ -49,6 +51,7 @@ class PolicySpec:
     stop_params: Mapping[str, Any] = field(default_factory=dict)
     base_params: Mapping[str, Any] = field(default_factory=dict)
     stop_types: tuple[str, ...] = DEFAULT_STOP_TYPES
+    cadence: Mapping[str, Any] | str | None = None
 
     def validate(self) -> None:
         """Build the policies once so that bad names or parameters fail before any run starts."""
@@ -64,6 +67,8 @@ class PolicySpec:
             params["job_types"] = self.stop_types
         if self.stop == "evalstop":
             params["detector"] = self.detector
+            if self.cadence is not None:
+                params["cadence"] = self.cadence
         if self.stop == "oracle":
             params["peak_steps"] = workload.peak_steps() if workload is not None else {}
         return make_stop_policy(self.stop, **params)
@@ -73,7 +78,10 @@ class PolicySpec:
         return with_stop(make_base_policy(self.base, **dict(self.base_params)), self._stop_policy(workload))
 
     def key(self) -> str:
-        return json.dumps(dataclasses.asdict(self), sort_keys=True)
+        d = dataclasses.asdict(self)
+        if d["cadence"] is None:  # keys of fixed-cadence specs read as before
+            del d["cadence"]
+        return json.dumps(d, sort_keys=True)
 
 
 @dataclass(frozen=True)
@@ -87,6 +95,8 @@ class SimTask:
         preemption_cost_h: Resume cost after a preemption.
         observation: Observation-model spec for :func:`~platform_sim.sim.observe.make_observation_model`
             (None: Gaussian noise, no per-example scores).
+        eval_cost: What one eval costs, as a share of a regular eval interval (see
+            :func:`~platform_sim.sim.engine.simulate`).
     """
 
     workload: WorkloadConfig
@@ -94,6 +104,7 @@ class SimTask:
     policies: tuple[PolicySpec, ...]
     preemption_cost_h: float = PREEMPTION_COST_H
     observation: Mapping[str, Any] | None = None
+    eval_cost: float = DEFAULT_EVAL_COST
 
 
 def run_task(task: SimTask) -> list[dict[str, Any]]:
@@ -104,7 +115,7 @@ def run_task(task: SimTask) -> list[dict[str, Any]]:
         # A fresh observation model per policy: models may keep per-job state (e.g. per-example generators).
         result = simulate(workload, spec.build(workload), gpus=task.workload.gpus,
                           preemption_cost_h=task.preemption_cost_h,
-                          observation=make_observation_model(workload, task.observation))
+                          observation=make_observation_model(workload, task.observation), eval_cost=task.eval_cost)
         m = run_metrics(result)
         m["seed"] = task.seed
         out.append(m)
@@ -113,11 +124,11 @@ def run_task(task: SimTask) -> list[dict[str, Any]]:
 
 def run_one(workload_config: WorkloadConfig, spec: PolicySpec, seed: int,
             preemption_cost_h: float = PREEMPTION_COST_H, observation: Mapping[str, Any] | None = None,
-            ) -> tuple[SimResult, dict[str, Any]]:
+            eval_cost: float = DEFAULT_EVAL_COST) -> tuple[SimResult, dict[str, Any]]:
     """One simulation in this process: the raw result and its metrics."""
     workload = generate_workload(workload_config, seed)
     result = simulate(workload, spec.build(workload), gpus=workload_config.gpus, preemption_cost_h=preemption_cost_h,
-                      observation=make_observation_model(workload, observation))
+                      observation=make_observation_model(workload, observation), eval_cost=eval_cost)
     return result, run_metrics(result)
 
 
@@ -142,6 +153,8 @@ class PaperConfig:
         base: Base policy of the main table and the sweeps.
         stop_at_p: p of StopAt-p.
         observation: Observation-model spec (None: Gaussian noise).
+        cadence: Cadence spec of every EvalStop cell (None: the fixed cadence, as in the paper).
+        eval_cost: What one eval costs, as a share of a regular eval interval.
     """
 
     seeds: int = 30
@@ -150,6 +163,8 @@ class PaperConfig:
     base: str = "srtf-est"
     stop_at_p: float = 0.65
     observation: Mapping[str, Any] | None = None
+    cadence: Mapping[str, Any] | str | None = None
+    eval_cost: float = DEFAULT_EVAL_COST
 
 
 @dataclass(frozen=True)
@@ -175,7 +190,8 @@ def paper_cells(cfg: PaperConfig) -> list[_Cell]:
 
     def spec(stop: str, b: str = base, detector: Mapping[str, Any] | None = det) -> PolicySpec:
         params: dict[str, Any] = {"p": cfg.stop_at_p} if stop == "stop-at-p" else {}
-        return PolicySpec(base=b, stop=stop, detector=detector if stop == "evalstop" else None, stop_params=params)
+        return PolicySpec(base=b, stop=stop, detector=detector if stop == "evalstop" else None, stop_params=params,
+                          cadence=cfg.cadence if stop == "evalstop" else None)
 
     cells: list[_Cell] = []
     for stop in MAIN_STOPS:
@@ -212,7 +228,8 @@ def paper(cfg: PaperConfig, runner: Runner | None = None,
     # Group every distinct policy by workload config, so each (workload, seed) is generated once per task.
     by_wl: dict[str, tuple[WorkloadConfig, dict[str, PolicySpec]]] = {}
     for c in cells:
-        for s in (c.spec, c.baseline):
+        # The Oracle on every (workload, base): each row's waste cut is also given as a share of the Oracle's.
+        for s in (c.spec, c.baseline, PolicySpec(base=c.spec.base, stop="oracle")):
             if s is None:
                 continue
             wkey = json.dumps(c.workload.to_dict(), sort_keys=True)
@@ -221,7 +238,8 @@ def paper(cfg: PaperConfig, runner: Runner | None = None,
     index: list[tuple[str, list[str]]] = []
     for wkey, (w, specs) in by_wl.items():
         for seed in range(cfg.seeds):
-            tasks.append(SimTask(w, seed, tuple(specs.values()), observation=cfg.observation))
+            tasks.append(SimTask(w, seed, tuple(specs.values()), observation=cfg.observation,
+                                 eval_cost=cfg.eval_cost))
             index.append((wkey, list(specs)))
     if on_plan:
         on_plan(len(tasks))
@@ -236,7 +254,11 @@ def paper(cfg: PaperConfig, runner: Runner | None = None,
         wkey = json.dumps(c.workload.to_dict(), sort_keys=True)
         mine = runs[(wkey, c.spec.key())]
         base_runs = runs[(wkey, c.baseline.key())] if c.baseline is not None and c.spec.stop != "none" else None
-        out[c.experiment].append(metric_row(c.spec.base, c.spec.stop, mine, base_runs, **dict(c.params)))
+        row = metric_row(c.spec.base, c.spec.stop, mine, base_runs, **dict(c.params))
+        oracle_runs = runs[(wkey, PolicySpec(base=c.spec.base, stop="oracle").key())]
+        add_oracle_shares([row], metric_row(c.spec.base, "oracle", oracle_runs, base_runs)
+                          if base_runs is not None else None)
+        out[c.experiment].append(row)
     out["config"] = {
         "seeds": cfg.seeds,
         "workload": cfg.workload.to_dict(),
@@ -244,6 +266,8 @@ def paper(cfg: PaperConfig, runner: Runner | None = None,
         "base": cfg.base,
         "stop_at_p": cfg.stop_at_p,
         "observation": cfg.observation,
+        "cadence": cfg.cadence,
+        "eval_cost": cfg.eval_cost,
         "tasks": len(tasks),
     }
     return out

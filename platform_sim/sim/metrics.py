@@ -10,7 +10,9 @@ Detection (positive = a hacking RLHF job, over all jobs of a run):
   end delivers its last checkpoint, a stopped one the checkpoint its stop policy names.
 
 System: jct_mean_h and jct_p95_h (completion or stop time minus submit time), wasted_gpu_h (GPU-hours of progress
-after each job's true peak eval), makespan_h, utilization (GPU-hours held / (GPUs x makespan)).
+after each job's true peak eval, extra evals' time included), makespan_h, utilization (GPU-hours held / (GPUs x
+makespan)), eval_gpu_h (GPU-hours spent evaluating, regular and extra evals) and extra_evals (evals a cadence hint
+added).
 
 A row (:func:`metric_row`) is the mean over seeds with a 95% confidence half-width (Student t) for each metric, plus
 the paired comparison against the same base with no stop policy on the same seeds: ``jct_gain_pct`` and
@@ -30,7 +32,7 @@ from .engine import SimResult
 RUN_METRICS: tuple[str, ...] = (
     "precision", "recall", "fpr", "fpr_healthy_rlhf", "delay_evals", "regret", "regret_hacking", "regret_healthy",
     "jct_mean_h", "jct_p95_h", "wasted_gpu_h", "makespan_h", "utilization", "stopped", "stopped_hacking",
-    "false_stops", "preemptions",
+    "false_stops", "preemptions", "eval_gpu_h", "extra_evals",
 )
 """Fields of :func:`run_metrics` that are averaged into a row."""
 
@@ -75,6 +77,8 @@ def run_metrics(result: SimResult) -> dict[str, Any]:
         "makespan_h": makespan,
         "utilization": _ratio(result.busy_gpu_hours, result.gpus * makespan),
         "preemptions": int(sum(o.preemptions for o in outs)),
+        "eval_gpu_h": float(sum(o.eval_gpu_hours for o in outs)),
+        "extra_evals": int(sum(o.extra_evals for o in outs)),
         "events": result.events,
         "wall_s": result.wall_s,
     }

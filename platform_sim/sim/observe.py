@@ -32,6 +32,8 @@ class ObservationModel:
         # Per-job noise std only when the workload has one (real-calibrated curves); else the scalar, as always.
         scale = workload.sigma if workload.job_sigma is None else workload.noise_std()[:, None]
         self._observed: list[list[float]] = (workload.true_evals + scale * workload.noise).tolist()
+        self._extra_rngs: dict[int, np.random.Generator] | None = None  # per job, for extra evals (made on first use)
+        self._std: list[float] = []
 
     def observe_eval(self, job: JobSpec, k: int, progress: float) -> tuple[float, tuple[float, ...] | None]:
         """The observed result of the ``k``-th eval (1-based) of ``job``, taken at ``progress``.
@@ -45,6 +47,31 @@ class ObservationModel:
             ``(score, per_example_scores)``; the second is None unless the model makes per-example scores.
         """
         return self._observed[job.index][k - 1], None
+
+    def observe_at(self, job: JobSpec, progress: float, step: int) -> tuple[float, tuple[float, ...] | None]:
+        """An eval off the regular grid (an extra eval asked for by a cadence hint), taken at ``progress``.
+
+        The true curve's value there plus fresh Gaussian noise of the job's noise std, drawn from a generator private
+        to the job (:meth:`job_rng`, stream 1), so the regular evals' noise is unchanged and the result does not
+        depend on other jobs (no noise for a job whose regular evals have none added, e.g. a replayed trace). No per-example scores: models that make them fall back to this mean-only eval unless
+        they override it.
+
+        Args:
+            job: The job.
+            progress: Progress of the evaluated checkpoint, strictly between two regular evals.
+            step: Its training step.
+        """
+        del step  # the Gaussian model needs only the progress; trace-backed models may read the step
+        if self._extra_rngs is None:
+            self._extra_rngs = {}
+            # A job whose regular evals get no added noise (a replayed trace: its curve carries its recorded noise,
+            # and between two recorded evals it is their linear interpolation) gets none on extra evals either.
+            noisy = np.any(self.workload.noise != 0.0, axis=1)
+            self._std = np.where(noisy, self.workload.noise_std(), 0.0).tolist()
+        rng = self._extra_rngs.get(job.index)
+        if rng is None:
+            rng = self._extra_rngs[job.index] = self.job_rng(job, stream=1)
+        return float(job.curve.value(progress)) + self._std[job.index] * float(rng.standard_normal()), None
 
     def job_rng(self, job: JobSpec, stream: int = 0) -> np.random.Generator:
         """A generator private to ``job`` (and ``stream``), for extensions that draw more randomness per job,

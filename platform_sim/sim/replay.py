@@ -43,7 +43,9 @@ import numpy as np
 from platform_sim.core.detectors import detector_from_spec
 from platform_sim.core.monitor import JobMonitor
 
+from .cadence_study import add_oracle_shares
 from .curves import TabulatedCurve, eval_grid
+from .engine import DEFAULT_EVAL_COST
 from .experiments import BASES, MAIN_STOPS, PolicySpec
 from .traces import RealTrace
 from .workload import Workload, WorkloadConfig, generate_workload
@@ -218,6 +220,7 @@ class ReplayTask:
     seed: int
     policies: tuple[PolicySpec, ...]
     observation: Mapping[str, Any] | None = None  # None: the means alone (Gaussian model with the trace's noise)
+    eval_cost: float = DEFAULT_EVAL_COST  # one eval's GPU time, as a share of a regular eval interval
 
 
 def run_replay_task(task: ReplayTask) -> list[dict[str, Any]]:
@@ -231,7 +234,7 @@ def run_replay_task(task: ReplayTask) -> list[dict[str, Any]]:
     out = []
     for spec in task.policies:
         result = simulate(workload, spec.build(workload), gpus=task.workload.gpus,
-                          observation=make_observation_model(workload, task.observation))
+                          observation=make_observation_model(workload, task.observation), eval_cost=task.eval_cost)
         m = run_metrics(result)
         m["seed"] = task.seed
         out.append(m)
@@ -364,7 +367,8 @@ def native_min_delta(traces: Sequence[RealTrace], score_scale: str = "environmen
 def replay(traces: Sequence[RealTrace], workload: WorkloadConfig, detector: Mapping[str, Any] | None,
            seeds: int, base: str = "srtf-est", stop_at_p: float = 0.65, runner: Any = None,
            progress: Callable[[int], None] | None = None, on_plan: Callable[[int], None] | None = None,
-           score_scale: str = "environment") -> dict[str, Any]:
+           score_scale: str = "environment", cadence: Mapping[str, Any] | str | None = None,
+           eval_cost: float = DEFAULT_EVAL_COST) -> dict[str, Any]:
     """Replay ``traces`` on the platform: ``{"main", "composability", "traces", "trace_summary", "config"}``.
 
     Args:
@@ -377,6 +381,9 @@ def replay(traces: Sequence[RealTrace], workload: WorkloadConfig, detector: Mapp
         runner: A :class:`~platform_sim.sim.runner.Runner` (default: serial).
         progress, on_plan: Progress callbacks (tasks finished; total tasks).
         score_scale: ``environment`` or ``trace`` (:data:`SCORE_SCALES`).
+        cadence: EvalStop's cadence spec (None: fixed). An extra eval of a trace job reads the recorded curve
+            between its two nearest recorded evals (linear interpolation, no added noise).
+        eval_cost: One eval's GPU time, as a share of a regular eval interval.
 
     Raises:
         ValueError: ``seeds`` < 1, or every trace is ambiguous (nothing to deal to the platform).
@@ -398,16 +405,18 @@ def replay(traces: Sequence[RealTrace], workload: WorkloadConfig, detector: Mapp
 
     def spec(stop: str, b: str) -> PolicySpec:
         return PolicySpec(base=b, stop=stop, detector=det if stop == "evalstop" else None,
-                          stop_params={"p": stop_at_p} if stop == "stop-at-p" else {})
+                          stop_params={"p": stop_at_p} if stop == "stop-at-p" else {},
+                          cadence=cadence if stop == "evalstop" else None)
 
     specs: dict[str, PolicySpec] = {}
     for stop in REPLAY_STOPS:
         specs.setdefault(spec(stop, base).key(), spec(stop, base))
     for b in REPLAY_BASES:
-        for stop in ("none", "evalstop"):
+        for stop in ("none", "evalstop", "oracle"):  # the Oracle per base: every row's share of its waste cut
             specs.setdefault(spec(stop, b).key(), spec(stop, b))
     keys = list(specs)
-    tasks = [ReplayTask(workload, curves, seed, tuple(specs.values()), observation) for seed in range(seeds)]
+    tasks = [ReplayTask(workload, curves, seed, tuple(specs.values()), observation, eval_cost)
+             for seed in range(seeds)]
     if on_plan:
         on_plan(len(tasks))
     results = (runner or SerialRunner()).map(run_replay_task, tasks, progress)
@@ -417,7 +426,11 @@ def replay(traces: Sequence[RealTrace], workload: WorkloadConfig, detector: Mapp
         from .metrics import metric_row
 
         mine = per[spec(stop, b).key()]
-        return metric_row(b, stop, mine, per[spec("none", b).key()] if stop != "none" else None)
+        base_runs = per[spec("none", b).key()] if stop != "none" else None
+        out = metric_row(b, stop, mine, base_runs)
+        add_oracle_shares([out], metric_row(b, "oracle", per[spec("oracle", b).key()], base_runs)
+                          if base_runs is not None else None)
+        return out
 
     rows = [trace_detection(t, det, scales[t.name]) for t in traces]
     shared = native_min_delta(traces, score_scale)
@@ -432,7 +445,7 @@ def replay(traces: Sequence[RealTrace], workload: WorkloadConfig, detector: Mapp
             "n_traces": len(traces), "hacking_traces": sum(t.hacking for t in traces),
             "ambiguous_traces": [t.name for t in traces if t.label == "ambiguous"],
             "grid_evals": n_evals, "eval_counts": sorted({len(t.steps) for t in traces}),
-            "score_scale": score_scale,
+            "score_scale": score_scale, "cadence": cadence, "eval_cost": eval_cost,
             "scales": {g: {"lo": s.lo, "hi": s.hi} for g, s in groups.items()} if score_scale == "environment"
             else len(groups),
             "scale": {"lo": shared.lo, "hi": shared.hi} if shared is not None else None,

@@ -1,0 +1,142 @@
+"""Cadence hints: when the scheduler wants a job's next evaluation, sooner than its regular cadence.
+
+A decline can only be confirmed some evaluations after a job's peak, and at a regular cadence those evaluations are a
+whole interval apart: most of EvalStop's waste against the Oracle is that wait. A :class:`CadencePolicy` looks at the
+detector's evidence after each evaluation and, once evidence has started to build up but is not yet enough to stop
+(for the k-decline rule: at least one decline, fewer than ``k``), asks for the next evaluation after only a share of
+the regular interval. Without evidence it asks for nothing, and the job keeps its regular cadence.
+
+The hint is the decision's optional ``next_eval_step``; it flows from the scheduler to the job only. The policy is
+pure (no I/O, no clock) and decided here in the core, so that the trainer's embedded client, the HTTP service and the
+simulator give the same hint for the same history.
+
+Specs: ``None`` or ``"fixed"`` (no hints, the regular cadence), ``"adaptive"``, or
+``{"name": "adaptive", "params": {"fraction": 0.25}}``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, ClassVar, Mapping, Sequence
+
+from .detectors import Detector, se_from_history
+
+CADENCES: tuple[str, ...] = ("fixed", "adaptive")
+"""Cadence names a spec may give: ``fixed`` (no hints) and ``adaptive`` (:class:`CadencePolicy`)."""
+
+
+@dataclass(frozen=True, slots=True)
+class CadencePolicy:
+    """Ask for the next evaluation sooner while a detector's evidence builds up.
+
+    The regular interval is read from the job's own history (the largest gap between two consecutive evaluated
+    steps, since hinted evaluations only ever shorten gaps), so the policy needs no knowledge of the job's plan.
+
+    A drop that noise alone could make is a poor reason to look again soon: an eval that came out low by chance is
+    followed, at nearly the same checkpoint, by a higher one about two times in three, but on a healthy run that
+    still rises, a confirming eval only a share of an interval later has less rise to protect it from a chance second
+    decline. ``min_drop`` therefore asks for the sooner eval only when the latest drop is large against the noise of
+    an eval-to-eval difference, estimated from the job's own history of means.
+
+    Args:
+        fraction: The hinted evaluation comes this share of the regular interval after the evaluation that showed
+            evidence. A number strictly between 0 and 1 (default 0.25: a quarter of an interval).
+        min_drop: Hint only when the latest drop is at least this many standard errors of a difference of two eval
+            means (noise estimated from the history, no hint before it can be estimated); 0 (the default): any
+            evidence asks for the sooner eval. Finite, >= 0.
+    """
+
+    name: ClassVar[str] = "adaptive"
+
+    fraction: float = 0.25
+    min_drop: float = 0.0
+
+    def __post_init__(self) -> None:
+        f = self.fraction
+        if isinstance(f, bool) or not isinstance(f, (int, float)) or not math.isfinite(f) or not 0.0 < f < 1.0:
+            raise ValueError(f"cadence fraction must be a number strictly between 0 and 1, got {f!r}")
+        object.__setattr__(self, "fraction", float(f))
+        m = self.min_drop
+        if isinstance(m, bool) or not isinstance(m, (int, float)) or not math.isfinite(m) or m < 0:
+            raise ValueError(f"cadence min_drop must be a finite number >= 0, got {m!r}")
+        object.__setattr__(self, "min_drop", float(m))
+
+    @staticmethod
+    def regular_interval(steps: Sequence[int]) -> int | None:
+        """The job's regular gap between evaluations in steps: the largest gap seen (the first eval's step counts
+        as a gap from step 0). None before any evaluation, or when every evaluation was at step 0."""
+        if not steps:
+            return None
+        gap = max((b - a for a, b in zip(steps, steps[1:])), default=0)
+        gap = max(gap, steps[0])
+        return gap if gap > 0 else None
+
+    def next_eval_step(self, steps: Sequence[int], evidence: int, needed: int | None,
+                       scores: Sequence[float] = ()) -> int | None:
+        """The step at which the next evaluation is wanted, or None for the regular cadence.
+
+        Args:
+            steps: The job's evaluated steps so far, strictly increasing; the last is the evaluation just judged.
+            evidence: The detector's current evidence count (consecutive declines for k-decline).
+            needed: The evidence count that stops the job (``k``), or None when the detector has no such count (then
+                any evidence asks for a sooner evaluation).
+            scores: The mean scores of those evaluations (read only when ``min_drop`` > 0).
+
+        Returns:
+            A step strictly after ``steps[-1]`` and strictly before the regular next evaluation, or None.
+        """
+        if evidence <= 0 or (needed is not None and evidence >= needed) or not steps:
+            return None
+        interval = self.regular_interval(steps)
+        if interval is None:
+            return None
+        if self.min_drop > 0.0:
+            se = se_from_history(scores) if len(scores) == len(steps) else None
+            if se is None or scores[-2] - scores[-1] < self.min_drop * se * math.sqrt(2.0):
+                return None
+        gap = max(1, round(self.fraction * interval))
+        if gap >= interval:  # intervals of one or two steps: the regular cadence is already as soon as it gets
+            return None
+        return steps[-1] + gap
+
+    def for_history(self, steps: Sequence[int], scores: Sequence[float], detector: Detector) -> int | None:
+        """:meth:`next_eval_step` for a job's history, with the evidence and the stop count read from ``detector``."""
+        return self.next_eval_step(steps, int(detector.declines), getattr(detector, "k", None), scores)
+
+    def spec(self) -> dict[str, Any]:
+        """``{"name": "adaptive", "params": {...}}``: what :func:`cadence_from_spec` takes (``min_drop`` only when
+        set)."""
+        params: dict[str, Any] = {"fraction": self.fraction}
+        if self.min_drop:
+            params["min_drop"] = self.min_drop
+        return {"name": self.name, "params": params}
+
+
+def cadence_from_spec(spec: str | Mapping[str, Any] | None) -> CadencePolicy | None:
+    """Build a cadence policy from ``None``/``"fixed"`` (None: no hints), ``"adaptive"``, or a spec mapping.
+
+    Raises:
+        ValueError: Unknown name, unknown spec field or bad parameter.
+    """
+    if spec is None or spec == "fixed":
+        return None
+    if isinstance(spec, str):
+        name, params = spec, {}
+    elif isinstance(spec, Mapping) and "name" in spec:
+        unknown = set(spec) - {"name", "params"}
+        if unknown:
+            raise ValueError(f"unknown cadence spec field(s): {', '.join(sorted(unknown))}")
+        name, params = spec["name"], dict(spec.get("params") or {})
+    else:
+        raise ValueError(f"a cadence spec is a name or {{'name': ..., 'params': {{...}}}}, got {spec!r}")
+    if name == "fixed":
+        if params:
+            raise ValueError("the fixed cadence takes no parameters")
+        return None
+    if name != CadencePolicy.name:
+        raise ValueError(f"unknown cadence {name!r}; choose one of {', '.join(CADENCES)}")
+    try:
+        return CadencePolicy(**params)
+    except TypeError as exc:
+        raise ValueError(f"bad parameters for cadence {name!r}: {exc}") from None

@@ -1,0 +1,93 @@
+"""The cadence hint against the Oracle bound: rows as shares of the Oracle's gains, and the with/without comparison.
+
+:func:`add_oracle_shares` gives each table row its waste cut and JCT gain as a share of the Oracle's on the same
+base and seeds (``waste_cut_share_of_oracle``, ``jct_gain_share_of_oracle``). :func:`cadence_comparison` runs, on one
+workload point and the same seeds, the base alone, the Oracle, and EvalStop with the fixed and the adaptive cadence,
+with evaluations priced (``eval_cost`` of a regular eval interval each): what ``docs/simulation.md`` reports.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Mapping, Sequence
+
+from .engine import DEFAULT_EVAL_COST
+from .metrics import metric_row
+from .runner import Runner, SerialRunner
+from .workload import WorkloadConfig
+
+
+def _share(value: float | None, bound: float | None) -> float | None:
+    if value is None or bound is None or bound <= 0:
+        return None
+    return value / bound
+
+
+def add_oracle_shares(rows: Sequence[dict[str, Any]], oracle: Mapping[str, Any] | None) -> None:
+    """Set ``waste_cut_share_of_oracle`` and ``jct_gain_share_of_oracle`` on each of ``rows`` (in place).
+
+    Args:
+        rows: :func:`~platform_sim.sim.metrics.metric_row` rows with their paired gains over the base alone.
+        oracle: The Oracle's row on the same base, workload and seeds; None (or a row without gains): the shares
+            are None.
+    """
+    for row in rows:
+        row["waste_cut_share_of_oracle"] = _share(row.get("wasted_reduction_pct"),
+                                                  oracle.get("wasted_reduction_pct") if oracle else None)
+        row["jct_gain_share_of_oracle"] = _share(row.get("jct_gain_pct"),
+                                                 oracle.get("jct_gain_pct") if oracle else None)
+
+
+def cadence_comparison(workload: WorkloadConfig, seeds: Sequence[int], base: str = "srtf-est",
+                       detector: Mapping[str, Any] | None = None,
+                       cadences: Sequence[tuple[str, Mapping[str, Any] | str | None]] = (
+                           ("fixed", None), ("adaptive", "adaptive")),
+                       eval_cost: float = DEFAULT_EVAL_COST, runner: Runner | None = None,
+                       progress: Callable[[int], None] | None = None) -> list[dict[str, Any]]:
+    """Rows for the Oracle and for EvalStop at each cadence, on the same seeds, each against the base alone.
+
+    Args:
+        workload: The workload point.
+        seeds: Workload seeds.
+        base: Base policy.
+        detector: EvalStop's detector spec (None: k-decline, k=2).
+        cadences: ``(label, cadence spec)`` pairs; each row gets ``cadence`` = its label.
+        eval_cost: What one eval costs, as a share of a regular eval interval.
+        runner: Where to run (default: serially here).
+        progress: Progress callback (finished tasks).
+    """
+    from .experiments import PolicySpec, SimTask, run_task  # the experiments module imports this one
+
+    none = PolicySpec(base=base)
+    oracle = PolicySpec(base=base, stop="oracle")
+    stops = [PolicySpec(base=base, stop="evalstop", detector=detector, cadence=spec) for _, spec in cadences]
+    specs = (none, oracle, *stops)
+    tasks = [SimTask(workload, seed, specs, eval_cost=eval_cost) for seed in seeds]
+    results = (runner or SerialRunner()).map(run_task, tasks, progress)
+    per = [[res[i] for res in results] for i in range(len(specs))]
+    oracle_row = metric_row(base, "oracle", per[1], per[0], cadence="-")
+    rows = [oracle_row] + [metric_row(base, "evalstop", per[2 + i], per[0], cadence=label)
+                           for i, (label, _) in enumerate(cadences)]
+    add_oracle_shares(rows, oracle_row)
+    return rows
+
+
+def add_cadence_args(p: Any) -> None:
+    """Add ``--cadence`` and ``--eval-cost`` to a command's parser (``run``, ``paper``)."""
+    p.add_argument("--cadence", choices=("fixed", "adaptive"), default="fixed",
+                   help="EvalStop's eval cadence: fixed (every 5%% of a run, the default) or adaptive (the scheduler "
+                        "asks for a sooner eval while a decline may have begun)")
+    p.add_argument("--eval-cost", type=float, default=DEFAULT_EVAL_COST, metavar="SHARE",
+                   help="GPU time of one eval as a share of a regular eval interval (default "
+                        f"{DEFAULT_EVAL_COST:g}; regular evals are part of a run's planned time, extra ones add to it)")
+
+
+def cadence_from_args(args: Any) -> tuple[str | None, float]:
+    """The cadence spec (None: fixed) and the eval cost of parsed ``--cadence``/``--eval-cost``.
+
+    Raises:
+        ValueError: ``--eval-cost`` is negative or not finite.
+    """
+    cost = args.eval_cost
+    if not (cost >= 0 and cost < float("inf")):
+        raise ValueError(f"--eval-cost must be a finite number >= 0, got {cost}")
+    return (None if args.cadence == "fixed" else args.cadence), float(cost)

@@ -1,0 +1,88 @@
+"""The callback follows the scheduler core's cadence hint in a real tiny GRPO run (GPT-2 built locally, CPU, TRL).
+
+The proxy rewards negative words, so the held-out world score declines. With the fixed cadence the run is evaluated
+every 4 steps; with the adaptive cadence the core asks, after a first decline, for the next eval half an interval
+later: the callback evaluates there, and the confirming decline comes (and the run stops) sooner.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from _callback_helpers import HELDOUT_PROMPTS, TRAIN_PROMPTS, anti_gold, gold, policy, tokenizer
+from datasets import Dataset
+
+from evalstop_callbacks import EvalStopCallback, RewardFunctionEvaluator
+from evalstop_callbacks.platform_client import PlatformClient
+from evalstop_callbacks.trace import read_trace
+
+COMMON = dict(use_cpu=True, bf16=False, report_to="none", disable_tqdm=True, logging_steps=1, save_strategy="no",
+              seed=0)
+
+
+def _grpo(tmp_path, cb, max_steps=16):
+    from trl import GRPOConfig, GRPOTrainer
+
+    args = GRPOConfig(output_dir=str(tmp_path), per_device_train_batch_size=32, num_generations=8,
+                      max_completion_length=8, learning_rate=1e-2, max_steps=max_steps, beta=0.0, **COMMON)
+    return GRPOTrainer(model=policy(), reward_funcs=anti_gold, args=args, processing_class=tokenizer(),
+                       train_dataset=Dataset.from_dict({"prompt": TRAIN_PROMPTS * 8}), callbacks=[cb])
+
+
+def _evaluator() -> RewardFunctionEvaluator:
+    return RewardFunctionEvaluator(HELDOUT_PROMPTS * 4, gold, max_new_tokens=8)
+
+
+def test_grpo_follows_the_hint_and_stops_sooner(tmp_path) -> None:
+    fixed = EvalStopCallback(_evaluator(), eval_steps=4, k=2)
+    _grpo(tmp_path / "fixed", fixed).train()
+    trace = tmp_path / "adaptive.jsonl"
+    adaptive = EvalStopCallback(_evaluator(), eval_steps=4, k=2, trace_path=str(trace),
+                                cadence={"name": "adaptive", "params": {"fraction": 0.5}}, max_extra_evals=2)
+    _grpo(tmp_path / "adaptive", adaptive).train()
+
+    assert fixed.stopped_at is not None, fixed.history
+    assert adaptive.extra_eval_steps, adaptive.history
+    # Every extra eval is at the step the core hinted after a first decline: 2 steps (half of 4) later.
+    steps = [h["step"] for h in adaptive.history]
+    for extra in adaptive.extra_eval_steps:
+        before = adaptive.history[steps.index(extra) - 1]
+        assert before["declines"] == 1 and extra == before["step"] + 2 and before["step"] % 4 == 0
+    assert [h["step"] for h in adaptive.history if h.get("extra")] == adaptive.extra_eval_steps
+    assert len(adaptive.extra_eval_steps) <= 2
+    # It stopped sooner after its best (peak) eval than the fixed cadence did.
+    assert adaptive.stopped_at is not None and adaptive.stopped_at < fixed.stopped_at
+    assert adaptive.stopped_at - adaptive.best_step < fixed.stopped_at - fixed.best_step
+    # The trace records the extra evals as eval lines at their steps, and the cadence in its header.
+    lines = read_trace(trace)  # a valid trace: the extra evals are eval lines like any other
+    assert lines[0]["config"]["cadence"] == {"name": "adaptive", "params": {"fraction": 0.5}}
+    assert set(adaptive.extra_eval_steps) <= {x["step"] for x in lines if x["kind"] == "eval"}
+
+
+def test_zero_budget_ignores_hints_and_bad_arguments(tmp_path) -> None:
+    cb = EvalStopCallback(_evaluator(), eval_steps=4, k=2, cadence="adaptive", max_extra_evals=0)
+    _grpo(tmp_path, cb, max_steps=12).train()
+    assert cb.extra_eval_steps == [] and all(h["step"] % 4 == 0 for h in cb.history)
+    with pytest.raises(ValueError, match="unknown cadence"):
+        EvalStopCallback(_evaluator(), eval_steps=4, cadence="often")
+    with pytest.raises(ValueError, match="max_extra_evals"):
+        EvalStopCallback(_evaluator(), eval_steps=4, cadence="adaptive", max_extra_evals=-1)
+    with pytest.raises(ValueError, match="embedded client"):
+        EvalStopCallback(_evaluator(), eval_steps=4, cadence="adaptive",
+                         client=PlatformClient("http://127.0.0.1:9", "token"))
+
+
+def test_embedded_client_keeps_the_cadence_across_a_resume() -> None:
+    from evalstop_callbacks.client import EmbeddedClient
+    from platform_sim.core import Report
+
+    client = EmbeddedClient()
+    job = client.register("rlhf", None, job_id="j", cadence={"name": "adaptive", "params": {"fraction": 0.5}})
+    client.report(Report(job, "rlhf", 4, 1.0))
+    assert client.report(Report(job, "rlhf", 8, 0.5)).next_eval_step == 10
+    resumed = EmbeddedClient()
+    resumed.load_state_dict(json.loads(json.dumps(client.state_dict())))
+    assert resumed.register("rlhf", None, job_id="j") == "j"  # re-registration after a resume keeps the state
+    assert resumed.report(Report(job, "rlhf", 8, 0.5)).next_eval_step == 10  # the re-sent eval's decision
+    assert resumed.report(Report(job, "rlhf", 10, 0.6)).next_eval_step is None  # no decline: regular cadence

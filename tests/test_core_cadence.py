@@ -1,0 +1,99 @@
+"""The cadence hint: the pure policy, and the monitor's decisions that carry it (and still load old states)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from platform_sim.core import Action, CadencePolicy, Decision, JobMonitor, cadence_from_spec, make_detector
+from platform_sim.core.boundary import BoundaryError
+
+
+def test_policy_hints_only_while_evidence_builds_up() -> None:
+    pol = CadencePolicy(fraction=0.25)
+    steps = [20, 40, 60]
+    assert pol.next_eval_step(steps, evidence=0, needed=2) is None      # no evidence: regular cadence
+    assert pol.next_eval_step(steps, evidence=1, needed=2) == 65        # a quarter of the 20-step interval
+    assert pol.next_eval_step(steps, evidence=2, needed=2) is None      # enough to stop: nothing more to ask
+    assert pol.next_eval_step(steps, evidence=1, needed=None) == 65     # a detector without k: any evidence
+    assert pol.next_eval_step([], evidence=1, needed=2) is None
+
+
+def test_regular_interval_survives_hinted_evals() -> None:
+    # After a hinted eval at 65 the largest gap is still the regular 20, so a k=3 rule gets the same spacing again.
+    pol = CadencePolicy(fraction=0.5)
+    assert CadencePolicy.regular_interval([20, 40, 60, 65]) == 20
+    assert pol.next_eval_step([20, 40, 60, 65], evidence=2, needed=3) == 75
+    assert CadencePolicy.regular_interval([0]) is None
+    # A 1-step cadence cannot get any sooner: no hint.
+    assert pol.next_eval_step([1, 2, 3], evidence=1, needed=2) is None
+
+
+@pytest.mark.parametrize("bad", [0, 1, -0.1, 1.5, float("nan"), True, "0.3"])
+def test_bad_fraction_is_rejected(bad: object) -> None:
+    with pytest.raises(ValueError, match="fraction"):
+        CadencePolicy(fraction=bad)  # type: ignore[arg-type]
+
+
+def test_specs() -> None:
+    assert cadence_from_spec(None) is None
+    assert cadence_from_spec("fixed") is None
+    assert cadence_from_spec("adaptive") == CadencePolicy()
+    pol = cadence_from_spec({"name": "adaptive", "params": {"fraction": 0.5}})
+    assert pol == CadencePolicy(0.5) and cadence_from_spec(pol.spec()) == pol
+    for bad, match in (("sometimes", "unknown cadence"), ({"name": "adaptive", "x": 1}, "unknown cadence spec"),
+                       ({"name": "adaptive", "params": {"speed": 2}}, "bad parameters"), (3, "a cadence spec")):
+        with pytest.raises(ValueError, match=match):
+            cadence_from_spec(bad)  # type: ignore[arg-type]
+
+
+def test_monitor_decisions_carry_the_hint() -> None:
+    mon = JobMonitor("j", "rlhf", make_detector("k-decline", k=2), cadence=CadencePolicy(0.25))
+    hints = [mon.observe(s, v).next_eval_step for s, v in ((20, 0.5), (40, 0.6), (60, 0.55))]
+    assert hints == [None, None, 65]  # the first decline at 60 asks for 65
+    d = mon.observe(65, 0.50)
+    assert d.action is Action.STOP and d.next_eval_step is None  # a stopped job gets no hint
+    # A re-send of the hinted eval's predecessor gets the decision it got then, hint included.
+    assert mon.observe(60, 0.55).next_eval_step == 65
+
+
+def test_no_cadence_means_no_hint_and_unchanged_state() -> None:
+    mon = JobMonitor("j", "rlhf")
+    for s, v in ((20, 0.5), (40, 0.4)):
+        d = mon.observe(s, v)
+    assert d.next_eval_step is None and "next_eval_step" not in d.to_dict()
+    assert "cadence" not in mon.state_dict()
+
+
+def test_state_round_trip_with_cadence_and_old_states_load() -> None:
+    mon = JobMonitor("j", "rlhf", cadence=CadencePolicy(0.25))
+    mon.observe(20, 0.5)
+    mon.observe(40, 0.4)
+    state = json.loads(json.dumps(mon.state_dict()))
+    back = JobMonitor.from_state_dict(state)
+    assert back.cadence == CadencePolicy(0.25) and back.last_decision == mon.last_decision
+    assert back.observe(45, 0.3).action is Action.STOP
+    # A state written before hints existed (no "cadence", decisions without next_eval_step) still loads.
+    old = dict(state)
+    del old["cadence"]
+    old["decisions"] = [{k: v for k, v in d.items() if k != "next_eval_step"} for d in old["decisions"]]
+    assert JobMonitor.from_state_dict(old).cadence is None
+
+
+def test_decision_round_trip_and_bad_hint() -> None:
+    d = Decision(Action.CONTINUE, "no stop signal", 1, 20, 0.5, 65)
+    assert Decision.from_dict(d.to_dict()) == d and d.to_dict()["next_eval_step"] == 65
+    with pytest.raises(BoundaryError, match="next_eval_step"):
+        Decision.from_dict({**d.to_dict(), "next_eval_step": -3})
+
+
+def test_service_decision_schema_passes_the_hint_through() -> None:
+    from platform_sim.service.schemas import DecisionOut
+
+    with_hint = Decision(Action.CONTINUE, "no stop signal", 1, 20, 0.5, 65).to_dict()
+    assert DecisionOut.model_validate(with_hint).next_eval_step == 65
+    # Without a hint the field is absent from the core's dict and None in the schema: clients keep their cadence.
+    plain = Decision(Action.CONTINUE, "no stop signal", 0, 20, 0.5).to_dict()
+    assert DecisionOut.model_validate(plain).next_eval_step is None
+    assert Decision.from_dict(DecisionOut.model_validate(with_hint).model_dump()) == Decision.from_dict(with_hint)
