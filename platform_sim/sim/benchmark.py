@@ -80,7 +80,7 @@ GRIDS: dict[str, dict[str, Sequence[Any]]] = {
     "paired-test": {"test": ("t",), "alpha": (0.001, 0.01, 0.05), "k": (1, 2, 3), "warmup": (0, 3)},
     "cusum": {"slack": (0.0, 0.25, 0.5, 1.0), "threshold": (2.0, 4.0, 6.0, 8.0), "warmup": (0, 3)},
     "trend": {"window": (6, 8), "alpha": (0.01, 0.05, 0.2), "k": (1, 2), "warmup": (0, 3)},
-    "shape": {"threshold": (0.8, 0.9, 0.95, 0.97, 0.99), "k": (1, 2), "warmup": (0, 3)},
+    "shape": {"threshold": (0.8, 0.9, 0.95, 0.97, 0.99), "k": (1, 2), "future": (1.5, 3.0), "warmup": (0, 3)},
 }
 """Grid searched per detector family by :func:`calibrate` (detector name -> parameter -> values). ``min_delta`` is in
 the traces' own units; ``warmup`` in evals."""
@@ -170,6 +170,10 @@ def shortfall(m: Mapping[str, Any], targets: Targets = TARGETS) -> float:
     return miss
 
 
+_GRID_KEYS = ("hacking", "healthy", "ambiguous", "hacking_stopped", "healthy_stopped_n", "recall", "precision",
+              "healthy_stopped", "delay_median", "regret_worst", "regret_median")
+
+
 def _rank_key(m: Mapping[str, Any], targets: Targets) -> tuple[float, ...]:
     # Smaller is better: the shortfall, then more hacking stopped, fewer healthy stopped, less delay, less regret.
     return (round(shortfall(m, targets), 9), -(m["recall"] or 0.0), m["healthy_stopped"] or 0.0,
@@ -229,7 +233,8 @@ def calibrate(tune: Sequence[RealTrace], grids: Mapping[str, Mapping[str, Sequen
         table[name] = []
         for spec in grid_specs(name, grid):
             m = group_metrics(detect_all(tune, spec), resamples=0)
-            table[name].append({"spec": spec, "shortfall": shortfall(m, targets), "metrics": m})
+            table[name].append({"spec": spec, "shortfall": shortfall(m, targets),
+                                "metrics": {k: m[k] for k in _GRID_KEYS}})
             key = _rank_key(m, targets)
             if best is None or key < best[0]:
                 best = (key, spec)
