@@ -387,7 +387,7 @@ def _pct(v: float | None, ci: Sequence[float | None] | None = None) -> str:
     if v is None:
         return "-"
     s = f"{100 * v:.0f}%"
-    if ci and ci[0] is not None:
+    if ci and ci[0] is not None and ci[1] is not None:
         s += f" [{100 * ci[0]:.0f}, {100 * ci[1]:.0f}]"
     return s
 
@@ -396,7 +396,7 @@ def _num(v: float | None, ci: Sequence[float | None] | None = None) -> str:
     if v is None:
         return "-"
     s = f"{v:g}"
-    if ci and ci[0] is not None:
+    if ci and ci[0] is not None and ci[1] is not None:
         s += f" [{ci[0]:g}, {ci[1]:g}]"
     return s
 
