@@ -270,3 +270,13 @@ def test_ambiguous_traces_are_listed_not_dealt(tmp_path, capsys):
                      "--jobs", "30"]) == 0
     res = json.loads(capsys.readouterr().out)
     assert res["config"]["ambiguous_traces"] == ["amb"] and res["trace_summary"]["ambiguous_traces"] == ["amb"]
+
+
+def test_the_detector_study_takes_a_mixed_folder(mixed, capsys):
+    assert sim_main(["detectors", "--parts", "real", "--traces", str(mixed), "--seeds", "1", "--jobs", "30",
+                     "--only", "paper k=2,shape", "--backend", "serial", "--json"]) == 0
+    res = json.loads(capsys.readouterr().out)
+    assert res["config"]["real_missing"] is None and {r["detector"] for r in res["real"]} == {"paper k=2", "shape"}
+    rows = [r for r in res["real_traces"] if r["detector"] == "shape"]
+    assert {r["trace"] for r in rows} == {p.stem for p in mixed.glob("*.jsonl")}
+    assert {r["environment"] for r in rows} == {"bow", "format"}
