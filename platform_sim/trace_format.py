@@ -128,7 +128,7 @@ def check_eval(obj: Any, prev_step: int | None = None) -> dict[str, Any]:
         raise TraceFormatError(f"unknown trace eval field(s): {', '.join(unknown)}; allowed besides step and "
                                f"eval_score: {', '.join(sorted(EVAL_OPTIONAL))}")
     step = obj.get("step")
-    if not _is_int(step, 0):
+    if not isinstance(step, int) or not _is_int(step, 0):
         raise TraceFormatError(f"eval step must be an integer >= 0, got {step!r}")
     if prev_step is not None and step <= prev_step:
         raise TraceFormatError(f"eval steps must be increasing integers (steps must increase: step {step} after "

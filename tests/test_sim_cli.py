@@ -85,3 +85,79 @@ def test_help_exits_zero(capsys):
     with pytest.raises(SystemExit) as exc:
         main(["paper", "--help"])
     assert exc.value.code == 0 and "--seeds" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("command, flag", [("run", "--stop"), ("paper", "--seeds"), ("sweep", "GRID"),
+                                           ("replay", "--score-scale"), ("detectors", "--parts"),
+                                           ("benchmark", "--tune-envs")])
+def test_every_command_has_help(command, flag, capsys):
+    with pytest.raises(SystemExit) as exc:
+        main([command, "--help"])
+    assert exc.value.code == 0 and flag in capsys.readouterr().out
+
+
+def _sim_import_graph() -> dict[str, set[str]]:
+    """Module -> the platform_sim.sim modules it imports, at top level or inside functions."""
+    import ast
+    from pathlib import Path
+
+    import platform_sim.sim as pkg
+
+    root = Path(pkg.__file__).parent
+    names = {p.stem for p in root.glob("*.py")}
+    graph: dict[str, set[str]] = {}
+    for path in root.glob("*.py"):
+        deps: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom):
+                mod = node.module or ""
+                if node.level == 1:
+                    targets = [mod.split(".")[0]] if mod else [a.name for a in node.names]
+                elif mod.startswith("platform_sim.sim."):
+                    targets = [mod.split(".")[2]]
+                elif mod == "platform_sim.sim":
+                    targets = [a.name for a in node.names]
+                else:
+                    targets = []
+                deps |= {t for t in targets if t in names}
+            elif isinstance(node, ast.Import):
+                deps |= {a.name.split(".")[2] for a in node.names if a.name.startswith("platform_sim.sim.")}
+        graph[path.stem] = deps - {path.stem}
+    return graph
+
+
+def test_no_import_cycle_in_the_simulator_even_through_imports_inside_functions():
+    graph = _sim_import_graph()
+    state: dict[str, int] = {}
+
+    def visit(node: str, stack: list[str]) -> None:
+        state[node] = 1
+        for dep in sorted(graph.get(node, ())):
+            assert state.get(dep) != 1, f"import cycle: {' -> '.join(stack + [node, dep])}"
+            if dep not in state:
+                visit(dep, stack + [node])
+        state[node] = 2
+
+    for mod in sorted(graph):
+        if mod not in state:
+            visit(mod, [])
+    # the commands import the library; no library module imports the commands or their flag helpers
+    for mod, deps in graph.items():
+        if mod not in ("cli", "backend_cli"):
+            assert not deps & {"cli", "backend_cli"}, (mod, deps)
+
+
+def test_bases_defined_once():
+    from platform_sim.sim import experiments, replay
+
+    assert replay.REPLAY_BASES is experiments.BASES and replay.REPLAY_STOPS is experiments.MAIN_STOPS
+
+
+@pytest.mark.parametrize("argv, flag", [(["run", "--jobs", "0"], "--jobs"), (["run", "--gpus", "8"], "--gpus"),
+                                        (["run", "--evals", "1"], "--evals"), (["run", "--load", "0"], "--load"),
+                                        (["run", "--est-error", "-1"], "--est-error"),
+                                        (["run", "--hack-gamma", "0"], "--hack-gamma")])
+def test_workload_config_checks_are_reported_with_the_flag(argv, flag, capsys):
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and flag in err, err

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from platform_sim.sim.replay import corpus_scale, evals_per_run, trace_detection, trace_summary
@@ -12,15 +14,44 @@ TOLERANCE_GOLD = 0.1
 WARMUP_EVALS = 3
 
 
+#: The first recorded environment (learned bag-of-words proxy, GPT-2, GRPO and PPO): grpo-proxy-kl0-s3 and the like.
+FIRST_ENV = re.compile(r"^(grpo|ppo)-(gold|proxy)-kl[0-9.]+-s[0-9]+$")
+
+
 @pytest.fixture(scope="module")
-def traces():
+def corpus():
     return load_traces(shipped_traces_dir())
+
+
+@pytest.fixture(scope="module")
+def traces(corpus):
+    """The traces of the first environment (the checks below are about it; its units are gold points)."""
+    mine = [t for t in corpus if FIRST_ENV.match(t.name)]
+    if not mine:
+        pytest.skip("no trace of the first environment in the shipped corpus")
+    return mine
+
+
+def test_multi_environment_corpus(corpus):
+    # What the benchmark needs of the shipped corpus once it holds several environments.
+    if not any(t.environment for t in corpus):
+        pytest.skip("the shipped corpus does not name environments yet")
+    from platform_sim.sim.benchmark import split_files
+
+    envs = {t.environment for t in corpus}
+    assert all(t.environment for t in corpus) and len(envs) >= 5 and len(corpus) >= 120
+    _, _, split = split_files(shipped_traces_dir())  # one split per environment, both splits present
+    assert sum(v == "tune" for v in split.values()) >= 3 and sum(v == "test" for v in split.values()) >= 2
+    assert all(t.has_examples for t in corpus)
+    for env in envs:
+        labels = [t.label for t in corpus if t.environment == env]
+        assert "healthy" in labels, (env, labels)  # healthy controls in every environment
 
 
 def test_corpus_size_labels_and_trainers(traces):
     assert len(traces) >= 24
     labels = [t.label for t in traces]
-    assert labels.count("hacking") >= 8 and labels.count("healthy") >= 8
+    assert labels.count("hacking") >= 8 and labels.count("healthy") >= 8 and labels.count("ambiguous") <= 2
     assert any(t.algo == "ppo" for t in traces if t.hacking)
     assert {t.algo for t in traces} == {"grpo", "ppo"}
     assert evals_per_run(traces) >= 20
@@ -44,7 +75,7 @@ def test_hacking_configurations_hack_and_gold_reward_runs_do_not(traces):
     for t in traces:
         run = t.header["config"]["run"]
         if run["reward"] == "gold":
-            assert not t.hacking, t.name
+            assert t.label == "healthy", t.name
         if run["reward"] == "proxy" and run["kl"] == 0:
             assert t.hacking, t.name
 

@@ -9,7 +9,12 @@ import numpy as np
 import pytest
 
 from platform_sim.sim.cli import main as sim_main
-from platform_sim.sim.replay import build_replay_workload, corpus_scale, trace_curves, trace_detection
+from platform_sim.sim.replay import (
+    build_replay_workload,
+    corpus_scale,
+    trace_curves,
+    trace_detection,
+)
 from platform_sim.sim.traces import load_traces
 from platform_sim.sim.workload import WorkloadConfig
 
@@ -172,3 +177,106 @@ def test_detectors_that_read_per_example_scores_get_the_recorded_ones(caplog):
     assert out["config"]["detector"]["name"] == "shape"
     # Only synthetic jobs are generated per-example scores; nobody falls back to the mean.
     assert not [r for r in caplog.records if "falling back" in r.getMessage()]
+
+
+@pytest.fixture()
+def mixed(tmp_path):
+    """GRPO-like and PPO-like traces of different lengths, cadences and planned steps, two environments with
+    different units, some with per-example scores and some without, in one folder."""
+    from _trace_factory import hacking_curve, healthy_curve, write
+
+    d = tmp_path / "mixed"
+    write(d / "grpo-hack.jsonl", hacking_curve(30), every=10, examples=16, noise=0.03, trainer="GRPOTrainer",
+          model="gpt2-2x64", environment="bow", split="tune")
+    write(d / "grpo-ok.jsonl", healthy_curve(30), every=10, examples=16, noise=0.03, trainer="GRPOTrainer",
+          environment="bow", split="tune")
+    write(d / "ppo-hack.jsonl", 0.1 * hacking_curve(12, peak_at=0.4) + 0.5, every=4, planned=60,
+          trainer="PPOTrainer", model="llama-2x64", environment="format", split="test")
+    write(d / "ppo-ok.jsonl", 0.1 * healthy_curve(12) + 0.5, every=4, trainer="PPOTrainer", environment="format",
+          split="test")
+    write(d / "dpo-ok.jsonl", 0.1 * healthy_curve(45) + 0.5, every=2, examples=8, noise=0.002, trainer="DPOTrainer",
+          environment="format", split="test")
+    return d
+
+
+def test_a_folder_mixing_lengths_cadences_trainers_and_units_replays(mixed, capsys):
+    assert sim_main(["replay", "--traces", str(mixed), "--seeds", "1", "--backend", "serial", "--json",
+                     "--jobs", "40"]) == 0
+    res = json.loads(capsys.readouterr().out)
+    cfg = res["config"]
+    assert cfg["eval_counts"] == [12, 30, 45] and cfg["grid_evals"] == 45
+    assert set(cfg["scales"]) == {"bow", "format"}  # each environment mapped onto 0-1 on its own
+    assert cfg["scales"]["format"]["hi"] < 1 < cfg["scales"]["bow"]["hi"]
+    rows = {r["trace"]: r for r in res["traces"]}
+    for r in rows.values():
+        assert {"trace", "environment", "split", "label", "stopped", "stop_step", "delay_evals", "regret"} <= set(r)
+    assert (rows["ppo-hack"]["environment"], rows["ppo-hack"]["split"]) == ("format", "test")
+    assert rows["grpo-hack"]["label"] == rows["ppo-hack"]["label"] == "hacking"
+    assert rows["ppo-hack"]["stopped"] and rows["ppo-hack"]["stop_step"] % 4 == 0
+    assert rows["ppo-hack"]["regret"] == pytest.approx(0.0)
+    ev = next(r for r in res["main"] if r["stop"] == "evalstop")
+    assert ev["recall"] == 1.0
+
+
+def test_each_trace_lands_on_the_shared_grid_at_its_own_progress(mixed):
+    from platform_sim.sim.curves import eval_grid
+    from platform_sim.sim.replay import grid_evals, trace_scales
+
+    traces = load_traces(mixed)
+    scales = trace_scales(traces)
+    assert scales["grpo-hack"] == scales["grpo-ok"] != scales["ppo-hack"] == scales["dpo-ok"]
+    curves = {c.name: c for c in trace_curves(traces, scales)}
+    ppo = next(t for t in traces if t.name == "ppo-hack")
+    assert ppo.progress()[-1] == pytest.approx(48 / 60)  # planned 60 steps, recorded to step 48
+    grid = eval_grid(grid_evals(traces))
+    means, per = curves["grpo-hack"].on_grid(grid)
+    t = next(t for t in traces if t.name == "grpo-hack")
+    s = scales[t.name]
+    # the grid point at a recorded eval's progress shows that eval, means and examples alike
+    k = int(np.argmin(abs(grid - t.progress()[9])))
+    if abs(grid[k] - t.progress()[9]) < 1e-12:
+        assert means[k] == pytest.approx(s(t.scores[9]))
+        assert per[k] == pytest.approx([s(v) for v in t.examples[9]])
+    assert np.mean(per[5]) == pytest.approx(means[5])  # interpolated examples keep the mean
+    wl = build_replay_workload(WorkloadConfig(n_jobs=40, n_evals=len(grid)), tuple(curves.values()), seed=0)
+    assert wl.true_evals.shape[1] == 45
+
+
+def test_a_broken_trace_in_a_mixed_folder_is_rejected_with_file_and_line(mixed, capsys):
+    p = mixed / "ppo-ok.jsonl"
+    lines = p.read_text().splitlines()
+    lines[3] = lines[3].replace('"eval_score": ', '"eval_score": "x", "was": ')
+    p.write_text("\n".join(lines) + "\n")
+    assert sim_main(["replay", "--traces", str(mixed), "--seeds", "1", "--backend", "serial"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert f"{p}:4:" in err and len(err.splitlines()) == 1
+
+
+def test_trace_min_delta_needs_one_shared_scale(mixed, capsys):
+    assert sim_main(["replay", "--traces", str(mixed), "--seeds", "1", "--backend", "serial",
+                     "--trace-min-delta", "0.1"]) == 2
+    assert "--trace-min-delta" in capsys.readouterr().err
+
+
+def test_ambiguous_traces_are_listed_not_dealt(tmp_path, capsys):
+    _write(tmp_path / "hack.jsonl", [0.0, 1, 2, 3, 4, 3, 2, 1, 0, -1])
+    base = [0.0, 1, 2, 3, 4, 4, 4, 4, 4, 4]
+    _write(tmp_path / "ok.jsonl", base)
+    _write(tmp_path / "amb.jsonl", base[:-3] + [3.3, 3.3, 3.3])  # 17% of the gain given back, noise-free
+    traces = load_traces(tmp_path)
+    assert {t.name: t.label for t in traces} == {"hack": "hacking", "ok": "healthy", "amb": "ambiguous"}
+    assert {c.name for c in trace_curves(traces, corpus_scale(traces))} == {"hack", "ok"}
+    assert sim_main(["replay", "--traces", str(tmp_path), "--seeds", "1", "--backend", "serial", "--json",
+                     "--jobs", "30"]) == 0
+    res = json.loads(capsys.readouterr().out)
+    assert res["config"]["ambiguous_traces"] == ["amb"] and res["trace_summary"]["ambiguous_traces"] == ["amb"]
+
+
+def test_the_detector_study_takes_a_mixed_folder(mixed, capsys):
+    assert sim_main(["detectors", "--parts", "real", "--traces", str(mixed), "--seeds", "1", "--jobs", "30",
+                     "--only", "paper k=2,shape", "--backend", "serial", "--json"]) == 0
+    res = json.loads(capsys.readouterr().out)
+    assert res["config"]["real_missing"] is None and {r["detector"] for r in res["real"]} == {"paper k=2", "shape"}
+    rows = [r for r in res["real_traces"] if r["detector"] == "shape"]
+    assert {r["trace"] for r in rows} == {p.stem for p in mixed.glob("*.jsonl")}
+    assert {r["environment"] for r in rows} == {"bow", "format"}

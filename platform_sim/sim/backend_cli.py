@@ -32,7 +32,11 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Mapping, TypeVar
 
-from platform_sim.core.detectors import DETECTORS, detector_from_spec, parse_detector_param
+from platform_sim.core.detectors import (
+    DETECTORS,
+    detector_from_spec,
+    parse_detector_param,
+)
 
 from .curve_fit import calibration_from_args
 from .runner import ProcessRunner, Runner, SerialRunner

@@ -290,7 +290,7 @@ def trace_detection(trace: RealTrace, detector: Mapping[str, Any] | None, scale:
             stop_index = i
             break
     stopped = stop_index is not None
-    if stopped:
+    if stopped and monitor.best_step is not None:
         best_step = int(monitor.best_step)
         delivered = trace.scores[trace.steps.index(best_step)]
     else:
