@@ -1,6 +1,6 @@
 """The cadence hint against the Oracle bound: rows as shares of the Oracle's gains, and the with/without comparison.
 
-:func:`add_oracle_shares` gives each table row its waste cut and JCT gain as a share of the Oracle's on the same
+:func:`~platform_sim.sim.metrics.add_oracle_shares` gives each table row its waste cut and JCT gain as a share of the Oracle's on the same
 base and seeds (``waste_cut_share_of_oracle``, ``jct_gain_share_of_oracle``). :func:`cadence_comparison` runs, on one
 workload point and the same seeds, the base alone, the Oracle, and EvalStop with the fixed and the adaptive cadence,
 with evaluations priced (``eval_cost`` of a regular eval interval each): what ``docs/simulation.md`` reports.
@@ -11,30 +11,10 @@ from __future__ import annotations
 from typing import Any, Callable, Mapping, Sequence
 
 from .engine import DEFAULT_EVAL_COST
-from .metrics import metric_row
+from .experiments import PolicySpec, SimTask, run_task
+from .metrics import add_oracle_shares, metric_row
 from .runner import Runner, SerialRunner
 from .workload import WorkloadConfig
-
-
-def _share(value: float | None, bound: float | None) -> float | None:
-    if value is None or bound is None or bound <= 0:
-        return None
-    return value / bound
-
-
-def add_oracle_shares(rows: Sequence[dict[str, Any]], oracle: Mapping[str, Any] | None) -> None:
-    """Set ``waste_cut_share_of_oracle`` and ``jct_gain_share_of_oracle`` on each of ``rows`` (in place).
-
-    Args:
-        rows: :func:`~platform_sim.sim.metrics.metric_row` rows with their paired gains over the base alone.
-        oracle: The Oracle's row on the same base, workload and seeds; None (or a row without gains): the shares
-            are None.
-    """
-    for row in rows:
-        row["waste_cut_share_of_oracle"] = _share(row.get("wasted_reduction_pct"),
-                                                  oracle.get("wasted_reduction_pct") if oracle else None)
-        row["jct_gain_share_of_oracle"] = _share(row.get("jct_gain_pct"),
-                                                 oracle.get("jct_gain_pct") if oracle else None)
 
 
 def cadence_comparison(workload: WorkloadConfig, seeds: Sequence[int], base: str = "srtf-est",
@@ -55,8 +35,6 @@ def cadence_comparison(workload: WorkloadConfig, seeds: Sequence[int], base: str
         runner: Where to run (default: serially here).
         progress: Progress callback (finished tasks).
     """
-    from .experiments import PolicySpec, SimTask, run_task  # the experiments module imports this one
-
     none = PolicySpec(base=base)
     oracle = PolicySpec(base=base, stop="oracle")
     stops = [PolicySpec(base=base, stop="evalstop", detector=detector, cadence=spec) for _, spec in cadences]

@@ -21,9 +21,8 @@ from platform_sim.core.detectors import detector_from_spec
 from platform_sim.core.policies import PREEMPTION_COST_H, make_base_policy
 from platform_sim.core.stop_policies import DEFAULT_STOP_TYPES, Scheduler, make_stop_policy, with_stop
 
-from .cadence_study import add_oracle_shares
 from .engine import DEFAULT_EVAL_COST, SimResult, simulate
-from .metrics import metric_row, run_metrics
+from .metrics import add_oracle_shares, metric_row, run_metrics
 from .observe import make_observation_model
 from .runner import Runner, SerialRunner
 from .workload import Workload, WorkloadConfig, generate_workload

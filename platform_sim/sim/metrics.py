@@ -149,3 +149,24 @@ def paired_tests(a: Sequence[float], b: Sequence[float]) -> tuple[float | None, 
     except ValueError:
         w_p = None
     return t_p, w_p
+
+
+def _share(value: float | None, bound: float | None) -> float | None:
+    if value is None or bound is None or bound <= 0:
+        return None
+    return value / bound
+
+
+def add_oracle_shares(rows: Sequence[dict[str, Any]], oracle: Mapping[str, Any] | None) -> None:
+    """Set ``waste_cut_share_of_oracle`` and ``jct_gain_share_of_oracle`` on each of ``rows`` (in place).
+
+    Args:
+        rows: :func:`~platform_sim.sim.metrics.metric_row` rows with their paired gains over the base alone.
+        oracle: The Oracle's row on the same base, workload and seeds; None (or a row without gains): the shares
+            are None.
+    """
+    for row in rows:
+        row["waste_cut_share_of_oracle"] = _share(row.get("wasted_reduction_pct"),
+                                                  oracle.get("wasted_reduction_pct") if oracle else None)
+        row["jct_gain_share_of_oracle"] = _share(row.get("jct_gain_pct"),
+                                                 oracle.get("jct_gain_pct") if oracle else None)

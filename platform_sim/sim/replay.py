@@ -43,10 +43,10 @@ import numpy as np
 from platform_sim.core.detectors import detector_from_spec
 from platform_sim.core.monitor import JobMonitor
 
-from .cadence_study import add_oracle_shares
 from .curves import TabulatedCurve, eval_grid
 from .engine import DEFAULT_EVAL_COST
 from .experiments import BASES, MAIN_STOPS, PolicySpec
+from .metrics import add_oracle_shares, metric_row
 from .traces import RealTrace
 from .workload import Workload, WorkloadConfig, generate_workload
 
@@ -423,7 +423,6 @@ def replay(traces: Sequence[RealTrace], workload: WorkloadConfig, detector: Mapp
     per = {k: [res[i] for res in results] for i, k in enumerate(keys)}
 
     def row(stop: str, b: str) -> dict[str, Any]:
-        from .metrics import metric_row
 
         mine = per[spec(stop, b).key()]
         base_runs = per[spec("none", b).key()] if stop != "none" else None
