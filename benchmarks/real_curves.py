@@ -26,6 +26,13 @@ from platform_sim.sim.runner import SerialRunner
 from platform_sim.sim.traces import shipped_traces_dir
 from platform_sim.sim.workload import WorkloadConfig
 
+COLUMNS = (("stop", "stop", "s"), ("precision", "precision", "pct"), ("recall", "recall", "pct"),
+           ("fpr", "FPR", "pct"), ("fpr_healthy_rlhf", "FPR healthy RLHF", "pct"), ("jct_mean_h", "mean JCT (h)", "f2"),
+           ("jct_gain_pct", "JCT gain", "gain"), ("wasted_gpu_h", "wasted GPU-h", "f0"),
+           ("wasted_reduction_pct", "wasted cut", "gain"), ("regret", "regret", "f3"),
+           ("delay_evals", "delay (evals)", "f2"))
+"""The columns printed (``--json`` keeps every field of every row)."""
+
 ROW = ("| {name} | {precision:.1%} | {recall:.1%} | {fpr:.1%} | {fpr_healthy_rlhf:.1%} | {jct_gain_pct:+.1f}% | "
        "{wasted_reduction_pct:+.1f}% | {delay_evals:.2f} | {regret:.3f} |")
 
@@ -73,9 +80,9 @@ def main() -> None:
     comp_rows = (_with_curves(results["synthetic"]["composability"], "synthetic")
                  + _with_curves(results["real"]["composability"], "real"))
     print(f"\nMain table (SRTF-Est, {args.seeds} seeds):\n")
-    print(markdown_table(main_rows, lead=lead))
+    print(markdown_table(main_rows, COLUMNS, lead=lead, with_ci=False))
     print(f"\nComposability ({args.seeds} seeds):\n")
-    print(markdown_table(comp_rows, lead=lead + (("base", "base", "s"),)))
+    print(markdown_table(comp_rows, COLUMNS, lead=lead + (("base", "base", "s"),), with_ci=False))
     out["main"], out["composability"] = main_rows, comp_rows
     out["wall_s"] = {k: r["config"]["wall_s"] for k, r in results.items()}
 
