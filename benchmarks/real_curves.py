@@ -7,7 +7,7 @@ prints the main table (on SRTF-Est) and the composability table of each, one abo
 variants of the real-calibrated workload (the corpus's own hack rate; the residual noise estimate instead of the
 per-example one). This is the table behind "Real-calibrated curves" in docs/simulation.md.
 
-    python benchmarks/real_curves.py --seeds 30 [--traces DIR] [--json FILE]
+    python benchmarks/real_curves.py --seeds 100 [--traces DIR] [--job-types rlhf|all|rlhf,dpo] [--json FILE]
 """
 
 from __future__ import annotations
@@ -50,10 +50,13 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, default=30)
     ap.add_argument("--traces", default=None, help="trace folder (default: the shipped corpus)")
     ap.add_argument("--json", default=None, metavar="FILE", help="also write every row and the calibration here")
+    ap.add_argument("--job-types", default="rlhf",
+                    help="comma-separated job types of the traces to fit, or 'all' (default rlhf)")
     args = ap.parse_args()
     folder = args.traces or shipped_traces_dir()
-    cal, fits = calibration_from_folder(folder)
-    cal_res, _ = calibration_from_folder(folder, noise="residual")
+    job_types = None if args.job_types == "all" else tuple(args.job_types.split(","))
+    cal, fits = calibration_from_folder(folder, job_types=job_types)
+    cal_res, _ = calibration_from_folder(folder, job_types=job_types, noise="residual")
     print(f"Calibration: {len(fits)} traces fitted ({len(cal.hacking)} hacking, {len(cal.healthy)} healthy), "
           f"split {cal.split!r}, hack share {cal.hack_share:.2f}\n")
     print("| trace | label | peak | decline (gains/progress) | drop (gains) | plateau share | noise / gain | "
