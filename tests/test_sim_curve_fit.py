@@ -51,8 +51,8 @@ def write_trace(folder: Path, name: str, curve, n_evals: int, planned: int, rng:
     return path
 
 
-HACK = dict(s0=2.0, gain=3.0, p_peak=0.3, decline=2.0, drop=1.0)  # floor at s0: never clipped
-HEALTHY = dict(s0=1.0, gain=4.0, share=0.8)
+HACK = {"s0": 2.0, "gain": 3.0, "p_peak": 0.3, "decline": 2.0, "drop": 1.0}  # floor at s0: never clipped
+HEALTHY = {"s0": 1.0, "gain": 4.0, "share": 0.8}
 
 
 @pytest.fixture()

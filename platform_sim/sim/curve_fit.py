@@ -46,7 +46,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from .curves import PeakDeclineCurve, RiseCurve
+from .curves import RiseCurve
 from .traces import RealTrace, TraceFormatError, read_trace, recorded_examples, shipped_traces_dir
 
 logger = logging.getLogger(__name__)

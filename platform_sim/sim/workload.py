@@ -18,8 +18,16 @@ from typing import Any, Mapping
 import numpy as np
 
 from .curve_fit import CurveCalibration
-from .curves import (Curve, ExpLossCurve, GaoHackingCurve, PeakDeclineCurve, PlateauCurve, RiseCurve,
-                     SaturatingCurve, eval_grid)
+from .curves import (
+    Curve,
+    ExpLossCurve,
+    GaoHackingCurve,
+    PeakDeclineCurve,
+    PlateauCurve,
+    RiseCurve,
+    SaturatingCurve,
+    eval_grid,
+)
 
 MIXES: dict[str, dict[str, float]] = {
     "rlhf-heavy": {"rlhf": 0.8, "dpo": 0.1, "lora": 0.1},
