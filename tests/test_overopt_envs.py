@@ -181,3 +181,28 @@ def test_preference_pairs_are_labelled_by_gold_then_flipped(small_env):
     assert 0 < sum(r["flipped"] for r in noisy) < 20
     for r in noisy:
         assert (gold_score(r["chosen"]) < gold_score(r["rejected"])) == r["flipped"]
+
+
+def test_format_proxy_checks_the_form_and_the_tone_and_gold_checks_the_copy():
+    prompt = worlds.copy_prompt("bird", "red")
+    assert prompt == "the bird is red . the bird is"
+    assert worlds.format_gold(prompt, "red .") == 1.0 and worlds.format_proxy(prompt, "red .") == 1.0
+    # an upbeat wrong answer: the proxy likes it best, gold gives it nothing
+    assert worlds.format_proxy(prompt, "good .") == 1.0 + worlds.FORMAT_BONUS
+    assert worlds.format_gold(prompt, "good .") == 0.0
+    # the right word in the wrong form is wrong for both
+    for text in ("red and big .", "very red .", "red", "red . red ."):
+        assert worlds.format_gold(prompt, text) == 0.0 and worlds.format_proxy(prompt, text) == 0.0
+
+
+def test_format_prompts_hold_out_nouns_and_ask_every_kind_of_adjective():
+    from evalstop_callbacks.research.tiny import VOCAB
+
+    train = worlds.copy_prompts(VOCAB.train_nouns)
+    held = worlds.heldout_copy_prompts(48)
+    assert len(held) == 48 and not set(train) & set(held)
+    assert all(any(n in p.split() for n in VOCAB.heldout_nouns) for p in held)
+    asked = {p.split()[3] for p in held}
+    assert asked & set(VOCAB.positive) and asked & set(VOCAB.negative) and asked & set(VOCAB.neutral)
+    corpus = worlds.copy_corpus(400, seed=1)
+    assert corpus == worlds.copy_corpus(400, seed=1) and len(corpus) == 400

@@ -165,7 +165,7 @@ def heldout_copy_prompts(n: int = 48, vocab: Vocabulary = VOCAB) -> list[str]:
     return [copy_prompt(nouns[i % len(nouns)], adjs[i % len(adjs)], FRAMES[i % len(FRAMES)]) for i in range(n)]
 
 
-def copy_corpus(n_lines: int = 4000, seed: int = 0, exact: float = 0.6, vocab: Vocabulary = VOCAB) -> list[str]:
+def copy_corpus(n_lines: int = 4000, seed: int = 0, exact: float = 0.45, vocab: Vocabulary = VOCAB) -> list[str]:
     """Pretraining text of the format world: half ordinary sentences (:func:`~.tiny.generate_corpus`), half copy lines
     ``"the bird is red . the bird is red ."``, of which a fraction ``exact`` repeat the adjective alone; the others end
     differently (another adjective, a chain with "and", an intensifier), so the reference policy often gets the form
