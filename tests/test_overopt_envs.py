@@ -96,7 +96,8 @@ def test_every_grid_has_hacking_configurations_and_controls_with_unique_prefixed
 
 
 @pytest.mark.parametrize("bad", [dict(model="t5"), dict(algo="ppo", env="length"), dict(algo="rloo"),
-                                 dict(noise=0.5, algo="dpo", env="dpo-noisy")])
+                                 dict(noise=0.5, algo="dpo", env="dpo-noisy"), dict(algo="grpo", env="dpo-noisy"),
+                                 dict(algo="sft", env="length")])
 def test_runspec_rejects_combinations_no_environment_has(bad):
     args = dict(algo="grpo", reward="proxy", kl=0.0, seed=0, steps=10, eval_steps=5) | bad
     with pytest.raises(ValueError):

@@ -1,10 +1,12 @@
-"""Recording real training runs of the overoptimization environment as JSONL traces (``evalstop traces record``).
+"""Recording real training runs of the overoptimization environments as JSONL traces (``evalstop traces record``).
 
-Each run is one :class:`RunSpec`: GRPO (TRL >= 1.13) or PPO (TRL 1.12's ``trl.experimental.ppo``), rewarded by the
-learned proxy or by gold itself, with a KL coefficient, for a seed. It trains to its full length with
-:class:`~evalstop_callbacks.EvalStopCallback` in ``observe`` mode (never stops), which writes the trace: held-out
-gold (``eval_score``, per-example ``eval_scores``), the held-out proxy of the same completions (``proxy_reward``),
-the trainer's loss and KL, and wall time.
+Each run is one :class:`RunSpec` of one environment (:mod:`evalstop_callbacks.research.envs`): GRPO or RLOO (TRL >=
+1.13), PPO (TRL 1.12's ``trl.experimental.ppo``, ``bow-proxy`` only), DPO or SFT, of a GPT-2 or Llama-style policy,
+rewarded by the environment's proxy or by gold itself, with a KL coefficient (DPO: beta), for a seed. It trains to
+its full length with :class:`~evalstop_callbacks.EvalStopCallback` in ``observe`` mode (never stops), which writes
+the trace: held-out gold (``eval_score``, per-example ``eval_scores``), the held-out proxy of the same completions
+(``proxy_reward``), the trainer's loss and KL, and wall time. The header gets the environment, its split and the
+run's spec.
 
 Runs execute one at a time, each in its own Python process (:func:`run_in_subprocess`), because PPO needs the TRL
 1.12 environment while GRPO runs on the newest TRL, and because a fresh process per run keeps runs independent.
@@ -37,9 +39,9 @@ class RunSpec:
     """One recorded run.
 
     Args:
-        algo: ``"grpo"`` or ``"ppo"``.
+        algo: ``"grpo"``, ``"ppo"``, ``"rloo"``, ``"dpo"`` or ``"sft"``.
         reward: ``"proxy"`` (the learned reward model: can be hacked) or ``"gold"`` (the world score itself).
-        kl: KL coefficient towards the reference policy (GRPO ``beta``, PPO ``kl_coef``).
+        kl: KL coefficient towards the reference policy (GRPO/RLOO/DPO ``beta``, PPO ``kl_coef``; unused by SFT).
         seed: Seed of the environment (reference policy, proxy) and of training.
         steps: Optimizer steps (the run's full length).
         eval_steps: Evaluate every this many steps.
@@ -79,6 +81,9 @@ class RunSpec:
             raise ValueError("PPO runs need a reward model module: only the bow-proxy environment has one")
         if self.env == "bow-proxy" and (self.algo not in ("grpo", "ppo") or self.model != "gpt2"):
             raise ValueError("the bow-proxy environment records GRPO and PPO runs of the GPT-2 policy")
+        if (self.algo == "dpo") != (self.env == "dpo-noisy") or (self.algo == "sft") != (self.env == "sft-overfit"):
+            raise ValueError(f"{self.algo} runs belong to no environment {self.env!r}: DPO runs are dpo-noisy's, SFT "
+                             "runs sft-overfit's, and those environments record nothing else")
         if not 0 <= self.noise < 0.5:
             raise ValueError(f"noise must be in [0, 0.5), got {self.noise}")
         for name in ("steps", "eval_steps", "batch", "ppo_epochs"):
