@@ -43,6 +43,7 @@ def test_runspec_rejects_bad_values(bad):
     (["traces", "record", "--seeds", "-1"], "--seeds"),
     (["traces", "record", "--only", "no-such-run", "--skip-ppo"], "--only"),
     (["traces", "record", "--env", "no-such-env"], "--env"),
+    (["traces", "record", "--env", "length", "--only", "no-such-run"], "--only"),
     (["traces", "record", "--ppo-python", "/no/such/python"], "--ppo-python"),
 ])
 def test_record_bad_flags_exit_2_naming_the_flag(argv, flag, capsys):
