@@ -619,9 +619,13 @@ def corpus_rows(folder) -> list[dict]:
         scores = [e["eval_score"] for e in evals]
         spec = RunSpec(**header["config"]["run"])
         peak = max(range(len(scores)), key=lambda i: (scores[i], -i))
+        try:  # the replay code's label reads the per-example scores where its rule uses them
+            label = label_of(scores, [e.get("eval_scores") for e in evals])
+        except TypeError:
+            label = label_of(scores)
         rows.append({"trace": path.stem, "environment": header.get("environment", spec.env),
                      "split": header.get("split"), "algo": spec.algo, "model": header.get("model", "").split("-")[0],
-                     "role": run_role(spec), "label": label_of(scores), "evals": len(scores), "first": scores[0],
+                     "role": run_role(spec), "label": label, "evals": len(scores), "first": scores[0],
                      "peak": scores[peak], "peak_index": peak, "final": scores[-1],
                      "train_s": evals[-1].get("wall_s")})
     return rows
