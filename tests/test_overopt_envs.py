@@ -138,7 +138,7 @@ def _check_trace(lines: list[dict], spec: RunSpec, n_examples: int) -> None:
     assert [e["step"] for e in evals] == list(range(spec.eval_steps, spec.steps + 1, spec.eval_steps))
     for e in evals:
         assert len(e["eval_scores"]) == n_examples
-        assert e["eval_score"] == pytest.approx(sum(e["eval_scores"]) / n_examples, abs=1e-3)
+        assert e["eval_score"] == pytest.approx(sum(e["eval_scores"]) / n_examples, rel=1e-3, abs=1e-3)
         # floats kept to 4 significant digits
         assert all(v == float(f"{v:.4g}") for v in e["eval_scores"])
     assert end["kind"] == "end" and end["reason"] == "completed"
