@@ -12,7 +12,6 @@ import pytest
 
 from evalstop_callbacks.research.cli import main
 from evalstop_callbacks.research.record import RunSpec, default_grid, ppo_available
-from platform_sim.sim.traces import read_trace
 
 
 def _cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
@@ -28,11 +27,12 @@ def test_default_grid_has_hacking_and_healthy_configurations_and_ppo():
     assert sum(s.algo == "ppo" for s in grid) >= 4
     assert sum(s.reward == "gold" for s in grid) >= 4
     assert sum(s.reward == "proxy" and s.kl >= 0.2 and s.algo == "grpo" for s in grid) >= 4
-    # every run has the same number of evals, so replay can put them on one platform grid
+    # the bow-proxy grid keeps the cadence of its shipped traces: 30 evals per run
     assert len({s.steps // s.eval_steps for s in grid}) == 1
 
 
-@pytest.mark.parametrize("bad", [dict(algo="dpo"), dict(reward="oracle"), dict(steps=0), dict(algo="ppo", reward="gold")])
+@pytest.mark.parametrize("bad", [dict(algo="dpg"), dict(reward="oracle"), dict(steps=0), dict(algo="ppo", reward="gold"),
+                                 dict(algo="dpo")])
 def test_runspec_rejects_bad_values(bad):
     args = dict(algo="grpo", reward="proxy", kl=0.0, seed=0, steps=10, eval_steps=5) | bad
     with pytest.raises(ValueError):
@@ -42,6 +42,8 @@ def test_runspec_rejects_bad_values(bad):
 @pytest.mark.parametrize("argv, flag", [
     (["traces", "record", "--seeds", "-1"], "--seeds"),
     (["traces", "record", "--only", "no-such-run", "--skip-ppo"], "--only"),
+    (["traces", "record", "--env", "no-such-env"], "--env"),
+    (["traces", "record", "--env", "length", "--only", "no-such-run"], "--only"),
     (["traces", "record", "--ppo-python", "/no/such/python"], "--ppo-python"),
 ])
 def test_record_bad_flags_exit_2_naming_the_flag(argv, flag, capsys):
@@ -57,21 +59,21 @@ def test_record_writes_a_grpo_trace_with_gold_proxy_loss_and_time(tmp_path, tmp_
     cache = tmp_path_factory.getbasetemp() / "evalstop-env-cache"  # shared with test_demo_cli: built once
     out = tmp_path / "traces"
     proc = _cli("traces", "record", "--out", str(out), "--seeds", "1", "--grpo-steps", "20", "--skip-ppo",
-                "--only", "grpo-proxy-kl0-s0", "--cache-dir", str(cache), "--json")
+                "--only", "bow-proxy-grpo-proxy-kl0-s0", "--cache-dir", str(cache), "--json")
     assert proc.returncode == 0, proc.stderr[-2000:]
     summary = json.loads(proc.stdout)
-    assert [r["name"] for r in summary["runs"]] == ["grpo-proxy-kl0-s0"]
-    trace = read_trace(out / "grpo-proxy-kl0-s0.jsonl")
-    assert trace.steps == (10, 20)
-    assert trace.header["config"]["run"]["algo"] == "grpo" and trace.header["job_type"] == "rlhf"
-    lines = [json.loads(x) for x in (out / "grpo-proxy-kl0-s0.jsonl").read_text().splitlines()]
-    evals = [x for x in lines if x["kind"] == "eval"]
+    assert [r["name"] for r in summary["runs"]] == ["bow-proxy-grpo-proxy-kl0-s0"]
+    lines = [json.loads(x) for x in (out / "bow-proxy-grpo-proxy-kl0-s0.jsonl").read_text().splitlines()]
+    header, evals = lines[0], [x for x in lines if x["kind"] == "eval"]
+    assert [e["step"] for e in evals] == [10, 20]
+    assert header["config"]["run"]["algo"] == "grpo" and header["job_type"] == "rlhf"
+    assert header["environment"] == "bow-proxy" and header["split"] == "tune"
     assert all({"eval_score", "eval_scores", "proxy_reward", "train_loss", "wall_s"} <= set(e) for e in evals)
     assert len(evals[0]["eval_scores"]) == 48
     assert lines[-1]["kind"] == "end" and lines[-1]["reason"] == "completed"  # observe mode never stops
     # a second call keeps the complete trace instead of recording it again
     again = _cli("traces", "record", "--out", str(out), "--seeds", "1", "--grpo-steps", "20", "--skip-ppo",
-                 "--only", "grpo-proxy-kl0-s0", "--cache-dir", str(cache), "--json")
+                 "--only", "bow-proxy-grpo-proxy-kl0-s0", "--cache-dir", str(cache), "--json")
     assert json.loads(again.stdout)["runs"][0].get("skipped") is True
 
 
@@ -89,9 +91,9 @@ def test_record_writes_a_ppo_trace(tmp_path):
     small = EnvConfig(seed=0, pretrain_steps=60, proxy_samples=120, proxy_check_samples=60)
     record_run(RunSpec("ppo", "proxy", 0.0, 0, steps=8, eval_steps=4), path, cache_dir=str(tmp_path / "cache"),
                env_config=small)
-    trace = read_trace(path)
-    assert trace.steps == (4, 8)
-    assert trace.header["trainer"].lower().startswith("ppo")
-    assert all(p is not None for p in trace.proxy)
-    evals = [e for e in map(json.loads, path.read_text().splitlines()) if e["kind"] == "eval"]
+    lines = [json.loads(x) for x in path.read_text().splitlines()]
+    evals = [e for e in lines if e["kind"] == "eval"]
+    assert [e["step"] for e in evals] == [4, 8]
+    assert lines[0]["trainer"].lower().startswith("ppo") and lines[0]["environment"] == "bow-proxy"
+    assert all(e.get("proxy_reward") is not None for e in evals)
     assert all("train_loss" in e and "kl" in e for e in evals)  # PPO's own log names, taken by trace_extras

@@ -1,104 +1,86 @@
-"""The shipped corpus of real traces (platform_sim/data/traces): what it must show."""
+"""The shipped corpus of real traces (platform_sim/data/traces): what it must hold.
+
+Read line by line as JSON here, so that these checks are about the corpus itself (its size, environments, splits,
+per-example scores), whatever the trace reader accepts; how detectors do on it is the replay study's business.
+"""
 
 from __future__ import annotations
 
-import re
+import json
+import math
+from collections import Counter
+from pathlib import Path
 
 import pytest
 
-from platform_sim.sim.replay import corpus_scale, evals_per_run, trace_detection, trace_summary
-from platform_sim.sim.traces import load_traces, shipped_traces_dir
-
-#: The tolerance and warm-up of docs/real-traces.md (k=2): 0.1 gold point, the first 3 evals count no decline.
-TOLERANCE_GOLD = 0.1
-WARMUP_EVALS = 3
-
-
-#: The first recorded environment (learned bag-of-words proxy, GPT-2, GRPO and PPO): grpo-proxy-kl0-s3 and the like.
-FIRST_ENV = re.compile(r"^(grpo|ppo)-(gold|proxy)-kl[0-9.]+-s[0-9]+$")
+from evalstop_callbacks.research import envs
+from platform_sim.sim.traces import label_of, shipped_traces_dir
 
 
 @pytest.fixture(scope="module")
-def corpus():
-    return load_traces(shipped_traces_dir())
+def corpus() -> dict[str, list[dict]]:
+    folder = Path(shipped_traces_dir())
+    return {p.stem: [json.loads(x) for x in p.read_text(encoding="utf-8").splitlines() if x.strip()]
+            for p in sorted(folder.glob("*.jsonl"))}
 
 
-@pytest.fixture(scope="module")
-def traces(corpus):
-    """The traces of the first environment (the checks below are about it; its units are gold points)."""
-    mine = [t for t in corpus if FIRST_ENV.match(t.name)]
-    if not mine:
-        pytest.skip("no trace of the first environment in the shipped corpus")
-    return mine
+def _header(lines):
+    return lines[0]
 
 
-def test_multi_environment_corpus(corpus):
-    # What the benchmark needs of the shipped corpus once it holds several environments.
-    if not any(t.environment for t in corpus):
-        pytest.skip("the shipped corpus does not name environments yet")
-    from platform_sim.sim.benchmark import split_files
-
-    envs = {t.environment for t in corpus}
-    assert all(t.environment for t in corpus) and len(envs) >= 5 and len(corpus) >= 120
-    _, _, split = split_files(shipped_traces_dir())  # one split per environment, both splits present
-    assert sum(v == "tune" for v in split.values()) >= 3 and sum(v == "test" for v in split.values()) >= 2
-    assert all(t.has_examples for t in corpus)
-    for env in envs:
-        labels = [t.label for t in corpus if t.environment == env]
-        assert "healthy" in labels, (env, labels)  # healthy controls in every environment
+def _evals(lines):
+    return [x for x in lines if x["kind"] == "eval"]
 
 
-def test_corpus_size_labels_and_trainers(traces):
-    assert len(traces) >= 24
-    labels = [t.label for t in traces]
-    assert labels.count("hacking") >= 8 and labels.count("healthy") >= 8 and labels.count("ambiguous") <= 2
-    assert any(t.algo == "ppo" for t in traces if t.hacking)
-    assert {t.algo for t in traces} == {"grpo", "ppo"}
-    assert evals_per_run(traces) >= 20
-    for t in traces:
-        assert t.end is not None and t.end["reason"] == "completed"  # recorded in observe mode, full length
-        assert all(p is not None for p in t.proxy) and all(w is not None for w in t.wall_s)
+def test_at_least_120_traces_from_at_least_5_environments_in_both_splits(corpus):
+    assert len(corpus) >= 120
+    by_env = Counter(_header(t)["environment"] for t in corpus.values())
+    assert len(by_env) >= 5 and all(n >= 20 for n in by_env.values()), by_env
+    splits = {_header(t)["environment"]: _header(t)["split"] for t in corpus.values()}
+    assert sum(s == "tune" for s in splits.values()) >= 3 and sum(s == "test" for s in splits.values()) >= 2
 
 
-def test_every_hacking_trace_shows_the_proxy_still_rising_after_the_gold_peak(traces):
-    for t in (t for t in traces if t.hacking):
-        i = t.peak_index
-        assert i < len(t.scores) - 1, t.name
-        at_peak, after = t.proxy[i], t.proxy[i + 1:]
-        # still rising when gold turns down, and higher later than at the gold peak (PPO's proxy can itself fall
-        # much later, when the policy degrades: ppo-proxy-kl0-s2)
-        assert after[0] > at_peak and max(after) > at_peak, (t.name, at_peak, after)
-        assert t.scores[-1] < t.peak_score
+def test_every_header_names_its_registered_environment_and_split_and_the_file_is_prefixed(corpus):
+    for name, lines in corpus.items():
+        h = _header(lines)
+        assert h["kind"] == "header" and h["job_id"] == name
+        env = envs.get(h["environment"])
+        assert h["split"] == env.split, name  # the split is the environment's, fixed in the registry
+        assert name.startswith(env.name + "-"), name
+        assert h["job_type"] == env.job_type, name
 
 
-def test_hacking_configurations_hack_and_gold_reward_runs_do_not(traces):
-    for t in traces:
-        run = t.header["config"]["run"]
-        if run["reward"] == "gold":
-            assert t.label == "healthy", t.name
-        if run["reward"] == "proxy" and run["kl"] == 0:
-            assert t.hacking, t.name
+def test_every_eval_has_per_example_scores_and_every_run_is_complete(corpus):
+    for name, lines in corpus.items():
+        evals = _evals(lines)
+        assert len(evals) >= 15, name
+        steps = [e["step"] for e in evals]
+        assert steps == sorted(set(steps)), name
+        for e in evals:
+            per = e["eval_scores"]
+            assert per and all(math.isfinite(v) for v in per), name
+            # both kept to 4 significant digits
+            assert e["eval_score"] == pytest.approx(sum(per) / len(per), rel=1e-3, abs=1e-3), (name, e["step"])
+        assert lines[-1]["kind"] == "end" and lines[-1]["reason"] == "completed", name  # observe mode, full length
 
 
-def test_with_a_tolerance_and_warmup_every_hacking_trace_and_no_healthy_one_is_stopped(traces):
-    scale = corpus_scale(traces)
-    det = {"name": "k-decline", "params": {"k": 2, "min_delta": TOLERANCE_GOLD / scale.span, "warmup": WARMUP_EVALS}}
-    rows = [trace_detection(t, det, scale) for t in traces]
-    s = trace_summary(rows)
-    assert s["hacking_stopped"] == s["hacking"]
-    assert s["healthy_stopped"] == 0
-    assert s["median_delay_evals"] <= 3
-    for r in rows:
-        if r["label"] == "hacking":
-            # the restored (best observed) checkpoint's gold is within 5% of the trace's true peak
-            assert r["regret_pct"] <= 5.0, r
-            assert r["delay_evals"] >= 0, r
+def test_two_model_shapes_and_at_least_three_trainers(corpus):
+    models = {_header(t)["model"].split("-")[0] for t in corpus.values()}
+    trainers = Counter(_header(t)["trainer"] for t in corpus.values())
+    assert {"gpt2", "llama"} <= models
+    assert len(trainers) >= 3 and "GRPOTrainer" in trainers, trainers
 
 
-def test_the_bare_rule_on_real_traces_fires_on_healthy_plateaus(traces):
-    # Reported in docs/real-traces.md: the paper's rule (k=2, min_delta 0) stops most healthy runs.
-    scale = corpus_scale(traces)
-    rows = [trace_detection(t, None, scale) for t in traces]
-    s = trace_summary(rows)
-    assert s["hacking_stopped"] == s["hacking"]
-    assert s["healthy_stopped"] >= s["healthy"] // 2
+def test_every_environment_has_runs_that_overoptimize_and_runs_that_do_not(corpus):
+    labels: dict[str, Counter] = {}
+    for lines in corpus.values():
+        scores = [e["eval_score"] for e in _evals(lines)]
+        labels.setdefault(_header(lines)["environment"], Counter())[label_of(scores) == "hacking"] += 1
+    for env, count in labels.items():
+        assert count[True] >= 4 and count[False] >= 4, (env, count)
+
+
+def test_the_corpus_stays_small_on_disk():
+    folder = Path(shipped_traces_dir())
+    sizes = [p.stat().st_size for p in folder.glob("*.jsonl")]
+    assert sum(sizes) < 4 * 2 ** 20 and max(sizes) < 2 ** 20

@@ -101,21 +101,30 @@ def build_parser() -> argparse.ArgumentParser:
     traces = sub.add_parser("traces", help="record real training traces",
                             description="Trace commands.")
     tsub = traces.add_subparsers(dest="traces_command", metavar="{record}", parser_class=_Parser)
+    from .envs import ENVIRONMENTS
+
     rec = tsub.add_parser(
         "record", help="record a grid of real runs (observe mode, full length) as JSONL traces",
-        description="Runs a grid of real training runs of the overoptimization environment to their full length "
+        description="Runs the grid of real training runs of one overoptimization environment to their full length "
                     "with EvalStopCallback in observe mode, one at a time, each in its own process, and writes one "
-                    "JSONL trace per run (DESIGN.md section 4). Hacking configurations: GRPO and PPO against the "
-                    "learned proxy with no KL; healthy ones: GRPO on gold, GRPO against the proxy with KL 0.2. "
-                    "Existing complete traces are kept (an interrupted recording resumes) unless --force.")
+                    "JSONL trace per run (evalstop-trace/1, the header names the environment and its split). Each "
+                    "environment has hacking configurations (its proxy, no KL) and healthy controls (gold as the "
+                    "reward, a strong KL or a small learning rate); environments: "
+                    + "; ".join(f"{e.name} ({e.split}): {e.failure}" for e in ENVIRONMENTS.values())
+                    + ". Existing complete traces are kept (an interrupted recording resumes) unless --force.")
+    rec.add_argument("--env", default="bow-proxy", choices=sorted(ENVIRONMENTS),
+                     help="the environment to record (default bow-proxy, the learned bag-of-words proxy)")
     rec.add_argument("--out", default="evalstop-traces", help="output folder (default: ./evalstop-traces)")
-    rec.add_argument("--seeds", type=_nonneg_int, default=6, help="seeds per GRPO configuration (default 6)")
-    rec.add_argument("--ppo-seeds", type=_nonneg_int, default=5, help="seeds of PPO vs proxy, no KL (default 5)")
-    rec.add_argument("--ppo-kl-seeds", type=_nonneg_int, default=2, help="seeds of PPO vs proxy, KL 0.2 (default 2)")
-    rec.add_argument("--grpo-steps", type=_pos_int, default=300, help="GRPO run length (default 300)")
-    rec.add_argument("--ppo-steps", type=_pos_int, default=120, help="PPO run length (default 120)")
+    rec.add_argument("--seeds", type=_nonneg_int, default=None,
+                     help="seeds per configuration (default: the environment's own; 6 for bow-proxy)")
+    rec.add_argument("--ppo-seeds", type=_nonneg_int, default=5,
+                     help="bow-proxy only: seeds of PPO vs proxy, no KL (default 5)")
+    rec.add_argument("--ppo-kl-seeds", type=_nonneg_int, default=2,
+                     help="bow-proxy only: seeds of PPO vs proxy, KL 0.2 (default 2)")
+    rec.add_argument("--grpo-steps", type=_pos_int, default=300, help="bow-proxy only: GRPO run length (default 300)")
+    rec.add_argument("--ppo-steps", type=_pos_int, default=120, help="bow-proxy only: PPO run length (default 120)")
     rec.add_argument("--only", default=None, help="record only runs whose name contains this text "
-                     "(names look like grpo-proxy-kl0-s3)")
+                     "(names look like bow-proxy-grpo-proxy-kl0-s3 or length-rloo-llama-proxy-kl0-lr0.0003-s1)")
     rec.add_argument("--ppo-python", default=None,
                      help="Python interpreter with trl==1.12.0 for the PPO runs (e.g. .venv-ppo/bin/python); "
                           "default: this one if it has trl.experimental.ppo")
@@ -130,10 +139,17 @@ def build_parser() -> argparse.ArgumentParser:
 def cmd_record(ns: argparse.Namespace) -> int:
     from platform_sim.trace_format import trace_complete
 
+    from .envs import get
     from .record import default_grid, ppo_available, run_in_subprocess
 
-    grid = default_grid(ns.seeds, 0 if ns.skip_ppo else ns.ppo_seeds, 0 if ns.skip_ppo else ns.ppo_kl_seeds,
-                        ns.grpo_steps, ns.ppo_steps)
+    if ns.env == "bow-proxy":
+        grid = default_grid(6 if ns.seeds is None else ns.seeds, 0 if ns.skip_ppo else ns.ppo_seeds,
+                            0 if ns.skip_ppo else ns.ppo_kl_seeds, ns.grpo_steps, ns.ppo_steps)
+    else:
+        env = get(ns.env)
+        grid = env.grid() if ns.seeds is None else env.grid(ns.seeds)
+        if ns.skip_ppo:
+            grid = [s for s in grid if s.algo != "ppo"]
     if ns.only:
         grid = [s for s in grid if ns.only in s.name]
     if not grid:

@@ -1,10 +1,12 @@
-"""Recording real training runs of the overoptimization environment as JSONL traces (``evalstop traces record``).
+"""Recording real training runs of the overoptimization environments as JSONL traces (``evalstop traces record``).
 
-Each run is one :class:`RunSpec`: GRPO (TRL >= 1.13) or PPO (TRL 1.12's ``trl.experimental.ppo``), rewarded by the
-learned proxy or by gold itself, with a KL coefficient, for a seed. It trains to its full length with
-:class:`~evalstop_callbacks.EvalStopCallback` in ``observe`` mode (never stops), which writes the trace: held-out
-gold (``eval_score``, per-example ``eval_scores``), the held-out proxy of the same completions (``proxy_reward``),
-the trainer's loss and KL, and wall time.
+Each run is one :class:`RunSpec` of one environment (:mod:`evalstop_callbacks.research.envs`): GRPO or RLOO (TRL >=
+1.13), PPO (TRL 1.12's ``trl.experimental.ppo``, ``bow-proxy`` only), DPO or SFT, of a GPT-2 or Llama-style policy,
+rewarded by the environment's proxy or by gold itself, with a KL coefficient (DPO: beta), for a seed. It trains to
+its full length with :class:`~evalstop_callbacks.EvalStopCallback` in ``observe`` mode (never stops), which writes
+the trace: held-out gold (``eval_score``, per-example ``eval_scores``), the held-out proxy of the same completions
+(``proxy_reward``), the trainer's loss and KL, and wall time. The header gets the environment, its split and the
+run's spec.
 
 Runs execute one at a time, each in its own Python process (:func:`run_in_subprocess`), because PPO needs the TRL
 1.12 environment while GRPO runs on the newest TRL, and because a fresh process per run keeps runs independent.
@@ -27,8 +29,9 @@ from typing import Any, Sequence
 
 logger = logging.getLogger(__name__)
 
-ALGOS = ("grpo", "ppo")
+ALGOS = ("grpo", "ppo", "rloo", "dpo", "sft")
 REWARDS = ("proxy", "gold")
+MODELS = ("gpt2", "llama")
 
 
 @dataclass(frozen=True)
@@ -36,15 +39,19 @@ class RunSpec:
     """One recorded run.
 
     Args:
-        algo: ``"grpo"`` or ``"ppo"``.
+        algo: ``"grpo"``, ``"ppo"``, ``"rloo"``, ``"dpo"`` or ``"sft"``.
         reward: ``"proxy"`` (the learned reward model: can be hacked) or ``"gold"`` (the world score itself).
-        kl: KL coefficient towards the reference policy (GRPO ``beta``, PPO ``kl_coef``).
+        kl: KL coefficient towards the reference policy (GRPO/RLOO/DPO ``beta``, PPO ``kl_coef``; unused by SFT).
         seed: Seed of the environment (reference policy, proxy) and of training.
         steps: Optimizer steps (the run's full length).
         eval_steps: Evaluate every this many steps.
         lr: Learning rate.
         batch: Completions per step.
         ppo_epochs: PPO epochs per batch (PPO only).
+        env: The environment (:mod:`evalstop_callbacks.research.envs`); ``bow-proxy`` is the learned bag-of-words one.
+        model: Policy shape: ``gpt2`` (2 layers, width 64) or ``llama`` (a Llama-style config of the same size).
+        data: Training examples of a DPO or SFT run (preference pairs, demonstrations); 0 for RL.
+        noise: Fraction of flipped preference labels (DPO only).
     """
 
     algo: str
@@ -56,14 +63,29 @@ class RunSpec:
     lr: float = 5e-4
     batch: int = 32
     ppo_epochs: int = 4
+    env: str = "bow-proxy"
+    model: str = "gpt2"
+    data: int = 0
+    noise: float = 0.0
 
     def __post_init__(self) -> None:
         if self.algo not in ALGOS:
             raise ValueError(f"algo must be one of {', '.join(ALGOS)}, got {self.algo!r}")
         if self.reward not in REWARDS:
             raise ValueError(f"reward must be one of {', '.join(REWARDS)}, got {self.reward!r}")
+        if self.model not in MODELS:
+            raise ValueError(f"model must be one of {', '.join(MODELS)}, got {self.model!r}")
         if self.algo == "ppo" and self.reward != "proxy":
             raise ValueError("PPO runs use the proxy reward model (reward='proxy')")
+        if self.algo == "ppo" and self.env != "bow-proxy":
+            raise ValueError("PPO runs need a reward model module: only the bow-proxy environment has one")
+        if self.env == "bow-proxy" and (self.algo not in ("grpo", "ppo") or self.model != "gpt2"):
+            raise ValueError("the bow-proxy environment records GRPO and PPO runs of the GPT-2 policy")
+        if (self.algo == "dpo") != (self.env == "dpo-noisy") or (self.algo == "sft") != (self.env == "sft-overfit"):
+            raise ValueError(f"{self.algo} runs belong to no environment {self.env!r}: DPO runs are dpo-noisy's, SFT "
+                             "runs sft-overfit's, and those environments record nothing else")
+        if not 0 <= self.noise < 0.5:
+            raise ValueError(f"noise must be in [0, 0.5), got {self.noise}")
         for name in ("steps", "eval_steps", "batch", "ppo_epochs"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
@@ -72,7 +94,15 @@ class RunSpec:
 
     @property
     def name(self) -> str:
-        return f"{self.algo}-{self.reward}-kl{self.kl:g}-s{self.seed}"
+        """The trace's name, prefixed by its environment (``bow-proxy-grpo-proxy-kl0-s3``)."""
+        if self.env == "bow-proxy":  # the shipped names, kept
+            return f"bow-proxy-{self.algo}-{self.reward}-kl{self.kl:g}-s{self.seed}"
+        if self.algo == "sft":
+            return f"{self.env}-sft-{self.model}-lr{self.lr:g}-n{self.data}-s{self.seed}"
+        if self.algo == "dpo":
+            return (f"{self.env}-dpo-{self.model}-beta{self.kl:g}-lr{self.lr:g}-n{self.data}-flip{self.noise:g}"
+                    f"-s{self.seed}")
+        return f"{self.env}-{self.algo}-{self.model}-{self.reward}-kl{self.kl:g}-lr{self.lr:g}-s{self.seed}"
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -123,25 +153,33 @@ class RunResult:
 
 
 def grpo_trainer(env, spec: RunSpec, callbacks: list, output_dir: str, save: bool = False,
-                  save_total_limit: int | None = None):
+                  save_total_limit: int | None = None, reward=None, model=None):
+    """A GRPO (or, with ``spec.algo == "rloo"``, RLOO) trainer of ``spec`` on ``env``'s training prompts.
+
+    Args:
+        reward: The reward function (default: gold or ``env.proxy`` as ``spec.reward`` says).
+        model: The policy to train (default: a fresh copy of ``env``'s reference policy).
+    """
     from datasets import Dataset
-    from trl import GRPOConfig, GRPOTrainer
+    from trl import GRPOConfig, GRPOTrainer, RLOOConfig, RLOOTrainer
 
     from .overopt import gold_reward
 
     # Enough rows that the run never exhausts the data (an epoch end would reshuffle mid-run: harmless, but avoidable).
     reps = max(1, (spec.steps * spec.batch) // (8 * len(env.train_prompts)) + 1)
     dataset = Dataset.from_dict({"prompt": env.train_prompts * reps})
-    args = GRPOConfig(
+    config_cls, trainer_cls = (RLOOConfig, RLOOTrainer) if spec.algo == "rloo" else (GRPOConfig, GRPOTrainer)
+    args = config_cls(
         output_dir=output_dir, per_device_train_batch_size=spec.batch, num_generations=8,
         max_completion_length=env.config.max_new_tokens, learning_rate=spec.lr, beta=spec.kl, max_steps=spec.steps,
         logging_steps=spec.eval_steps, save_strategy="steps" if save else "no", save_steps=10 ** 9,
         save_total_limit=save_total_limit, save_only_model=save, use_cpu=True, bf16=False, report_to="none", seed=spec.seed,
         temperature=1.0, disable_tqdm=True,
     )
-    reward = gold_reward if spec.reward == "gold" else env.proxy
-    trainer = GRPOTrainer(model=env.reference_policy(), reward_funcs=[reward], args=args, train_dataset=dataset,
-                          processing_class=env.tokenizer, callbacks=callbacks)
+    if reward is None:
+        reward = gold_reward if spec.reward == "gold" else env.proxy
+    trainer = trainer_cls(model=model if model is not None else env.reference_policy(), reward_funcs=[reward],
+                          args=args, train_dataset=dataset, processing_class=env.tokenizer, callbacks=callbacks)
     _quiet(trainer)
     return trainer
 
@@ -191,29 +229,42 @@ def record_run(spec: RunSpec, trace_path: str | os.PathLike, cache_dir: str | No
     import torch
 
     from ..callback import EvalStopCallback
+    from . import envs
     from .overopt import EnvConfig, build_env
 
     torch.set_num_threads(int(os.environ.get("EVALSTOP_THREADS", "1")))
     if spec.algo == "ppo" and not ppo_available():
         raise RuntimeError(f"{spec.name}: this Python has no trl.experimental.ppo.PPOTrainer (needs trl==1.12.0); "
                            "pass --ppo-python")
+    registered = envs.get(spec.env)
     env = build_env(env_config or EnvConfig(seed=spec.seed), cache_dir=cache_dir)
-    evaluator = env.evaluator()
-    cb = EvalStopCallback(evaluator, eval_steps=spec.eval_steps, job_id=spec.name, job_type="rlhf", mode="observe",
-                          trace_path=str(trace_path), trace_extras=evaluator.trace_extras)
+    world = envs.world_of(spec, env, cache_dir)
+    evaluator = world.evaluator
+    cb = EvalStopCallback(evaluator, eval_steps=spec.eval_steps, job_id=spec.name, job_type=registered.job_type,
+                          mode="observe", trace_path=str(trace_path), trace_extras=evaluator.trace_extras)
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="evalstop-rec-") as out:
-        if spec.algo == "grpo":
-            trainer = grpo_trainer(env, spec, [cb], out)
-        else:
-            trainer = _ppo_trainer(env, spec, [cb], out)
+        trainer = world.trainer(spec, [cb], out)
         trainer.train()
-    _annotate_header(Path(trace_path), spec, env)
+    _annotate_header(Path(trace_path), spec, env, registered, world)
     return RunResult(spec.name, str(trace_path), time.perf_counter() - t0, len(cb.history), cb.would_stop_at)
 
 
-def _annotate_header(path: Path, spec: RunSpec, env) -> None:
-    # The callback writes a generic header; the recording adds what re-creates the run (spec, environment, versions).
+#: Significant digits kept of the floats of a recorded trace (the corpus ships in the repository: small on disk).
+TRACE_DIGITS = 4
+
+
+def _round(value: Any, digits: int = TRACE_DIGITS) -> Any:
+    if isinstance(value, float):
+        return float(f"{value:.{digits}g}")
+    if isinstance(value, list):
+        return [_round(v, digits) for v in value]
+    return value
+
+
+def _annotate_header(path: Path, spec: RunSpec, env, registered, world) -> None:
+    # The callback writes a generic header; the recording adds what re-creates the run (spec, environment, versions),
+    # and rounds the eval lines' floats (4 significant digits: far below the evaluation's own sampling noise).
     import transformers
     import trl
 
@@ -221,13 +272,19 @@ def _annotate_header(path: Path, spec: RunSpec, env) -> None:
     header = json.loads(lines[0])
     header.setdefault("config", {})
     header["config"].update({
-        "run": spec.to_dict(), "env": env.config.key(), "proxy_corr": round(env.proxy_fit["corr_check"], 4),
-        "reference_gold": round(env.reference_gold, 4), "trl": trl.__version__,
-        "transformers": transformers.__version__, "eval": "gold on 24 held-out prompts x 2 samples",
+        "run": spec.to_dict(), "env": env.config.key(), "trl": trl.__version__,
+        "transformers": transformers.__version__, **world.header_config,
     })
-    header["model"] = f"gpt2-{env.config.n_layer}x{env.config.n_embd}"
-    lines[0] = json.dumps(header)
-    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    header["model"] = world.model_name
+    header["environment"] = registered.name
+    header["split"] = registered.split
+    out = [json.dumps(header)]
+    for raw in lines[1:]:
+        obj = json.loads(raw)
+        if obj.get("kind") == "eval":
+            obj = {k: (v if k == "step" else _round(v)) for k, v in obj.items()}
+        out.append(json.dumps(obj))
+    path.write_text("\n".join(out) + "\n", encoding="utf-8")
 
 
 def run_in_subprocess(spec: RunSpec, trace_path: str | os.PathLike, python: str | None = None,
