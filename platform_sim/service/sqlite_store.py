@@ -27,16 +27,13 @@ import threading
 import time
 from collections import OrderedDict
 from concurrent.futures import Future
-from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 from platform_sim.core import JobMonitor, Report, detector_from_spec
 
-from . import sql
+from . import schema, sql
 from .writer import BatchWriter, Op, Result
 from .store import (
-    JobExists,
-    JobFinished,
     JobNotFound,
     JobRecord,
     ReportOutcome,
@@ -52,89 +49,28 @@ from .store import (
 
 logger = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 1
-
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS tenants (
-    tenant_id INTEGER PRIMARY KEY,
-    name TEXT NOT NULL UNIQUE,
-    token_hash TEXT NOT NULL UNIQUE,
-    created_at REAL NOT NULL,
-    revoked_at REAL
-);
-CREATE TABLE IF NOT EXISTS jobs (
-    tenant_id INTEGER NOT NULL REFERENCES tenants(tenant_id),
-    job_id TEXT NOT NULL,
-    job_type TEXT NOT NULL,
-    detector TEXT NOT NULL,
-    detector_state TEXT NOT NULL,
-    gpus INTEGER,
-    planned_steps INTEGER,
-    created_at REAL NOT NULL,
-    n_reports INTEGER NOT NULL DEFAULT 0,
-    first_step INTEGER,
-    first_report_at REAL,
-    last_step INTEGER,
-    best_step INTEGER,
-    best_score REAL,
-    stopped_at INTEGER,
-    stop_reason TEXT NOT NULL DEFAULT '',
-    finished_at REAL,
-    finish_reason TEXT,
-    PRIMARY KEY (tenant_id, job_id)
-) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS reports (
-    tenant_id INTEGER NOT NULL,
-    job_id TEXT NOT NULL,
-    step INTEGER NOT NULL,
-    eval_score REAL NOT NULL,
-    eval_scores TEXT,
-    action TEXT NOT NULL,
-    reason TEXT NOT NULL,
-    declines INTEGER NOT NULL,
-    best_step INTEGER,
-    best_score REAL,
-    received_at REAL NOT NULL,
-    PRIMARY KEY (tenant_id, job_id, step)
-) WITHOUT ROWID;
-"""
+SCHEMA_VERSION = schema.SCHEMA_VERSION
+_SCHEMA = schema.sqlite_ddl()  # the one description of the tables (schema.py), pinned to the Alembic head by a test
 
 _SQL = sql.statements("?")
-
-
-@dataclass(slots=True)
-class _CachedJob:
-    """The writer's in-memory copy of a job: the core's monitor and the job columns a report needs."""
-
-    monitor: JobMonitor
-    gpus: int | None
-    planned_steps: int | None
-    first_step: int | None
-    first_report_at: float | None
 
 
 class _Txn:
     """One write transaction of the writer thread.
 
-    Report rows and job-state updates are collected and written with two ``executemany`` calls per batch: every
-    ``sqlite3`` call releases and re-takes the GIL, and with the event loop busy in the other thread each re-take
-    can wait a whole switch interval, so per-statement writes made the writer the bottleneck (measured).
+    Report rows and job-state updates are collected (:class:`~.sql.Writes`) and written with two ``executemany``
+    calls per batch: every ``sqlite3`` call releases and re-takes the GIL, and with the event loop busy in the other
+    thread each re-take can wait a whole switch interval, so per-statement writes made the writer the bottleneck
+    (measured).
     """
 
     def __init__(self, conn: sqlite3.Connection) -> None:
         self.conn = conn
-        self.report_rows: list[tuple[Any, ...]] = []
-        self.job_rows: dict[tuple[int, str], tuple[Any, ...]] = {}
+        self.writes = sql.Writes()
 
     def flush(self) -> None:
         """Write what was collected (before any statement that reads or writes the same rows directly)."""
-        if self.report_rows:
-            self.conn.executemany(_SQL.insert_report, self.report_rows)
-            self.report_rows = []
-        if self.job_rows:
-            self.conn.executemany(_SQL.update_job_state, list(self.job_rows.values()))
-            self.job_rows = {}
+        self.writes.flush(self.conn.executemany, _SQL)
 
 
 class SQLiteStore(Store):
@@ -170,7 +106,7 @@ class SQLiteStore(Store):
         self._batch_writer = BatchWriter("evalstop-sqlite-writer", 1, max_batch, self._transact, self._forget)
         self._wconn: sqlite3.Connection | None = None  # writer thread only
         self._closed = False
-        self._cache: OrderedDict[tuple[int, str], _CachedJob] = OrderedDict()  # writer thread only
+        self._cache: OrderedDict[tuple[int, str], sql.JobState] = OrderedDict()  # writer thread only
         self._data_version: int | None = None  # writer thread only
         self._init_schema()
 
@@ -335,31 +271,20 @@ class SQLiteStore(Store):
         query, args = sql.list_jobs_query(_SQL.ph, tenant_id, status, limit, after)
         return [sql.job_from_row(r) for r in self._reader().execute(query, args).fetchall()]
 
-    def _load_for_update(self, txn: _Txn, key: tuple[int, str]) -> _CachedJob:
-        """The job's monitor, valid inside the current write transaction (see ``_run_batch`` for the cache)."""
+    def _load_for_update(self, txn: _Txn, key: tuple[int, str]) -> sql.JobState:
+        """The job's state, valid inside the current write transaction (see ``_transact`` for the cache)."""
         cached = self._cache.get(key)
         if cached is not None:
             self._cache.move_to_end(key)
             return cached
         txn.flush()  # the rows below must include what this batch already applied
         conn = txn.conn
-        row = conn.execute(
-            "SELECT job_type, detector, detector_state, best_step, best_score, stopped_at, stop_reason, n_reports, "
-            "finished_at, gpus, planned_steps, first_step, first_report_at FROM jobs "
-            "WHERE tenant_id = ? AND job_id = ?", key).fetchone()
-        if row is None:
-            raise JobNotFound(f"no job {key[1]!r}")
-        if row[8] is not None:
-            raise JobFinished(f"job {key[1]!r} is finished; it takes no more reports")
-        reps = conn.execute(
-            "SELECT step, eval_score, action, reason, declines, best_step, best_score FROM reports "
-            "WHERE tenant_id = ? AND job_id = ? ORDER BY step", key).fetchall()
-        if len(reps) != row[7]:
-            raise StoreUnavailable(f"job {key[1]!r} is inconsistent: {row[7]} reports counted, {len(reps)} stored")
-        state = sql.monitor_state(key[1], row[0], row[1], row[2], reps, best_step=row[3], best_score=row[4],
-                                  stopped_at=row[5], stop_reason=row[6])
-        cached = _CachedJob(JobMonitor.from_state_dict(state), gpus=row[9], planned_steps=row[10],
-                            first_step=row[11], first_report_at=row[12])
+        row = conn.execute(f"SELECT {sql.JOB_STATE_COLUMNS} FROM jobs WHERE tenant_id = ? AND job_id = ?",
+                           key).fetchone()
+        reps = [] if row is None else conn.execute(
+            f"SELECT {sql.REPORT_STATE_COLUMNS} FROM reports WHERE tenant_id = ? AND job_id = ? ORDER BY step",
+            key).fetchall()
+        cached = sql.load_job_state(key[1], row, reps, complete=True)
         self._cache[key] = cached
         while len(self._cache) > self.cache_jobs:
             self._cache.popitem(last=False)
@@ -369,27 +294,7 @@ class SQLiteStore(Store):
         key = (tenant_id, report.job_id)
 
         def op(txn: _Txn) -> ReportOutcome:
-            cached = self._load_for_update(txn, key)
-            monitor = cached.monitor
-            n_before = len(monitor.steps)
-            was_stopped = monitor.stopped
-            decision = monitor.observe_report(report)  # the core; raises without changing state on a bad report
-            if len(monitor.steps) == n_before:
-                return ReportOutcome(decision, resend=True)
-            now = time.time()
-            if cached.first_step is None:
-                cached.first_step, cached.first_report_at = report.step, now
-            # Both rows are built before either is queued: an error here leaves nothing of this report behind.
-            report_row = sql.report_row(key, report, decision, now)
-            job_row = sql.job_state_row(key, monitor, len(monitor.steps), cached.first_step, cached.first_report_at)
-            txn.report_rows.append(report_row)
-            txn.job_rows[key] = job_row
-            stopped_now = monitor.stopped and not was_stopped
-            reclaimed = 0.0
-            if stopped_now:
-                reclaimed = sql.gpu_hours_reclaimed(cached.gpus, cached.planned_steps, cached.first_step,
-                                                    cached.first_report_at, report.step, now)
-            return ReportOutcome(decision, resend=False, stopped_now=stopped_now, gpu_hours_reclaimed=reclaimed)
+            return sql.apply_report(key, self._load_for_update(txn, key), report, txn.writes)
 
         return self._submit(op, key)
 
