@@ -52,7 +52,8 @@ class Statements:
         insert_job: A new job, from :func:`insert_job_args` (PostgreSQL appends its ``ON CONFLICT`` clause).
         insert_report: A report row, from :func:`report_row`.
         update_job_state: A job's scheduler state after reports, from :func:`job_state_row`.
-        finish_job: Mark a job finished (idempotent), from ``(finished_at, reason, tenant_id, job_id)``.
+        finish_job: Mark a job finished unless it already is (one row changed: it was finished now), from
+            ``(finished_at, reason, tenant_id, job_id)``.
         stored_reports: A job's report rows (:data:`STORED_REPORT_COLUMNS`) in step order, by
             ``(tenant_id, job_id)``.
     """
@@ -96,8 +97,8 @@ def statements(ph: str) -> Statements:
             f"WHERE tenant_id = {p} AND job_id = {p}"
         ),
         finish_job=(
-            f"UPDATE jobs SET finished_at = COALESCE(finished_at, {p}), finish_reason = COALESCE(finish_reason, {p}) "
-            f"WHERE tenant_id = {p} AND job_id = {p}"
+            f"UPDATE jobs SET finished_at = {p}, finish_reason = {p} "
+            f"WHERE tenant_id = {p} AND job_id = {p} AND finished_at IS NULL"
         ),
         stored_reports=(
             f"SELECT {STORED_REPORT_COLUMNS} FROM reports WHERE tenant_id = {p} AND job_id = {p} ORDER BY step"
@@ -224,10 +225,16 @@ def job_state_row(key: tuple[Any, ...], monitor: JobMonitor, n_reports: int, fir
             monitor.best_step, monitor.best_score, monitor.stopped_at, monitor.stop_reason, *key)
 
 
+MAX_RECLAIM_HOURS = 24.0 * 30
+"""Most hours one stop is credited per GPU (30 days): a job's claims (GPUs, planned steps) are its own and unchecked,
+so the estimate is bounded; with at most 65,536 GPUs one stop adds at most about 4.7e7 GPU-hours."""
+
+
 def gpu_hours_reclaimed(gpus: int | None, planned_steps: int | None, first_step: int | None,
                         first_report_at: float | None, step: int, now: float) -> float:
     """Estimated GPU-hours given back by stopping a job at ``step``: its remaining planned steps at the job's own
-    observed pace (server clock); 0 when the job did not declare ``gpus`` and ``planned_steps`` or no pace is known.
+    observed pace (server clock), at most :data:`MAX_RECLAIM_HOURS` per GPU; 0 when the job did not declare ``gpus``
+    and ``planned_steps`` or no pace is known.
 
     Args:
         gpus: GPUs the job declared.
@@ -240,7 +247,8 @@ def gpu_hours_reclaimed(gpus: int | None, planned_steps: int | None, first_step:
     if not (gpus and planned_steps) or first_step is None or first_report_at is None or step <= first_step:
         return 0.0
     sec_per_step = (now - first_report_at) / (step - first_step)
-    return gpus * max(0, planned_steps - step) * sec_per_step / 3600.0
+    hours_left = min(max(0, planned_steps - step) * sec_per_step / 3600.0, MAX_RECLAIM_HOURS)
+    return gpus * hours_left
 
 
 # -- the report transaction, shared by both stores ----------------------------------------------------------------
@@ -266,6 +274,7 @@ class JobState:
         first_step: Step of the first accepted report, if any.
         first_report_at: Server time of that report.
         n_reports: Accepted reports so far (the monitor may hold fewer steps than this).
+        size: Approximate bytes the monitor holds in memory (:func:`monitor_size`), for a cache's budget.
     """
 
     monitor: JobMonitor
@@ -274,6 +283,13 @@ class JobState:
     first_step: int | None
     first_report_at: float | None
     n_reports: int
+    size: int = 0
+
+
+def monitor_size(detector_state_json: str, n_steps: int) -> int:
+    """Approximate memory of a monitor: its detector state (about three times its JSON text as Python objects; the
+    paired detectors keep a checkpoint's per-example scores there) and about 200 bytes per step held."""
+    return 3 * len(detector_state_json) + 200 * n_steps
 
 
 @dataclass(slots=True)
@@ -326,7 +342,8 @@ def load_job_state(job_id: str, row: Sequence[Any] | None, reps: Sequence[Sequen
         raise StoreUnavailable(f"job {job_id!r} is inconsistent: its last report (step {last_step}) is missing")
     state = monitor_state(job_id, job_type, detector, detector_state, reps, best_step=best_step,
                           best_score=best_score, stopped_at=stopped_at, stop_reason=stop_reason)
-    return JobState(JobMonitor.from_state_dict(state), gpus, planned_steps, first_step, first_report_at, n_reports)
+    return JobState(JobMonitor.from_state_dict(state), gpus, planned_steps, first_step, first_report_at, n_reports,
+                    monitor_size(detector_state, len(reps)))
 
 
 def apply_report(key: tuple[Any, ...], job: JobState, report: Report, writes: Writes) -> ReportOutcome:
@@ -358,6 +375,7 @@ def apply_report(key: tuple[Any, ...], job: JobState, report: Report, writes: Wr
     writes.job_rows[key] = job_args
     job.n_reports += 1
     job.first_step, job.first_report_at = first_step, first_at
+    job.size = monitor_size(job_args[0], len(monitor.steps))
     stopped_now = monitor.stopped and not was_stopped
     reclaimed = 0.0
     if stopped_now:

@@ -83,10 +83,13 @@ class SQLiteStore(Store):
         max_batch: Most operations committed together by the writer thread (group commit).
         busy_timeout_ms: How long a connection waits for another process's write lock before failing.
         cache_jobs: Most job monitors kept in memory by the writer (least recently used ones are dropped).
+        cache_bytes: Approximate memory budget of those monitors (:func:`~.sql.monitor_size`); least recently used
+            ones are dropped beyond it, so a few jobs with huge per-example reports cannot hold the memory of
+            thousands of ordinary ones. A dropped job is rebuilt from the database at its next report.
     """
 
     def __init__(self, path: str | os.PathLike[str], *, synchronous: str = "FULL", max_batch: int = 256,
-                 busy_timeout_ms: int = 5000, cache_jobs: int = 10_000) -> None:
+                 busy_timeout_ms: int = 5000, cache_jobs: int = 10_000, cache_bytes: int = 256 << 20) -> None:
         synchronous = synchronous.upper()
         if synchronous not in ("FULL", "NORMAL"):
             raise ValueError(f"synchronous must be FULL or NORMAL, got {synchronous!r}")
@@ -100,6 +103,8 @@ class SQLiteStore(Store):
         self.max_batch = max_batch
         self.busy_timeout_ms = busy_timeout_ms
         self.cache_jobs = cache_jobs
+        self.cache_bytes = cache_bytes
+        self._cache_size = 0  # writer thread only: sum of the cached JobState.size
         self._local = threading.local()
         self._conns: list[sqlite3.Connection] = []
         self._conns_lock = threading.Lock()
@@ -161,9 +166,20 @@ class SQLiteStore(Store):
         """Drop cached monitors that may be ahead of the database (writer thread only)."""
         if keys is None:
             self._cache.clear()
+            self._cache_size = 0
         else:
             for key in keys:
-                self._cache.pop(key, None)
+                self._uncache(key)
+
+    def _uncache(self, key: Any) -> None:
+        job = self._cache.pop(key, None)
+        if job is not None:
+            self._cache_size -= job.size
+
+    def _trim_cache(self) -> None:
+        while len(self._cache) > 1 and (len(self._cache) > self.cache_jobs or self._cache_size > self.cache_bytes):
+            _, job = self._cache.popitem(last=False)
+            self._cache_size -= job.size
 
     def _transact(self, shard: int, ops: Sequence[Op], commit_if: Callable[[Sequence[Result]], bool]
                   ) -> list[Result]:
@@ -179,12 +195,14 @@ class SQLiteStore(Store):
             # so nobody can commit between the check and our COMMIT.
             version = conn.execute("PRAGMA data_version").fetchone()[0]
             if version != self._data_version:
-                self._cache.clear()
+                self._forget(None)
                 self._data_version = version
             results: list[Result] = []
             for op in ops:
                 try:
                     results.append((op.payload(txn), None))
+                except sqlite3.Error:
+                    raise  # the database refused a statement: a database failure, the writer's to handle
                 except Exception as exc:  # the writer decides (domain error: answered; anything else: isolated)
                     results.append((None, exc))
             if commit_if(results):
@@ -286,28 +304,35 @@ class SQLiteStore(Store):
             key).fetchall()
         cached = sql.load_job_state(key[1], row, reps, complete=True)
         self._cache[key] = cached
-        while len(self._cache) > self.cache_jobs:
-            self._cache.popitem(last=False)
+        self._cache_size += cached.size
         return cached
 
     def submit_report(self, tenant_id: int, report: Report) -> Future[ReportOutcome]:
         key = (tenant_id, report.job_id)
 
         def op(txn: _Txn) -> ReportOutcome:
-            return sql.apply_report(key, self._load_for_update(txn, key), report, txn.writes)
+            job = self._load_for_update(txn, key)
+            before = job.size
+            outcome = sql.apply_report(key, job, report, txn.writes)
+            self._cache_size += job.size - before
+            self._trim_cache()  # least recent first: the job just used stays
+            return outcome
 
         return self._submit(op, key)
 
     def finish_job(self, tenant_id: int, job_id: str, reason: str) -> JobRecord:
-        def op(txn: _Txn) -> None:
+        def op(txn: _Txn) -> bool:
             txn.flush()
             cur = txn.conn.execute(_SQL.finish_job, (time.time(), reason, tenant_id, job_id))
-            if cur.rowcount == 0:
+            if cur.rowcount == 0 and txn.conn.execute(_SQL.job_exists, (tenant_id, job_id)).fetchone() is None:
                 raise JobNotFound(f"no job {job_id!r}")
-            self._cache.pop((tenant_id, job_id), None)  # reloaded (and refused as finished) on the next report
+            self._uncache((tenant_id, job_id))  # reloaded (and refused as finished) on the next report
+            return cur.rowcount == 1
 
-        self._submit(op, (tenant_id, job_id)).result()
-        return self.get_job(tenant_id, job_id)
+        now = self._submit(op, (tenant_id, job_id)).result()
+        job = self.get_job(tenant_id, job_id)
+        job.finished_now = now
+        return job
 
     def reports(self, tenant_id: int, job_id: str) -> list[StoredReport]:
         conn = self._reader()
@@ -325,6 +350,21 @@ class SQLiteStore(Store):
         except sqlite3.Error:
             return False
         return True
+
+    def write_problem(self) -> str | None:
+        # A write that changes nothing, rolled back: refused on a read-only file or mount, a full or locked database.
+        conn = self._connect()
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            conn.execute("UPDATE meta SET value = value WHERE key = 'schema_version'")
+            conn.execute("ROLLBACK")
+            return None
+        except sqlite3.Error as exc:
+            return f"the database cannot be written: {exc}"
+        finally:
+            with self._conns_lock:
+                self._conns.remove(conn)
+            conn.close()
 
     def close(self) -> None:
         if self._closed:

@@ -434,14 +434,18 @@ class PostgresStore(Store):
         return self._submit(self._shard(*key), key, report)
 
     def finish_job(self, tenant_id: int, job_id: str, reason: str) -> JobRecord:
-        def op(cur: Any) -> None:
+        def op(cur: Any) -> bool:
             cur.execute(_SQL.finish_job, (time.time(), reason, tenant_id, job_id))
-            if cur.rowcount == 0:
+            changed = cur.rowcount == 1
+            if not changed and cur.execute(_SQL.job_exists, (tenant_id, job_id)).fetchone() is None:
                 raise JobNotFound(f"no job {job_id!r}")
+            return changed
 
         # Through the job's writer, so that a finish sent after a report is applied after it.
-        self._submit(self._shard(tenant_id, job_id), (tenant_id, job_id), op).result()
-        return self.get_job(tenant_id, job_id)
+        now = self._submit(self._shard(tenant_id, job_id), (tenant_id, job_id), op).result()
+        job = self.get_job(tenant_id, job_id)
+        job.finished_now = now
+        return job
 
     def reports(self, tenant_id: int, job_id: str) -> list[StoredReport]:
         def read(conn: Any) -> list[tuple[Any, ...]]:
@@ -460,6 +464,13 @@ class PostgresStore(Store):
         except (StoreUnavailable, self._psycopg.Error):
             return False
         return True
+
+    def write_problem(self) -> str | None:
+        row = self._read(lambda conn: conn.execute(
+            "SELECT pg_is_in_recovery(), current_setting('default_transaction_read_only')").fetchone())
+        if row[0] or row[1] == "on":
+            return "the database is read-only (a standby, or default_transaction_read_only is on)"
+        return None
 
     def close(self) -> None:
         if self._closed:
