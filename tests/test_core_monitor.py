@@ -113,8 +113,9 @@ def test_stop_latch_holds_once_stopped():
     d = mon.observe(30, 0.99)  # a recovery does not un-stop the job
     assert d.action is Action.STOP and mon.stopped_at == 20
     assert "stopped at step 20" in d.reason
-    # the best checkpoint keeps being tracked (the trainer restores the best one)
-    assert d.best_step == 30
+    # a stopped job's best is the checkpoint that exists: the best up to the stop, not a later eval
+    assert (d.best_step, d.best_score) == (0, 0.5)
+    assert (mon.best_step, mon.best_score) == (0, 0.5)
 
 
 def test_decision_names_best_checkpoint_on_stop():
@@ -152,13 +153,15 @@ def test_unknown_job_type_rejected():
 # -- property test: the monitor against an independent statement of the rule ------------------------------------
 
 def reference(scores, k, min_delta):
-    """First index where the k-th consecutive decline happens (None if never), and the earliest argmax."""
+    """First index where the k-th consecutive decline happens (None if never), and the earliest argmax among the
+    evaluations up to that stop (all of them if never stopped)."""
     run, stop = 0, None
     for t in range(1, len(scores)):
         run = run + 1 if scores[t] < scores[t - 1] - min_delta else 0
         if run >= k and stop is None:
             stop = t
-    best = max(range(len(scores)), key=lambda i: (scores[i], -i)) if scores else None
+    upto = len(scores) if stop is None else stop + 1
+    best = max(range(upto), key=lambda i: (scores[i], -i)) if scores else None
     return stop, best
 
 

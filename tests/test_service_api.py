@@ -100,9 +100,9 @@ def test_resend_conflicts_and_stop_latch(http):
     wrong_type = _report(http, job, 20, 0.9, job_type="sft")
     assert wrong_type.status_code == 409 and "is of type 'rlhf'" in wrong_type.json()["message"]
 
-    # A stopped job stays stopped, even when its score recovers.
+    # A stopped job stays stopped, even when its score recovers; its best stays the one before the stop.
     later = _report(http, job, 20, 5.0).json()
-    assert later["action"] == "stop" and later["declines"] == 0 and later["best_step"] == 20
+    assert later["action"] == "stop" and later["declines"] == 0 and later["best_step"] == 5
     assert http.get(f"/v1/jobs/{job}").json()["n_reports"] == 5
 
 

@@ -1,6 +1,6 @@
 """The information boundary: what may cross from a training job to the scheduler, and what comes back.
 
-A :class:`Report` is a whitelist (DESIGN.md section 3). Unknown fields are rejected, never ignored, so a client that
+A :class:`Report` is a whitelist of the five fields below. Unknown fields are rejected, never ignored, so a client that
 tries to send a training loss, a proxy reward or a path fails loudly instead of leaking it. A :class:`Decision` is
 the scheduler's only answer. Both are plain frozen dataclasses with ``to_dict``/``from_dict`` so that the embedded
 client, the HTTP service and the simulator all speak the same objects.
@@ -40,13 +40,30 @@ class Action(str, Enum):
     STOP = "stop"
 
 
+MAX_ABS_SCORE: float = 1e100
+"""Largest magnitude a score (``eval_score`` or one of ``eval_scores``) may have.
+
+Eval scores are means of per-example scores (accuracies, rewards, win rates): real ones are far below this. The
+bound exists so that every detector's arithmetic stays finite: they square scores, sum the squares of up to
+hundreds of thousands of per-example differences and fit curves through them, and a score of 1e200 overflows
+(``OverflowError``, or an infinite state that cannot be stored). With ``|score| <= 1e100`` a squared difference is at
+most 4e200 and a sum over a million of them about 4e206, far from the float limit of 1.8e308. Values closer to zero
+(subnormals included) are accepted."""
+
+
 def check_finite_score(value: Any, field: str = "eval_score") -> float:
-    """Return ``value`` as a float, or raise :class:`InvalidReportError` naming ``field`` if it is not a finite number."""
+    """Return ``value`` as a float, or raise :class:`InvalidReportError` naming ``field`` if it is not a finite number
+    of magnitude at most :data:`MAX_ABS_SCORE`."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise InvalidReportError(f"{field} must be a number, got {type(value).__name__}")
-    value = float(value)
+    try:
+        value = float(value)
+    except OverflowError:  # an int beyond the float range
+        raise InvalidReportError(f"{field} must be a number of magnitude at most {MAX_ABS_SCORE:g}") from None
     if not math.isfinite(value):
         raise InvalidReportError(f"{field} must be finite, got {value}")
+    if not -MAX_ABS_SCORE <= value <= MAX_ABS_SCORE:
+        raise InvalidReportError(f"{field} must have a magnitude of at most {MAX_ABS_SCORE:g}, got {value:g}")
     return value
 
 
@@ -138,7 +155,8 @@ class Decision:
         action: :attr:`Action.CONTINUE` or :attr:`Action.STOP`. Once a job is stopped every later decision is STOP.
         reason: Human-readable reason, e.g. ``"2 consecutive declines (k=2, min_delta=0)"``.
         declines: The detector's current evidence count (consecutive declines for the k-decline rule).
-        best_step: Step of the best checkpoint observed so far (highest score, earliest on ties).
+        best_step: Step of the best checkpoint observed so far (highest score, earliest on ties); once the job is
+            stopped, the best among the evaluations up to the stop (later ones never move it).
         best_score: Its score.
         next_eval_step: Optional cadence hint, from the scheduler to the job only: the step at which the scheduler
             wants the next evaluation (sooner than the regular cadence while a decline may have begun). None: the

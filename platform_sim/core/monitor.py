@@ -1,9 +1,10 @@
 """Per-job observed state: validation of the eval stream, best-checkpoint bookkeeping and the stop latch.
 
-:class:`JobMonitor` is what every adapter calls. It enforces DESIGN.md section 2 (finite scores, strictly increasing
-steps, idempotent re-sends, conflicts as errors), feeds valid evals to the job's detector, keeps the best step
-(highest score, earliest on ties), and latches STOP: once a job is stopped every later decision is STOP. A rejected
-report never changes the state.
+:class:`JobMonitor` is what every adapter calls. It enforces the eval stream's rules (finite scores within
+:data:`~platform_sim.core.boundary.MAX_ABS_SCORE`, strictly increasing steps, idempotent re-sends, conflicts as
+errors), feeds valid evals to the job's detector, keeps the best step (highest score, earliest on ties, among the
+evaluations up to the stop), and latches STOP: once a job is stopped every later decision is STOP. A rejected report
+never changes the state.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 from .boundary import (
+    MAX_ABS_SCORE,
     Action,
     ConflictError,
     Decision,
@@ -72,14 +74,20 @@ class JobMonitor:
         """Take the eval of ``step`` and return the decision.
 
         Raises:
-            InvalidReportError: ``score`` is not finite or ``step`` is not an integer >= 0.
+            InvalidReportError: ``score`` or one of ``scores`` is not a finite number of magnitude at most
+                :data:`~platform_sim.core.boundary.MAX_ABS_SCORE`, or ``step`` is not an integer >= 0; or the
+                detector refuses the evaluation (e.g. per-example scores of another length).
             ConflictError: ``step`` was seen with another score, or is older than the last step.
+
+        A rejected report changes nothing. Any other exception comes from the detector (a bug) and may leave the
+        detector's state half-updated: the caller must drop this monitor and rebuild it from its last saved state
+        (the service's stores do).
         """
         # Fast paths for the common valid case (the simulator calls this ~10^6 times); anything else goes through the
-        # full checks, which raise the errors. ``x - x != 0`` is true exactly for NaN and +-inf.
+        # full checks, which raise the errors. The range test is false for NaN, +-inf and magnitudes over the bound.
         if type(step) is not int or step < 0:
             step = check_step(step)
-        if type(score) is not float or score - score != 0.0:
+        if type(score) is not float or not -MAX_ABS_SCORE <= score <= MAX_ABS_SCORE:
             score = check_finite_score(score)
         if self.steps and step <= self.steps[-1]:
             return self._resend(step, score)
@@ -93,7 +101,10 @@ class JobMonitor:
         stop_now = self.detector.observe(step, score, scores)
         self.steps.append(step)
         self.scores.append(score)
-        if self.best_score is None or score > self.best_score:
+        # A stopped job's best is the checkpoint that exists: the best among the evaluations up to and including the
+        # one that stopped it. Evaluations after the stop (a job that keeps reporting) are answered STOP and never
+        # move the best, so best_step always names a checkpoint taken before the stop.
+        if self.stopped_at is None and (self.best_score is None or score > self.best_score):
             self.best_step, self.best_score = step, score
         if self.stopped_at is None and stop_now:
             self.stopped_at = step

@@ -13,6 +13,7 @@ core's :class:`~platform_sim.core.boundary.Decision` after the commit.
 import asyncio
 import json
 import logging
+import math
 import re
 import time
 import uuid
@@ -27,11 +28,12 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 
 from platform_sim.core import ConflictError, InvalidReportError, Report
 
 from .metrics import ServiceMetrics
-from .schemas import JOB_ID_PATTERN, DecisionOut, ErrorOut, FinishIn, JobCreate, JobList, JobOut, ReportIn
+from .schemas import JOB_ID_PATTERN, MAX_EVAL_SCORES, DecisionOut, ErrorOut, FinishIn, JobCreate, JobList, JobOut, ReportIn
 from .store import (
     JobExists,
     JobFinished,
@@ -126,6 +128,35 @@ class BodyLimitMiddleware:
                                 (b"connection", b"close")]})
         await send({"type": "http.response.body", "body": body})
 
+class TenantRateLimit:
+    """A token bucket per tenant: ``rate`` requests per second on average, bursts of up to ``burst``.
+
+    One tenant that sends too fast gets 429 with ``Retry-After`` instead of taking the server's time from the others.
+    The buckets live in this app instance (one per process); with several replicas each enforces its own.
+
+    Args:
+        rate: Requests per second a tenant may sustain (> 0).
+        burst: Requests a tenant may send at once after being idle (>= 1).
+    """
+
+    def __init__(self, rate: float, burst: float) -> None:
+        if not rate > 0 or not burst >= 1:
+            raise ValueError(f"rate must be > 0 and burst >= 1, got {rate} and {burst}")
+        self.rate, self.burst = float(rate), float(burst)
+        self._buckets: dict[int, tuple[float, float]] = {}  # tenant id -> (tokens, time of last refill)
+
+    def retry_after(self, tenant_id: int, now: float | None = None) -> float:
+        """Take one token for ``tenant_id``; 0.0 if it was there, else the seconds until one will be."""
+        now = time.monotonic() if now is None else now
+        tokens, last = self._buckets.get(tenant_id, (self.burst, now))
+        tokens = min(self.burst, tokens + (now - last) * self.rate)
+        if tokens >= 1.0:
+            self._buckets[tenant_id] = (tokens - 1.0, now)
+            return 0.0
+        self._buckets[tenant_id] = (tokens, now)
+        return (1.0 - tokens) / self.rate
+
+
 _EVALS_PATH = re.compile(rf"^/{API_VERSION}/jobs/([^/]+)/evals$")
 _JOB_ID = re.compile(JOB_ID_PATTERN)
 
@@ -217,7 +248,12 @@ def _validation_message(errors: Sequence[Any]) -> str:
     for err in errors:
         loc = [str(x) for x in err.get("loc", ()) if x != "body"]
         where = ".".join(loc) or "body"
-        if err.get("type") == "extra_forbidden":
+        if err.get("type") == "json_invalid":
+            # pydantic says "Invalid JSON: <why>"; FastAPI's parser says "JSON decode error" and puts why in ctx.
+            msg = str(err.get("msg", ""))
+            why = msg if msg.startswith("Invalid JSON") else f"Invalid JSON: {(err.get('ctx') or {}).get('error', msg)}"
+            parts.append(f"body: {why}")
+        elif err.get("type") == "extra_forbidden":
             parts.append(f"{where}: unknown field (unknown fields are rejected: only the whitelisted fields may "
                          "cross the information boundary)")
         else:
@@ -251,7 +287,8 @@ JobIdPath = Annotated[str, Path(pattern=JOB_ID_PATTERN, description="The job's i
 
 
 def create_app(store: Store, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES, close_store: bool = False,
-               token_cache_ttl: float = 1.0, fast_path: bool = True) -> FastAPI:
+               token_cache_ttl: float = 1.0, fast_path: bool = True, max_eval_scores: int = MAX_EVAL_SCORES,
+               rate_limit: TenantRateLimit | None = None) -> FastAPI:
     """Build the service around ``store``.
 
     Args:
@@ -262,7 +299,11 @@ def create_app(store: Store, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES, cl
             0 looks every token up in the store.
         fast_path: Serve the report endpoint through :class:`ReportFastPath` (same answers, less CPU); False routes
             it through FastAPI (kept for comparison and tests).
+        max_eval_scores: Most per-example scores one report may carry; longer lists get 422.
+        rate_limit: Per-tenant request rate limit (429 with ``Retry-After`` beyond it), or None for none.
     """
+    if max_eval_scores < 1:
+        raise ValueError(f"max_eval_scores must be >= 1, got {max_eval_scores}")
     metrics = ServiceMetrics()
 
     @asynccontextmanager
@@ -301,9 +342,22 @@ def create_app(store: Store, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES, cl
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
-        codes = {404: "not_found", 405: "method_not_allowed", 400: "bad_request"}
+        if exc.status_code == 400:
+            # FastAPI's only 400 is a body it cannot decode (not UTF-8): the same 422 as any other unreadable body.
+            return JSONResponse({"error": "invalid_request", "message": "invalid request: body: Invalid JSON: "
+                                 "not UTF-8 (send one UTF-8 JSON object)"}, status_code=422)
+        headers = dict(getattr(exc, "headers", None) or {})
+        if exc.status_code == 405:
+            # Starlette names the methods of the first route that matched the path; a path can have several.
+            allowed: set[str] = set()
+            for route in app.router.routes:
+                match, _ = route.matches({**request.scope, "method": "OPTIONS"})
+                if match is not Match.NONE:
+                    allowed |= set(getattr(route, "methods", None) or ())
+            headers["allow"] = ", ".join(sorted(allowed))
+        codes = {404: "not_found", 405: "method_not_allowed"}
         return JSONResponse({"error": codes.get(exc.status_code, "http_error"), "message": str(exc.detail)},
-                            status_code=exc.status_code, headers=getattr(exc, "headers", None))
+                            status_code=exc.status_code, headers=headers or None)
 
     # Valid tokens are remembered for token_cache_ttl seconds: the lookup was a fifth of the server's time per
     # report. A revocation therefore takes effect within that time (1 s by default); unknown tokens are never cached.
@@ -330,6 +384,13 @@ def create_app(store: Store, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES, cl
         if found is None:
             metrics.auth_failures.inc()
             raise ApiError(401, "unauthorized", "invalid or revoked token", challenge)
+        if rate_limit is not None:
+            wait = rate_limit.retry_after(found.tenant_id)
+            if wait > 0:
+                metrics.rate_limited.inc()
+                raise ApiError(429, "rate_limited", f"too many requests from this tenant (limit {rate_limit.rate:g}/s, "
+                                                    f"burst {rate_limit.burst:g}); retry after {wait:.2f} s",
+                               {"Retry-After": str(max(1, math.ceil(wait)))})
         return found
 
     async def tenant(creds: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]) -> Tenant:
@@ -348,6 +409,10 @@ def create_app(store: Store, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES, cl
             metrics.reports.labels("invalid").inc()
             raise ApiError(422, "invalid_request", f"job_id {body.job_id!r} in the body does not match the path "
                                                    f"job {job_id!r}")
+        if body.eval_scores is not None and len(body.eval_scores) > max_eval_scores:
+            metrics.reports.labels("invalid").inc()
+            raise ApiError(422, "invalid_request", f"invalid request: eval_scores has {len(body.eval_scores)} entries; "
+                                                   f"this server takes at most {max_eval_scores} per report")
         try:
             report = Report(job_id=body.job_id, job_type=body.job_type, step=body.step, eval_score=body.eval_score,
                             eval_scores=None if body.eval_scores is None else tuple(body.eval_scores))
@@ -388,7 +453,7 @@ def create_app(store: Store, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES, cl
         try:
             scheme, _, token = (authorization or "").partition(" ")
             t = authenticate(token.strip() if scheme.lower() == "bearer" else None)
-            if not _JOB_ID.match(job_id):
+            if not _JOB_ID.fullmatch(job_id):
                 raise ApiError(422, "invalid_request", f"invalid request: path.job_id: String should match pattern "
                                                        f"'{JOB_ID_PATTERN}'")
             try:
@@ -473,7 +538,8 @@ def create_app(store: Store, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES, cl
             raise ApiError(503, "unavailable", str(exc)) from None
         except OperationFailed as exc:
             raise ApiError(500, "internal_error", str(exc)) from None
-        metrics.jobs_finished.inc()
+        if job.finished_now:  # a repeated finish is answered the same but counted once
+            metrics.jobs_finished.inc()
         return JSONResponse(_job_out(job))
 
     # -- operator --------------------------------------------------------------------------------------------------

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import errno
 import json
 import logging
 import os
@@ -19,8 +20,10 @@ from typing import Sequence
 
 from platform_sim.core.boundary import JOB_TYPES
 
+MAX_EVAL_SCORES = 10_000  # the service's default (schemas.MAX_EVAL_SCORES; not imported: it needs the extra)
+
 DEFAULT_DB = "evalstop.db"
-TENANT_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+TENANT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")  # always used with fullmatch (no trailing newline)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -52,7 +55,15 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--synchronous", choices=["FULL", "NORMAL"], default="FULL",
                        help="SQLite durability: FULL fsyncs every commit (default); NORMAL survives a killed "
                             "process but not an OS crash")
-    serve.add_argument("--max-body-bytes", type=int, default=1 << 20, help="largest request body (default 1 MiB)")
+    serve.add_argument("--max-body-bytes", type=int, default=1 << 20, help="largest request body (default 1 MiB); "
+                       "larger ones get 413")
+    serve.add_argument("--max-eval-scores", type=int, default=MAX_EVAL_SCORES,
+                       help=f"most per-example scores in one report (default {MAX_EVAL_SCORES}); longer lists get 422")
+    serve.add_argument("--rate-limit", type=float, default=0.0,
+                       help="requests per second each tenant may sustain; beyond it 429 with Retry-After (default 0: "
+                            "no limit)")
+    serve.add_argument("--rate-burst", type=float, default=None,
+                       help="requests a tenant may send at once (default: 2 s worth of --rate-limit, at least 10)")
     serve.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
     serve.add_argument("--access-log", action="store_true", help="log every request (off by default: it costs "
                                                                  "throughput)")
@@ -91,9 +102,22 @@ def _iso(ts: float | None) -> str:
     return "-" if ts is None else dt.datetime.fromtimestamp(ts, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def check_db(db: str) -> None:
+    """Refuse a ``--db`` value no store can use, with a reason (``ValueError``)."""
+    if not db.strip():
+        raise ValueError("is empty (give a SQLite file path or a postgresql:// URL; check $EVALSTOP_DB)")
+    if db == ":memory:" or db.startswith("file::memory:"):
+        raise ValueError("an in-memory SQLite database is not supported: the service's connections must share one "
+                         "file")
+    if "://" in db and not db.startswith(("postgresql://", "postgres://")):
+        raise ValueError(f"unsupported database URL scheme {db.split('://', 1)[0]!r}: give a SQLite file path or a "
+                         "postgresql:// URL")
+
+
 def _open_store(db: str, synchronous: str = "FULL"):  # noqa: ANN202 - the store type needs the service extra
     # Checked by prefix here so that SQLite users never import the PostgreSQL module (or need its extra).
     # Several replicas on one database (docs/scaling.md); --synchronous is SQLite's.
+    check_db(db)
     if db.startswith(("postgresql://", "postgres://")):
         try:
             from .store_postgres import PostgresStore
@@ -106,25 +130,60 @@ def _open_store(db: str, synchronous: str = "FULL"):  # noqa: ANN202 - the store
     return SQLiteStore(db, synchronous=synchronous)
 
 
+def _check_listen(host: str, port: int) -> str | None:
+    """Why the server could not listen on ``host:port`` (one line naming the flag), or None if it can."""
+    import socket
+
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except (socket.gaierror, UnicodeError) as exc:
+        return f"--host {host}: not an address this machine can listen on ({exc})"
+    family, kind, proto, _, addr = infos[0]
+    with socket.socket(family, kind, proto) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn does
+        try:
+            sock.bind(addr)
+        except OSError as exc:
+            flag = f"--port {port}" if exc.errno == errno.EADDRINUSE else f"--host {host}"
+            return f"{flag}: cannot listen on {host}:{port}: {exc.strerror or exc}"
+    return None
+
+
 def _serve(args: argparse.Namespace) -> int:
     if not 0 <= args.port <= 65535:
         return _fail(f"--port must be in 0..65535, got {args.port}")
     if args.max_body_bytes < 1024:
         return _fail(f"--max-body-bytes must be >= 1024, got {args.max_body_bytes}")
+    if args.max_eval_scores < 1:
+        return _fail(f"--max-eval-scores must be >= 1, got {args.max_eval_scores}")
+    if not args.rate_limit >= 0 or args.rate_limit == float("inf"):
+        return _fail(f"--rate-limit must be a number >= 0, got {args.rate_limit}")
+    burst = args.rate_burst if args.rate_burst is not None else max(10.0, 2 * args.rate_limit)
+    if not burst >= 1 or burst == float("inf"):
+        return _fail(f"--rate-burst must be >= 1, got {args.rate_burst}")
+    why = _check_listen(args.host, args.port)
+    if why is not None:
+        return _fail(why)
     try:
         import uvicorn
 
-        from .app import create_app
+        from .app import TenantRateLimit, create_app
     except ImportError as exc:
         return _fail(f"the service needs its extra: pip install 'evalstop[service]' ({exc})")
     try:
         store = _open_store(args.db, args.synchronous)
+        problem = store.write_problem()
     except (ValueError, OSError) as exc:
         return _fail(f"--db {args.db}: {exc}")
     except Exception as exc:  # sqlite3.DatabaseError: not a database, locked, unreadable
-        return _fail(f"--db {args.db}: cannot open the database: {exc}")
+        return _fail(f"--db {args.db}: cannot open the database: {' '.join(str(exc).split())}")
+    if problem is not None:
+        store.close()
+        return _fail(f"--db {args.db}: {problem}")
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    app = create_app(store, max_body_bytes=args.max_body_bytes, close_store=True)
+    app = create_app(store, max_body_bytes=args.max_body_bytes, close_store=True,
+                     max_eval_scores=args.max_eval_scores,
+                     rate_limit=TenantRateLimit(args.rate_limit, burst) if args.rate_limit > 0 else None)
     # One process, one event loop, one writer thread with group commit: on two cores more worker processes only
     # fight over SQLite's single write lock (measured in docs/benchmarks.md).
     uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, access_log=args.access_log,
@@ -133,6 +192,15 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _tenant(args: argparse.Namespace) -> int:
+    # The store logs database failures; a command answers them itself, in one line (no log records on stderr).
+    logging.getLogger("platform_sim").addHandler(logging.NullHandler())
+    try:
+        return _tenant_command(args)
+    except Exception as exc:  # a database error in the middle of a command: one line, never a traceback
+        return _fail(f"--db {args.db}: {type(exc).__name__}: {' '.join(str(exc).split())}")
+
+
+def _tenant_command(args: argparse.Namespace) -> int:
     from .store import TenantExists, TenantNotFound
 
     try:
@@ -140,10 +208,10 @@ def _tenant(args: argparse.Namespace) -> int:
     except (ValueError, OSError) as exc:
         return _fail(f"--db {args.db}: {exc}")
     except Exception as exc:
-        return _fail(f"--db {args.db}: cannot open the database: {exc}")
+        return _fail(f"--db {args.db}: cannot open the database: {' '.join(str(exc).split())}")
     try:
         if args.tenant_command == "add":
-            if not TENANT_NAME.match(args.name):
+            if not TENANT_NAME.fullmatch(args.name):
                 return _fail(f"NAME {args.name!r} is not a valid tenant name (letters, digits, '._-', up to 64)")
             try:
                 tenant, token = store.add_tenant(args.name)

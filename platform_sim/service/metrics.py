@@ -37,5 +37,7 @@ class ServiceMetrics:
         self.jobs_finished = Counter("evalstop_jobs_finished", "Jobs marked finished.", registry=r)
         self.auth_failures = Counter("evalstop_auth_failures", "Requests refused for a missing, unknown or revoked "
                                      "token.", registry=r)
+        self.rate_limited = Counter("evalstop_rate_limited", "Requests refused with 429 by the per-tenant rate "
+                                    "limit.", registry=r)
         self.report_latency = Histogram("evalstop_report_latency_seconds", "Time from a report's arrival to its "
                                         "committed decision.", buckets=LATENCY_BUCKETS, registry=r)

@@ -8,11 +8,10 @@ only one.
 
 from __future__ import annotations
 
-from typing import Any, Literal
-
 import math
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
 
 from platform_sim.core import JOB_TYPES
 
@@ -20,10 +19,30 @@ JobType = Literal["rlhf", "dpo", "lora", "sft", "other"]
 assert set(JobType.__args__) == set(JOB_TYPES), "JobType must list the core's JOB_TYPES"  # type: ignore[attr-defined]
 
 JOB_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$"
-"""Job ids: 1-128 characters, letters, digits and ``._:-``, starting with a letter or digit (safe in URLs and logs)."""
+"""Job ids: 1-128 characters, letters, digits and ``._:-``, starting with a letter or digit (safe in URLs and logs).
+Always applied as a full match (``re.fullmatch``; pydantic's ``$`` does not accept a trailing newline either)."""
 
-MAX_EVAL_SCORES = 100_000
-"""Most per-example scores one report may carry (the body size limit usually binds first)."""
+MAX_EVAL_SCORES = 10_000
+"""Default most per-example scores one report may carry (``evalstop-server serve --max-eval-scores``). It bounds
+what one job's detector keeps in memory (the paired detectors keep the best checkpoint's per-example scores)."""
+
+MAX_GPUS = 65_536
+"""Largest GPU count a job may declare (for the GPUs-freed and GPU-hours-reclaimed metrics)."""
+MAX_PLANNED_STEPS = 10**9
+"""Largest planned step count a job may declare (for the GPU-hours-reclaimed estimate)."""
+
+
+def _not_bool_or_str(value: Any) -> Any:
+    # JSON true/false and "4" are not numbers: pydantic's lax mode would read them as 1/0 and 4.
+    if isinstance(value, (bool, str)):
+        raise ValueError(f"must be a JSON number, not {'a boolean' if isinstance(value, bool) else 'a string'}")
+    return value
+
+
+Number = Annotated[float, BeforeValidator(_not_bool_or_str)]
+"""A JSON number (integer or not), never a boolean or a string."""
+Integer = Annotated[int, BeforeValidator(_not_bool_or_str)]
+"""A JSON integer (``10.0`` is accepted as 10, as by the core), never a boolean or a string."""
 
 
 class _Strict(BaseModel):
@@ -67,9 +86,11 @@ class JobCreate(_Strict):
 
     job_type: JobType
     job_id: str | None = Field(None, pattern=JOB_ID_PATTERN)
-    gpus: int | None = Field(None, ge=1, le=1_000_000, description="GPUs the job holds (for GPU-hours reclaimed).")
-    planned_steps: int | None = Field(None, ge=1, le=10**12,
-                                      description="Planned training steps (for the GPU-hours-reclaimed estimate).")
+    gpus: Integer | None = Field(None, ge=1, le=MAX_GPUS,
+                                 description=f"GPUs the job holds (for GPU-hours reclaimed), at most {MAX_GPUS}.")
+    planned_steps: Integer | None = Field(None, ge=1, le=MAX_PLANNED_STEPS,
+                                          description="Planned training steps (for the GPU-hours-reclaimed "
+                                                      f"estimate), at most {MAX_PLANNED_STEPS}.")
     detector: DetectorSpec | None = Field(None, description="Stop detector; default: the paper's k=2 rule.")
 
 
@@ -78,9 +99,10 @@ class ReportIn(_Strict):
 
     job_id: str = Field(pattern=JOB_ID_PATTERN)
     job_type: JobType
-    step: int = Field(ge=0, le=2**62)
-    eval_score: float
-    eval_scores: list[float] | None = Field(None, min_length=1, max_length=MAX_EVAL_SCORES)
+    step: Integer = Field(ge=0, le=2**62)
+    eval_score: Number
+    # The length limit is the server's (--max-eval-scores), checked after parsing; this is the schema's ceiling.
+    eval_scores: list[Number] | None = Field(None, min_length=1, max_length=1_000_000)
 
 
 class FinishIn(_Strict):

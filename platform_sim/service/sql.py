@@ -11,12 +11,13 @@ and ``ON CONFLICT``) stays in each store.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from platform_sim.core import Action, Decision, JobMonitor, Report
 
-from .store import JobExists, JobRecord, StoredReport
+from .store import JobExists, JobFinished, JobNotFound, JobRecord, ReportOutcome, StoredReport, StoreUnavailable
 
 # The columns of a job listing: the job row and its last report's decision (LEFT JOIN: None before the first report).
 JOB_COLUMNS = (
@@ -51,7 +52,8 @@ class Statements:
         insert_job: A new job, from :func:`insert_job_args` (PostgreSQL appends its ``ON CONFLICT`` clause).
         insert_report: A report row, from :func:`report_row`.
         update_job_state: A job's scheduler state after reports, from :func:`job_state_row`.
-        finish_job: Mark a job finished (idempotent), from ``(finished_at, reason, tenant_id, job_id)``.
+        finish_job: Mark a job finished unless it already is (one row changed: it was finished now), from
+            ``(finished_at, reason, tenant_id, job_id)``.
         stored_reports: A job's report rows (:data:`STORED_REPORT_COLUMNS`) in step order, by
             ``(tenant_id, job_id)``.
     """
@@ -95,8 +97,8 @@ def statements(ph: str) -> Statements:
             f"WHERE tenant_id = {p} AND job_id = {p}"
         ),
         finish_job=(
-            f"UPDATE jobs SET finished_at = COALESCE(finished_at, {p}), finish_reason = COALESCE(finish_reason, {p}) "
-            f"WHERE tenant_id = {p} AND job_id = {p}"
+            f"UPDATE jobs SET finished_at = {p}, finish_reason = {p} "
+            f"WHERE tenant_id = {p} AND job_id = {p} AND finished_at IS NULL"
         ),
         stored_reports=(
             f"SELECT {STORED_REPORT_COLUMNS} FROM reports WHERE tenant_id = {p} AND job_id = {p} ORDER BY step"
@@ -223,10 +225,16 @@ def job_state_row(key: tuple[Any, ...], monitor: JobMonitor, n_reports: int, fir
             monitor.best_step, monitor.best_score, monitor.stopped_at, monitor.stop_reason, *key)
 
 
+MAX_RECLAIM_HOURS = 24.0 * 30
+"""Most hours one stop is credited per GPU (30 days): a job's claims (GPUs, planned steps) are its own and unchecked,
+so the estimate is bounded; with at most 65,536 GPUs one stop adds at most about 4.7e7 GPU-hours."""
+
+
 def gpu_hours_reclaimed(gpus: int | None, planned_steps: int | None, first_step: int | None,
                         first_report_at: float | None, step: int, now: float) -> float:
     """Estimated GPU-hours given back by stopping a job at ``step``: its remaining planned steps at the job's own
-    observed pace (server clock); 0 when the job did not declare ``gpus`` and ``planned_steps`` or no pace is known.
+    observed pace (server clock), at most :data:`MAX_RECLAIM_HOURS` per GPU; 0 when the job did not declare ``gpus``
+    and ``planned_steps`` or no pace is known.
 
     Args:
         gpus: GPUs the job declared.
@@ -239,4 +247,137 @@ def gpu_hours_reclaimed(gpus: int | None, planned_steps: int | None, first_step:
     if not (gpus and planned_steps) or first_step is None or first_report_at is None or step <= first_step:
         return 0.0
     sec_per_step = (now - first_report_at) / (step - first_step)
-    return gpus * max(0, planned_steps - step) * sec_per_step / 3600.0
+    hours_left = min(max(0, planned_steps - step) * sec_per_step / 3600.0, MAX_RECLAIM_HOURS)
+    return gpus * hours_left
+
+
+# -- the report transaction, shared by both stores ----------------------------------------------------------------
+
+JOB_STATE_COLUMNS = (
+    "job_type, detector, detector_state, best_step, best_score, stopped_at, stop_reason, n_reports, finished_at, "
+    "gpus, planned_steps, first_step, first_report_at, last_step"
+)
+"""The ``jobs`` columns a report needs, in the order :func:`load_job_state` takes them."""
+REPORT_STATE_COLUMNS = "step, eval_score, action, reason, declines, best_step, best_score"
+"""The ``reports`` columns a monitor is rebuilt from, in the order :func:`monitor_state` takes them."""
+
+
+@dataclass(slots=True)
+class JobState:
+    """A job as a report transaction sees it: the core's monitor and the job columns the transaction updates.
+
+    Args:
+        monitor: The scheduler core's monitor, rebuilt from the rows (all of them, or only those a re-send can be
+            compared with; see :func:`load_job_state`).
+        gpus: The declared GPU count (for the GPU-hours-reclaimed estimate).
+        planned_steps: The declared planned steps.
+        first_step: Step of the first accepted report, if any.
+        first_report_at: Server time of that report.
+        n_reports: Accepted reports so far (the monitor may hold fewer steps than this).
+        size: Approximate bytes the monitor holds in memory (:func:`monitor_size`), for a cache's budget.
+    """
+
+    monitor: JobMonitor
+    gpus: int | None
+    planned_steps: int | None
+    first_step: int | None
+    first_report_at: float | None
+    n_reports: int
+    size: int = 0
+
+
+def monitor_size(detector_state_json: str, n_steps: int) -> int:
+    """Approximate memory of a monitor: its detector state (about three times its JSON text as Python objects; the
+    paired detectors keep a checkpoint's per-example scores there) and about 200 bytes per step held."""
+    return 3 * len(detector_state_json) + 200 * n_steps
+
+
+@dataclass(slots=True)
+class Writes:
+    """The rows a batch of report transactions writes, written with one ``executemany`` per table at the end.
+
+    Args:
+        report_rows: New ``reports`` rows (:attr:`Statements.insert_report` arguments).
+        job_rows: The last ``jobs`` state update of each job touched (:attr:`Statements.update_job_state`).
+    """
+
+    report_rows: list[tuple[Any, ...]] = field(default_factory=list)
+    job_rows: dict[tuple[Any, ...], tuple[Any, ...]] = field(default_factory=dict)
+
+    def flush(self, executemany: Any, stmts: "Statements") -> None:
+        """Write what was collected with ``executemany(statement, rows)`` and start over."""
+        if self.report_rows:
+            executemany(stmts.insert_report, self.report_rows)
+            self.report_rows = []
+        if self.job_rows:
+            executemany(stmts.update_job_state, list(self.job_rows.values()))
+            self.job_rows = {}
+
+
+def load_job_state(job_id: str, row: Sequence[Any] | None, reps: Sequence[Sequence[Any]], complete: bool
+                   ) -> JobState:
+    """Rebuild a job's :class:`JobState` from its row (:data:`JOB_STATE_COLUMNS`) and report rows.
+
+    Args:
+        job_id: The job's id.
+        row: The job row, or None when there is none.
+        reps: Report rows (:data:`REPORT_STATE_COLUMNS`) in step order: all of them (``complete``), or at least the
+            last one and the one of each step a re-send in this transaction may name.
+        complete: Whether ``reps`` holds every report of the job (checked against ``n_reports``).
+
+    Raises:
+        JobNotFound: no row.
+        JobFinished: the job was marked finished.
+        StoreUnavailable: the rows contradict each other (a report row is missing).
+    """
+    if row is None:
+        raise JobNotFound(f"no job {job_id!r}")
+    (job_type, detector, detector_state, best_step, best_score, stopped_at, stop_reason, n_reports, finished_at,
+     gpus, planned_steps, first_step, first_report_at, last_step) = row
+    if finished_at is not None:
+        raise JobFinished(f"job {job_id!r} is finished; it takes no more reports")
+    if complete and len(reps) != n_reports:
+        raise StoreUnavailable(f"job {job_id!r} is inconsistent: {n_reports} reports counted, {len(reps)} stored")
+    if not complete and last_step is not None and (not reps or reps[-1][0] != last_step):
+        raise StoreUnavailable(f"job {job_id!r} is inconsistent: its last report (step {last_step}) is missing")
+    state = monitor_state(job_id, job_type, detector, detector_state, reps, best_step=best_step,
+                          best_score=best_score, stopped_at=stopped_at, stop_reason=stop_reason)
+    return JobState(JobMonitor.from_state_dict(state), gpus, planned_steps, first_step, first_report_at, n_reports,
+                    monitor_size(detector_state, len(reps)))
+
+
+def apply_report(key: tuple[Any, ...], job: JobState, report: Report, writes: Writes) -> ReportOutcome:
+    """The report transaction's work between loading the job and committing: apply the core, queue the rows.
+
+    Args:
+        key: ``(tenant_id, job_id)``.
+        job: The job, loaded for update in the open transaction; changed in place.
+        report: The whitelisted report.
+        writes: Where the new report row and the job's state update go (nothing is queued when this raises, and
+            nothing for a re-send).
+
+    Raises:
+        The core's ``InvalidReportError`` or ``ConflictError`` (nothing changed), or whatever the job's detector
+        raises (its state is then undefined: the caller must drop ``job``).
+    """
+    monitor = job.monitor
+    n_before = len(monitor.steps)
+    was_stopped = monitor.stopped
+    decision = monitor.observe_report(report)  # the core's one implementation
+    if len(monitor.steps) == n_before:
+        return ReportOutcome(decision, resend=True)
+    now = time.time()
+    first_step, first_at = (job.first_step, job.first_report_at) if job.first_step is not None else (report.step, now)
+    # Both rows are built before either is queued: an error here leaves nothing of this report behind.
+    report_args = report_row(key, report, decision, now)
+    job_args = job_state_row(key, monitor, job.n_reports + 1, first_step, first_at)
+    writes.report_rows.append(report_args)
+    writes.job_rows[key] = job_args
+    job.n_reports += 1
+    job.first_step, job.first_report_at = first_step, first_at
+    job.size = monitor_size(job_args[0], len(monitor.steps))
+    stopped_now = monitor.stopped and not was_stopped
+    reclaimed = 0.0
+    if stopped_now:
+        reclaimed = gpu_hours_reclaimed(job.gpus, job.planned_steps, first_step, first_at, report.step, now)
+    return ReportOutcome(decision, resend=False, stopped_now=stopped_now, gpu_hours_reclaimed=reclaimed)

@@ -27,16 +27,13 @@ import threading
 import time
 from collections import OrderedDict
 from concurrent.futures import Future
-from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 from platform_sim.core import JobMonitor, Report, detector_from_spec
 
-from . import sql
+from . import schema, sql
 from .writer import BatchWriter, Op, Result
 from .store import (
-    JobExists,
-    JobFinished,
     JobNotFound,
     JobRecord,
     ReportOutcome,
@@ -52,89 +49,28 @@ from .store import (
 
 logger = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 1
-
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS tenants (
-    tenant_id INTEGER PRIMARY KEY,
-    name TEXT NOT NULL UNIQUE,
-    token_hash TEXT NOT NULL UNIQUE,
-    created_at REAL NOT NULL,
-    revoked_at REAL
-);
-CREATE TABLE IF NOT EXISTS jobs (
-    tenant_id INTEGER NOT NULL REFERENCES tenants(tenant_id),
-    job_id TEXT NOT NULL,
-    job_type TEXT NOT NULL,
-    detector TEXT NOT NULL,
-    detector_state TEXT NOT NULL,
-    gpus INTEGER,
-    planned_steps INTEGER,
-    created_at REAL NOT NULL,
-    n_reports INTEGER NOT NULL DEFAULT 0,
-    first_step INTEGER,
-    first_report_at REAL,
-    last_step INTEGER,
-    best_step INTEGER,
-    best_score REAL,
-    stopped_at INTEGER,
-    stop_reason TEXT NOT NULL DEFAULT '',
-    finished_at REAL,
-    finish_reason TEXT,
-    PRIMARY KEY (tenant_id, job_id)
-) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS reports (
-    tenant_id INTEGER NOT NULL,
-    job_id TEXT NOT NULL,
-    step INTEGER NOT NULL,
-    eval_score REAL NOT NULL,
-    eval_scores TEXT,
-    action TEXT NOT NULL,
-    reason TEXT NOT NULL,
-    declines INTEGER NOT NULL,
-    best_step INTEGER,
-    best_score REAL,
-    received_at REAL NOT NULL,
-    PRIMARY KEY (tenant_id, job_id, step)
-) WITHOUT ROWID;
-"""
+SCHEMA_VERSION = schema.SCHEMA_VERSION
+_SCHEMA = schema.sqlite_ddl()  # the one description of the tables (schema.py), pinned to the Alembic head by a test
 
 _SQL = sql.statements("?")
-
-
-@dataclass(slots=True)
-class _CachedJob:
-    """The writer's in-memory copy of a job: the core's monitor and the job columns a report needs."""
-
-    monitor: JobMonitor
-    gpus: int | None
-    planned_steps: int | None
-    first_step: int | None
-    first_report_at: float | None
 
 
 class _Txn:
     """One write transaction of the writer thread.
 
-    Report rows and job-state updates are collected and written with two ``executemany`` calls per batch: every
-    ``sqlite3`` call releases and re-takes the GIL, and with the event loop busy in the other thread each re-take
-    can wait a whole switch interval, so per-statement writes made the writer the bottleneck (measured).
+    Report rows and job-state updates are collected (:class:`~.sql.Writes`) and written with two ``executemany``
+    calls per batch: every ``sqlite3`` call releases and re-takes the GIL, and with the event loop busy in the other
+    thread each re-take can wait a whole switch interval, so per-statement writes made the writer the bottleneck
+    (measured).
     """
 
     def __init__(self, conn: sqlite3.Connection) -> None:
         self.conn = conn
-        self.report_rows: list[tuple[Any, ...]] = []
-        self.job_rows: dict[tuple[int, str], tuple[Any, ...]] = {}
+        self.writes = sql.Writes()
 
     def flush(self) -> None:
         """Write what was collected (before any statement that reads or writes the same rows directly)."""
-        if self.report_rows:
-            self.conn.executemany(_SQL.insert_report, self.report_rows)
-            self.report_rows = []
-        if self.job_rows:
-            self.conn.executemany(_SQL.update_job_state, list(self.job_rows.values()))
-            self.job_rows = {}
+        self.writes.flush(self.conn.executemany, _SQL)
 
 
 class SQLiteStore(Store):
@@ -147,10 +83,13 @@ class SQLiteStore(Store):
         max_batch: Most operations committed together by the writer thread (group commit).
         busy_timeout_ms: How long a connection waits for another process's write lock before failing.
         cache_jobs: Most job monitors kept in memory by the writer (least recently used ones are dropped).
+        cache_bytes: Approximate memory budget of those monitors (:func:`~.sql.monitor_size`); least recently used
+            ones are dropped beyond it, so a few jobs with huge per-example reports cannot hold the memory of
+            thousands of ordinary ones. A dropped job is rebuilt from the database at its next report.
     """
 
     def __init__(self, path: str | os.PathLike[str], *, synchronous: str = "FULL", max_batch: int = 256,
-                 busy_timeout_ms: int = 5000, cache_jobs: int = 10_000) -> None:
+                 busy_timeout_ms: int = 5000, cache_jobs: int = 10_000, cache_bytes: int = 256 << 20) -> None:
         synchronous = synchronous.upper()
         if synchronous not in ("FULL", "NORMAL"):
             raise ValueError(f"synchronous must be FULL or NORMAL, got {synchronous!r}")
@@ -164,13 +103,15 @@ class SQLiteStore(Store):
         self.max_batch = max_batch
         self.busy_timeout_ms = busy_timeout_ms
         self.cache_jobs = cache_jobs
+        self.cache_bytes = cache_bytes
+        self._cache_size = 0  # writer thread only: sum of the cached JobState.size
         self._local = threading.local()
         self._conns: list[sqlite3.Connection] = []
         self._conns_lock = threading.Lock()
         self._batch_writer = BatchWriter("evalstop-sqlite-writer", 1, max_batch, self._transact, self._forget)
         self._wconn: sqlite3.Connection | None = None  # writer thread only
         self._closed = False
-        self._cache: OrderedDict[tuple[int, str], _CachedJob] = OrderedDict()  # writer thread only
+        self._cache: OrderedDict[tuple[int, str], sql.JobState] = OrderedDict()  # writer thread only
         self._data_version: int | None = None  # writer thread only
         self._init_schema()
 
@@ -225,9 +166,20 @@ class SQLiteStore(Store):
         """Drop cached monitors that may be ahead of the database (writer thread only)."""
         if keys is None:
             self._cache.clear()
+            self._cache_size = 0
         else:
             for key in keys:
-                self._cache.pop(key, None)
+                self._uncache(key)
+
+    def _uncache(self, key: Any) -> None:
+        job = self._cache.pop(key, None)
+        if job is not None:
+            self._cache_size -= job.size
+
+    def _trim_cache(self) -> None:
+        while len(self._cache) > 1 and (len(self._cache) > self.cache_jobs or self._cache_size > self.cache_bytes):
+            _, job = self._cache.popitem(last=False)
+            self._cache_size -= job.size
 
     def _transact(self, shard: int, ops: Sequence[Op], commit_if: Callable[[Sequence[Result]], bool]
                   ) -> list[Result]:
@@ -243,12 +195,14 @@ class SQLiteStore(Store):
             # so nobody can commit between the check and our COMMIT.
             version = conn.execute("PRAGMA data_version").fetchone()[0]
             if version != self._data_version:
-                self._cache.clear()
+                self._forget(None)
                 self._data_version = version
             results: list[Result] = []
             for op in ops:
                 try:
                     results.append((op.payload(txn), None))
+                except sqlite3.Error:
+                    raise  # the database refused a statement: a database failure, the writer's to handle
                 except Exception as exc:  # the writer decides (domain error: answered; anything else: isolated)
                     results.append((None, exc))
             if commit_if(results):
@@ -335,74 +289,50 @@ class SQLiteStore(Store):
         query, args = sql.list_jobs_query(_SQL.ph, tenant_id, status, limit, after)
         return [sql.job_from_row(r) for r in self._reader().execute(query, args).fetchall()]
 
-    def _load_for_update(self, txn: _Txn, key: tuple[int, str]) -> _CachedJob:
-        """The job's monitor, valid inside the current write transaction (see ``_run_batch`` for the cache)."""
+    def _load_for_update(self, txn: _Txn, key: tuple[int, str]) -> sql.JobState:
+        """The job's state, valid inside the current write transaction (see ``_transact`` for the cache)."""
         cached = self._cache.get(key)
         if cached is not None:
             self._cache.move_to_end(key)
             return cached
         txn.flush()  # the rows below must include what this batch already applied
         conn = txn.conn
-        row = conn.execute(
-            "SELECT job_type, detector, detector_state, best_step, best_score, stopped_at, stop_reason, n_reports, "
-            "finished_at, gpus, planned_steps, first_step, first_report_at FROM jobs "
-            "WHERE tenant_id = ? AND job_id = ?", key).fetchone()
-        if row is None:
-            raise JobNotFound(f"no job {key[1]!r}")
-        if row[8] is not None:
-            raise JobFinished(f"job {key[1]!r} is finished; it takes no more reports")
-        reps = conn.execute(
-            "SELECT step, eval_score, action, reason, declines, best_step, best_score FROM reports "
-            "WHERE tenant_id = ? AND job_id = ? ORDER BY step", key).fetchall()
-        if len(reps) != row[7]:
-            raise StoreUnavailable(f"job {key[1]!r} is inconsistent: {row[7]} reports counted, {len(reps)} stored")
-        state = sql.monitor_state(key[1], row[0], row[1], row[2], reps, best_step=row[3], best_score=row[4],
-                                  stopped_at=row[5], stop_reason=row[6])
-        cached = _CachedJob(JobMonitor.from_state_dict(state), gpus=row[9], planned_steps=row[10],
-                            first_step=row[11], first_report_at=row[12])
+        row = conn.execute(f"SELECT {sql.JOB_STATE_COLUMNS} FROM jobs WHERE tenant_id = ? AND job_id = ?",
+                           key).fetchone()
+        reps = [] if row is None else conn.execute(
+            f"SELECT {sql.REPORT_STATE_COLUMNS} FROM reports WHERE tenant_id = ? AND job_id = ? ORDER BY step",
+            key).fetchall()
+        cached = sql.load_job_state(key[1], row, reps, complete=True)
         self._cache[key] = cached
-        while len(self._cache) > self.cache_jobs:
-            self._cache.popitem(last=False)
+        self._cache_size += cached.size
         return cached
 
     def submit_report(self, tenant_id: int, report: Report) -> Future[ReportOutcome]:
         key = (tenant_id, report.job_id)
 
         def op(txn: _Txn) -> ReportOutcome:
-            cached = self._load_for_update(txn, key)
-            monitor = cached.monitor
-            n_before = len(monitor.steps)
-            was_stopped = monitor.stopped
-            decision = monitor.observe_report(report)  # the core; raises without changing state on a bad report
-            if len(monitor.steps) == n_before:
-                return ReportOutcome(decision, resend=True)
-            now = time.time()
-            if cached.first_step is None:
-                cached.first_step, cached.first_report_at = report.step, now
-            # Both rows are built before either is queued: an error here leaves nothing of this report behind.
-            report_row = sql.report_row(key, report, decision, now)
-            job_row = sql.job_state_row(key, monitor, len(monitor.steps), cached.first_step, cached.first_report_at)
-            txn.report_rows.append(report_row)
-            txn.job_rows[key] = job_row
-            stopped_now = monitor.stopped and not was_stopped
-            reclaimed = 0.0
-            if stopped_now:
-                reclaimed = sql.gpu_hours_reclaimed(cached.gpus, cached.planned_steps, cached.first_step,
-                                                    cached.first_report_at, report.step, now)
-            return ReportOutcome(decision, resend=False, stopped_now=stopped_now, gpu_hours_reclaimed=reclaimed)
+            job = self._load_for_update(txn, key)
+            before = job.size
+            outcome = sql.apply_report(key, job, report, txn.writes)
+            self._cache_size += job.size - before
+            self._trim_cache()  # least recent first: the job just used stays
+            return outcome
 
         return self._submit(op, key)
 
     def finish_job(self, tenant_id: int, job_id: str, reason: str) -> JobRecord:
-        def op(txn: _Txn) -> None:
+        def op(txn: _Txn) -> bool:
             txn.flush()
             cur = txn.conn.execute(_SQL.finish_job, (time.time(), reason, tenant_id, job_id))
-            if cur.rowcount == 0:
+            if cur.rowcount == 0 and txn.conn.execute(_SQL.job_exists, (tenant_id, job_id)).fetchone() is None:
                 raise JobNotFound(f"no job {job_id!r}")
-            self._cache.pop((tenant_id, job_id), None)  # reloaded (and refused as finished) on the next report
+            self._uncache((tenant_id, job_id))  # reloaded (and refused as finished) on the next report
+            return cur.rowcount == 1
 
-        self._submit(op, (tenant_id, job_id)).result()
-        return self.get_job(tenant_id, job_id)
+        now = self._submit(op, (tenant_id, job_id)).result()
+        job = self.get_job(tenant_id, job_id)
+        job.finished_now = now
+        return job
 
     def reports(self, tenant_id: int, job_id: str) -> list[StoredReport]:
         conn = self._reader()
@@ -420,6 +350,21 @@ class SQLiteStore(Store):
         except sqlite3.Error:
             return False
         return True
+
+    def write_problem(self) -> str | None:
+        # A write that changes nothing, rolled back: refused on a read-only file or mount, a full or locked database.
+        conn = self._connect()
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            conn.execute("UPDATE meta SET value = value WHERE key = 'schema_version'")
+            conn.execute("ROLLBACK")
+            return None
+        except sqlite3.Error as exc:
+            return f"the database cannot be written: {exc}"
+        finally:
+            with self._conns_lock:
+                self._conns.remove(conn)
+            conn.close()
 
     def close(self) -> None:
         if self._closed:

@@ -100,6 +100,8 @@ class JobRecord:
         stopped_at: Step at which the core stopped the job, if it did.
         finished_at: Unix time of the ``finish`` call, if any.
         finish_reason: The reason given to ``finish``.
+        finished_now: True only in the answer of the ``finish`` call that finished the job (not stored; a repeated
+            finish answers False, so that metrics count each job once).
     """
 
     job_id: str
@@ -116,6 +118,7 @@ class JobRecord:
     stopped_at: int | None = None
     finished_at: float | None = None
     finish_reason: str | None = None
+    finished_now: bool = False
 
     @property
     def status(self) -> str:
@@ -218,6 +221,10 @@ class Store(abc.ABC):
     @abc.abstractmethod
     def ready(self) -> bool:
         """True if the store can serve reads and commit writes now."""
+
+    def write_problem(self) -> str | None:
+        """Why this store cannot commit writes (checked once at start by ``serve``), or None if it can."""
+        return None
 
     @abc.abstractmethod
     def close(self) -> None:

@@ -40,8 +40,6 @@ from platform_sim.core import JobMonitor, Report, detector_from_spec
 from . import sql
 from .writer import BatchWriter, Op, Result
 from .store import (
-    JobExists,
-    JobFinished,
     JobNotFound,
     JobRecord,
     ReportOutcome,
@@ -330,8 +328,7 @@ class PostgresStore(Store):
         # row but would join other tables from the statement's older snapshot (READ COMMITTED), so the report rows
         # are read by the next statement, which sees everything committed before the locks were granted.
         rows = cur.execute(
-            "SELECT tenant_id, job_id, job_type, detector, detector_state, best_step, best_score, stopped_at, "
-            "stop_reason, n_reports, finished_at, gpus, planned_steps, first_step, first_report_at, last_step "
+            f"SELECT tenant_id, job_id, {sql.JOB_STATE_COLUMNS} "
             "FROM jobs WHERE (tenant_id, job_id) IN (SELECT * FROM unnest(%s::bigint[], %s::text[])) "
             "ORDER BY tenant_id, job_id FOR UPDATE",
             ([k[0] for k in keys], [k[1] for k in keys])).fetchall()
@@ -340,74 +337,33 @@ class PostgresStore(Store):
         # the one at each reported step (if stored) and the last one (for "steps must increase").
         want: set[tuple[int, str, int]] = set()
         for op in items:
-            key, report = op.key, op.payload
-            job = jobs.get(key)
-            if job is not None and job[13] is not None:
-                want.update({(*key, job[13]), (*key, report.step)})
+            job = jobs.get(op.key)
+            if job is not None and job[13] is not None:  # last_step
+                want.update({(*op.key, job[13]), (*op.key, op.payload.step)})
         stored: dict[tuple[Any, ...], list[tuple[Any, ...]]] = {}
         if want:
             w = sorted(want)
             for r in cur.execute(
-                    "SELECT tenant_id, job_id, step, eval_score, action, reason, declines, best_step, best_score "
+                    f"SELECT tenant_id, job_id, {sql.REPORT_STATE_COLUMNS} "
                     "FROM reports WHERE (tenant_id, job_id, step) IN "
                     "(SELECT * FROM unnest(%s::bigint[], %s::text[], %s::bigint[])) ORDER BY 1, 2, 3",
                     ([x[0] for x in w], [x[1] for x in w], [x[2] for x in w])).fetchall():
                 stored.setdefault((r[0], r[1]), []).append(r[2:])
-        states: dict[tuple[Any, ...], dict[str, Any]] = {}
-        inserts: list[tuple[Any, ...]] = []
+        states: dict[tuple[Any, ...], sql.JobState] = {}
+        writes = sql.Writes()
         results: list[Result] = []
         for op in items:
             key = op.key
             try:
-                results.append((self._apply_one(key, op.payload, jobs.get(key), stored.get(key, []), states,
-                                                inserts), None))
+                job_state = states.get(key)
+                if job_state is None:
+                    job_state = states[key] = sql.load_job_state(key[1], jobs.get(key), stored.get(key, []),
+                                                                 complete=False)
+                results.append((sql.apply_report(key, job_state, op.payload, writes), None))
             except Exception as exc:  # the writer decides (domain error: answered; anything else: isolated)
                 results.append((None, exc))
-        if inserts:
-            cur.executemany(_SQL.insert_report, inserts)
-        updates = [sql.job_state_row(key, st["monitor"], st["n_reports"], st["first_step"], st["first_report_at"])
-                   for key, st in states.items() if st["dirty"]]
-        if updates:
-            cur.executemany(_SQL.update_job_state, updates)
+        writes.flush(cur.executemany, _SQL)
         return results
-
-    @staticmethod
-    def _apply_one(key: tuple[Any, ...], report: Report, job: tuple[Any, ...] | None, reps: list[tuple[Any, ...]],
-                   states: dict[tuple[Any, ...], dict[str, Any]], inserts: list[tuple[Any, ...]]) -> ReportOutcome:
-        if job is None:
-            raise JobNotFound(f"no job {report.job_id!r}")
-        (job_type, detector, detector_state, best_step, best_score, stopped_at, stop_reason, n_reports,
-         finished_at, gpus, planned_steps, first_step, first_report_at, last_step) = job
-        if finished_at is not None:
-            raise JobFinished(f"job {report.job_id!r} is finished; it takes no more reports")
-        st = states.get(key)
-        if st is None:
-            if last_step is not None and (not reps or reps[-1][0] != last_step):
-                raise StoreUnavailable(f"job {report.job_id!r} is inconsistent: its last report (step {last_step}) "
-                                       "is missing")
-            monitor = JobMonitor.from_state_dict(sql.monitor_state(
-                report.job_id, job_type, detector, detector_state, reps, best_step=best_step, best_score=best_score,
-                stopped_at=stopped_at, stop_reason=stop_reason))
-            st = states[key] = {"monitor": monitor, "n_reports": n_reports, "first_step": first_step,
-                                "first_report_at": first_report_at, "dirty": False}
-        monitor: JobMonitor = st["monitor"]
-        was_stopped = monitor.stopped
-        n_before = len(monitor.steps)
-        decision = monitor.observe_report(report)  # the core's one implementation; raises without changing state
-        if len(monitor.steps) == n_before:
-            return ReportOutcome(decision, resend=True)
-        now = time.time()
-        inserts.append(sql.report_row(key, report, decision, now))
-        st["n_reports"] += 1
-        st["dirty"] = True
-        if st["first_step"] is None:
-            st["first_step"], st["first_report_at"] = report.step, now
-        stopped_now = monitor.stopped and not was_stopped
-        reclaimed = 0.0
-        if stopped_now:
-            reclaimed = sql.gpu_hours_reclaimed(gpus, planned_steps, st["first_step"], st["first_report_at"],
-                                                report.step, now)
-        return ReportOutcome(decision, resend=False, stopped_now=stopped_now, gpu_hours_reclaimed=reclaimed)
 
     # -- tenants -------------------------------------------------------------------------------------------------
     def add_tenant(self, name: str) -> tuple[Tenant, str]:
@@ -478,14 +434,18 @@ class PostgresStore(Store):
         return self._submit(self._shard(*key), key, report)
 
     def finish_job(self, tenant_id: int, job_id: str, reason: str) -> JobRecord:
-        def op(cur: Any) -> None:
+        def op(cur: Any) -> bool:
             cur.execute(_SQL.finish_job, (time.time(), reason, tenant_id, job_id))
-            if cur.rowcount == 0:
+            changed = cur.rowcount == 1
+            if not changed and cur.execute(_SQL.job_exists, (tenant_id, job_id)).fetchone() is None:
                 raise JobNotFound(f"no job {job_id!r}")
+            return changed
 
         # Through the job's writer, so that a finish sent after a report is applied after it.
-        self._submit(self._shard(tenant_id, job_id), (tenant_id, job_id), op).result()
-        return self.get_job(tenant_id, job_id)
+        now = self._submit(self._shard(tenant_id, job_id), (tenant_id, job_id), op).result()
+        job = self.get_job(tenant_id, job_id)
+        job.finished_now = now
+        return job
 
     def reports(self, tenant_id: int, job_id: str) -> list[StoredReport]:
         def read(conn: Any) -> list[tuple[Any, ...]]:
@@ -504,6 +464,13 @@ class PostgresStore(Store):
         except (StoreUnavailable, self._psycopg.Error):
             return False
         return True
+
+    def write_problem(self) -> str | None:
+        row = self._read(lambda conn: conn.execute(
+            "SELECT pg_is_in_recovery(), current_setting('default_transaction_read_only')").fetchone())
+        if row[0] or row[1] == "on":
+            return "the database is read-only (a standby, or default_transaction_read_only is on)"
+        return None
 
     def close(self) -> None:
         if self._closed:
