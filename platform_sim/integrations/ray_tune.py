@@ -255,11 +255,17 @@ class EvalStopScheduler(TrialScheduler):
             if t.get("finished"):
                 self._finished[tid] = t["finished"]
 
-    def save(self, checkpoint_path: str) -> None:
-        """Write the state to ``checkpoint_path`` (JSON), atomically."""
+    def save(self, checkpoint_path: str, tmp_dir: str | None = None) -> None:
+        """Write the state to ``checkpoint_path`` (JSON), atomically.
+
+        Args:
+            checkpoint_path: The file.
+            tmp_dir: Where the file is written before it is renamed into place (same file system; default: its
+                folder).
+        """
         folder = os.path.dirname(os.path.abspath(checkpoint_path))
         os.makedirs(folder, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=folder, prefix=".evalstop-", suffix=".tmp")
+        fd, tmp = tempfile.mkstemp(dir=tmp_dir or folder, prefix=".evalstop-", suffix=".tmp")
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             json.dump(self.state_dict(), fh)
         os.replace(tmp, checkpoint_path)
@@ -271,7 +277,8 @@ class EvalStopScheduler(TrialScheduler):
 
     def _save_state(self) -> None:
         if self.persist and self._state_dir is not None:
-            self.save(os.path.join(self._state_dir, STATE_FILE))
+            # The half-written file stays out of the folder Tune syncs in the background.
+            self.save(os.path.join(self._state_dir, STATE_FILE), tmp_dir=os.path.dirname(self._state_dir))
 
     def _maybe_restore(self, trial: "Trial") -> None:
         # Tune keeps per-experiment files in the driver's staging folder and syncs it with every experiment
