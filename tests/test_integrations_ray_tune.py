@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -172,3 +174,61 @@ def test_tiny_grpo_trial_is_stopped_by_the_scheduler(local_ray, tmp_path):
     scheduler, result = _run_grpo_under_tune(tmp_path, max_steps=16)
     _assert_stopped_by_scheduler(tmp_path, scheduler, result, 16)
 
+
+
+def _cli(*argv, timeout=300):
+    return subprocess.run([sys.executable, "-m", "platform_sim.sim.cli", "tune", *argv], capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def test_cli_json_is_one_object_with_both_rows(tmp_path):
+    for name in FOUR[:2]:
+        (tmp_path / f"{name}.jsonl").write_text((shipped_traces_dir() / f"{name}.jsonl").read_text())
+    proc = _cli("--traces", str(tmp_path), "--gpus", "2", "--eval-seconds", "0.02", "--json")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    out = json.loads(proc.stdout)  # Tune's own boxes went to stderr
+    for side in ("with", "without"):
+        assert {"stopped_hacking", "stopped_healthy", "trial_hours", "makespan_s"} <= set(out[side])
+    assert out["with"]["stopped_hacking"] == 2 and out["without"]["stopped_hacking"] == 0
+    assert out["decisions_equal_core"] is True
+
+
+@pytest.mark.parametrize("argv,message", [
+    (("--gpus", "2", "--gpus-per-trial", "3"), "--gpus-per-trial (3) exceeds --gpus (2)"),
+    (("--eval-seconds", "0"), "--eval-seconds must be a finite number > 0"),
+    (("--traces", "/nonexistent-evalstop"), "--traces:"),
+    (("--detector", "no-such"), "--detector: unknown detector"),
+])
+def test_cli_bad_input_names_the_flag(argv, message):
+    proc = _cli(*argv, timeout=120)
+    assert proc.returncode == 2
+    assert message in proc.stderr and proc.stdout == ""
+
+
+def test_a_trial_that_goes_back_continues_from_its_earlier_evals():
+    s = EvalStopScheduler(persist=False)
+    for step, score in [(1, 0.5), (2, 0.9), (3, 0.8)]:
+        assert not s.observe("t", {"step": step, "eval_score": score, "loss": 99.0}).should_stop
+    assert s.observe("t", {"step": 3, "eval_score": 0.8}).declines == 1  # a re-send: the same decision
+    # Restored from the checkpoint of step 2: step 3 again, with another score; the decline of the lost step 3 is gone.
+    d = s.observe("t", {"step": 3, "eval_score": 0.95})
+    assert d.declines == 0 and d.best_step == 3
+    assert s.observe("t", {"step": 4, "eval_score": 0.9}).declines == 1
+    assert s.observe("t", {"step": 5, "eval_score": 0.7}).should_stop
+    assert s.monitor("t").steps == [1, 2, 3, 4, 5] and set(s.stopped_trials) == {"t"}
+
+
+def test_state_round_trip_and_bad_results(tmp_path):
+    s = EvalStopScheduler(persist=False)
+    for step, score in [(1, 0.9), (2, 0.8), (3, 0.7)]:
+        s.observe("t", {"step": step, "eval_score": score})
+    s.save(str(tmp_path / "state.json"))
+    again = EvalStopScheduler(persist=False)
+    again.restore(str(tmp_path / "state.json"))
+    assert again.monitor("t").stopped_at == 3 and set(again.stopped_trials) == {"t"}
+    with pytest.raises(ValueError, match="same detector"):
+        EvalStopScheduler(detector={"name": "k-decline", "params": {"k": 3}}).restore(str(tmp_path / "state.json"))
+    with pytest.raises(ValueError, match="without the step key 'step'"):
+        s.observe("u", {"eval_score": 0.5})
+    with pytest.raises(ValueError, match="trial u: eval_score must be finite"):
+        s.observe("u", {"step": 1, "eval_score": float("nan")})
