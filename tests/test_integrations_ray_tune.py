@@ -19,7 +19,7 @@ import pytest
 ray = pytest.importorskip("ray")
 from ray import tune  # noqa: E402
 
-from platform_sim.integrations.ray_tune import STATE_FILE, EvalStopScheduler  # noqa: E402
+from platform_sim.integrations.ray_tune import LOG_FILE, EvalStopScheduler  # noqa: E402
 from platform_sim.integrations.tune_cli import RESOURCE, TuneReplayConfig, tune_replay  # noqa: E402
 from platform_sim.sim.replay import corpus_scale, trace_detection  # noqa: E402
 from platform_sim.sim.traces import read_trace, shipped_traces_dir  # noqa: E402
@@ -102,17 +102,19 @@ def test_state_survives_experiment_restore(local_ray, tmp_path):
                        run_config=tune.RunConfig(storage_path=str(tmp_path / "results"), name="exp", verbose=0))
     first = tuner.fit()
     assert first.errors and first[0].metrics["step"] == 4
-    state = json.loads((tmp_path / "results" / "exp" / STATE_FILE).read_text())
-    (trial,) = state["trials"].values()
-    assert [h[0] for h in trial["history"]] == [1, 2, 3, 4] and trial["monitor"]["stopped_at"] is None
+    log = tmp_path / "results" / "exp" / LOG_FILE
+    assert [r["step"] for r in map(json.loads, log.read_text().splitlines()[1:])] == [1, 2, 3, 4]
 
     restored = tune.Tuner.restore(str(tmp_path / "results" / "exp"), trainable, resume_errored=True)
     second = restored.fit()
     assert not second.errors
     assert second[0].metrics["step"] == 5  # stopped by EvalStop at the second consecutive decline
-    state = json.loads((tmp_path / "results" / "exp" / STATE_FILE).read_text())
-    (trial,) = state["trials"].values()
-    assert trial["monitor"]["stopped_at"] == 5 and trial["monitor"]["best_step"] == 3
+    assert [r["step"] for r in map(json.loads, log.read_text().splitlines()[1:])] == [1, 2, 3, 4, 5]
+    # The log alone rebuilds the stopped state.
+    again = EvalStopScheduler(persist=False)
+    again.replay_log(str(log))
+    (tid,) = again.stopped_trials
+    assert again.monitor(tid).stopped_at == 5 and again.best(tid) == (3, 0.9)
 
 
 def _grpo_trial(config):
