@@ -162,8 +162,6 @@ class EvalStopScheduler(TrialScheduler):
                              "step_attr='training_iteration'")
         step, score = result[self.step_attr], result[self.eval_metric]
         scores = result.get(self.scores_attr) if self.scores_attr is not None else None
-        if scores is not None:
-            scores = [float(s) for s in scores] if isinstance(scores, (list, tuple)) else scores
         monitor = self._monitors.get(trial_id)
         if monitor is None:
             monitor = self._monitors[trial_id] = self._new_monitor(trial_id)
@@ -176,6 +174,8 @@ class EvalStopScheduler(TrialScheduler):
                 decision = monitor.observe(step, score, scores)
         except InvalidReportError as exc:
             raise ValueError(f"EvalStop: trial {trial_id}: {exc}") from None
+        if scores is not None:
+            scores = [float(v) for v in scores]  # validated by the monitor: finite numbers
         if log:
             self._log({"trial": trial_id, "step": int(step), "score": float(score), "scores": scores})
         history = self._history[trial_id]
