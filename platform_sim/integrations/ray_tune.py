@@ -11,9 +11,11 @@ What is read from a result: the step (``step_attr``, default ``"step"``), the ev
 fields of the core's :class:`~platform_sim.core.Report`; every other key of the result (losses, proxy rewards, Tune's
 own bookkeeping) is ignored by EvalStop. A result without the eval score is left to the base scheduler alone.
 
-State: the scheduler's whole state is plain JSON (the detector spec and, per trial, the reported evals and the core's
-monitor state). It is written into the experiment's driver folder after every decision, so Tune's experiment
-checkpoint carries it, and it is read back when ``Tuner.restore`` adds the restored trials. A trial that re-reports an
+State: every eval the scheduler takes is appended, as one JSON line, to a log in the experiment's driver folder
+(a header line names the detector), so Tune's experiment checkpoint carries it; when ``Tuner.restore`` adds the
+restored trials, the scheduler replays the log through fresh monitors, which rebuilds exactly the state it had (the
+core is a deterministic function of the evals it saw). Appending keeps the cost of a result constant however many
+trials and evals the experiment has. A trial that re-reports an
 older step with another score (restored from an older checkpoint, or a PBT exploit) has its history cut back to the
 evals before that step and continues from there.
 """
@@ -37,8 +39,9 @@ if TYPE_CHECKING:  # pragma: no cover
 logger = logging.getLogger(__name__)
 
 STATE_FORMAT = "evalstop-tune-scheduler/1"
-STATE_FILE = "evalstop-scheduler-state.json"
-"""Name of the state file in the experiment folder (next to Tune's own ``experiment_state-*.json``)."""
+LOG_FORMAT = "evalstop-tune-scheduler-log/1"
+LOG_FILE = "evalstop-scheduler-log.jsonl"
+"""Name of the scheduler's log in the experiment folder (next to Tune's own ``experiment_state-*.json``)."""
 
 
 class EvalStopScheduler(TrialScheduler):
@@ -55,8 +58,8 @@ class EvalStopScheduler(TrialScheduler):
         detector: Detector spec of the core (a name or ``{"name": ..., "params": {...}}``); None: the project's
             default (the paper's k=2 rule).
         job_type: Job type of every trial, one of the core's job types (default ``"rlhf"``).
-        persist: Write the state into the experiment folder after every decision, so that ``Tuner.restore`` resumes it
-            (default True).
+        persist: Log every eval into the experiment folder, so that ``Tuner.restore`` resumes the state (default
+            True).
 
     Raises:
         ValueError: a bad detector spec, job type or key name.
@@ -114,7 +117,6 @@ class EvalStopScheduler(TrialScheduler):
 
     def on_trial_complete(self, tune_controller: Any, trial: "Trial", result: dict) -> None:
         self._finished[trial.trial_id] = "stopped" if trial.trial_id in self._stops else "completed"
-        self._save_state()
         self.base.on_trial_complete(tune_controller, trial, result)
 
     def on_trial_remove(self, tune_controller: Any, trial: "Trial") -> None:
@@ -148,7 +150,7 @@ class EvalStopScheduler(TrialScheduler):
             return TrialScheduler.STOP
         return self.base.on_trial_result(tune_controller, trial, result)
 
-    def observe(self, trial_id: str, result: Mapping[str, Any]) -> Decision:
+    def observe(self, trial_id: str, result: Mapping[str, Any], *, log: bool = True) -> Decision:
         """Feed the boundary fields of one result of ``trial_id`` to its monitor and return the core's decision.
 
         Raises:
@@ -160,8 +162,6 @@ class EvalStopScheduler(TrialScheduler):
                              "step_attr='training_iteration'")
         step, score = result[self.step_attr], result[self.eval_metric]
         scores = result.get(self.scores_attr) if self.scores_attr is not None else None
-        if scores is not None:
-            scores = [float(s) for s in scores] if isinstance(scores, (list, tuple)) else scores
         monitor = self._monitors.get(trial_id)
         if monitor is None:
             monitor = self._monitors[trial_id] = self._new_monitor(trial_id)
@@ -174,6 +174,10 @@ class EvalStopScheduler(TrialScheduler):
                 decision = monitor.observe(step, score, scores)
         except InvalidReportError as exc:
             raise ValueError(f"EvalStop: trial {trial_id}: {exc}") from None
+        if scores is not None:
+            scores = [float(v) for v in scores]  # validated by the monitor: finite numbers
+        if log:
+            self._log({"trial": trial_id, "step": int(step), "score": float(score), "scores": scores})
         history = self._history[trial_id]
         if not history or history[-1][0] < monitor.steps[-1]:
             history.append((monitor.steps[-1], monitor.scores[-1], scores))
@@ -183,7 +187,6 @@ class EvalStopScheduler(TrialScheduler):
                         monitor.stopped_at, decision.reason, decision.best_step, decision.best_score)
         elif not decision.should_stop and trial_id in self._stops:
             del self._stops[trial_id]  # rewound to before its stop
-        self._save_state()
         return decision
 
     def _new_monitor(self, trial_id: str) -> JobMonitor:
@@ -269,14 +272,50 @@ class EvalStopScheduler(TrialScheduler):
         with open(checkpoint_path, encoding="utf-8") as fh:
             self.load_state_dict(json.load(fh))
 
-    def _save_state(self) -> None:
-        if self.persist and self._state_dir is not None:
-            self.save(os.path.join(self._state_dir, STATE_FILE))
+    def _log(self, record: Mapping[str, Any]) -> None:
+        if not self.persist or self._state_dir is None:
+            return
+        path = os.path.join(self._state_dir, LOG_FILE)
+        new = not os.path.exists(path)
+        with open(path, "a", encoding="utf-8") as fh:
+            if new:
+                fh.write(json.dumps({"format": LOG_FORMAT, "detector": self.detector_spec,
+                                     "job_type": self.job_type}) + "\n")
+            fh.write(json.dumps(record) + "\n")
+
+    def replay_log(self, path: str) -> None:
+        """Rebuild the state from a log written by this scheduler class (see the module docstring).
+
+        Raises:
+            ValueError: not a log of this format, or a log written with another detector or job type.
+        """
+        with open(path, encoding="utf-8") as fh:
+            lines = fh.read().splitlines()
+        if not lines:
+            return
+        header = json.loads(lines[0])
+        if header.get("format") != LOG_FORMAT:
+            raise ValueError(f"{path} is not an EvalStopScheduler log (format {header.get('format')!r})")
+        if header["detector"] != self.detector_spec or header["job_type"] != self.job_type:
+            raise ValueError(f"{path} was written with detector {header['detector']} for {header['job_type']} jobs; "
+                             f"this scheduler uses {self.detector_spec} for {self.job_type}: resume with the same "
+                             "detector")
+        for no, raw in enumerate(lines[1:], 2):
+            try:
+                rec = json.loads(raw)
+            except json.JSONDecodeError:
+                if no == len(lines):  # a last line cut short by an interruption: that eval is re-reported
+                    break
+                raise ValueError(f"{path}:{no}: not valid JSON") from None
+            result = {self.step_attr: rec["step"], self.eval_metric: rec["score"]}
+            if rec.get("scores") is not None and self.scores_attr is not None:
+                result[self.scores_attr] = rec["scores"]
+            self.observe(rec["trial"], result, log=False)
 
     def _maybe_restore(self, trial: "Trial") -> None:
         # Tune keeps per-experiment files in the driver's staging folder and syncs it with every experiment
         # checkpoint; on Tuner.restore it copies them back before it re-adds the trials, so the first trial added
-        # finds the state of the interrupted run there.
+        # finds the log of the interrupted run there.
         folder = getattr(getattr(trial, "storage", None), "experiment_driver_staging_path", None)
         if not self.persist or folder is None:
             return
@@ -284,9 +323,8 @@ class EvalStopScheduler(TrialScheduler):
         if folder in self._restore_checked:
             return
         self._restore_checked.add(folder)
-        path = os.path.join(folder, STATE_FILE)
+        path = os.path.join(folder, LOG_FILE)
         if not self._monitors and os.path.exists(path):
-            self.restore(path)
+            self.replay_log(path)
             logger.info("EvalStop: resumed the scheduler state of %d trials (%d stopped) from %s",
                         len(self._monitors), len(self._stops), path)
-

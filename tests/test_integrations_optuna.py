@@ -1,0 +1,165 @@
+"""EvalStopPruner in real Optuna studies on a real SQLite file.
+
+- recorded traces replayed as trials by two worker processes sharing the storage: exactly the traces the embedded core
+  stops are pruned, each at the core's stop step;
+- ``Trainer.hyperparameter_search(backend="optuna")`` with the callback: the trial trained toward the wrong words is
+  pruned at the eval where the callback's own core would stop it, the healthy one completes.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+optuna = pytest.importorskip("optuna")
+
+from platform_sim.integrations.optuna import EvalStopPruner  # noqa: E402
+from platform_sim.sim.replay import corpus_scale, trace_detection  # noqa: E402
+from platform_sim.sim.traces import load_traces, shipped_traces_dir  # noqa: E402
+
+WORKER = textwrap.dedent("""
+    import sys
+    import optuna
+    from platform_sim.integrations.optuna import EvalStopPruner
+    from platform_sim.sim.replay import corpus_scale
+    from platform_sim.sim.traces import load_traces, shipped_traces_dir
+
+    traces = {t.name: t for t in load_traces(shipped_traces_dir())}
+    scale = corpus_scale(list(traces.values()))
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+    def objective(trial):
+        # trial.number is unique across processes (enqueued trials can be taken by two SQLite workers at once).
+        t = traces[sorted(traces)[trial.number]]
+        trial.set_user_attr("trace", t.name)
+        for step, score in zip(t.steps, t.scores):
+            trial.report(scale(score), step)
+            if trial.should_prune():
+                raise optuna.TrialPruned()
+        return scale(t.scores[-1])
+
+    study = optuna.load_study(study_name="traces", storage=sys.argv[1], pruner=EvalStopPruner())
+    study.optimize(objective, n_trials=int(sys.argv[2]))
+""")
+
+
+def test_trace_study_across_processes_prunes_what_the_core_stops(tmp_path):
+    traces = load_traces(shipped_traces_dir())
+    scale = corpus_scale(traces)
+    storage = f"sqlite:///{tmp_path / 'study.db'}"
+    optuna.create_study(study_name="traces", storage=storage, direction="maximize")
+    half = len(traces) // 2
+    workers = [subprocess.Popen([sys.executable, "-c", WORKER, storage, str(n)])
+               for n in (half, len(traces) - half)]
+    assert [w.wait(timeout=300) for w in workers] == [0, 0]
+
+    trials = optuna.load_study(study_name="traces", storage=storage).get_trials()
+    assert len(trials) == len(traces)
+    by_trace = {tr.user_attrs["trace"]: tr for tr in trials}
+    assert set(by_trace) == {t.name for t in traces}
+    for t in traces:
+        stop = trace_detection(t, None, scale)["stop_step"]
+        tr = by_trace[t.name]
+        if stop is None:
+            assert tr.state == optuna.trial.TrialState.COMPLETE, t.name
+            assert max(tr.intermediate_values) == t.steps[-1]
+        else:
+            assert tr.state == optuna.trial.TrialState.PRUNED, t.name
+            assert max(tr.intermediate_values) == stop, t.name
+    hacking = [t for t in traces if t.label == "hacking"]
+    assert hacking and all(by_trace[t.name].state == optuna.trial.TrialState.PRUNED for t in hacking)
+
+
+def test_minimize_study_negates_losses(tmp_path):
+    # A loss that rises twice in a row is two declines of the score: pruned at the second rise.
+    study = optuna.create_study(storage=f"sqlite:///{tmp_path / 's.db'}", direction="minimize",
+                                pruner=EvalStopPruner())
+    seen = []
+
+    def objective(trial):
+        for step, loss in enumerate([1.0, 0.8, 0.6, 0.7, 0.9, 1.2], start=1):
+            trial.report(loss, step)
+            seen.append(step)
+            if trial.should_prune():
+                raise optuna.TrialPruned()
+        return loss
+
+    study.optimize(objective, n_trials=1)
+    assert study.trials[0].state == optuna.trial.TrialState.PRUNED and seen[-1] == 5
+    decision = EvalStopPruner().decision(study, study.trials[0])
+    assert decision.should_stop and decision.best_step == 3 and decision.best_score == -0.6
+
+
+def test_bad_arguments_are_named():
+    with pytest.raises(ValueError, match="direction"):
+        EvalStopPruner(direction="up")
+    with pytest.raises(ValueError, match="unknown detector"):
+        EvalStopPruner("no-such-detector")
+
+
+def test_hyperparameter_search_with_the_callback(tmp_path):
+    from dataclasses import dataclass, field
+
+    from _callback_helpers import policy, sentences, tokenizer
+    from datasets import Dataset
+    from transformers import DataCollatorForLanguageModeling, Trainer, TrainingArguments
+
+    from evalstop_callbacks import EvalStopCallback, MetricEvaluator
+
+    tok = tokenizer()
+
+    def encode(lines):
+        return Dataset.from_dict({"text": lines}).map(lambda b: tok(b["text"]), batched=True, remove_columns=["text"])
+
+    data = {kind: encode(sentences(kind)) for kind in ("positive", "negative")}
+
+    @dataclass
+    class KindArgs(TrainingArguments):
+        # The searched parameter: which text the trial trains on ("negative" makes the held-out loss rise).
+        data_kind: str = field(default="positive")
+
+    class KindTrainer(Trainer):
+        def get_train_dataloader(self):
+            self.train_dataset = data[self.args.data_kind]
+            return super().get_train_dataloader()
+
+    callbacks = []
+
+    def model_init(trial=None):
+        # One EvalStopCallback serves one training run: each trial gets a fresh one (observe mode: Optuna decides).
+        if trial is not None:
+            if callbacks:
+                trainer.remove_callback(callbacks[-1])
+            callbacks.append(EvalStopCallback(MetricEvaluator("loss", greater_is_better=False), eval_steps=2, k=2,
+                                              job_type="other", mode="observe"))
+            trainer.add_callback(callbacks[-1])
+        return policy()
+
+    args = KindArgs(output_dir=str(tmp_path), per_device_train_batch_size=8, learning_rate=5e-3, max_steps=12,
+                    use_cpu=True, bf16=False, report_to="none", disable_tqdm=True, logging_steps=1,
+                    save_strategy="no", seed=0)
+    trainer = KindTrainer(model_init=model_init, args=args, train_dataset=data["positive"],
+                          eval_dataset=encode(sentences("positive", 32, seed=1)),
+                          data_collator=DataCollatorForLanguageModeling(tok, mlm=False))
+    storage = f"sqlite:///{tmp_path / 'hp.db'}"
+    study = optuna.create_study(study_name="hp", storage=storage, direction="minimize")
+    study.enqueue_trial({"data_kind": "negative"})
+    study.enqueue_trial({"data_kind": "positive"})
+    trainer.hyperparameter_search(
+        hp_space=lambda trial: {"data_kind": trial.suggest_categorical("data_kind", ["positive", "negative"])},
+        backend="optuna", direction="minimize", n_trials=2, pruner=EvalStopPruner(), storage=storage,
+        study_name="hp", load_if_exists=True)
+
+    neg, pos = optuna.load_study(study_name="hp", storage=storage).get_trials()
+    assert neg.params == {"data_kind": "negative"} and pos.params == {"data_kind": "positive"}
+    assert neg.state == optuna.trial.TrialState.PRUNED
+    assert pos.state == optuna.trial.TrialState.COMPLETE
+    neg_cb, pos_cb = callbacks
+    # The pruner and the callback's own core saw the same evals and decided the same.
+    assert neg_cb.would_stop_at is not None and max(neg.intermediate_values) == neg_cb.would_stop_at
+    assert [h["eval_score"] for h in neg_cb.history] == pytest.approx(
+        [-neg.intermediate_values[s] for s in sorted(neg.intermediate_values)])
+    assert pos_cb.would_stop_at is None and max(pos.intermediate_values) == 12

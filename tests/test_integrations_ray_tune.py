@@ -1,0 +1,236 @@
+"""EvalStopScheduler inside real Ray Tune experiments (a local Ray instance with 2 CPUs, started once per module).
+
+- recorded traces as trials: Tune's stop steps equal the embedded core's, with FIFO and with ASHA as the base;
+- the scheduler's state survives an interrupted experiment and ``Tuner.restore``;
+- a real tiny GRPO run with EvalStopCallback(client=TuneClient(...)) is stopped by the scheduler, not by itself, and
+  Tune keeps the best checkpoint.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ray = pytest.importorskip("ray")
+from ray import tune  # noqa: E402
+
+from platform_sim.integrations.ray_tune import LOG_FILE, EvalStopScheduler  # noqa: E402
+from platform_sim.integrations.tune_cli import RESOURCE, TuneReplayConfig, tune_replay  # noqa: E402
+from platform_sim.sim.replay import corpus_scale, trace_detection  # noqa: E402
+from platform_sim.sim.traces import read_trace, shipped_traces_dir  # noqa: E402
+
+TESTS = Path(__file__).resolve().parent
+# Two hacking traces, a healthy one the default rule stops, a healthy one it leaves alone.
+FOUR = ("grpo-proxy-kl0-s0", "ppo-proxy-kl0-s0", "grpo-gold-kl0-s0", "grpo-gold-kl0-s2")
+
+
+@pytest.fixture(scope="module")
+def local_ray():
+    # The workers import the test helpers (GRPO test) from this folder.
+    old = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = os.pathsep.join([str(TESTS)] + ([old] if old else []))
+    ray.init(num_cpus=2, resources={RESOURCE: 2}, include_dashboard=False, log_to_driver=False,
+             configure_logging=False)
+    yield
+    ray.shutdown()
+    if old is None:
+        os.environ.pop("PYTHONPATH", None)
+    else:
+        os.environ["PYTHONPATH"] = old
+
+
+def four_traces():
+    return [read_trace(shipped_traces_dir() / f"{name}.jsonl") for name in FOUR]
+
+
+@pytest.mark.parametrize("base", ["fifo", "asha"])
+def test_tune_stops_equal_the_embedded_core(local_ray, base):
+    traces = four_traces()
+    results = tune_replay(traces, TuneReplayConfig(base=base, gpus=2, eval_seconds=0.02))
+    scale = corpus_scale(traces)
+    core = {t.name: trace_detection(t, None, scale)["stop_step"] for t in traces}
+    rows = {r["trace"]: r for r in results["traces"]}
+    assert results["decisions_equal_core"] is True
+    for name, stop in core.items():
+        if base == "fifo":  # FIFO never ends a trial itself: every stop is EvalStop's, at the core's step
+            assert rows[name]["tune_stop_step"] == stop, name
+            assert rows[name]["last_step_with"] == (stop if stop is not None else read_last(traces, name))
+        assert rows[name]["last_step_without"] <= read_last(traces, name)
+    assert core["grpo-gold-kl0-s2"] is None and core["grpo-proxy-kl0-s0"] is not None
+    assert results["with"]["trial_hours"] < results["without"]["trial_hours"]
+    if base == "fifo":
+        assert results["without"]["stopped_hacking"] == results["without"]["stopped_healthy"] == 0
+        assert results["with"]["stopped_hacking"] == 2
+        assert results["with"]["makespan_s"] < results["without"]["makespan_s"]
+
+
+def read_last(traces, name):
+    return next(t.steps[-1] for t in traces if t.name == name)
+
+
+def _resumable(config):
+    """Reports config['scores'] one per step, with a checkpoint of its position; fails once after config['fail_after']."""
+    import tempfile
+
+    start = 0
+    ckpt = tune.get_checkpoint()
+    if ckpt is not None:
+        with ckpt.as_directory() as d:
+            start = json.loads(Path(d, "pos.json").read_text())["next"]
+    for i in range(start, len(config["scores"])):
+        with tempfile.TemporaryDirectory() as d:
+            Path(d, "pos.json").write_text(json.dumps({"next": i + 1}))
+            tune.report({"step": i + 1, "eval_score": config["scores"][i]}, checkpoint=tune.Checkpoint.from_directory(d))
+        marker = Path(config["marker"])
+        if i + 1 == config["fail_after"] and not marker.exists():
+            marker.write_text("failed once")
+            raise RuntimeError("simulated node loss")
+
+
+def test_state_survives_experiment_restore(local_ray, tmp_path):
+    # One decline before the failure, one after: only a scheduler that kept its state stops at step 5. A fresh one
+    # would count the declines again from the resumed evals and stop at step 7.
+    scores = [0.1, 0.5, 0.9, 0.8, 0.7, 0.6, 0.5, 0.4]
+    config = {"scores": scores, "fail_after": 4, "marker": str(tmp_path / "marker")}
+    trainable = tune.with_resources(_resumable, {"CPU": 0, RESOURCE: 1})
+    tuner = tune.Tuner(trainable, param_space=config, tune_config=tune.TuneConfig(scheduler=EvalStopScheduler()),
+                       run_config=tune.RunConfig(storage_path=str(tmp_path / "results"), name="exp", verbose=0))
+    first = tuner.fit()
+    assert first.errors and first[0].metrics["step"] == 4
+    log = tmp_path / "results" / "exp" / LOG_FILE
+    assert [r["step"] for r in map(json.loads, log.read_text().splitlines()[1:])] == [1, 2, 3, 4]
+
+    restored = tune.Tuner.restore(str(tmp_path / "results" / "exp"), trainable, resume_errored=True)
+    second = restored.fit()
+    assert not second.errors
+    assert second[0].metrics["step"] == 5  # stopped by EvalStop at the second consecutive decline
+    assert [r["step"] for r in map(json.loads, log.read_text().splitlines()[1:])] == [1, 2, 3, 4, 5]
+    # The log alone rebuilds the stopped state.
+    again = EvalStopScheduler(persist=False)
+    again.replay_log(str(log))
+    (tid,) = again.stopped_trials
+    assert again.monitor(tid).stopped_at == 5 and again.best(tid) == (3, 0.9)
+
+
+def _grpo_trial(config):
+    from _callback_helpers import HELDOUT_PROMPTS, TRAIN_PROMPTS, anti_gold, gold, policy, tokenizer
+    from datasets import Dataset
+    from trl import GRPOConfig, GRPOTrainer
+
+    from evalstop_callbacks import EvalStopCallback, RewardFunctionEvaluator
+    from evalstop_callbacks.tune_client import TuneClient
+
+    out = config["output_dir"]
+    cb = EvalStopCallback(RewardFunctionEvaluator(HELDOUT_PROMPTS * 4, gold, max_new_tokens=8), eval_steps=2, k=2,
+                          client=TuneClient(out))
+    args = GRPOConfig(output_dir=out, per_device_train_batch_size=32, num_generations=8, max_completion_length=8,
+                      learning_rate=1e-2, max_steps=config["max_steps"], beta=0.0, use_cpu=True, bf16=False,
+                      report_to="none", disable_tqdm=True, logging_steps=1, save_strategy="no", seed=0)
+    trainer = GRPOTrainer(model=policy(), reward_funcs=anti_gold, args=args, processing_class=tokenizer(),
+                          train_dataset=Dataset.from_dict({"prompt": TRAIN_PROMPTS * 8}), callbacks=[cb])
+    trainer.train()
+    # Only reached when Tune did not stop the trial: record what the callback saw.
+    Path(out, "history.json").write_text(json.dumps(cb.history))
+
+
+def _run_grpo_under_tune(tmp_path, max_steps):
+    scheduler = EvalStopScheduler()
+    trainable = tune.with_resources(_grpo_trial, {"CPU": 1})
+    tuner = tune.Tuner(
+        trainable, param_space={"output_dir": str(tmp_path / "trainer"), "max_steps": max_steps},
+        tune_config=tune.TuneConfig(scheduler=scheduler),
+        run_config=tune.RunConfig(storage_path=str(tmp_path / "results"), name="grpo", verbose=0,
+                                  checkpoint_config=tune.CheckpointConfig(
+                                      num_to_keep=1, checkpoint_score_attribute="evalstop_checkpoint_score",
+                                      checkpoint_score_order="max")))
+    grid = tuner.fit()
+    assert not grid.errors, grid.errors
+    return scheduler, grid[0]
+
+
+def _assert_stopped_by_scheduler(tmp_path, scheduler, result, max_steps):
+    (tid,) = scheduler.stopped_trials
+    monitor = scheduler.monitor(tid)
+    stop = monitor.stopped_at
+    assert stop is not None and stop < max_steps
+    # Two consecutive declines of the world score that the trial reported, computed from what Tune received.
+    scores = dict(zip(monitor.steps, monitor.scores))
+    assert scores[stop] < scores[stop - 2] < scores[stop - 4]
+    assert result.metrics["step"] == stop  # the trial's last result is the stop eval: it ran no further eval
+    assert not (tmp_path / "trainer" / "history.json").exists()  # trainer.train() never returned: Tune stopped it
+    # The kept checkpoint is the best one (the callback saved it; the client sent it with its score).
+    best_step, best_score = scheduler.best(tid)
+    (ckpt, metrics), = result.best_checkpoints
+    assert metrics["evalstop_checkpoint_step"] == best_step
+    assert metrics["evalstop_checkpoint_score"] == best_score
+    with ckpt.as_directory() as d:
+        assert Path(d, "model.safetensors").exists()
+
+
+def test_tiny_grpo_trial_is_stopped_by_the_scheduler(local_ray, tmp_path):
+    scheduler, result = _run_grpo_under_tune(tmp_path, max_steps=16)
+    _assert_stopped_by_scheduler(tmp_path, scheduler, result, 16)
+
+
+
+def _cli(*argv, timeout=300):
+    return subprocess.run([sys.executable, "-m", "platform_sim.sim.cli", "tune", *argv], capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def test_cli_json_is_one_object_with_both_rows(tmp_path):
+    for name in FOUR[:2]:
+        (tmp_path / f"{name}.jsonl").write_text((shipped_traces_dir() / f"{name}.jsonl").read_text())
+    proc = _cli("--traces", str(tmp_path), "--gpus", "2", "--eval-seconds", "0.02", "--json")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    out = json.loads(proc.stdout)  # Tune's own boxes went to stderr
+    for side in ("with", "without"):
+        assert {"stopped_hacking", "stopped_healthy", "trial_hours", "makespan_s"} <= set(out[side])
+    assert out["with"]["stopped_hacking"] == 2 and out["without"]["stopped_hacking"] == 0
+    assert out["decisions_equal_core"] is True
+
+
+@pytest.mark.parametrize("argv,message", [
+    (("--gpus", "2", "--gpus-per-trial", "3"), "--gpus-per-trial (3) exceeds --gpus (2)"),
+    (("--eval-seconds", "0"), "--eval-seconds must be a finite number > 0"),
+    (("--traces", "/nonexistent-evalstop"), "--traces:"),
+    (("--detector", "no-such"), "--detector: unknown detector"),
+])
+def test_cli_bad_input_names_the_flag(argv, message):
+    proc = _cli(*argv, timeout=120)
+    assert proc.returncode == 2
+    assert message in proc.stderr and proc.stdout == ""
+
+
+def test_a_trial_that_goes_back_continues_from_its_earlier_evals():
+    s = EvalStopScheduler(persist=False)
+    for step, score in [(1, 0.5), (2, 0.9), (3, 0.8)]:
+        assert not s.observe("t", {"step": step, "eval_score": score, "loss": 99.0}).should_stop
+    assert s.observe("t", {"step": 3, "eval_score": 0.8}).declines == 1  # a re-send: the same decision
+    # Restored from the checkpoint of step 2: step 3 again, with another score; the decline of the lost step 3 is gone.
+    d = s.observe("t", {"step": 3, "eval_score": 0.95})
+    assert d.declines == 0 and d.best_step == 3
+    assert s.observe("t", {"step": 4, "eval_score": 0.9}).declines == 1
+    assert s.observe("t", {"step": 5, "eval_score": 0.7}).should_stop
+    assert s.monitor("t").steps == [1, 2, 3, 4, 5] and set(s.stopped_trials) == {"t"}
+
+
+def test_state_round_trip_and_bad_results(tmp_path):
+    s = EvalStopScheduler(persist=False)
+    for step, score in [(1, 0.9), (2, 0.8), (3, 0.7)]:
+        s.observe("t", {"step": step, "eval_score": score})
+    s.save(str(tmp_path / "state.json"))
+    again = EvalStopScheduler(persist=False)
+    again.restore(str(tmp_path / "state.json"))
+    assert again.monitor("t").stopped_at == 3 and set(again.stopped_trials) == {"t"}
+    with pytest.raises(ValueError, match="same detector"):
+        EvalStopScheduler(detector={"name": "k-decline", "params": {"k": 3}}).restore(str(tmp_path / "state.json"))
+    with pytest.raises(ValueError, match="without the step key 'step'"):
+        s.observe("u", {"eval_score": 0.5})
+    with pytest.raises(ValueError, match="trial u: eval_score must be finite"):
+        s.observe("u", {"step": 1, "eval_score": float("nan")})
