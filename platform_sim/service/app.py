@@ -30,7 +30,7 @@ from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
-from platform_sim.core import ConflictError, InvalidReportError, Report
+from platform_sim.core import ConflictError, InvalidReportError, Report, default_spec
 
 from .metrics import ServiceMetrics
 from .schemas import JOB_ID_PATTERN, MAX_EVAL_SCORES, DecisionOut, ErrorOut, FinishIn, JobCreate, JobList, JobOut, ReportIn
@@ -478,7 +478,7 @@ def create_app(store: Store, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES, cl
         """Register a job and return it; its ``job_id`` is made up if not given."""
         spec = body.detector.model_dump() if body.detector is not None else None
         record = JobRecord(job_id=body.job_id or f"job-{uuid.uuid4().hex[:16]}", job_type=body.job_type,
-                           detector=spec or {"name": "k-decline", "params": {}}, gpus=body.gpus,
+                           detector=spec or default_spec(), gpus=body.gpus,
                            planned_steps=body.planned_steps)
         try:
             job, created = await anyio.to_thread.run_sync(store.register_job, t.tenant_id, record)

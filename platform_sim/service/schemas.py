@@ -91,7 +91,7 @@ class JobCreate(_Strict):
     planned_steps: Integer | None = Field(None, ge=1, le=MAX_PLANNED_STEPS,
                                           description="Planned training steps (for the GPU-hours-reclaimed "
                                                       f"estimate), at most {MAX_PLANNED_STEPS}.")
-    detector: DetectorSpec | None = Field(None, description="Stop detector; default: the paper's k=2 rule.")
+    detector: DetectorSpec | None = Field(None, description="Stop detector; default: the project's default detector (platform_sim.core.default_spec()).")
 
 
 class ReportIn(_Strict):

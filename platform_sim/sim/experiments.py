@@ -17,7 +17,7 @@ import logging
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Mapping, Sequence
 
-from platform_sim.core.detectors import detector_from_spec
+from platform_sim.core.detectors import detector_from_spec, paper_spec
 from platform_sim.core.policies import PREEMPTION_COST_H, make_base_policy
 from platform_sim.core.stop_policies import DEFAULT_STOP_TYPES, Scheduler, make_stop_policy, with_stop
 
@@ -178,7 +178,7 @@ class _Cell:
 def _detector_with_k(detector: Mapping[str, Any] | None, k: int) -> dict[str, Any]:
     spec = detector_from_spec(detector).spec()
     if spec["name"] != "k-decline":
-        spec = detector_from_spec(None).spec()
+        spec = paper_spec()
     spec["params"]["k"] = k
     return spec
 

@@ -24,6 +24,10 @@ from .paired_test import PAIRED_TESTS, PairedTestDetector
 from .pvalues import one_sided_t_p
 from .registry import (
     DEFAULT_DETECTOR,
+    DEFAULT_SPEC,
+    PAPER_SPEC,
+    default_spec,
+    paper_spec,
     DETECTORS,
     DetectorFactory,
     detector_from_spec,
@@ -36,6 +40,10 @@ from .trend import TREND_TESTS, TrendDetector
 
 __all__ = [
     "DEFAULT_DETECTOR",
+    "DEFAULT_SPEC",
+    "PAPER_SPEC",
+    "default_spec",
+    "paper_spec",
     "DETECTORS",
     "GAMMAS",
     "MIN_HISTORY_FOR_SE",

@@ -2,13 +2,34 @@
 
 from __future__ import annotations
 
+import copy
 import json
 from typing import Any, Callable, Mapping
 
 from .base import Detector
 
-#: The detector of the EvalStop paper, used when a spec names none.
-DEFAULT_DETECTOR = "k-decline"
+#: The EvalStop paper's rule: stop at the 2nd consecutive decline, no tolerance. ``detector_from_spec(None)`` builds
+#: it, so the simulator's experiments (``evalstop-sim paper``) keep the paper's semantics.
+PAPER_SPEC: dict[str, Any] = {"name": "k-decline", "params": {"k": 2, "min_delta": 0.0}}
+
+#: The project's default for real jobs: what ``EvalStopCallback()``, ``evalstop-server`` (a job registered without a
+#: detector) and ``evalstop demo`` use. Chosen by the multi-environment real-trace benchmark: every number tuned on
+#: the tune-split environments only, the candidates judged once on the held-out test-split environments, and this is
+#: the one that did best there (``evalstop-sim benchmark``; results in docs/real-traces.md).
+DEFAULT_SPEC: dict[str, Any] = {"name": "k-decline", "params": {"k": 2, "min_delta": 0.0}}
+
+DEFAULT_DETECTOR = DEFAULT_SPEC["name"]
+"""The default detector's name."""
+
+
+def default_spec() -> dict[str, Any]:
+    """A fresh copy of :data:`DEFAULT_SPEC` (callers may change their copy)."""
+    return copy.deepcopy(DEFAULT_SPEC)
+
+
+def paper_spec() -> dict[str, Any]:
+    """A fresh copy of :data:`PAPER_SPEC`."""
+    return copy.deepcopy(PAPER_SPEC)
 
 # Detector classes by name. Each detector module adds its class with :func:`register_detector` when the package is
 # imported (``platform_sim/core/detectors/__init__.py`` imports them all); the mapping holds classes only, never
@@ -28,7 +49,7 @@ def register_detector(cls: type[Detector]) -> type[Detector]:
     return cls
 
 
-def make_detector(name: str = DEFAULT_DETECTOR, **params: Any) -> Detector:
+def make_detector(name: str, **params: Any) -> Detector:
     """Build a detector by name with its parameters; unknown names and bad parameters raise ``ValueError``."""
     try:
         cls = DETECTORS[name]
@@ -43,7 +64,7 @@ def make_detector(name: str = DEFAULT_DETECTOR, **params: Any) -> Detector:
 def detector_from_spec(spec: str | Mapping[str, Any] | None) -> Detector:
     """Build a detector from ``None`` (the paper's rule), a name, or ``{"name": ..., "params": {...}}``."""
     if spec is None:
-        return make_detector()
+        return make_detector(PAPER_SPEC["name"], **PAPER_SPEC["params"])
     if isinstance(spec, str):
         return make_detector(spec)
     if not isinstance(spec, Mapping) or "name" not in spec:
