@@ -57,31 +57,34 @@ def check_finite_score(value: Any, field: str = "eval_score") -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise InvalidReportError(f"{field} must be a number, got {type(value).__name__}")
     try:
-        value = float(value)
+        number = float(value)
     except OverflowError:  # an int beyond the float range
         raise InvalidReportError(f"{field} must be a number of magnitude at most {MAX_ABS_SCORE:g}") from None
-    if not math.isfinite(value):
-        raise InvalidReportError(f"{field} must be finite, got {value}")
-    if not -MAX_ABS_SCORE <= value <= MAX_ABS_SCORE:
-        raise InvalidReportError(f"{field} must have a magnitude of at most {MAX_ABS_SCORE:g}, got {value:g}")
-    return value
+    if not math.isfinite(number):
+        raise InvalidReportError(f"{field} must be finite, got {number}")
+    if not -MAX_ABS_SCORE <= number <= MAX_ABS_SCORE:
+        raise InvalidReportError(f"{field} must have a magnitude of at most {MAX_ABS_SCORE:g}, got {number:g}")
+    return number
 
 
 def check_step(value: Any) -> int:
     """Return ``value`` as an int step, or raise :class:`InvalidReportError` if it is not an integer >= 0."""
+    step: int
     if isinstance(value, bool) or not isinstance(value, int):
         # Accept integral floats from JSON encoders that write 10.0, nothing else.
         if isinstance(value, float) and value.is_integer():
-            value = int(value)
+            step = int(value)
         else:
             raise InvalidReportError(f"step must be an integer >= 0, got {value!r}")
-    if value < 0:
-        raise InvalidReportError(f"step must be >= 0, got {value}")
-    return value
+    else:
+        step = value
+    if step < 0:
+        raise InvalidReportError(f"step must be >= 0, got {step}")
+    return step
 
 
 def check_job_type(value: Any) -> str:
-    if value not in JOB_TYPES:
+    if not isinstance(value, str) or value not in JOB_TYPES:
         raise InvalidReportError(f"job_type must be one of {', '.join(JOB_TYPES)}; got {value!r}")
     return value
 
