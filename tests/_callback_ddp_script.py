@@ -40,7 +40,7 @@ def main() -> None:
         seen.append(len(prompts))  # how many examples this rank scored
         return gold(prompts, completions)
 
-    cb = EvalStopCallback(evaluator(counting_gold), eval_steps=2, k=2, trace_path=os.path.join(out_dir, "trace.jsonl"))
+    cb = EvalStopCallback(evaluator(counting_gold), eval_steps=2, k=1, trace_path=os.path.join(out_dir, "trace.jsonl"))
     args = GRPOConfig(output_dir=os.path.join(out_dir, "run"), per_device_train_batch_size=8, num_generations=8,
                       max_completion_length=8, learning_rate=1e-2, max_steps=12, beta=0.0, use_cpu=True, bf16=False,
                       report_to="none", disable_tqdm=True, logging_steps=1, save_strategy="no", seed=0,
