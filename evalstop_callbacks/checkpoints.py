@@ -73,6 +73,33 @@ def save_best_weights(trainer: Any, path: str, previous: str | None) -> None:
         logger.info("removed the previous best weights %s", previous)
 
 
+def _is_fsdp2(model: Any) -> bool:
+    try:
+        from torch.distributed.fsdp import FSDPModule
+    except ImportError:  # torch without FSDP2
+        return False
+    return isinstance(model, FSDPModule)
+
+
+def _load_into_shards(model: Any, full: dict[str, Any]) -> None:
+    """Copy a full state dict into an FSDP2 model: each rank keeps its shard of every DTensor (collective)."""
+    import torch
+    from torch.distributed.tensor import DTensor, distribute_tensor
+
+    target = model.state_dict()
+    missing = sorted(set(target) - set(full))
+    if missing:
+        raise CheckpointError(f"checkpoint lacks {missing[:3]}")
+    with torch.no_grad():
+        for name, tensor in target.items():
+            source = full[name].to(dtype=tensor.dtype)
+            if isinstance(tensor, DTensor):
+                shard = distribute_tensor(source.to(tensor.device), tensor.device_mesh, tensor.placements)
+                tensor.to_local().copy_(shard.to_local())
+            else:
+                tensor.copy_(source.to(tensor.device))
+
+
 def _is_peft(model: Any) -> bool:
     try:
         from peft import PeftModel
@@ -103,8 +130,16 @@ def restore_checkpoint(model: Any, path: str | os.PathLike[str]) -> None:
         raise CheckpointError(f"best checkpoint {path} holds no model weights")
     param = next(model.parameters())
     try:
-        loaded = type(model).from_pretrained(str(path), dtype=param.dtype)
-        model.load_state_dict(loaded.state_dict(), strict=True)
+        cls = type(model)
+        if _is_fsdp2(model):  # fully_shard swaps the class for an FSDP<Model> subclass: load the model class itself
+            from torch.distributed.fsdp import FSDPModule
+
+            cls = next(c for c in cls.__mro__[1:] if not issubclass(c, FSDPModule))
+        loaded = cls.from_pretrained(str(path), dtype=param.dtype)
+        if _is_fsdp2(model):
+            _load_into_shards(model, loaded.state_dict())
+        else:
+            model.load_state_dict(loaded.state_dict(), strict=True)
     except Exception as exc:  # noqa: BLE001 - re-raised with the folder named
         raise CheckpointError(f"cannot restore {path} into {type(model).__name__}: {exc}") from exc
     logger.info("restored weights from %s", path)

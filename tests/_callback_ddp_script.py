@@ -41,10 +41,12 @@ def main() -> None:
         return gold(prompts, completions)
 
     cb = EvalStopCallback(evaluator(counting_gold), eval_steps=2, k=1, trace_path=os.path.join(out_dir, "trace.jsonl"))
+    # EVALSTOP_TEST_FSDP=1 (GPU machines only: accelerate ignores fsdp on CPU): the same run with FSDP2 sharding
+    placement = (dict(use_cpu=False, fsdp="full_shard", fsdp_config={"version": 2}) if os.environ.get("EVALSTOP_TEST_FSDP")
+                 else dict(use_cpu=True, ddp_backend="gloo"))
     args = GRPOConfig(output_dir=os.path.join(out_dir, "run"), per_device_train_batch_size=8, num_generations=8,
-                      max_completion_length=8, learning_rate=1e-2, max_steps=12, beta=0.0, use_cpu=True, bf16=False,
-                      report_to="none", disable_tqdm=True, logging_steps=1, save_strategy="no", seed=0,
-                      ddp_backend="gloo")
+                      max_completion_length=8, learning_rate=1e-2, max_steps=12, beta=0.0, bf16=False,
+                      report_to="none", disable_tqdm=True, logging_steps=1, save_strategy="no", seed=0, **placement)
     data = Dataset.from_dict({"prompt": TRAIN_PROMPTS * 8})
     trainer = GRPOTrainer(model=model, reward_funcs=anti_gold, args=args, processing_class=tok, train_dataset=data,
                           callbacks=[cb])

@@ -87,3 +87,49 @@ def test_two_ranks_evaluate_their_shards_and_stop_at_the_same_step(tmp_path):
 @pytest.mark.slow
 def test_three_ranks_evaluate_their_shards_and_stop_at_the_same_step(tmp_path):
     _check(tmp_path, _run(tmp_path, 3))
+
+
+def test_fsdp2_sharded_model_evaluates_in_lockstep_and_restores(tmp_path):
+    """torch's FSDP2 on CPU: the sharded evaluation equals one process's, and restore loads into the shards.
+
+    (Through the Trainer, FSDP cannot run on CPU: accelerate enables FSDP only for multi-GPU-type backends, and with
+    ``use_cpu=True`` it silently trains plain DDP. ``test_trainer_fsdp_on_gpus`` covers that path where GPUs exist.)
+    """
+    from _callback_fsdp_script import evaluator
+
+    model_dir, best_dir = tmp_path / "model", tmp_path / "best"
+    start, best = policy(), policy()
+    with __import__("torch").no_grad():
+        for p in best.parameters():
+            p.mul_(0.9)  # other weights, so that the restore shows in the scores
+    start.save_pretrained(model_dir)
+    tokenizer().save_pretrained(model_dir)
+    best.save_pretrained(best_dir)
+    script = Path(__file__).with_name("_callback_fsdp_script.py")
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_addr", "127.0.0.1",
+           "--master_port", str(_free_port()), str(script), str(model_dir), str(best_dir), str(tmp_path)]
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    r0, r1 = (json.loads((tmp_path / f"fsdp-{r}.json").read_text()) for r in (0, 1))
+    assert r0["sharded"] and r1["sharded"]
+    n_params = sum(p.numel() for p in start.parameters())
+    assert r0["local_params"] < n_params and r0["local_params"] + r1["local_params"] >= n_params  # really sharded
+    assert r0["before"] == r1["before"] == list(evaluator().evaluate(start, tokenizer()).scores)
+    assert r0["after"] == r1["after"] == list(evaluator().evaluate(best, tokenizer()).scores)
+    assert r0["after"] != r0["before"]
+
+
+@pytest.mark.skipif(not __import__("torch").cuda.is_available() or __import__("torch").cuda.device_count() < 2,
+                    reason="FSDP through the Trainer needs 2 GPUs: accelerate ignores fsdp= on CPU")
+def test_trainer_fsdp_on_gpus(tmp_path):
+    model_dir = tmp_path / "model"
+    policy().save_pretrained(model_dir)
+    tokenizer().save_pretrained(model_dir)
+    script = Path(__file__).with_name("_callback_ddp_script.py")
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false", "EVALSTOP_TEST_FSDP": "1"}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_addr", "127.0.0.1",
+           "--master_port", str(_free_port()), str(script), str(model_dir), str(tmp_path)]
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    _check(tmp_path, [json.loads((tmp_path / f"rank-{r}.json").read_text()) for r in (0, 1)])
