@@ -89,6 +89,21 @@ def _trainer_name(args: Any) -> str:
     return name[:-6] + "Trainer" if name.endswith("Config") else "Trainer"
 
 
+def _check_detector_args(spec: Mapping[str, Any], k: Any, min_delta: Any) -> None:
+    """``k``/``min_delta`` next to ``detector=``: the spec decides, and a warning says so whenever they differ from
+    the detector's own value or the detector has no such parameter (never silently ignored)."""
+    params = spec.get("params") or {}
+    for name, value in (("k", k), ("min_delta", min_delta)):
+        if value is None or params.get(name, object()) == value:
+            continue
+        if name in params:
+            logger.warning("EvalStopCallback: %s=%r is not used: the detector spec decides, and %r has %s=%r (set "
+                           "it in the spec's params)", name, value, spec.get("name"), name, params[name])
+        else:
+            logger.warning("EvalStopCallback: %s=%r is not used: detector %r has no %s parameter", name, value,
+                           spec.get("name"), name)
+
+
 def _find_trainer(callback: Any) -> Any:
     """The trainer whose callback handler holds ``callback``, found among the callers of the current event.
 
@@ -145,10 +160,11 @@ class EvalStopCallback(TrainerCallback, ExportableState):
             every epoch end with `"epoch"`. `None`: the trainer's `eval_strategy` (`"steps"` with its `eval_steps`,
             or `"epoch"`); an error at train start if that is `"no"`.
         k (`int`, *optional*, defaults to 2):
-            Consecutive declines that stop the run (the paper's k). Integer >= 1. Not together with `detector`.
+            Consecutive declines that stop the run (the paper's k). Integer >= 1. With `detector`, the spec decides
+            (a warning says when `k` differs from it).
         min_delta (`float`, *optional*, defaults to 0.0):
-            A drop counts as a decline only if it exceeds `min_delta` (the paper uses 0). Finite, >= 0. Not together
-            with `detector`.
+            A drop counts as a decline only if it exceeds `min_delta` (the paper uses 0). Finite, >= 0. With
+            `detector`, the spec decides (a warning says when `min_delta` differs from it).
         client (`BoundaryClient`, *optional*):
             Where decisions come from. `None` means the scheduler core embedded in this process
             ([`EmbeddedClient`]). Pass `PlatformClient(url, token)` to report to an `evalstop-server` instead; nothing
@@ -186,7 +202,8 @@ class EvalStopCallback(TrainerCallback, ExportableState):
         would_stop_at (`int` or `None`): First step at which the scheduler said stop (both modes).
         restored_from (`str` or `None`): Checkpoint folder whose weights were loaded into the model.
         eval_seconds, overhead_seconds (`list[float]`): Per evaluation: the evaluator's time on this process, and the
-            callback's own time (report, decision, bookkeeping, trace), measured on the main process.
+            callback's own time (report, decision, bookkeeping, logging, trace), measured on the main process.
+        save_seconds (`list[float]`): Time of each weights-only best save (``trainer.save_model``).
     """
 
     def __init__(
@@ -215,9 +232,6 @@ class EvalStopCallback(TrainerCallback, ExportableState):
         if eval_steps is not None and eval_steps != "epoch":
             _check_int("eval_steps", eval_steps, 1)
         self.eval_steps = eval_steps
-        if detector is not None and (k is not None or min_delta is not None):
-            raise ValueError("pass either detector= or k/min_delta, not both: the detector spec replaces the "
-                             "k-decline rule (put k and min_delta in its params)")
         self.k = _check_int("k", 2 if k is None else k, 1)
         min_delta = 0.0 if min_delta is None else min_delta
         if isinstance(min_delta, bool) or not isinstance(min_delta, (int, float)) or not math.isfinite(min_delta) \
@@ -243,6 +257,8 @@ class EvalStopCallback(TrainerCallback, ExportableState):
             {"name": "k-decline", "params": {"k": self.k, "min_delta": self.min_delta}} if detector is None
             else detector_from_spec(detector).spec()  # builds it once: a bad spec fails here, not mid-training
         )
+        if detector is not None:
+            _check_detector_args(self.detector_spec, k, min_delta)
         if trace_extras is not None and not callable(trace_extras):
             raise TypeError("trace_extras must be callable(args, state) -> mapping")
         self.trace_extras = trace_extras
@@ -261,6 +277,7 @@ class EvalStopCallback(TrainerCallback, ExportableState):
         self.restored_from: str | None = None
         self.eval_seconds: list[float] = []
         self.overhead_seconds: list[float] = []
+        self.save_seconds: list[float] = []
 
         self._cadence: tuple[str, int] = ("steps", 0)
         self._last_eval_step: int | None = None
@@ -278,6 +295,7 @@ class EvalStopCallback(TrainerCallback, ExportableState):
         self._last_logs: tuple[int, dict[str, Any]] | None = None
         self._trainer_ref: Callable[[], Any] = lambda: None
         self._emitting = False
+        self._saves_before = 0.0
         self._epoch_eval_at: int | None = None
         self._metrics_at: tuple[int, dict[str, Any]] | None = None
 
@@ -608,6 +626,7 @@ class EvalStopCallback(TrainerCallback, ExportableState):
 
     def _apply(self, args: Any, state: Any, control: Any, step: int, payload: dict[str, Any] | None) -> None:
         t0 = time.perf_counter()
+        self._saves_before = sum(self.save_seconds)  # the weights-only save is timed apart (save_seconds)
         shared = share_from_main(None if payload is None else {k: v for k, v in payload.items() if k != "exc"})
         if "error" in shared:
             if payload is not None and "exc" in payload:
@@ -655,7 +674,8 @@ class EvalStopCallback(TrainerCallback, ExportableState):
             logs["evalstop/stop_step"] = step  # the stop event (in observe mode: where enforce would stop)
         self._log(args, state, control, logs)
         if self._is_main:
-            self.overhead_seconds.append(self._own_time + (time.perf_counter() - t0))
+            saved = sum(self.save_seconds) - self._saves_before
+            self.overhead_seconds.append(self._own_time + (time.perf_counter() - t0) - saved)
             self._own_time = 0.0
 
     def _metric(self, score: float | None) -> float:
@@ -682,7 +702,9 @@ class EvalStopCallback(TrainerCallback, ExportableState):
                 shutil.rmtree(previous, ignore_errors=True)
         else:
             path = best_weights_dir(args.output_dir, step)
+            t0 = time.perf_counter()
             save_best_weights(trainer, path, previous)
+            self.save_seconds.append(time.perf_counter() - t0)
         self.best_checkpoint = mark_best(state, path, step, self._metric(self.best_score))
 
     def _log(self, args: Any, state: Any, control: Any, logs: dict[str, float]) -> None:

@@ -204,14 +204,20 @@ def test_dict_eval_datasets(tmp_path):
         typo.train()
 
 
+def test_k_next_to_a_detector_without_k_is_not_silently_ignored(caplog):
+    with caplog.at_level("WARNING", logger="evalstop_callbacks.callback"):
+        cb = EvalStopCallback(eval_steps=2, k=3, min_delta=0.1, detector="shape")
+        EvalStopCallback(eval_steps=2, k=2, detector={"name": "k-decline", "params": {"k": 2}})  # agreeing: quiet
+    assert cb.detector_spec["name"] == "shape" and cb.detector_spec["params"]["k"] == 1
+    assert "k=3 is not used: the detector spec decides, and 'shape' has k=1" in caplog.text
+    assert "min_delta=0.1 is not used: detector 'shape' has no min_delta parameter" in caplog.text
+    assert len(caplog.records) == 2
+
+
 def test_argument_errors():
     with pytest.raises(EvaluatorError, match="greater_is_better must be True, False or None, got 'no'"):
         MetricEvaluator("loss", greater_is_better="no")
     assert MetricEvaluator("loss").greater_is_better is False and MetricEvaluator("accuracy").greater_is_better
-    with pytest.raises(ValueError, match="pass either detector= or k/min_delta, not both"):
-        EvalStopCallback(eval_steps=2, k=3, detector="shape")
-    with pytest.raises(ValueError, match="pass either detector= or k/min_delta, not both"):
-        EvalStopCallback(eval_steps=2, min_delta=0.1, detector={"name": "k-decline"})
     with pytest.raises(ValueError, match="eval_steps must be an integer >= 1"):
         EvalStopCallback(eval_steps="every")
 
