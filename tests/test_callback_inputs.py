@@ -176,7 +176,7 @@ def test_restore_callback_states_flag_is_rejected(tmp_path):
 def test_a_callback_serves_one_run():
     from transformers import TrainerControl, TrainerState, TrainingArguments
 
-    cb = EvalStopCallback(_NaNAtSecondEval(), eval_steps=1)
+    cb = EvalStopCallback(_NaNAtSecondEval(), eval_steps=1, eval_on_start=False)  # no trainer: events by hand
     args, state, control = TrainingArguments(output_dir="unused", report_to="none"), TrainerState(), TrainerControl()
     state.max_steps = 5
     cb.on_train_begin(args, state, control)
