@@ -413,11 +413,18 @@ class _GeneratingEvaluator(Evaluator):
         """Scores of the held-out examples ``index`` (their completions ``texts``/``ids``)."""
         raise NotImplementedError
 
-    def evaluate(self, model: Any, tokenizer: Any = None) -> EvalResult:
-        """Generate and score the held-out set; in a process group, each rank does its batches (see module doc)."""
+    def evaluate(self, model: Any, tokenizer: Any = None, *, local: bool = False) -> EvalResult:
+        """Generate and score the held-out set; in a process group, each rank does its batches (see module doc).
+
+        Args:
+            model: The live policy.
+            tokenizer: Used when the evaluator has no tokenizer of its own.
+            local: Score the whole set in this process alone, even in a process group (e.g. on rank 0 only, with an
+                unsharded model). Without it every rank of the group must call :meth:`evaluate` together.
+        """
         from .distributed import all_gather_objects, world
 
-        rank, size = world()
+        rank, size = (0, 1) if local else world()
         spans = self.batches()
         mine = list(range(rank, len(spans), size))
         rounds = -(-len(spans) // size)

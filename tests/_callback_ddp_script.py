@@ -54,6 +54,7 @@ def main() -> None:
     rank = trainer.args.process_index
     probe = float(sum(p.double().sum() for p in trainer.model.parameters()))  # same weights on every rank?
     rescore = evaluator().evaluate(trainer.model, tok)  # the restored best model, scored by every rank together
+    alone = evaluator().evaluate(trainer.model, tok, local=True).score if rank == 0 else None  # rank 0 by itself
 
     class NaNOnMain(Evaluator):  # runs on the main process only (shards=False)
         def evaluate(self, model, tokenizer=None):
@@ -80,7 +81,7 @@ def main() -> None:
                    "global_step": trainer.state.global_step, "best_step": cb.best_step, "best_score": cb.best_score,
                    "history": cb.history, "restored_from": cb.restored_from, "probe": probe,
                    "evaluations": len(cb.eval_seconds), "scored_per_eval": seen[:1],
-                   "scored_total": sum(seen), "rescore": rescore.score, "rescore_scores": list(rescore.scores),
+                   "scored_total": sum(seen), "rescore": rescore.score, "alone": alone, "rescore_scores": list(rescore.scores),
                    "log_keys": [sorted(k for k in e if k.startswith("evalstop/")) for e in trainer.state.log_history
                                 if "evalstop/eval_score" in e],
                    **errors}, fh)

@@ -64,6 +64,7 @@ def _check(tmp_path: Path, ranks: list[dict]) -> None:
     alone = RewardFunctionEvaluator(PROMPTS, gold, max_new_tokens=8, batch_size=8).evaluate(single, tokenizer())
     assert list(alone.scores) == r0["rescore_scores"]
     assert alone.score == pytest.approx(r0["rescore"], abs=1e-12) and alone.score == pytest.approx(r0["best_score"])
+    assert r0["alone"] == alone.score  # local=True on rank 0 alone, inside the process group
     # the trainer's logs of every rank hold the evalstop keys at every evaluation
     assert len(r0["log_keys"]) == len(r0["history"]) and "evalstop/best_score" in r0["log_keys"][0]
     # errors: a NaN on the main process reaches every rank; a reward function failing on one rank's shard too

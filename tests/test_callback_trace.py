@@ -1,4 +1,4 @@
-"""The JSONL trace (DESIGN.md section 4): recorder rules, and the trace a real run writes."""
+"""The JSONL trace (format evalstop-trace/1): recorder rules, and the trace a real run writes."""
 
 from __future__ import annotations
 
