@@ -1,7 +1,8 @@
 """Experiment-tracker integrations: a wandb alert and run-summary fields when EvalStop stops a run.
 
 The per-evaluation ``evalstop/*`` values reach wandb (and every other ``report_to`` backend) through the trainer's
-own logs; this module adds what a log line cannot carry. Active only when the trainer reports to wandb (``"wandb" in args.report_to``) and a run is open (transformers'
+own logs; this module adds what a log line cannot carry. Active only when the trainer reports to wandb
+(``"wandb" in args.report_to``) and a run is open (transformers'
 ``WandbCallback`` opens it in ``on_train_begin``, before user callbacks run).
 """
 

@@ -1,4 +1,4 @@
-"""``EvalStopCallback()`` with no arguments on a plain ``Trainer``: stop an overfitting run on its eval loss. CPU, ~20 s.
+"""``EvalStopCallback()`` with no arguments on a plain ``Trainer``: stop an overfitting run on its eval loss (CPU).
 
 A tiny GPT-2 (pretrained locally) is fine-tuned on sentences with negative adjectives while the eval set holds
 positive ones, so the eval loss soon rises. The callback takes the trainer's own metric (``eval_loss``, or
