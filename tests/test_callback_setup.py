@@ -12,8 +12,8 @@ import json
 import math
 
 import pytest
-from _callback_helpers import HELDOUT_PROMPTS, TRAIN_PROMPTS, anti_gold, first_k_decline_step, gold, policy, \
-    sentences, tokenizer
+from _callback_helpers import HELDOUT_PROMPTS, TRAIN_PROMPTS, anti_gold, best_weights_steps, checkpoint_steps, \
+    first_k_decline_step, gold, policy, sentences, tokenizer
 from datasets import Dataset
 from transformers import TrainerCallback
 
@@ -84,6 +84,9 @@ def test_every_evaluation_reaches_log_history_and_every_logging_callback(tmp_pat
     # and they are in the stop checkpoint's trainer_state.json
     saved = json.loads((tmp_path / f"checkpoint-{cb.stopped_at}" / "trainer_state.json").read_text())
     assert [e["step"] for e in saved["log_history"] if "evalstop/eval_score" in e] == [h["step"] for h in cb.history]
+    # disk, without save_total_limit: one weights-only best folder (no optimizer state) and the stop checkpoint
+    assert checkpoint_steps(tmp_path) == [cb.stopped_at] and best_weights_steps(tmp_path) == [cb.best_step]
+    assert not list((tmp_path / f"evalstop-best-{cb.best_step}").glob("optimizer*"))
 
 
 def test_tensorboard_is_not_installed_here():

@@ -90,6 +90,11 @@ def test_grpo_improving_run_is_not_stopped(tmp_path):
     assert [h["step"] for h in cb.history] == [0, 4, 8, 12]  # step 0: the baseline
     # the last eval is the best: the model in memory is already the best one, nothing to restore
     assert cb.best_step == 12 and cb.restored_from is None
+    # each new best replaced the previous weights-only folder: one on disk, no optimizer state, no full checkpoint
+    scores = [h["eval_score"] for h in cb.history]
+    assert sum(x > max(scores[:i], default=float("-inf")) for i, x in enumerate(scores)) >= 2
+    assert best_weights_steps(tmp_path) == [12] and checkpoint_steps(tmp_path) == []
+    assert not list((tmp_path / "evalstop-best-12").glob("optimizer*"))
 
 
 def test_observe_mode_never_stops(tmp_path):
