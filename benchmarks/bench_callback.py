@@ -12,9 +12,15 @@ Two figures:
 ``share``: the evaluator's cost as a share of training time for the example configurations (``examples/``), in
     observe mode so that the run has a fixed length: GRPO (in .venv) or PPO (in .venv-ppo, TRL 1.12).
 
-    python benchmarks/bench_callback.py overhead --evals 3000
-    python benchmarks/bench_callback.py share --trainer grpo --steps 100
+``ranks``: the time of one distributed evaluation (every rank generates and scores its batches, the scores are
+    gathered) with 1, 2, ... processes under torchrun (gloo, CPU, one thread each), against the 1-process run of the
+    same command as the peer. Each evaluation is timed on every rank between two barriers; the figure is the slowest
+    rank's (the time the training step waits). The gathered mean is checked equal across process counts.
+
+    .venv/bin/python benchmarks/bench_callback.py overhead --evals 3000
+    .venv/bin/python benchmarks/bench_callback.py share --trainer grpo --steps 100
     .venv-ppo/bin/python benchmarks/bench_callback.py share --trainer ppo --steps 40
+    .venv/bin/python benchmarks/bench_callback.py ranks --nprocs 1 2 3
 """
 
 from __future__ import annotations
@@ -57,7 +63,8 @@ def overhead(evals: int, trace: bool) -> dict:
             return r
 
     tmp = tempfile.mkdtemp(prefix="evalstop-bench-")
-    cb = EvalStopCallback(Instant(), eval_steps=1, k=2, trace_path=os.path.join(tmp, "t.jsonl") if trace else None)
+    cb = EvalStopCallback(Instant(), eval_steps=1, k=2, trace_path=os.path.join(tmp, "t.jsonl") if trace else None,
+                          eval_on_start=False)
     args = TrainingArguments(output_dir=tmp, report_to="none", use_cpu=True)
     state, control = TrainerState(), TrainerControl()
     state.max_steps = evals + 1
@@ -131,6 +138,65 @@ def share(trainer_name: str, steps: int, eval_steps: int) -> dict:
     }
 
 
+def ranks_worker(out: str, prompts: int, tokens: int, batch: int, repeats: int) -> None:
+    """One torchrun process of ``ranks``: time ``repeats`` distributed evaluations, write rank-<r>.json to ``out``."""
+    import torch.distributed as dist
+
+    from evalstop_callbacks import RewardFunctionEvaluator
+    from evalstop_callbacks.research.tiny import VOCAB, build_policy, build_tokenizer
+
+    dist.init_process_group("gloo")
+    positive = set(VOCAB.positive)
+
+    def gold(prompts, completions, **kwargs):
+        return [float(sum(w in positive for w in c.split())) for c in completions]
+
+    tok = build_tokenizer()
+    model = build_policy(tok, n_layer=4, n_embd=128, n_head=4)
+    nouns = list(VOCAB.heldout_nouns)
+    heldout = [f"the {nouns[i % len(nouns)]} is" for i in range(prompts)]
+    ev = RewardFunctionEvaluator(heldout, gold, tokenizer=tok, max_new_tokens=tokens, batch_size=batch)
+    ev.evaluate(model)  # warm-up (lazy imports, allocator)
+    times, score = [], None
+    for _ in range(repeats):
+        dist.barrier()
+        t0 = time.perf_counter()
+        score = ev.evaluate(model).score
+        dist.barrier()
+        times.append(time.perf_counter() - t0)
+    rank = dist.get_rank()
+    with open(os.path.join(out, f"rank-{rank}.json"), "w") as fh:
+        json.dump({"rank": rank, "times": times, "score": score}, fh)
+    dist.destroy_process_group()
+
+
+def ranks(nprocs: list[int], prompts: int, tokens: int, batch: int, repeats: int) -> list[dict]:
+    import socket
+    import subprocess
+
+    rows = []
+    for n in nprocs:
+        out = tempfile.mkdtemp(prefix=f"evalstop-ranks-{n}-")
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = sock.getsockname()[1]
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(n), "--master_addr",
+               "127.0.0.1", "--master_port", str(port), os.path.abspath(__file__), "ranks-worker", "--out", out,
+               "--prompts", str(prompts), "--tokens", str(tokens), "--batch", str(batch), "--repeats", str(repeats)]
+        env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+        subprocess.run(cmd, env=env, check=True, capture_output=True, timeout=1200)
+        per_rank = [json.load(open(os.path.join(out, f"rank-{r}.json"))) for r in range(n)]
+        slowest = [max(r["times"][i] for r in per_rank) for i in range(repeats)]
+        rows.append({"nprocs": n, "median_s": statistics.median(slowest), "min_s": min(slowest),
+                     "score": per_rank[0]["score"], "scores_equal_across_ranks":
+                     len({r["score"] for r in per_rank}) == 1})
+    base = rows[0]["median_s"]
+    for r in rows:
+        r["speedup"] = base / r["median_s"]
+        r["score_equals_first"] = r["score"] == rows[0]["score"]
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description="EvalStopCallback cost: own overhead per eval, evaluator share")
     sub = parser.add_subparsers(dest="cmd", required=True)
@@ -140,13 +206,39 @@ def main() -> None:
     p2.add_argument("--trainer", choices=("grpo", "ppo"), default="grpo")
     p2.add_argument("--steps", type=int, default=100)
     p2.add_argument("--eval-steps", type=int, default=None, help="default: 10 for grpo, 4 for ppo (the examples')")
-    for p in (p1, p2):
+    p3 = sub.add_parser("ranks", help="distributed evaluation time with 1, 2, ... processes (torchrun, gloo, CPU)")
+    p3.add_argument("--nprocs", type=int, nargs="+", default=[1, 2, 3])
+    pw = sub.add_parser("ranks-worker", help=argparse.SUPPRESS)
+    pw.add_argument("--out", required=True)
+    for p in (p3, pw):
+        p.add_argument("--prompts", type=int, default=96, help="held-out prompts (default 96)")
+        p.add_argument("--tokens", type=int, default=16, help="tokens generated per completion (default 16)")
+        p.add_argument("--batch", type=int, default=16, help="prompts per generate call (default 16)")
+        p.add_argument("--repeats", type=int, default=5, help="timed evaluations (default 5)")
+    for p in (p1, p2, p3, pw):
         p.add_argument("--json", action="store_true", help="print machine-readable JSON only")
         p.add_argument("--threads", type=int, default=1)
     args = parser.parse_args()
     import torch
 
     torch.set_num_threads(args.threads)
+    if args.cmd == "ranks-worker":
+        ranks_worker(args.out, args.prompts, args.tokens, args.batch, args.repeats)
+        return
+    if args.cmd == "ranks":
+        if not args.nprocs or min(args.nprocs) < 1:
+            parser.error("--nprocs takes process counts >= 1")
+        rows = ranks(args.nprocs, args.prompts, args.tokens, args.batch, args.repeats)
+        if args.json:
+            print(json.dumps(rows, indent=1))
+            return
+        print(f"one evaluation: {args.prompts} prompts x {args.tokens} tokens, batches of {args.batch}, GPT-2 4x128, "
+              f"slowest rank, median of {args.repeats}")
+        print("procs  median    min       speedup  gathered score (same as 1 proc?)")
+        for r in rows:
+            print(f"{r['nprocs']:>5}  {r['median_s']:.3f} s  {r['min_s']:.3f} s  {r['speedup']:.2f}x    "
+                  f"{r['score']:.4f} ({'yes' if r['score_equals_first'] and r['scores_equal_across_ranks'] else 'NO'})")
+        return
     if args.cmd == "overhead":
         if args.evals < 10:
             parser.error("--evals must be >= 10")

@@ -16,6 +16,7 @@ _EXPORTS: dict[str, str] = {
     "EvalStopTrainingStopped": "callback",
     "BoundaryClient": "client",
     "EmbeddedClient": "client",
+    "PlatformClient": "platform_client",
     "EvalResult": "evaluators",
     "Evaluator": "evaluators",
     "EvaluatorError": "evaluators",

@@ -1,31 +1,45 @@
 """``EvalStopCallback``: world-feedback early stopping inside any transformers or TRL trainer.
 
-Every ``eval_steps`` optimizer steps (and at the last step) the callback scores the live policy with its
-:class:`~evalstop_callbacks.evaluators.Evaluator`, sends a whitelisted :class:`~platform_sim.core.Report` through its
-boundary client and applies the :class:`~platform_sim.core.Decision`: at a new best it forces a checkpoint and points
-``state.best_model_checkpoint`` at it (so ``save_total_limit`` rotation keeps it); on a stop it ends training with the
-stop step's checkpoint saved and loads the best weights back into the live model.
+At step 0 (the baseline) and then every ``eval_steps`` optimizer steps (and at the last step), or per epoch, the
+callback scores the live policy with its :class:`~evalstop_callbacks.evaluators.Evaluator`, sends a whitelisted
+:class:`~platform_sim.core.Report` through its boundary client and applies the :class:`~platform_sim.core.Decision`:
+at a new best it keeps that step's weights on disk and points ``state.best_model_checkpoint`` at them (so
+``save_total_limit`` rotation keeps them); on a stop it ends training with the stop step's checkpoint saved and loads
+the best weights back into the live model. Every evaluation is logged through the trainer (``evalstop/*`` keys), so
+every ``report_to`` backend receives it.
 
 The decision rule is not here: it lives in the scheduler core (``platform_sim.core``), reached through the client.
 """
 
 from __future__ import annotations
 
+import inspect
 import logging
 import math
+import os
+import shutil
 import time
+import weakref
 from typing import Any, Callable, Mapping
 
 from transformers import TrainerCallback
 from transformers.trainer_callback import ExportableState
 
 from platform_sim.core import JOB_TYPES, Decision, Report, cadence_from_spec, detector_from_spec
-from platform_sim.core.checks import check_int, check_nonneg
+from platform_sim.core.checks import check_int
 
-from .checkpoints import CheckpointError, checkpoint_dir, mark_best, restore_checkpoint
+from .checkpoints import (
+    BEST_PREFIX,
+    CheckpointError,
+    best_weights_dir,
+    checkpoint_dir,
+    mark_best,
+    restore_checkpoint,
+    save_best_weights,
+)
 from .client import BoundaryClient, EmbeddedClient
 from .distributed import barrier, share_from_main, world
-from .evaluators import EvalResult, Evaluator, EvaluatorError, unwrap_model
+from .evaluators import EvalResult, Evaluator, EvaluatorError, MetricEvaluator, unwrap_model
 from .integrations import WandbLogger, reports_to
 from .trace import TraceRecorder, eval_prefix
 
@@ -70,26 +84,82 @@ def _trainer_name(args: Any) -> str:
     return name[:-6] + "Trainer" if name.endswith("Config") else "Trainer"
 
 
+def _check_detector_args(spec: Mapping[str, Any], k: Any, min_delta: Any) -> None:
+    """``k``/``min_delta`` next to ``detector=``: the spec decides, and a warning says so whenever they differ from
+    the detector's own value or the detector has no such parameter (never silently ignored)."""
+    params = spec.get("params") or {}
+    for name, value in (("k", k), ("min_delta", min_delta)):
+        if value is None or params.get(name, object()) == value:
+            continue
+        if name in params:
+            logger.warning("EvalStopCallback: %s=%r is not used: the detector spec decides, and %r has %s=%r (set "
+                           "it in the spec's params)", name, value, spec.get("name"), name, params[name])
+        else:
+            logger.warning("EvalStopCallback: %s=%r is not used: detector %r has no %s parameter", name, value,
+                           spec.get("name"), name)
+
+
+def _find_trainer(callback: Any) -> Any:
+    """The trainer whose callback handler holds ``callback``, found among the callers of the current event.
+
+    Trainers call events as ``self.callback_handler.on_<event>(...)``, so the trainer is the ``self`` of a caller
+    frame a few levels up. Callbacks are not handed the trainer otherwise; the callback needs it to log through
+    ``trainer.callback_handler`` (every ``report_to`` backend), to save weights-only checkpoints with
+    ``trainer.save_model`` and to run the step-0 evaluation of trainer metrics.
+    """
+    frame = inspect.currentframe()
+    try:
+        for _ in range(16):
+            frame = frame.f_back if frame is not None else None
+            if frame is None:
+                return None
+            obj = frame.f_locals.get("self")
+            handler = getattr(obj, "callback_handler", None)
+            if handler is not None and any(cb is callback for cb in getattr(handler, "callbacks", ())):
+                return obj
+        return None
+    finally:
+        del frame
+
+
+def _is_rl_trainer(trainer: Any) -> bool:
+    # Online RL trainers score their own samples with the reward being optimized: their eval metrics are the proxy.
+    return any(hasattr(trainer, a) for a in ("reward_funcs", "value_model", "reward_model")) or \
+        type(trainer).__name__ in ("PPOTrainer", "GRPOTrainer", "RLOOTrainer", "OnlineDPOTrainer")
+
+
+def _strategy(value: Any) -> str:
+    return str(getattr(value, "value", value) or "no")
+
+
 class EvalStopCallback(TrainerCallback, ExportableState):
     """A [`TrainerCallback`] that stops training after ``k`` consecutive declines of a held-out world-feedback score.
 
-    It evaluates the live model every ``eval_steps`` steps and at the last step, reports the score through a
-    boundary client to the EvalStop scheduler core, and applies the decision. Works with ``Trainer``, ``SFTTrainer``,
-    ``DPOTrainer``, ``GRPOTrainer``, ``RLOOTrainer`` and (through :mod:`evalstop_callbacks.ppo`) TRL 1.12's
-    ``PPOTrainer``. Its state (the detector's declines, the best step and checkpoint) is saved in every checkpoint's
-    ``trainer_state.json`` and restored by ``trainer.train(resume_from_checkpoint=...)``.
+    It evaluates the live model at step 0 (the baseline, before any optimizer step), then on its cadence, reports the
+    score through a boundary client to the EvalStop scheduler core, and applies the decision. Works with ``Trainer``,
+    ``SFTTrainer``, ``DPOTrainer``, ``GRPOTrainer``, ``RLOOTrainer`` and (through :mod:`evalstop_callbacks.ppo`) TRL
+    1.12's ``PPOTrainer``. Its state (the detector's declines, the best step and checkpoint) is saved in every
+    checkpoint's ``trainer_state.json`` and restored by ``trainer.train(resume_from_checkpoint=...)``.
+
+    ``EvalStopCallback()`` with no arguments watches the trainer's own eval metric (``metric_for_best_model``, else
+    ``eval_loss``) on its ``eval_dataset``, on the trainer's ``eval_strategy`` cadence. Online RL trainers (GRPO, RLOO,
+    PPO) need a world evaluator: their eval metrics score the reward being optimized.
 
     Args:
-        evaluator (`Evaluator`):
-            The world-feedback evaluator, e.g. a [`RewardFunctionEvaluator`] on held-out prompts. Runs on the main
-            process only.
-        eval_steps (`int`):
-            Evaluate every `eval_steps` optimizer steps (`state.global_step`), and once more at the last step.
-            Integer >= 1.
+        evaluator (`Evaluator`, *optional*):
+            The world-feedback evaluator, e.g. a [`RewardFunctionEvaluator`] on held-out prompts. Generating
+            evaluators run on every rank, each on its shard of the held-out set. `None`: a [`MetricEvaluator`] of the
+            trainer's `metric_for_best_model` (else `"loss"`), with its `greater_is_better`.
+        eval_steps (`int` or `"epoch"`, *optional*):
+            Evaluate every `eval_steps` optimizer steps (`state.global_step`) and once more at the last step, or at
+            every epoch end with `"epoch"`. `None`: the trainer's `eval_strategy` (`"steps"` with its `eval_steps`,
+            or `"epoch"`); an error at train start if that is `"no"`.
         k (`int`, *optional*, defaults to 2):
-            Consecutive declines that stop the run (the paper's k). Integer >= 1.
+            Consecutive declines that stop the run (the paper's k). Integer >= 1. With `detector`, the spec decides
+            (a warning says when `k` differs from it).
         min_delta (`float`, *optional*, defaults to 0.0):
-            A drop counts as a decline only if it exceeds `min_delta` (the paper uses 0). Finite, >= 0.
+            A drop counts as a decline only if it exceeds `min_delta` (the paper uses 0). Finite, >= 0. With
+            `detector`, the spec decides (a warning says when `min_delta` differs from it).
         client (`BoundaryClient`, *optional*):
             Where decisions come from. `None` means the scheduler core embedded in this process
             ([`EmbeddedClient`]). Pass `PlatformClient(url, token)` to report to an `evalstop-server` instead; nothing
@@ -100,14 +170,14 @@ class EvalStopCallback(TrainerCallback, ExportableState):
             One of `"rlhf"`, `"dpo"`, `"lora"`, `"sft"`, `"other"`.
         mode (`str`, *optional*, defaults to `"enforce"`):
             `"enforce"` stops training on the scheduler's stop decision, keeps the best checkpoint and restores it.
-            `"observe"` evaluates, reports and records the same way but never stops, never forces checkpoints and
+            `"observe"` evaluates, reports and records the same way but never stops, never saves checkpoints and
             never restores weights: for shadow runs and for recording full traces (`would_stop_at` tells when
             enforce mode would have stopped).
         restore_best (`bool`, *optional*, defaults to `True`):
             In enforce mode, load the best checkpoint's weights (PEFT adapters included) into the live model when
             training stops or ends, so that the model in memory is the best one.
         trace_path (`str` or `os.PathLike`, *optional*):
-            Write the run's JSONL trace (DESIGN.md section 4) there, from the main process.
+            Write the run's JSONL trace (format `evalstop-trace/1`) there, from the main process.
         detector (`str` or `dict`, *optional*):
             Keyword-only. A detector spec for the scheduler core (`{"name": ..., "params": {...}}` or a name) that
             replaces the default `{"name": "k-decline", "params": {"k": k, "min_delta": min_delta}}`.
@@ -125,25 +195,30 @@ class EvalStopCallback(TrainerCallback, ExportableState):
             Keyword-only. At most this many evaluations per run beyond the regular ones (0: ignore hints). An extra
             evaluation is a full one: reported, checkpointed when it is a new best, and written to the trace as an
             eval line at its (off-cadence) step.
+        eval_on_start (`bool`, *optional*, defaults to `True`):
+            Keyword-only. Evaluate at step 0, before the first optimizer step: the baseline of the decline rule, and
+            tokenizer, metric, dataset and reward-function errors raise before training starts.
 
     Attributes:
         history (`list[dict]`): One entry per evaluation: `step`, `eval_score`, `declines`, `action`.
         best_step, best_score: Best evaluation so far.
+        best_checkpoint (`str` or `None`): Folder holding the best weights.
         stopped_at (`int` or `None`): Step at which enforce mode stopped training.
         would_stop_at (`int` or `None`): First step at which the scheduler said stop (both modes).
         restored_from (`str` or `None`): Checkpoint folder whose weights were loaded into the model.
         extra_eval_steps (`list[int]`): Steps of the evaluations made at a cadence hint (also marked `"extra"` in
             `history`).
-        eval_seconds, overhead_seconds (`list[float]`): Per evaluation: the evaluator's time, and the callback's own
-            time (report, decision, bookkeeping, trace), measured on the main process.
+        eval_seconds, overhead_seconds (`list[float]`): Per evaluation: the evaluator's time on this process, and the
+            callback's own time (report, decision, bookkeeping, logging, trace), measured on the main process.
+        save_seconds (`list[float]`): Time of each weights-only best save (``trainer.save_model``).
     """
 
     def __init__(
         self,
-        evaluator: Evaluator,
-        eval_steps: int,
-        k: int = 2,
-        min_delta: float = 0.0,
+        evaluator: Evaluator | None = None,
+        eval_steps: int | str | None = None,
+        k: int | None = None,
+        min_delta: float | None = None,
         client: BoundaryClient | None = None,
         job_id: str | None = None,
         job_type: str = "rlhf",
@@ -155,16 +230,23 @@ class EvalStopCallback(TrainerCallback, ExportableState):
         trace_extras: Callable[[Any, Any], Mapping[str, float]] | None = None,
         cadence: str | Mapping[str, Any] | None = None,
         max_extra_evals: int = 4,
+        eval_on_start: bool = True,
     ) -> None:
-        if not isinstance(evaluator, Evaluator):
+        if evaluator is not None and not isinstance(evaluator, Evaluator):
             raise TypeError(
-                f"evaluator must be an evalstop_callbacks Evaluator (e.g. RewardFunctionEvaluator), "
+                f"evaluator must be an evalstop_callbacks Evaluator (e.g. RewardFunctionEvaluator) or None, "
                 f"got {type(evaluator).__name__}"
             )
-        self.evaluator = evaluator
-        self.eval_steps = check_int("eval_steps", eval_steps, 1)
-        self.k = check_int("k", k, 1)
-        self.min_delta = check_nonneg("min_delta", min_delta)
+        self.evaluator: Evaluator | None = evaluator
+        if eval_steps is not None and eval_steps != "epoch":
+            check_int("eval_steps", eval_steps, 1)
+        self.eval_steps = eval_steps
+        self.k = check_int("k", 2 if k is None else k, 1)
+        min_delta = 0.0 if min_delta is None else min_delta
+        if isinstance(min_delta, bool) or not isinstance(min_delta, (int, float)) or not math.isfinite(min_delta) \
+                or min_delta < 0:
+            raise ValueError(f"min_delta must be a finite number >= 0, got {min_delta!r}")
+        self.min_delta = float(min_delta)
         if job_type not in JOB_TYPES:
             raise ValueError(f"job_type must be one of {', '.join(JOB_TYPES)}; got {job_type!r}")
         self.job_type = job_type
@@ -184,6 +266,8 @@ class EvalStopCallback(TrainerCallback, ExportableState):
             {"name": "k-decline", "params": {"k": self.k, "min_delta": self.min_delta}} if detector is None
             else detector_from_spec(detector).spec()  # builds it once: a bad spec fails here, not mid-training
         )
+        if detector is not None:
+            _check_detector_args(self.detector_spec, k, min_delta)
         if trace_extras is not None and not callable(trace_extras):
             raise TypeError("trace_extras must be callable(args, state) -> mapping")
         self.trace_extras = trace_extras
@@ -195,6 +279,9 @@ class EvalStopCallback(TrainerCallback, ExportableState):
         self.max_extra_evals = check_int("max_extra_evals", max_extra_evals, 0)
         self.extra_eval_steps: list[int] = []
         self._hinted_step: int | None = None
+        if not isinstance(eval_on_start, bool):
+            raise ValueError(f"eval_on_start must be True or False, got {eval_on_start!r}")
+        self.eval_on_start = eval_on_start
 
         self.history: list[dict[str, Any]] = []
         self.best_step: int | None = None
@@ -207,7 +294,9 @@ class EvalStopCallback(TrainerCallback, ExportableState):
         self.restored_from: str | None = None
         self.eval_seconds: list[float] = []
         self.overhead_seconds: list[float] = []
+        self.save_seconds: list[float] = []
 
+        self._cadence: tuple[str, int] = ("steps", 0)
         self._last_eval_step: int | None = None
         self._registered = False
         self._finished = False
@@ -221,6 +310,11 @@ class EvalStopCallback(TrainerCallback, ExportableState):
         self._wall_offset = 0.0
         self._own_time = 0.0
         self._last_logs: tuple[int, dict[str, Any]] | None = None
+        self._trainer_ref: Callable[[], Any] = lambda: None
+        self._emitting = False
+        self._saves_before = 0.0
+        self._epoch_eval_at: int | None = None
+        self._metrics_at: tuple[int, dict[str, Any]] | None = None
 
     # -- ExportableState: saved into trainer_state.json with every checkpoint --------------------------------------
 
@@ -228,9 +322,8 @@ class EvalStopCallback(TrainerCallback, ExportableState):
         client_state = self.client.state_dict() if callable(getattr(self.client, "state_dict", None)) else None
         return {
             "args": {
-                "eval_steps": self.eval_steps, "k": self.k, "min_delta": self.min_delta, "job_id": self.job_id,
-                "job_type": self.job_type, "mode": self.mode, "restore_best": self.restore_best,
-                "trace_path": self.trace_path,
+                "eval_steps": self.eval_steps, "job_id": self.job_id, "job_type": self.job_type, "mode": self.mode,
+                "restore_best": self.restore_best, "trace_path": self.trace_path, "detector": self.detector_spec,
             },
             "attributes": {
                 "evalstop": {
@@ -286,8 +379,66 @@ class EvalStopCallback(TrainerCallback, ExportableState):
                 "restore_callback_states_from_checkpoint=False (the default): transformers would rebuild the "
                 "callback without its evaluator"
             )
+        trainer = _find_trainer(self)
+        if trainer is not None:
+            self._trainer_ref = weakref.ref(trainer)
+            self._resolve_evaluator(args, trainer)  # a callback that cannot work fails when the trainer is built
 
-    def on_train_begin(self, args, state, control, model=None, **kwargs):
+    def _trainer(self) -> Any:
+        return self._trainer_ref()
+
+    def _resolve_evaluator(self, args: Any, trainer: Any) -> None:
+        """Choose the trainer-metric evaluator of ``EvalStopCallback()`` and check what it needs (one-line errors)."""
+        name = type(trainer).__name__ if trainer is not None else "the trainer"
+        if self.evaluator is None:
+            if trainer is None:
+                raise ValueError("EvalStopCallback() without an evaluator needs a transformers Trainer (it watches "
+                                 "the trainer's eval metric); pass an evaluator")
+            if _is_rl_trainer(trainer):
+                raise ValueError(
+                    f"EvalStopCallback() needs a world evaluator on {name}: its own eval metrics score the reward "
+                    "it optimizes; pass e.g. EvalStopCallback(RewardFunctionEvaluator(heldout_prompts, gold_fn), "
+                    "eval_steps=10)")
+            metric = getattr(args, "metric_for_best_model", None)
+            gib = getattr(args, "greater_is_better", None) if metric else False
+            self.evaluator = MetricEvaluator(metric or "loss", gib)
+        if self.evaluator.uses_trainer_metrics and trainer is not None:
+            if _is_rl_trainer(trainer) and hasattr(trainer, "value_model"):
+                raise ValueError(f"{type(self.evaluator).__name__} reads trainer.evaluate() metrics, which {name} "
+                                 "does not produce; pass a world evaluator (e.g. RewardFunctionEvaluator)")
+            if getattr(trainer, "eval_dataset", None) is None:
+                raise ValueError(f"{type(self.evaluator).__name__}({getattr(self.evaluator, 'metric', '')!r}) reads "
+                                 f"the trainer's eval metrics, but {name} has no eval_dataset; pass eval_dataset= "
+                                 "to the trainer or a world evaluator to the callback")
+        if self.eval_steps is None and _strategy(getattr(args, "eval_strategy", "no")) == "no":
+            raise ValueError("EvalStopCallback has no cadence: pass eval_steps=N (or 'epoch'), or set the trainer's "
+                             "eval_strategy to 'steps' or 'epoch'")
+
+    def _resolve_cadence(self, args: Any, state: Any) -> tuple[str, int]:
+        if isinstance(self.eval_steps, int):
+            return ("steps", self.eval_steps)
+        if self.eval_steps == "epoch":
+            return ("epoch", 0)
+        assert self.evaluator is not None
+        strategy = _strategy(getattr(args, "eval_strategy", "no"))
+        if self.evaluator.uses_trainer_metrics:
+            return ("trainer", 0)  # every evaluation the trainer makes on its own schedule
+        if strategy == "epoch":
+            return ("epoch", 0)
+        n = getattr(state, "eval_steps", None) or getattr(args, "eval_steps", None)
+        if strategy != "steps" or not n:
+            raise ValueError("EvalStopCallback has no cadence: pass eval_steps=N (or 'epoch'), or set the trainer's "
+                             "eval_strategy to 'steps' or 'epoch'")
+        return ("steps", int(n))
+
+    def on_train_begin(self, args, state, control, model=None, processing_class=None, **kwargs):
+        if self._trainer() is None:
+            trainer = _find_trainer(self)  # added with trainer.add_callback after the trainer was built
+            if trainer is not None:
+                self._trainer_ref = weakref.ref(trainer)
+        self._resolve_evaluator(args, self._trainer())
+        assert self.evaluator is not None
+        self._cadence = self._resolve_cadence(args, state)
         self._is_main = bool(getattr(state, "is_world_process_zero", True))
         self._is_ppo = model is not None and unwrap_model(model) is not model and hasattr(model, "value_model")
         self._finished = False
@@ -313,46 +464,115 @@ class EvalStopCallback(TrainerCallback, ExportableState):
             if self.trace_path is not None:
                 self._open_trace(args, state, model, resuming)
         self._pending = None
-        logger.info("EvalStop job %s: every %d steps, detector %s, mode %s", self.job_id, self.eval_steps,
+        logger.info("EvalStop job %s: cadence %s, detector %s, mode %s", self.job_id, self._cadence,
                     self.detector_spec, self.mode)
+        if self.eval_on_start and not resuming and self._last_eval_step is None:
+            self._baseline(args, state, control, model, processing_class)
+
+    def _baseline(self, args: Any, state: Any, control: Any, model: Any, processing_class: Any) -> None:
+        """Step 0: the score before any optimizer step, so that a broken evaluation fails before training."""
+        assert self.evaluator is not None
+        if not self.evaluator.uses_trainer_metrics:
+            self._evaluate_now(args, state, control, 0, model, processing_class)
+            return
+        trainer = self._trainer()
+        if getattr(args, "eval_on_start", False):
+            return  # the trainer evaluates at step 0 itself, right after on_train_begin; on_evaluate reports it
+        if trainer is None:
+            logger.warning("EvalStop: no trainer found, so no step-0 evaluation of the trainer's metrics")
+            return
+        trainer.evaluate()  # on_evaluate reports step 0 (and raises on a metric that does not exist)
 
     def on_step_end(self, args, state, control, model=None, processing_class=None, **kwargs):
         step = state.global_step
         self._flush_trace(step)
-        if not self._due(step, state):
+        if self._cadence[0] != "steps" or not self._due(step, state):
             return control
         if self.evaluator.uses_trainer_metrics:
             control.should_evaluate = True  # the report happens in on_evaluate, with the trainer's metrics
             return control
-        payload: dict[str, Any] | None = None
-        if self._is_main:
-            t_eval = time.perf_counter()
-            try:
-                result = self.evaluator.evaluate(unwrap_model(model), processing_class)
-                eval_s = time.perf_counter() - t_eval
-                payload = self._report(args, state, step, result, eval_s)
-            except Exception as exc:  # noqa: BLE001 - shared with every rank below, then raised everywhere
-                payload = {"error": f"{type(exc).__name__}: {exc}", "exc": exc}
-        self._apply(args, state, control, step, payload)
+        self._evaluate_now(args, state, control, step, model, processing_class)
         return control
 
-    def on_evaluate(self, args, state, control, metrics=None, **kwargs):
+    def on_epoch_end(self, args, state, control, model=None, processing_class=None, **kwargs):
         step = state.global_step
-        if not self.evaluator.uses_trainer_metrics or not self._due(step, state):
+        if self._cadence[0] != "epoch" or not self._due(step, state, any_step=True):
             return control
+        if self.evaluator.uses_trainer_metrics:
+            self._epoch_eval_at = step
+            control.should_evaluate = True
+            return control
+        self._evaluate_now(args, state, control, step, model, processing_class)
+        return control
+
+    def _evaluate_now(self, args: Any, state: Any, control: Any, step: int, model: Any, tok: Any) -> None:
+        """Evaluate (on every rank for sharding evaluators, else on the main process), report, apply everywhere."""
+        assert self.evaluator is not None
+        every_rank = self.evaluator.shards and world()[1] > 1
+        result: EvalResult | None = None
+        error: BaseException | None = None
+        eval_s = 0.0
+        if every_rank or self._is_main:
+            t_eval = time.perf_counter()
+            try:
+                result = self.evaluator.evaluate(unwrap_model(model), tok)
+            except Exception as exc:  # noqa: BLE001 - named with the step, raised on every rank below
+                error = _at_step(exc, step)
+            eval_s = time.perf_counter() - t_eval
+            self.eval_seconds.append(eval_s)
+        if every_rank and error is not None:
+            raise error  # the evaluator gathered the failure: every rank raises it at this step, none waits
+        payload: dict[str, Any] | None = None
+        if self._is_main:
+            if error is not None:
+                payload = {"error": f"{type(error).__name__}: {error}", "exc": error}
+            else:
+                try:
+                    payload = self._report(args, state, step, result, eval_s)
+                except Exception as exc:  # noqa: BLE001 - shared with every rank below, then raised everywhere
+                    payload = {"error": f"{type(exc).__name__}: {exc}", "exc": exc}
+        self._apply(args, state, control, step, payload)
+
+    def on_evaluate(self, args, state, control, metrics=None, **kwargs):
+        if self._emitting or self.evaluator is None or not self.evaluator.uses_trainer_metrics:
+            return control
+        step = state.global_step
+        due = (self._last_eval_step is None or step > self._last_eval_step) and (
+            (step == 0 and self.eval_on_start) or self._cadence[0] == "trainer" or self._epoch_eval_at == step
+            or (self._cadence[0] == "steps" and self._due(step, state)))
+        if not due or self.stopped_at is not None or self._finished:
+            return control
+        # A dict eval_dataset gives one on_evaluate per dataset, each with its own eval_<name>_* metrics.
+        if self._metrics_at is None or self._metrics_at[0] != step:
+            self._metrics_at = (step, {})
+        seen = self._metrics_at[1]
+        seen.update(metrics or {})
+        evaluator = self.evaluator
+        if hasattr(evaluator, "key") and evaluator.key(seen) is None and not self._all_datasets_seen(seen):
+            return control  # the metric belongs to a dataset evaluated next
+        try:
+            result = evaluator.from_metrics(seen)
+        except Exception as exc:  # noqa: BLE001 - trainer metrics are the same on every rank: all raise here
+            raise _at_step(exc, step) from exc
         payload: dict[str, Any] | None = None
         if self._is_main:
             try:
-                payload = self._report(args, state, step, self.evaluator.from_metrics(metrics or {}), 0.0)
+                payload = self._report(args, state, step, result, 0.0)
             except Exception as exc:  # noqa: BLE001
                 payload = {"error": f"{type(exc).__name__}: {exc}", "exc": exc}
         self._apply(args, state, control, step, payload)
         return control
 
+    def _all_datasets_seen(self, metrics: Mapping[str, Any]) -> bool:
+        eval_dataset = getattr(self._trainer(), "eval_dataset", None)
+        if not isinstance(eval_dataset, Mapping):
+            return True
+        return all(any(k.startswith(f"eval_{name}_") for k in metrics) for name in eval_dataset)
+
     def on_log(self, args, state, control, logs=None, **kwargs):
         # The transformers loop logs a step after on_step_end (merge into the pending trace line of that step);
         # PPO logs it before (kept here and merged when the eval of that step is made).
-        if not logs or not self._is_main:
+        if not logs or not self._is_main or self._emitting:
             return control
         self._last_logs = (state.global_step, dict(logs))
         if self._pending is not None and state.global_step == self._pending["step"]:
@@ -396,31 +616,36 @@ class EvalStopCallback(TrainerCallback, ExportableState):
     def _wall(self) -> float:
         return self._wall_offset + (time.perf_counter() - self._t0)
 
-    def _due(self, step: int, state: Any) -> bool:
+    def _due(self, step: int, state: Any, any_step: bool = False) -> bool:
         if self.stopped_at is not None or self._finished:
             return False
         if self._last_eval_step is not None and step <= self._last_eval_step:
             return False
+        if any_step:
+            return step > 0
         last = bool(state.max_steps) and step >= state.max_steps
-        return step > 0 and (step % self.eval_steps == 0 or last or step == self._hinted_step)
+        return step > 0 and (step % self._cadence[1] == 0 or last or step == self._hinted_step)
 
     def _take_hint(self, step: int, decision: Decision, max_steps: int) -> None:
         """Remember the decision's cadence hint if it is sooner than the next regular eval and the budget allows."""
         self._hinted_step = None
         hint = decision.next_eval_step
-        if hint is None or decision.should_stop or len(self.extra_eval_steps) >= self.max_extra_evals:
+        interval = self._cadence[1] if self._cadence[0] == "steps" else 0
+        if (hint is None or not interval or decision.should_stop
+                or len(self.extra_eval_steps) >= self.max_extra_evals):
             return
-        next_regular = (step // self.eval_steps + 1) * self.eval_steps
+        next_regular = (step // interval + 1) * interval
         if max_steps:
             next_regular = min(next_regular, max_steps)
         if step < hint < next_regular:
             self._hinted_step = hint
 
-    def _report(self, args: Any, state: Any, step: int, result: EvalResult, eval_s: float) -> dict[str, Any]:
+    def _report(self, args: Any, state: Any, step: int, result: EvalResult | None, eval_s: float) -> dict[str, Any]:
         """Main process: send the report, return the payload every rank applies. Timed as the callback's own cost."""
         t0 = time.perf_counter()
         if not isinstance(result, EvalResult):
-            raise EvaluatorError(f"{type(self.evaluator).__name__}.evaluate must return an EvalResult")
+            raise EvaluatorError(f"{type(self.evaluator).__name__}.evaluate must return an EvalResult "
+                                 f"(at step {step})")
         if not math.isfinite(result.score):
             raise EvaluatorError(f"{type(self.evaluator).__name__} returned a non-finite eval score {result.score} "
                                  f"at step {step}; EvalStop never decides on NaN or inf")
@@ -436,13 +661,13 @@ class EvalStopCallback(TrainerCallback, ExportableState):
                          "fixed": set(fixed), "wall_s": self._wall()}
         if self._last_logs is not None and self._last_logs[0] == step:
             self._merge_logs(self._last_logs[1])
-        self.eval_seconds.append(eval_s)
         payload = {"step": step, "score": result.score, "decision": decision.to_dict()}
         self._own_time = time.perf_counter() - t0
         return payload
 
     def _apply(self, args: Any, state: Any, control: Any, step: int, payload: dict[str, Any] | None) -> None:
         t0 = time.perf_counter()
+        self._saves_before = sum(self.save_seconds)  # the weights-only save is timed apart (save_seconds)
         shared = share_from_main(None if payload is None else {k: v for k, v in payload.items() if k != "exc"})
         if "error" in shared:
             if payload is not None and "exc" in payload:
@@ -458,6 +683,7 @@ class EvalStopCallback(TrainerCallback, ExportableState):
             self.extra_eval_steps.append(step)
         self.history.append(entry)
         self._take_hint(step, decision, int(getattr(state, "max_steps", 0) or 0))
+        stopping = decision.should_stop and self.would_stop_at is None
         if decision.best_step is not None and decision.best_step != self.best_step:
             if decision.best_step != step:
                 # Only the step being evaluated can still be saved; a scheduler naming another step as best (a
@@ -466,18 +692,17 @@ class EvalStopCallback(TrainerCallback, ExportableState):
                                "and has no checkpoint of step %s", decision.best_step, step, decision.best_step)
             self.best_step, self.best_score = decision.best_step, decision.best_score
             if self.mode == "enforce":
-                # A new best: save it now and protect it from save_total_limit rotation.
-                self.best_checkpoint = mark_best(state, args.output_dir, self.best_step, self.best_score)
-                control.should_save = True
-        elif decision.best_step is not None and self.mode == "enforce":
-            mark_best(state, args.output_dir, self.best_step, self.best_score)  # keep it set (resume, other tools)
-        if decision.should_stop and self.would_stop_at is None:
+                self._keep_best(args, state, control, step, stopping and self.mode == "enforce")
+        elif decision.best_step is not None and self.mode == "enforce" and self.best_checkpoint is not None:
+            # keep it set (resume, other tools, the trainer's own best-metric bookkeeping)
+            mark_best(state, self.best_checkpoint, self.best_step, self._metric(self.best_score))
+        if stopping:
             self.would_stop_at = step
             self.stop_reason = decision.reason
             if self.mode == "enforce":
                 self.stopped_at = step
                 control.should_training_stop = True
-                control.should_save = True  # the stop step's checkpoint, for inspection and resume
+                control.should_save = True  # the stop step's full checkpoint, for inspection and resume
                 self._raise_after_save = self._is_ppo
                 logger.warning("EvalStop: stopping at step %d (%s); best step %s, score %s", step, decision.reason,
                                self.best_step, self.best_score)
@@ -485,19 +710,76 @@ class EvalStopCallback(TrainerCallback, ExportableState):
                     self._wandb.on_stop(step, decision.reason, self.best_step, self.best_score)
             else:
                 logger.info("EvalStop (observe): would stop at step %d (%s)", step, decision.reason)
+        logs: dict[str, float] = {"evalstop/eval_score": score, "evalstop/declines": decision.declines,
+                                  "evalstop/stopped": int(self.stopped_at is not None)}
+        if self.best_score is not None:
+            logs["evalstop/best_score"] = self.best_score
+            logs["evalstop/best_step"] = self.best_step
+        if stopping:
+            logs["evalstop/stop_step"] = step  # the stop event (in observe mode: where enforce would stop)
+        self._log(args, state, control, logs)
         if self._is_main:
-            self._wandb.log_eval(step, score, decision.declines, self.best_step, self.best_score,
-                                 self.stopped_at is not None)
-            self.overhead_seconds.append(self._own_time + (time.perf_counter() - t0))
+            saved = sum(self.save_seconds) - self._saves_before
+            self.overhead_seconds.append(self._own_time + (time.perf_counter() - t0) - saved)
             self._own_time = 0.0
+
+    def _metric(self, score: float | None) -> float:
+        assert self.evaluator is not None and score is not None
+        return float(self.evaluator.to_metric(score))
+
+    def _keep_best(self, args: Any, state: Any, control: Any, step: int, stopping: bool) -> None:
+        """Keep the new best step's weights on disk and point ``state.best_model_checkpoint`` at them.
+
+        If the step is saved anyway (the trainer's own schedule, or the stop), the Trainer's full checkpoint folder
+        is the best one. Otherwise the weights alone go to ``evalstop-best-<step>`` (no optimizer state), replacing
+        the previous such folder.
+        """
+        trainer = self._trainer()
+        previous = self.best_checkpoint
+        if control.should_save or stopping or trainer is None or not callable(getattr(trainer, "save_model", None)):
+            if step == 0:
+                logger.warning("EvalStop: no trainer to save the step-0 weights with; restore cannot go back to them")
+                return
+            path = checkpoint_dir(args.output_dir, step)
+            control.should_save = True
+            if previous and os.path.basename(previous).startswith(BEST_PREFIX + "-") and self._is_main \
+                    and os.path.isdir(previous):
+                shutil.rmtree(previous, ignore_errors=True)
+        else:
+            path = best_weights_dir(args.output_dir, step)
+            t0 = time.perf_counter()
+            save_best_weights(trainer, path, previous)
+            self.save_seconds.append(time.perf_counter() - t0)
+        self.best_checkpoint = mark_best(state, path, step, self._metric(self.best_score))
+
+    def _log(self, args: Any, state: Any, control: Any, logs: dict[str, float]) -> None:
+        """Into the trainer's logs, as ``Trainer.log`` does: ``log_history`` and every callback's ``on_log``.
+
+        Every ``report_to`` backend (TensorBoard, wandb, MLflow, ...) is a callback of the trainer, so each receives
+        the ``evalstop/*`` keys at the evaluation's ``global_step``.
+        """
+        if getattr(state, "epoch", None) is not None:
+            logs = {**logs, "epoch": state.epoch}
+        state.log_history.append({**logs, "step": state.global_step})
+        handler = getattr(self._trainer(), "callback_handler", None)
+        if handler is None:
+            return
+        self._emitting = True
+        should_log = control.should_log  # the handler resets it; the trainer's own log of this step must still run
+        try:
+            handler.on_log(args, state, control, dict(logs))
+        finally:
+            self._emitting = False
+            control.should_log = should_log
 
     def _open_trace(self, args: Any, state: Any, model: Any, resuming: bool) -> None:
         kept: list[dict[str, Any]] = []
         if resuming:  # the eval lines up to the checkpoint (a crash may have cut the last line)
             kept = eval_prefix(self.trace_path, state.global_step)
         policy = unwrap_model(model) if model is not None else None
-        config = {"eval_steps": self.eval_steps, "detector": self.detector_spec, "mode": self.mode,
-                  **self.evaluator.describe()}
+        assert self.evaluator is not None
+        config = {"eval_steps": self.eval_steps if self.eval_steps is not None else self._cadence[1] or
+                  self._cadence[0], "detector": self.detector_spec, "mode": self.mode, **self.evaluator.describe()}
         if self.cadence_spec is not None:  # extra evals are the trace's eval lines off the eval_steps cadence
             config["cadence"] = self.cadence_spec
             config["max_extra_evals"] = self.max_extra_evals
@@ -529,8 +811,8 @@ class EvalStopCallback(TrainerCallback, ExportableState):
         self._finished = True
         self._flush_trace()
         if (self.mode == "enforce" and self.restore_best and self.best_step is not None and model is not None
-                and self.best_step != state.global_step):
-            path = self.best_checkpoint or checkpoint_dir(args.output_dir, self.best_step)
+                and self.best_step != state.global_step and self.best_checkpoint is not None):
+            path = self.best_checkpoint
             barrier()  # rank 0 wrote the checkpoint; every rank reads it
             try:
                 restore_checkpoint(unwrap_model(model), path)
@@ -546,3 +828,14 @@ class EvalStopCallback(TrainerCallback, ExportableState):
             self._trace.end(reason, best_step=self.best_step, best_score=self.best_score, stopped_at=self.stopped_at)
         if self._registered and self.job_id is not None:
             self.client.finish(self.job_id, reason)
+
+
+def _at_step(exc: BaseException, step: int) -> BaseException:
+    """``exc`` with the evaluation step in its message (an :class:`EvaluatorError`, chained to the original)."""
+    if f"at step {step}" in str(exc):
+        return exc
+    what = str(exc) if isinstance(exc, EvaluatorError) else f"{type(exc).__name__}: {exc}"
+    new = EvaluatorError(f"EvalStop evaluation at step {step} failed: {what}")
+    new.__cause__ = exc
+    return new
+

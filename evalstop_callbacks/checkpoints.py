@@ -4,6 +4,12 @@ The Trainer protects ``state.best_model_checkpoint`` from ``save_total_limit`` r
 sets it without an eval strategy and ``metric_for_best_model``. :func:`mark_best` sets the three fields the Trainer
 reads (``best_global_step``, ``best_metric``, ``best_model_checkpoint``) to the folder name the Trainer itself builds,
 so rotation keeps that folder. :func:`restore_checkpoint` loads it back into the model object the trainer holds.
+
+Disk: a best evaluation that the trainer's own save schedule does not save anyway is written by
+:func:`save_best_weights` with ``trainer.save_model`` into ``<output_dir>/evalstop-best-<step>``: the weights (or
+PEFT adapter), config and tokenizer that restore needs, no optimizer or scheduler state. At most one such folder
+exists: the previous one is deleted when a new best is written. The name is not ``checkpoint-<step>`` on purpose:
+``resume_from_checkpoint=True`` picks the newest ``checkpoint-*`` folder, which must be a full checkpoint.
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ from typing import Any
 logger = logging.getLogger(__name__)
 
 PREFIX = "checkpoint"
+BEST_PREFIX = "evalstop-best"
 
 
 class CheckpointError(RuntimeError):
@@ -27,23 +34,70 @@ def checkpoint_dir(output_dir: str | os.PathLike[str], step: int) -> str:
     return os.path.join(str(output_dir), f"{PREFIX}-{step}")
 
 
-def mark_best(state: Any, output_dir: str | os.PathLike[str], step: int, score: float) -> str:
+def best_weights_dir(output_dir: str | os.PathLike[str], step: int) -> str:
+    """The weights-only folder EvalStop writes for a best ``step``: ``<output_dir>/evalstop-best-<step>``."""
+    return os.path.join(str(output_dir), f"{BEST_PREFIX}-{step}")
+
+
+def mark_best(state: Any, path: str, step: int, metric: float) -> str:
     """Point the trainer state at the best checkpoint so that ``save_total_limit`` rotation never deletes it.
 
     Args:
         state: The ``TrainerState``.
-        output_dir: ``args.output_dir``.
+        path: The best checkpoint's folder (:func:`checkpoint_dir` or :func:`best_weights_dir`).
         step: Step of the best evaluation; its checkpoint is (or is about to be) saved.
-        score: Its score (stored as ``best_metric``).
+        metric: Its value in transformers' convention (the metric itself, a loss stays positive), stored as
+            ``best_metric``.
 
     Returns:
-        The checkpoint folder.
+        ``path``.
     """
-    path = checkpoint_dir(output_dir, step)
     state.best_global_step = step
-    state.best_metric = float(score)
+    state.best_metric = float(metric)
     state.best_model_checkpoint = path
     return path
+
+
+def save_best_weights(trainer: Any, path: str, previous: str | None) -> None:
+    """Write what restore needs (``trainer.save_model``) to ``path``; delete ``previous`` (an older such folder).
+
+    Every rank must call it: ``save_model`` gathers a sharded model's weights (FSDP, ZeRO-3) before the main process
+    writes them. Only folders named :data:`BEST_PREFIX` are ever deleted.
+    """
+    import shutil
+
+    trainer.save_model(path)
+    if previous and previous != path and Path(previous).name.startswith(BEST_PREFIX + "-") \
+            and getattr(trainer.args, "should_save", True) and os.path.isdir(previous):
+        shutil.rmtree(previous, ignore_errors=True)
+        logger.info("removed the previous best weights %s", previous)
+
+
+def _is_fsdp2(model: Any) -> bool:
+    try:
+        from torch.distributed.fsdp import FSDPModule
+    except ImportError:  # torch without FSDP2
+        return False
+    return isinstance(model, FSDPModule)
+
+
+def _load_into_shards(model: Any, full: dict[str, Any]) -> None:
+    """Copy a full state dict into an FSDP2 model: each rank keeps its shard of every DTensor (collective)."""
+    import torch
+    from torch.distributed.tensor import DTensor, distribute_tensor
+
+    target = model.state_dict()
+    missing = sorted(set(target) - set(full))
+    if missing:
+        raise CheckpointError(f"checkpoint lacks {missing[:3]}")
+    with torch.no_grad():
+        for name, tensor in target.items():
+            source = full[name].to(dtype=tensor.dtype)
+            if isinstance(tensor, DTensor):
+                shard = distribute_tensor(source.to(tensor.device), tensor.device_mesh, tensor.placements)
+                tensor.to_local().copy_(shard.to_local())
+            else:
+                tensor.copy_(source.to(tensor.device))
 
 
 def _is_peft(model: Any) -> bool:
@@ -76,8 +130,16 @@ def restore_checkpoint(model: Any, path: str | os.PathLike[str]) -> None:
         raise CheckpointError(f"best checkpoint {path} holds no model weights")
     param = next(model.parameters())
     try:
-        loaded = type(model).from_pretrained(str(path), dtype=param.dtype)
-        model.load_state_dict(loaded.state_dict(), strict=True)
+        cls = type(model)
+        if _is_fsdp2(model):  # fully_shard swaps the class for an FSDP<Model> subclass: load the model class itself
+            from torch.distributed.fsdp import FSDPModule
+
+            cls = next(c for c in cls.__mro__[1:] if not issubclass(c, FSDPModule))
+        loaded = cls.from_pretrained(str(path), dtype=param.dtype)
+        if _is_fsdp2(model):
+            _load_into_shards(model, loaded.state_dict())
+        else:
+            model.load_state_dict(loaded.state_dict(), strict=True)
     except Exception as exc:  # noqa: BLE001 - re-raised with the folder named
         raise CheckpointError(f"cannot restore {path} into {type(model).__name__}: {exc}") from exc
     logger.info("restored weights from %s", path)

@@ -1,4 +1,4 @@
-"""Rank-consistent decisions: evaluate on the main process, share the outcome with every rank.
+"""Rank-consistent decisions: gather every rank's evaluation, decide on the main process, share the outcome.
 
 If only rank 0 decided to stop, the other ranks would wait in the next step's collectives and the run would crash
 (measured: rank 0 aborts, rank 1 gets "connection reset"). So every rank enters :func:`share_from_main` at the same
@@ -48,3 +48,16 @@ def barrier() -> None:
     dist = _dist()
     if dist is not None and dist.get_world_size() > 1:
         dist.barrier()
+
+
+def all_gather_objects(obj: T) -> list[T]:
+    """Every rank's ``obj``, in rank order, on every rank (``[obj]`` when not distributed).
+
+    Every rank must call it at the same point.
+    """
+    dist = _dist()
+    if dist is None or dist.get_world_size() == 1:
+        return [obj]
+    out: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(out, obj)
+    return out

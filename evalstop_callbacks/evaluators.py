@@ -12,6 +12,16 @@ per held-out example. Three kinds ship:
 Evaluation must not change training: the generating evaluators save and restore the torch RNG state (CPU and CUDA),
 put the model in eval mode and back, and run under ``torch.no_grad()``. Their own sampling uses a fixed seed, so the
 same weights always get the same score: that is what lets a test prove that the restored model is the best one.
+
+Precision: scores are computed in the dtype of the model's own weights with autocast off. Mixed-precision training
+(``bf16=True``/``fp16=True``) wraps the live model's ``forward`` in autocast; the evaluators bypass that wrapper while
+they score, so the live model, the restored best checkpoint and a fresh ``from_pretrained`` of it all score the same.
+
+Several processes: the generating evaluators split the held-out set into fixed batches of ``batch_size`` prompts;
+batch ``b`` is generated on rank ``b % world_size`` with its own seed (``seed + b``), so a batch's completions do not
+depend on the number of ranks. Ranks run the same number of ``generate`` calls (a sharded model, FSDP or ZeRO-3, needs
+every rank in every forward), the per-example scores are gathered in the held-out order, and every rank returns the
+same :class:`EvalResult`.
 """
 
 from __future__ import annotations
@@ -57,6 +67,13 @@ class Evaluator(ABC):
 
     #: True for evaluators fed by the trainer's ``on_evaluate`` metrics (the callback then forces evaluations).
     uses_trainer_metrics: bool = False
+    #: True for evaluators whose :meth:`evaluate` runs on every rank (each on its shard) and returns the same gathered
+    #: result everywhere. False: the callback runs :meth:`evaluate` on the main process only (whole model needed there).
+    shards: bool = False
+
+    def to_metric(self, score: float) -> float:
+        """The score in the trainer's own convention for ``state.best_metric`` (identity: higher is better)."""
+        return score
 
     @abstractmethod
     def evaluate(self, model: Any, tokenizer: Any = None) -> EvalResult:
@@ -79,8 +96,27 @@ class Evaluator(ABC):
         return {"evaluator": type(self).__name__}
 
 
-def _finite_scores(raw: Any, n: int, who: str) -> tuple[float, ...]:
-    """Check that ``raw`` is ``n`` finite numbers; raise :class:`EvaluatorError` naming ``who`` and the bad entry."""
+def _example(i: int, prompts: Sequence[Any] | None, index: Sequence[int] | None) -> str:
+    number = index[i] if index is not None and i < len(index) else i
+    if prompts is None or i >= len(prompts):
+        return f"example {number}"
+    text = str(prompts[i])
+    return f"example {number} (prompt {text[:60] + '...' if len(text) > 60 else text!r})"
+
+
+def _finite_scores(raw: Any, n: int, who: str, prompts: Sequence[Any] | None = None,
+                   index: Sequence[int] | None = None) -> tuple[float, ...]:
+    """Check that ``raw`` is ``n`` finite numbers; raise :class:`EvaluatorError` naming ``who`` and the bad entry.
+
+    Args:
+        raw: What the scorer returned.
+        n: Number of examples scored.
+        who: The scorer, for the message.
+        prompts: The prompts of those examples, quoted in the message of a bad entry.
+        index: Their positions in the held-out set (default ``0..n-1``).
+    """
+    if isinstance(raw, (int, float)) or (hasattr(raw, "ndim") and getattr(raw, "ndim", 1) == 0):
+        raise EvaluatorError(f"{who} must return a list of {n} numbers (one per example), got one scalar {raw!r}")
     try:
         values = list(raw)
     except TypeError:
@@ -92,10 +128,11 @@ def _finite_scores(raw: Any, n: int, who: str) -> tuple[float, ...]:
         if hasattr(v, "item"):  # 0-d tensors and numpy scalars
             v = v.item()
         if isinstance(v, bool) or not isinstance(v, (int, float)):
-            raise EvaluatorError(f"{who} returned a non-number for example {i}: {v!r}")
+            raise EvaluatorError(f"{who} returned a non-number for {_example(i, prompts, index)}: {v!r}")
         if not math.isfinite(v):
             raise EvaluatorError(
-                f"{who} returned a non-finite score ({v}) for example {i}; EvalStop never decides on NaN or inf"
+                f"{who} returned a non-finite score ({v}) for {_example(i, prompts, index)}; EvalStop never "
+                "decides on NaN or inf"
             )
         out.append(float(v))
     return tuple(out)
@@ -166,6 +203,61 @@ def isolated_eval(model: Any, seed: int | None) -> Iterator[None]:
     finally:
         if was_training:
             model.train()
+
+
+@contextlib.contextmanager
+def scoring_precision(model: Any) -> Iterator[None]:
+    """Score in the dtype of the model's weights, with autocast off.
+
+    accelerate's mixed precision (the Trainer's ``bf16=True``/``fp16=True``) replaces the prepared model's ``forward``
+    by an autocast wrapper and keeps the original as ``_original_forward``; inside this block the original is back,
+    and any autocast context the caller opened is disabled. Without this the live model would score in bf16 while the
+    same weights reloaded from the best checkpoint score in fp32.
+    """
+    import torch
+
+    wrapped = []
+    for module in _modules_with_forward_wrapper(model):
+        wrapped.append((module, module.__dict__["forward"]))
+        module.forward = module.__dict__["_original_forward"]
+    try:
+        with contextlib.ExitStack() as stack:
+            for device_type in ("cpu", "cuda"):
+                if device_type == "cpu" or torch.cuda.is_available():
+                    stack.enter_context(torch.autocast(device_type=device_type, enabled=False))
+            yield
+    finally:
+        for module, forward in wrapped:
+            module.forward = forward
+
+
+def _modules_with_forward_wrapper(model: Any) -> list[Any]:
+    # The wrapper sits on the object accelerate prepared: the model itself or a wrapper around it (PEFT's base model).
+    seen, out, todo = set(), [], [model]
+    for _ in range(6):
+        nxt = []
+        for m in todo:
+            if m is None or id(m) in seen:
+                continue
+            seen.add(id(m))
+            d = getattr(m, "__dict__", {})
+            if "_original_forward" in d and "forward" in d:
+                out.append(m)
+            nxt.extend(getattr(m, attr, None) for attr in ("module", "base_model", "model"))
+        todo = nxt
+    return out
+
+
+def _is_sharded(model: Any) -> bool:
+    """Whether ``model``'s parameters are sharded across ranks (FSDP, DeepSpeed ZeRO-3): every rank must forward."""
+    try:
+        from transformers.integrations import is_deepspeed_zero3_enabled, is_fsdp_managed_module
+    except ImportError:  # older transformers
+        return False
+    try:
+        return bool(is_deepspeed_zero3_enabled() or is_fsdp_managed_module(model))
+    except Exception:  # noqa: BLE001 - detection only; a plain model answers False
+        return False
 
 
 def _check_prompts(prompts: Any) -> list[Any]:
@@ -243,14 +335,17 @@ class _GeneratingEvaluator(Evaluator):
             return list(self.prompts)
         return [tok.apply_chat_template(p, tokenize=False, add_generation_prompt=True) for p in self.prompts]
 
-    def generate(self, model: Any, tokenizer: Any = None) -> tuple[list[str], list[list[int]]]:
-        """Completions (text and token ids) for every held-out prompt, with the fixed generation settings."""
+    shards = True
+
+    def batches(self) -> list[tuple[int, int]]:
+        """The fixed batches ``(start, end)`` of the held-out set; batch ``b`` is sampled with seed ``seed + b``."""
+        n, bs = len(self.prompts), self.batch_size
+        return [(start, min(n, start + bs)) for start in range(0, n, bs)]
+
+    def _gen_config(self, tok: Any) -> Any:
         from transformers import GenerationConfig
 
-        tok = self._tokenizer(tokenizer)
-        model = unwrap_model(model)
-        texts = self._prompt_texts(tok)
-        gen_config = GenerationConfig(
+        return GenerationConfig(
             max_new_tokens=self.max_new_tokens,
             do_sample=self.do_sample,
             temperature=self.temperature if self.do_sample else None,
@@ -259,26 +354,119 @@ class _GeneratingEvaluator(Evaluator):
             pad_token_id=tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id,
             eos_token_id=tok.eos_token_id,
         )
+
+    def _generate_batch(self, model: Any, tok: Any, texts: list[str], gen_config: Any, seed: int,
+                        synced: bool) -> tuple[list[str], list[list[int]]]:
+        torch = _torch()
+        device = next(model.parameters()).device
+        torch.manual_seed(seed)  # inside preserved_rng: the training streams are restored afterwards
+        batch = tok(texts, return_tensors="pt", padding=True, add_special_tokens=False)
+        batch = {k: v.to(device) for k, v in batch.items() if k in ("input_ids", "attention_mask")}
+        extra = {"synced_gpus": True} if synced else {}
+        out = model.generate(**batch, generation_config=gen_config, **extra)
+        new = out[:, batch["input_ids"].shape[1]:]
+        ids = [[t for t in row if t != gen_config.pad_token_id] for row in new.tolist()]
+        return tok.batch_decode(new, skip_special_tokens=True), ids
+
+    def generate(self, model: Any, tokenizer: Any = None, batch_ids: Sequence[int] | None = None,
+                 rounds: int | None = None) -> tuple[list[str], list[list[int]]]:
+        """Completions (text and token ids) of held-out batches, with the fixed generation settings.
+
+        Args:
+            model: The live policy (unwrapped here from DDP and PPO wrappers).
+            tokenizer: Used when the evaluator has no tokenizer of its own.
+            batch_ids: Which of :meth:`batches` to generate (default: all), in this order.
+            rounds: Number of ``generate`` calls to make in all (>= ``len(batch_ids)``): the extra calls repeat the
+                first batch and are discarded. A sharded model needs every rank to make the same number of calls.
+
+        Returns:
+            Completions of the prompts of ``batch_ids``, concatenated in that order.
+        """
+        tok = self._tokenizer(tokenizer)
+        model = unwrap_model(model)
+        texts = self._prompt_texts(tok)
+        spans = self.batches()
+        ids_wanted = list(range(len(spans))) if batch_ids is None else list(batch_ids)
+        gen_config = self._gen_config(tok)
+        sharded = _is_sharded(model)
         completions: list[str] = []
         completion_ids: list[list[int]] = []
         padding_side = getattr(tok, "padding_side", "left")
-        device = next(model.parameters()).device
-        with isolated_eval(model, self.seed):
+        calls = max(len(ids_wanted), rounds or 0)
+        with isolated_eval(model, None), scoring_precision(model):
             tok.padding_side = "left"  # decoder-only generation needs left padding
             try:
-                for start in range(0, len(texts), self.batch_size):
-                    batch = tok(texts[start:start + self.batch_size], return_tensors="pt", padding=True,
-                                add_special_tokens=False)
-                    batch = {k: v.to(device) for k, v in batch.items() if k in ("input_ids", "attention_mask")}
-                    out = model.generate(**batch, generation_config=gen_config)
-                    new = out[:, batch["input_ids"].shape[1]:]
-                    for row in new.tolist():
-                        ids = [t for t in row if t != gen_config.pad_token_id]
-                        completion_ids.append(ids)
-                    completions.extend(tok.batch_decode(new, skip_special_tokens=True))
+                for i in range(calls):
+                    b = ids_wanted[i] if i < len(ids_wanted) else 0
+                    start, end = spans[b]
+                    out_texts, out_ids = self._generate_batch(model, tok, texts[start:end], gen_config,
+                                                              self.seed + b, sharded)
+                    if i < len(ids_wanted):
+                        completions.extend(out_texts)
+                        completion_ids.extend(out_ids)
             finally:
                 tok.padding_side = padding_side
         return completions, completion_ids
+
+    def _score(self, model: Any, tokenizer: Any, index: list[int], texts: list[str],
+               ids: list[list[int]]) -> tuple[float, ...]:
+        """Scores of the held-out examples ``index`` (their completions ``texts``/``ids``)."""
+        raise NotImplementedError
+
+    def evaluate(self, model: Any, tokenizer: Any = None, *, local: bool = False) -> EvalResult:
+        """Generate and score the held-out set; in a process group, each rank does its batches (see module doc).
+
+        Args:
+            model: The live policy.
+            tokenizer: Used when the evaluator has no tokenizer of its own.
+            local: Score the whole set in this process alone, even in a process group (e.g. on rank 0 only, with an
+                unsharded model). Without it every rank of the group must call :meth:`evaluate` together.
+        """
+        from .distributed import all_gather_objects, world
+
+        rank, size = (0, 1) if local else world()
+        spans = self.batches()
+        mine = list(range(rank, len(spans), size))
+        rounds = -(-len(spans) // size)
+        index = [i for b in mine for i in range(*spans[b])]
+        error: BaseException | None = None
+        local: tuple[tuple[float, ...], tuple[str, ...]] = ((), ())
+        try:
+            texts, ids = self.generate(model, tokenizer, mine, rounds)
+            scores = self._score(model, tokenizer, index, texts, ids) if index else ()
+            local = (tuple(scores), tuple(texts))
+        except Exception as exc:  # noqa: BLE001 - shared with every rank below, so no rank waits for a broken one
+            error = exc
+        if size == 1:
+            if error is not None:
+                raise error
+            scores, texts = local
+        else:
+            message = None if error is None else f"{type(error).__name__}: {error}"
+            gathered = all_gather_objects((message, mine, local))
+            failed = [(r, m) for r, (m, _, _) in enumerate(gathered) if m is not None]
+            if failed:
+                if error is not None:
+                    raise error
+                r, m = failed[0]
+                raise EvaluatorError(f"evaluation failed on rank {r}: {m}")
+            by_batch: dict[int, tuple[list[float], list[str]]] = {}
+            for _, batch_ids, (sc, tx) in gathered:
+                pos = 0
+                for b in batch_ids:
+                    n = spans[b][1] - spans[b][0]
+                    by_batch[b] = (list(sc[pos:pos + n]), list(tx[pos:pos + n]))
+                    pos += n
+            scores = tuple(s for b in range(len(spans)) for s in by_batch[b][0])
+            texts = tuple(t for b in range(len(spans)) for t in by_batch[b][1])
+        # math.fsum: the mean does not depend on how the examples were split across ranks
+        return EvalResult(math.fsum(scores) / len(scores), tuple(scores), tuple(texts))
+
+
+def _torch() -> Any:
+    import torch
+
+    return torch
 
 
 def _reward_fn_name(fn: Callable[..., Any]) -> str:
@@ -372,23 +560,31 @@ class RewardFunctionEvaluator(_GeneratingEvaluator):
     def describe(self) -> dict[str, Any]:
         return {**super().describe(), "reward_fn": _reward_fn_name(self.reward_fn)}
 
-    def score(self, completions: Sequence[Any], completion_ids: Sequence[Sequence[int]] | None = None
-              ) -> tuple[float, ...]:
-        """Score given completions of the held-out prompts with ``reward_fn`` (checked: one finite number each)."""
-        raw = self.reward_fn(
-            prompts=list(self.prompts), completions=list(completions),
-            completion_ids=list(completion_ids) if completion_ids is not None else None, **self.reward_kwargs,
-        )
-        return _finite_scores(raw, len(self.prompts), f"reward_fn {_reward_fn_name(self.reward_fn)!r}")
+    def score(self, completions: Sequence[Any], completion_ids: Sequence[Sequence[int]] | None = None,
+              index: Sequence[int] | None = None) -> tuple[float, ...]:
+        """Score completions of held-out prompts with ``reward_fn`` (checked: one finite number each).
 
-    def evaluate(self, model: Any, tokenizer: Any = None) -> EvalResult:
-        texts, ids = self.generate(model, tokenizer)
+        Args:
+            completions: One completion per prompt of ``index``.
+            completion_ids: Their token ids, passed on as ``completion_ids``.
+            index: Positions in the held-out set of the prompts completed (default: all of them, in order).
+        """
+        idx = list(range(len(self.prompts))) if index is None else list(index)
+        prompts = [self.prompts[i] for i in idx]
+        raw = self.reward_fn(
+            prompts=prompts, completions=list(completions),
+            completion_ids=list(completion_ids) if completion_ids is not None else None,
+            **{k: [v[i] for i in idx] for k, v in self.reward_kwargs.items()},
+        )
+        return _finite_scores(raw, len(idx), f"reward_fn {_reward_fn_name(self.reward_fn)!r}", prompts, idx)
+
+    def _score(self, model: Any, tokenizer: Any, index: list[int], texts: list[str],
+               ids: list[list[int]]) -> tuple[float, ...]:
         completions: list[Any] = texts
         if self._conversational:  # TRL hands conversational reward functions message lists
             completions = [[{"role": "assistant", "content": t}] for t in texts]
         with preserved_rng():
-            scores = self.score(completions, ids)
-        return EvalResult(sum(scores) / len(scores), scores, tuple(texts))
+            return self.score(completions, ids, index)
 
 
 class RewardModelEvaluator(_GeneratingEvaluator):
@@ -429,52 +625,69 @@ class RewardModelEvaluator(_GeneratingEvaluator):
         self.reward_model = reward_model
         self.reward_tokenizer = reward_tokenizer
 
-    def evaluate(self, model: Any, tokenizer: Any = None) -> EvalResult:
-        texts, _ = self.generate(model, tokenizer)
+    def _score(self, model: Any, tokenizer: Any, index: list[int], texts: list[str],
+               ids: list[list[int]]) -> tuple[float, ...]:
         tok = self.reward_tokenizer if self.reward_tokenizer is not None else self._tokenizer(tokenizer)
+        prompts = [self.prompts[i] for i in index]
         full = [p + (" " if p and t and not p.endswith(" ") and not t.startswith(" ") else "") + t
-                for p, t in zip(self.prompts, texts)]
+                for p, t in zip(prompts, texts)]
         device = next(self.reward_model.parameters()).device
         raw: list[float] = []
-        with isolated_eval(self.reward_model, None):
+        with isolated_eval(self.reward_model, None), scoring_precision(self.reward_model):
             for start in range(0, len(full), self.batch_size):
                 batch = tok(full[start:start + self.batch_size], return_tensors="pt", padding=True)
                 batch = {k: v.to(device) for k, v in batch.items() if k in ("input_ids", "attention_mask")}
                 logits = self.reward_model(**batch).logits
                 raw.extend(logits[:, 0].float().tolist())
-        scores = _finite_scores(raw, len(self.prompts), "reward_model")
-        return EvalResult(sum(scores) / len(scores), scores, tuple(texts))
+        return _finite_scores(raw, len(index), "reward_model", prompts, index)
 
 
 class MetricEvaluator(Evaluator):
     """Use a metric of the trainer's own evaluation (``trainer.evaluate()`` on an ``eval_dataset``) as the score.
 
-    The callback asks the trainer to evaluate every ``eval_steps`` steps (``control.should_evaluate``) and reports at
-    the ``on_evaluate`` event; the trainer needs an ``eval_dataset``.
+    The callback reports at the trainer's ``on_evaluate`` events (asking for them every ``eval_steps`` steps when
+    given); the trainer needs an ``eval_dataset``. With a dict of eval datasets the trainer names the metrics
+    ``eval_<dataset>_<metric>``: pass e.g. ``"b_loss"``.
 
     Args:
-        metric: Name of the metric, with or without the ``eval_`` prefix (e.g. ``"loss"``, ``"eval_accuracy"``).
-        greater_is_better: False for losses: the reported score is then the negated metric, since EvalStop treats
-            higher as better.
+        metric: Name of the metric, with or without the ``eval_`` prefix (e.g. ``"loss"``, ``"eval_accuracy"``,
+            ``"b_loss"``).
+        greater_is_better: ``True`` or ``False``; ``None`` (default) infers it as transformers does for
+            ``metric_for_best_model``: ``False`` for a name ending in ``loss``, else ``True``. When ``False`` the
+            reported score is the negated metric, since EvalStop treats higher as better.
     """
 
     uses_trainer_metrics = True
 
-    def __init__(self, metric: str, greater_is_better: bool = True) -> None:
+    def __init__(self, metric: str, greater_is_better: bool | None = None) -> None:
         if not isinstance(metric, str) or not metric:
             raise EvaluatorError(f"metric must be a non-empty metric name, got {metric!r}")
+        if greater_is_better is None:
+            greater_is_better = not metric.endswith("loss")
+        elif not isinstance(greater_is_better, bool) and type(greater_is_better).__name__ != "bool_":
+            raise EvaluatorError(f"greater_is_better must be True, False or None, got {greater_is_better!r}")
         self.metric = metric
         self.greater_is_better = bool(greater_is_better)
 
     def describe(self) -> dict[str, Any]:
         return {"evaluator": "MetricEvaluator", "metric": self.metric, "greater_is_better": self.greater_is_better}
 
+    def to_metric(self, score: float) -> float:
+        return score if self.greater_is_better else -score
+
     def evaluate(self, model: Any, tokenizer: Any = None) -> EvalResult:
         raise EvaluatorError("MetricEvaluator reads the trainer's on_evaluate metrics; it cannot run by itself")
 
+    def key(self, metrics: Mapping[str, Any]) -> str | None:
+        """The key of this metric in ``metrics``, or ``None`` when they do not hold it."""
+        for key in (self.metric, f"eval_{self.metric}"):
+            if key in metrics:
+                return key
+        return None
+
     def from_metrics(self, metrics: Mapping[str, float]) -> EvalResult:
-        key = self.metric if self.metric in metrics else f"eval_{self.metric}"
-        if key not in metrics:
+        key = self.key(metrics)
+        if key is None:
             raise EvaluatorError(
                 f"metric {self.metric!r} is not among the trainer's eval metrics ({', '.join(sorted(metrics))})"
             )

@@ -1,6 +1,8 @@
-"""Experiment-tracker integrations: wandb logging of the eval score and declines, and an alert on stop.
+"""Experiment-tracker integrations: a wandb alert and run-summary fields when EvalStop stops a run.
 
-Active only when the trainer reports to wandb (``"wandb" in args.report_to``) and a run is open (transformers'
+The per-evaluation ``evalstop/*`` values reach wandb (and every other ``report_to`` backend) through the trainer's
+own logs; this module adds what a log line cannot carry. Active only when the trainer reports to wandb
+(``"wandb" in args.report_to``) and a run is open (transformers'
 ``WandbCallback`` opens it in ``on_train_begin``, before user callbacks run).
 """
 
@@ -20,7 +22,7 @@ def reports_to(args: Any, name: str) -> bool:
 
 
 class WandbLogger:
-    """Logs ``evalstop/*`` keys to the active wandb run.
+    """Writes the stop into the active wandb run (summary fields and an alert).
 
     Args:
         enabled: Whether the trainer reports to wandb; when False every method is a no-op.
@@ -39,21 +41,6 @@ class WandbLogger:
     @property
     def active(self) -> bool:
         return self._wandb is not None and self._wandb.run is not None
-
-    def log_eval(self, step: int, score: float, declines: int, best_step: int | None, best_score: float | None,
-                 stopped: bool) -> None:
-        if not self.active:
-            return
-        data = {
-            "evalstop/eval_score": score,
-            "evalstop/declines": declines,
-            "evalstop/stopped": int(stopped),
-            "train/global_step": step,
-        }
-        if best_score is not None:
-            data["evalstop/best_score"] = best_score
-            data["evalstop/best_step"] = best_step
-        self._wandb.log(data)
 
     def on_stop(self, step: int, reason: str, best_step: int | None, best_score: float | None) -> None:
         if not self.active:

@@ -69,6 +69,14 @@ def first_k_decline_step(history: list[dict], k: int) -> int | None:
 
 
 def checkpoint_steps(output_dir) -> list[int]:
+    """Steps of the Trainer's full checkpoints (``checkpoint-<step>``)."""
     from pathlib import Path
 
     return sorted(int(p.name.split("-")[1]) for p in Path(output_dir).glob("checkpoint-*") if p.is_dir())
+
+
+def best_weights_steps(output_dir) -> list[int]:
+    """Steps of EvalStop's weights-only best folders (``evalstop-best-<step>``)."""
+    from pathlib import Path
+
+    return sorted(int(p.name.rsplit("-", 1)[1]) for p in Path(output_dir).glob("evalstop-best-*") if p.is_dir())

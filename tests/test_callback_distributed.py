@@ -1,8 +1,9 @@
-"""Two processes (torchrun, gloo on CPU): the stop and the best step are the same on every rank, and the run exits 0.
+"""Several processes (torchrun, gloo on CPU): every rank evaluates its shard, the decision is the same everywhere.
 
-Only rank 0 evaluates and reports; the decision reaches rank 1 through a broadcast at the same step. Without it the
-ranks would stop at different steps and the run would crash in mismatched collectives. An evaluation error on rank 0
-is broadcast the same way and raised on both ranks.
+The held-out set is split in fixed batches, each generated on one rank with its own seed; the per-example scores are
+gathered in the held-out order, so the gathered score equals the single-process score of the same weights. The main
+process reports; the decision reaches every rank through a broadcast at the same step, so all ranks stop together
+(without it they would stop at different steps and crash in mismatched collectives). Errors reach every rank.
 """
 
 from __future__ import annotations
@@ -14,9 +15,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-from _callback_helpers import policy, tokenizer
+import pytest
+from _callback_helpers import gold, policy, tokenizer
 
-from evalstop_callbacks import read_trace
+from evalstop_callbacks import RewardFunctionEvaluator, read_trace
+from evalstop_callbacks.checkpoints import restore_checkpoint
 
 
 def _free_port() -> int:
@@ -25,27 +28,109 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def test_two_ranks_stop_at_the_same_step(tmp_path):
+def _run(tmp_path: Path, nproc: int) -> list[dict]:
     model_dir = tmp_path / "model"
     policy().save_pretrained(model_dir)
     tokenizer().save_pretrained(model_dir)
     script = Path(__file__).with_name("_callback_ddp_script.py")
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(nproc), "--master_addr",
+           "127.0.0.1", "--master_port", str(_free_port()), str(script), str(model_dir), str(tmp_path)]
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return [json.loads((tmp_path / f"rank-{r}.json").read_text()) for r in range(nproc)]
+
+
+def _check(tmp_path: Path, ranks: list[dict]) -> None:
+    from _callback_ddp_script import PROMPTS
+
+    nproc = len(ranks)
+    r0 = ranks[0]
+    assert all(r["world_size"] == nproc for r in ranks)
+    assert r0["stopped_at"] is not None and r0["stopped_at"] < 12, r0["history"]
+    for r in ranks[1:]:
+        for key in ("stopped_at", "global_step", "best_step", "best_score", "history", "restored_from", "probe",
+                    "rescore", "rescore_scores", "log_keys"):
+            assert r[key] == r0[key], key
+    assert r0["global_step"] == r0["stopped_at"]  # every rank stopped at the decision step
+    # every rank evaluated at every evaluation, each its share of the 48 examples (6 batches of 8)
+    assert all(r["evaluations"] == len(r0["history"]) for r in ranks)
+    assert sorted(r["scored_per_eval"][0] for r in ranks) == sorted(
+        8 * len(range(rank, 6, nproc)) for rank in range(nproc))
+    assert sum(r["scored_total"] for r in ranks) == 48 * len(r0["history"])
+    # the gathered score of the restored best model equals one process scoring the same weights
+    single = policy()
+    restore_checkpoint(single, r0["restored_from"])
+    alone = RewardFunctionEvaluator(PROMPTS, gold, max_new_tokens=8, batch_size=8).evaluate(single, tokenizer())
+    assert list(alone.scores) == r0["rescore_scores"]
+    assert alone.score == pytest.approx(r0["rescore"], abs=1e-12) and alone.score == pytest.approx(r0["best_score"])
+    assert r0["alone"] == alone.score  # local=True on rank 0 alone, inside the process group
+    # the trainer's logs of every rank hold the evalstop keys at every evaluation
+    assert len(r0["log_keys"]) == len(r0["history"]) and "evalstop/best_score" in r0["log_keys"][0]
+    # errors: a NaN on the main process reaches every rank; a reward function failing on one rank's shard too
+    assert "non-finite eval score nan at step 0" in r0["nan_on_main"], r0["nan_on_main"]
+    for r in ranks[1:]:
+        assert "EvalStop evaluation failed on the main process at step 0" in r["nan_on_main"], r["nan_on_main"]
+    failing = (6 - 1) % nproc  # the rank holding the last batch
+    for r in ranks:
+        assert r["nan_on_main_step"] == r["shard_fails_step"] == 0  # before the first optimizer step
+        assert "at step 0" in r["shard_fails"], r["shard_fails"]
+        expected = "no reference answer" if r["rank"] == failing else f"evaluation failed on rank {failing}"
+        assert expected in r["shard_fails"], r["shard_fails"]
+    trace = read_trace(tmp_path / "trace.jsonl")  # written once, by rank 0
+    assert trace[0]["world_size"] == nproc and trace[-1]["stopped_at"] == r0["stopped_at"]
+
+
+def test_two_ranks_evaluate_their_shards_and_stop_at_the_same_step(tmp_path):
+    _check(tmp_path, _run(tmp_path, 2))
+
+
+@pytest.mark.slow
+def test_three_ranks_evaluate_their_shards_and_stop_at_the_same_step(tmp_path):
+    _check(tmp_path, _run(tmp_path, 3))
+
+
+def test_fsdp2_sharded_model_evaluates_in_lockstep_and_restores(tmp_path):
+    """torch's FSDP2 on CPU: the sharded evaluation equals one process's, and restore loads into the shards.
+
+    (Through the Trainer, FSDP cannot run on CPU: accelerate enables FSDP only for multi-GPU-type backends, and with
+    ``use_cpu=True`` it silently trains plain DDP. ``test_trainer_fsdp_on_gpus`` covers that path where GPUs exist.)
+    """
+    from _callback_fsdp_script import evaluator
+
+    model_dir, best_dir = tmp_path / "model", tmp_path / "best"
+    start, best = policy(), policy()
+    with __import__("torch").no_grad():
+        for p in best.parameters():
+            p.mul_(0.9)  # other weights, so that the restore shows in the scores
+    start.save_pretrained(model_dir)
+    tokenizer().save_pretrained(model_dir)
+    best.save_pretrained(best_dir)
+    script = Path(__file__).with_name("_callback_fsdp_script.py")
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_addr", "127.0.0.1",
-           "--master_port", str(_free_port()), str(script), str(model_dir), str(tmp_path)]
+           "--master_port", str(_free_port()), str(script), str(model_dir), str(best_dir), str(tmp_path)]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-4000:]
-    r0, r1 = (json.loads((tmp_path / f"rank-{r}.json").read_text()) for r in (0, 1))
-    assert r0["world_size"] == r1["world_size"] == 2
-    assert r0["stopped_at"] is not None and r0["stopped_at"] < 16
-    for key in ("stopped_at", "global_step", "best_step", "best_score", "history", "restored_from"):
-        assert r0[key] == r1[key], key
-    assert r0["global_step"] == r0["stopped_at"]
-    assert r0["probe"] == r1["probe"]  # both ranks restored the same (best) weights
-    assert (r0["evaluated"], r1["evaluated"]) == (len(r0["history"]), 0)  # evaluation on the main process only
-    # an evaluation error on rank 0 reaches every rank at the same step: both raise, neither hangs
-    assert "non-finite eval score nan at step 2" in r0["broken_error"], r0["broken_error"]
-    assert "EvalStop evaluation failed on the main process at step 2" in r1["broken_error"], r1["broken_error"]
-    assert r0["broken_step"] == r1["broken_step"] == 2
-    trace = read_trace(tmp_path / "trace.jsonl")  # written once, by rank 0
-    assert trace[0]["world_size"] == 2 and trace[-1]["stopped_at"] == r0["stopped_at"]
+    r0, r1 = (json.loads((tmp_path / f"fsdp-{r}.json").read_text()) for r in (0, 1))
+    assert r0["sharded"] and r1["sharded"]
+    n_params = sum(p.numel() for p in start.parameters())
+    assert r0["local_params"] < n_params and r0["local_params"] + r1["local_params"] >= n_params  # really sharded
+    assert r0["before"] == r1["before"] == list(evaluator().evaluate(start, tokenizer()).scores)
+    assert r0["after"] == r1["after"] == list(evaluator().evaluate(best, tokenizer()).scores)
+    assert r0["after"] != r0["before"]
+
+
+@pytest.mark.skipif(not __import__("torch").cuda.is_available() or __import__("torch").cuda.device_count() < 2,
+                    reason="FSDP through the Trainer needs 2 GPUs: accelerate ignores fsdp= on CPU")
+def test_trainer_fsdp_on_gpus(tmp_path):
+    model_dir = tmp_path / "model"
+    policy().save_pretrained(model_dir)
+    tokenizer().save_pretrained(model_dir)
+    script = Path(__file__).with_name("_callback_ddp_script.py")
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false", "EVALSTOP_TEST_FSDP": "1"}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_addr", "127.0.0.1",
+           "--master_port", str(_free_port()), str(script), str(model_dir), str(tmp_path)]
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    _check(tmp_path, [json.loads((tmp_path / f"rank-{r}.json").read_text()) for r in (0, 1)])

@@ -163,9 +163,9 @@ def _sft(tmp_path, cb, **kw):
 def test_nan_evaluator_in_training_raises_instead_of_stopping(tmp_path):
     cb = EvalStopCallback(_NaNAtSecondEval(), eval_steps=2)
     trainer = _sft(tmp_path, cb)
-    with pytest.raises(EvaluatorError, match="non-finite eval score nan at step 4"):
+    with pytest.raises(EvaluatorError, match="non-finite eval score nan at step 2"):
         trainer.train()
-    assert cb.stopped_at is None and [h["step"] for h in cb.history] == [2]
+    assert cb.stopped_at is None and [h["step"] for h in cb.history] == [0]  # the step-0 baseline was fine
 
 
 def test_restore_callback_states_flag_is_rejected(tmp_path):
@@ -176,7 +176,7 @@ def test_restore_callback_states_flag_is_rejected(tmp_path):
 def test_a_callback_serves_one_run():
     from transformers import TrainerControl, TrainerState, TrainingArguments
 
-    cb = EvalStopCallback(_NaNAtSecondEval(), eval_steps=1)
+    cb = EvalStopCallback(_NaNAtSecondEval(), eval_steps=1, eval_on_start=False)  # no trainer: events by hand
     args, state, control = TrainingArguments(output_dir="unused", report_to="none"), TrainerState(), TrainerControl()
     state.max_steps = 5
     cb.on_train_begin(args, state, control)

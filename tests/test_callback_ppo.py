@@ -13,6 +13,7 @@ from _callback_helpers import (  # noqa: E402
     NEGATIVE,
     POSITIVE,
     TRAIN_PROMPTS,
+    best_weights_steps,
     checkpoint_steps,
     first_k_decline_step,
     gold,
@@ -46,8 +47,10 @@ def test_ppo_stop_ends_train_with_stop_checkpoint_and_best_restored(tmp_path):
     assert cb.stopped_at == stop.step == first_k_decline_step(cb.history, 2) == trainer.state.global_step
     assert cb.stopped_at < 20
     # save_total_limit=1 kept the best checkpoint through rotation, beside the stop step's (the newest)
-    assert checkpoint_steps(tmp_path) == sorted({cb.best_step, cb.stopped_at})
-    assert cb.restored_from.endswith(f"checkpoint-{cb.best_step}")
+    # the stop step's full checkpoint, and the best step's weights alone (PPO saves the policy)
+    assert checkpoint_steps(tmp_path) == [cb.stopped_at]
+    assert best_weights_steps(tmp_path) == [cb.best_step]
+    assert cb.restored_from.endswith(f"evalstop-best-{cb.best_step}")
     # the callback unwrapped PolicyAndValueWrapper: the live policy scores exactly the best eval
     assert world().evaluate(trainer.model.policy, tokenizer()).score == cb.best_score == stop.best_score
     # without the wrapper this exception escapes trainer.train(); it names the wrapper
@@ -59,7 +62,7 @@ def test_ppo_improving_run_is_not_stopped(tmp_path):
     trainer = ppo_trainer(tmp_path, policy(), tokenizer(), TRAIN_PROMPTS * 4, GOLD, [cb], max_steps=9)
     assert train_with_evalstop(trainer) is None
     assert first_k_decline_step(cb.history, 2) is None and cb.stopped_at is None, cb.history
-    assert trainer.state.global_step == 9 and [h["step"] for h in cb.history] == [3, 6, 9]
+    assert trainer.state.global_step == 9 and [h["step"] for h in cb.history] == [0, 3, 6, 9]
     assert cb.history[-1]["eval_score"] > cb.history[0]["eval_score"]
 
 
@@ -74,5 +77,5 @@ def test_ppo_observe_mode_never_stops(tmp_path):
     assert lines[0]["trainer"] == "PPOTrainer" and lines[-1] == {
         "kind": "end", "reason": "completed", "best_step": cb.best_step, "best_score": cb.best_score}
     evals = lines[1:-1]
-    assert [e["step"] for e in evals] == [2, 4, 6, 8, 10]
-    assert all("proxy_reward" in e and "train_loss" in e and "kl" in e for e in evals), evals
+    assert [e["step"] for e in evals] == [0, 2, 4, 6, 8, 10]  # step 0: the baseline, before any PPO step
+    assert all("proxy_reward" in e and "train_loss" in e and "kl" in e for e in evals[1:]), evals

@@ -1,4 +1,4 @@
-"""The JSONL trace (DESIGN.md section 4): recorder rules, and the trace a real run writes."""
+"""The JSONL trace (format evalstop-trace/1): recorder rules, and the trace a real run writes."""
 
 from __future__ import annotations
 
@@ -70,10 +70,13 @@ def test_real_run_trace_has_scores_loss_extras_and_end(tmp_path):
     assert header["config"]["detector"] == {"name": "k-decline", "params": {"k": 2, "min_delta": 0.0}}
     assert [e["step"] for e in evals] == [h["step"] for h in cb.history]
     assert [e["eval_score"] for e in evals] == [h["eval_score"] for h in cb.history]
+    assert evals[0]["step"] == 0 and "train_loss" not in evals[0]  # the baseline: before any training step
     for e in evals:
         assert len(e["eval_scores"]) == len(HELDOUT_PROMPTS)
         assert e["proxy_reward"] == e["step"]  # from trace_extras
-        assert "train_loss" in e and e["wall_s"] > 0  # loss from the trainer's own log of that step
+        assert e["wall_s"] > 0
+    for e in evals[1:]:
+        assert "train_loss" in e  # loss from the trainer's own log of that step
     assert [e["wall_s"] for e in evals] == sorted(e["wall_s"] for e in evals)
     assert end == {"kind": "end", "reason": "stopped", "stopped_at": cb.stopped_at, "best_step": cb.best_step,
                    "best_score": cb.best_score}

@@ -12,6 +12,7 @@ from _callback_helpers import (
     HELDOUT_PROMPTS,
     TRAIN_PROMPTS,
     anti_gold,
+    best_weights_steps,
     checkpoint_steps,
     first_k_decline_step,
     gold,
@@ -44,9 +45,11 @@ def assert_stopped_at_decline(cb: EvalStopCallback, trainer, k: int = 2) -> None
 def assert_restored_best(cb: EvalStopCallback, model, output_dir) -> None:
     """The live model scores exactly the best eval; the best checkpoint is on disk and scores the same."""
     ev = world_evaluator()
-    assert cb.restored_from is not None
+    assert cb.restored_from is not None and cb.restored_from == cb.best_checkpoint
     assert ev.evaluate(model, tokenizer()).score == cb.best_score
-    assert cb.best_step in checkpoint_steps(output_dir)
+    # the best step is kept weights-only (no optimizer state), and only the current best is kept that way
+    assert best_weights_steps(output_dir) == [cb.best_step]
+    assert not (output_dir / f"evalstop-best-{cb.best_step}" / "optimizer.pt").exists()
     fresh = policy()
     restore_checkpoint(fresh, cb.restored_from)
     assert ev.evaluate(fresh, tokenizer()).score == cb.best_score
@@ -69,9 +72,11 @@ def test_grpo_stops_on_declining_world_score_and_restores_best(tmp_path):
     assert_stopped_at_decline(cb, trainer)
     assert cb.stopped_at < 16
     assert_restored_best(cb, trainer.model, tmp_path)
-    # save_total_limit=1: rotation kept the best checkpoint; at the end the Trainer keeps only the best one
-    assert checkpoint_steps(tmp_path) == [cb.best_step]
+    # save_total_limit=1: at the end the Trainer deletes every full checkpoint that is not the best (the stop step's)
+    assert checkpoint_steps(tmp_path) == []
     assert trainer.state.best_global_step == cb.best_step
+    assert trainer.state.best_model_checkpoint == cb.best_checkpoint
+    assert trainer.state.best_metric == cb.best_score  # a world score: higher is better, stored as it is
 
 
 def test_grpo_improving_run_is_not_stopped(tmp_path):
@@ -82,9 +87,14 @@ def test_grpo_improving_run_is_not_stopped(tmp_path):
     assert cb.stopped_at is None and cb.would_stop_at is None
     assert trainer.state.global_step == 12
     assert cb.history[-1]["eval_score"] > cb.history[0]["eval_score"]
-    assert [h["step"] for h in cb.history] == [4, 8, 12]
+    assert [h["step"] for h in cb.history] == [0, 4, 8, 12]  # step 0: the baseline
     # the last eval is the best: the model in memory is already the best one, nothing to restore
     assert cb.best_step == 12 and cb.restored_from is None
+    # each new best replaced the previous weights-only folder: one on disk, no optimizer state, no full checkpoint
+    scores = [h["eval_score"] for h in cb.history]
+    assert sum(x > max(scores[:i], default=float("-inf")) for i, x in enumerate(scores)) >= 2
+    assert best_weights_steps(tmp_path) == [12] and checkpoint_steps(tmp_path) == []
+    assert not list((tmp_path / "evalstop-best-12").glob("optimizer*"))
 
 
 def test_observe_mode_never_stops(tmp_path):
@@ -94,6 +104,7 @@ def test_observe_mode_never_stops(tmp_path):
     assert cb.would_stop_at == first_k_decline_step(cb.history, 2) is not None
     assert cb.stopped_at is None and trainer.state.global_step == 12
     assert cb.restored_from is None and checkpoint_steps(tmp_path) == []  # shadow runs change nothing
+    assert best_weights_steps(tmp_path) == []
     assert world_evaluator().evaluate(trainer.model, tokenizer()).score == cb.history[-1]["eval_score"]
 
 
@@ -172,10 +183,10 @@ def test_sft_lora_restores_the_best_adapter(tmp_path):
 
     cb = EvalStopCallback(world_evaluator(), eval_steps=2, k=2, job_type="lora")
     trainer = sft(tmp_path, cb, "negative", LoraConfig(r=8, lora_alpha=16, target_modules=["c_attn"],
-                                                       lora_dropout=0.0, task_type="CAUSAL_LM"), lr=3e-2)
+                                                       lora_dropout=0.0, task_type="CAUSAL_LM"), lr=1e-1)
     trainer.train()
     assert_stopped_at_decline(cb, trainer)
-    assert (tmp_path / f"checkpoint-{cb.best_step}" / "adapter_model.safetensors").exists()
+    assert (tmp_path / f"evalstop-best-{cb.best_step}" / "adapter_model.safetensors").exists()
     assert world_evaluator().evaluate(trainer.model, tokenizer()).score == cb.best_score
 
 
@@ -199,9 +210,11 @@ def test_plain_trainer_with_metric_evaluator(tmp_path, kind, stops):
     if stops:
         assert_stopped_at_decline(cb, trainer)
         assert trainer.evaluate()["eval_loss"] == pytest.approx(-cb.best_score, abs=1e-6)
+        # transformers' convention for a loss: best_metric is the loss itself (positive), not EvalStop's score
+        assert trainer.state.best_metric == -cb.best_score > 0
     else:
         assert first_k_decline_step(cb.history, 2) is None and cb.stopped_at is None, cb.history
-        assert len(cb.history) == 6
+        assert len(cb.history) == 7  # step 0 and every 2 steps
 
 
 def test_sft_with_the_shape_detector_reads_per_example_scores(tmp_path):

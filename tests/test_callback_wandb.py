@@ -1,4 +1,8 @@
-"""wandb integration: with report_to=["wandb"] (offline), the eval score, declines and the stop reach the run files."""
+"""wandb integration: with report_to=["wandb"] (offline), the eval score, declines and the stop reach the run files.
+
+The per-evaluation keys arrive through the trainer's own logs (transformers' WandbCallback writes them as
+``train/evalstop/...``); the stop's summary fields and the alert come from EvalStop itself.
+"""
 
 from __future__ import annotations
 
@@ -34,8 +38,8 @@ def test_wandb_offline_run_has_evalstop_keys(tmp_path, monkeypatch):
     assert cb.stopped_at is not None
     run_files = list(tmp_path.glob("wandb/offline-run-*/run-*.wandb"))
     assert len(run_files) == 1, list(tmp_path.rglob("*"))
-    keys = (b"evalstop/eval_score", b"evalstop/declines", b"evalstop/stopped_at", b"evalstop/stop_reason",
-            b"EvalStop stopped training")
+    keys = (b"train/evalstop/eval_score", b"train/evalstop/declines", b"train/evalstop/best_score",
+            b"train/evalstop/stop_step", b"evalstop/stopped_at", b"evalstop/stop_reason", b"EvalStop stopped training")
     deadline = time.monotonic() + 30
     while not all(k in run_files[0].read_bytes() for k in keys) and time.monotonic() < deadline:
         time.sleep(0.5)  # the service may still be flushing on a loaded machine
