@@ -561,10 +561,11 @@ def create_app(store: Store, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES, cl
 
     @app.get("/readyz", tags=["operator"], responses=_UNAVAILABLE)
     async def readyz() -> JSONResponse:
-        """Readiness: the store can read and its writer is alive."""
-        if store.ready():
+        """Readiness: the store can read and its writer is alive; otherwise 503 saying why."""
+        why = store.not_ready_reason()
+        if why is None:
             return JSONResponse({"status": "ready"})
-        return JSONResponse({"error": "unavailable", "message": "the store is not ready"}, status_code=503)
+        return JSONResponse({"error": "unavailable", "message": why}, status_code=503)
 
     @app.get("/metrics", tags=["operator"], response_class=Response)
     async def prometheus() -> Response:
