@@ -102,7 +102,7 @@ def test_a_commit_that_fails_answers_503_records_nothing_and_the_resend_succeeds
     store = SQLiteStore(tmp_path / "full.db")
     _, token = store.add_tenant("acme")
     headers = {"Authorization": f"Bearer {token}"}
-    with TestClient(create_app(store, close_store=True)) as c:
+    with TestClient(create_app(store, close_store=True, max_eval_scores=20_000)) as c:
         assert c.post("/v1/jobs", json={"job_type": "rlhf", "job_id": "j"}, headers=headers).status_code == 201
         for step in range(3):
             body = {"job_id": "j", "job_type": "rlhf", "step": step, "eval_score": 0.1 * step}

@@ -205,3 +205,16 @@ def test_the_cache_stays_within_its_memory_budget(tmp_path: Path) -> None:
         assert len(store._cache) < len(monitors)
     finally:
         store.close()
+
+
+def test_readyz_says_why_it_is_not_ready(tmp_path: Path) -> None:
+    from fastapi.testclient import TestClient
+
+    from platform_sim.service.app import create_app
+
+    store = SQLiteStore(tmp_path / "r.db")
+    with TestClient(create_app(store)) as c:
+        assert c.get("/readyz").json() == {"status": "ready"}
+        store.close()
+        r = c.get("/readyz")
+        assert r.status_code == 503 and r.json()["message"] == "the store is closed"

@@ -20,6 +20,7 @@ from .boundary import (
     InvalidReportError,
     Report,
     check_finite_score,
+    check_finite_scores,
     check_job_type,
     check_step,
 )
@@ -95,7 +96,7 @@ class JobMonitor:
             # Same checks as Report: a non-number must be a clear InvalidReportError, not a TypeError from isfinite.
             if isinstance(scores, (str, bytes, Mapping)) or not hasattr(scores, "__iter__"):
                 raise InvalidReportError("eval_scores must be a list of numbers")
-            scores = tuple(check_finite_score(s, "eval_scores[]") for s in scores)
+            scores = check_finite_scores(scores)
             if not scores:
                 raise InvalidReportError("eval_scores must not be empty when given")
         stop_now = self.detector.observe(step, score, scores)

@@ -129,14 +129,17 @@ class BodyLimitMiddleware:
         await send({"type": "http.response.body", "body": body})
 
 class TenantRateLimit:
-    """A token bucket per tenant: ``rate`` requests per second on average, bursts of up to ``burst``.
+    """A token bucket per tenant: ``rate`` tokens per second on average, bursts of up to ``burst``.
 
-    One tenant that sends too fast gets 429 with ``Retry-After`` instead of taking the server's time from the others.
-    The buckets live in this app instance (one per process); with several replicas each enforces its own.
+    A request costs one token, and a report one more per :data:`RATE_BYTES_PER_TOKEN` bytes of body, so that a tenant
+    sending large per-example reports is limited by the work it causes, not by its request count. One tenant that
+    sends too much gets 429 with ``Retry-After`` instead of taking the server's time from the others. The buckets
+    live in this app instance (one per process); with several replicas each enforces its own.
 
     Args:
-        rate: Requests per second a tenant may sustain (> 0).
-        burst: Requests a tenant may send at once after being idle (>= 1).
+        rate: Tokens per second a tenant may sustain (> 0).
+        burst: Tokens a tenant may spend at once after being idle (>= 1). A request that costs more than ``burst``
+            takes the whole bucket (so that it can pass at all).
     """
 
     def __init__(self, rate: float, burst: float) -> None:
@@ -145,17 +148,23 @@ class TenantRateLimit:
         self.rate, self.burst = float(rate), float(burst)
         self._buckets: dict[int, tuple[float, float]] = {}  # tenant id -> (tokens, time of last refill)
 
-    def retry_after(self, tenant_id: int, now: float | None = None) -> float:
-        """Take one token for ``tenant_id``; 0.0 if it was there, else the seconds until one will be."""
+    def retry_after(self, tenant_id: int, cost: float = 1.0, now: float | None = None) -> float:
+        """Take ``cost`` tokens for ``tenant_id``; 0.0 if they were there, else the seconds until they will be."""
         now = time.monotonic() if now is None else now
+        cost = min(max(cost, 1.0), self.burst)
         tokens, last = self._buckets.get(tenant_id, (self.burst, now))
         tokens = min(self.burst, tokens + (now - last) * self.rate)
-        if tokens >= 1.0:
-            self._buckets[tenant_id] = (tokens - 1.0, now)
+        if tokens >= cost:
+            self._buckets[tenant_id] = (tokens - cost, now)
             return 0.0
         self._buckets[tenant_id] = (tokens, now)
-        return (1.0 - tokens) / self.rate
+        return (cost - tokens) / self.rate
 
+
+RATE_BYTES_PER_TOKEN = 2_000
+"""A request costs one rate-limit token plus one per this many bytes of body: a small report costs 1, a report of
+10,000 per-example scores (about 100 kB) about 51. Chosen with ``benchmarks/bench_noisy_neighbour.py``: large reports
+cost the server's single writer (and the disk) far more per byte than small ones cost per request."""
 
 _EVALS_PATH = re.compile(rf"^/{API_VERSION}/jobs/([^/]+)/evals$")
 _JOB_ID = re.compile(JOB_ID_PATTERN)
@@ -365,7 +374,7 @@ def create_app(store: Store, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES, cl
 
     bearer = HTTPBearer(auto_error=False, description="A tenant token from `evalstop-server tenant add NAME`.")
 
-    def authenticate(token: str | None) -> Tenant:
+    def authenticate(token: str | None, body_bytes: int = 0) -> Tenant:
         challenge = {"WWW-Authenticate": "Bearer"}
         if not token:
             metrics.auth_failures.inc()
@@ -385,7 +394,7 @@ def create_app(store: Store, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES, cl
             metrics.auth_failures.inc()
             raise ApiError(401, "unauthorized", "invalid or revoked token", challenge)
         if rate_limit is not None:
-            wait = rate_limit.retry_after(found.tenant_id)
+            wait = rate_limit.retry_after(found.tenant_id, 1.0 + body_bytes // RATE_BYTES_PER_TOKEN)
             if wait > 0:
                 metrics.rate_limited.inc()
                 raise ApiError(429, "rate_limited", f"too many requests from this tenant (limit {rate_limit.rate:g}/s, "
@@ -393,8 +402,10 @@ def create_app(store: Store, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES, cl
                                {"Retry-After": str(max(1, math.ceil(wait)))})
         return found
 
-    async def tenant(creds: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]) -> Tenant:
-        return authenticate(None if creds is None else creds.credentials)
+    async def tenant(request: Request,
+                     creds: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]) -> Tenant:
+        length = request.headers.get("content-length", "0")
+        return authenticate(None if creds is None else creds.credentials, int(length) if length.isdigit() else 0)
 
     TenantDep = Annotated[Tenant, Depends(tenant)]
 
@@ -452,7 +463,7 @@ def create_app(store: Store, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES, cl
                           ) -> tuple[int, dict[str, Any], dict[str, str] | None]:
         try:
             scheme, _, token = (authorization or "").partition(" ")
-            t = authenticate(token.strip() if scheme.lower() == "bearer" else None)
+            t = authenticate(token.strip() if scheme.lower() == "bearer" else None, len(raw))
             if not _JOB_ID.fullmatch(job_id):
                 raise ApiError(422, "invalid_request", f"invalid request: path.job_id: String should match pattern "
                                                        f"'{JOB_ID_PATTERN}'")
@@ -550,10 +561,11 @@ def create_app(store: Store, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES, cl
 
     @app.get("/readyz", tags=["operator"], responses=_UNAVAILABLE)
     async def readyz() -> JSONResponse:
-        """Readiness: the store can read and its writer is alive."""
-        if store.ready():
+        """Readiness: the store can read and its writer is alive; otherwise 503 saying why."""
+        why = store.not_ready_reason()
+        if why is None:
             return JSONResponse({"status": "ready"})
-        return JSONResponse({"error": "unavailable", "message": "the store is not ready"}, status_code=503)
+        return JSONResponse({"error": "unavailable", "message": why}, status_code=503)
 
     @app.get("/metrics", tags=["operator"], response_class=Response)
     async def prometheus() -> Response:

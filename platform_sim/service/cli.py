@@ -60,10 +60,10 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--max-eval-scores", type=int, default=MAX_EVAL_SCORES,
                        help=f"most per-example scores in one report (default {MAX_EVAL_SCORES}); longer lists get 422")
     serve.add_argument("--rate-limit", type=float, default=0.0,
-                       help="requests per second each tenant may sustain; beyond it 429 with Retry-After (default 0: "
-                            "no limit)")
+                       help="tokens per second each tenant may spend: one per request plus one per 2 kB of body; "
+                            "beyond it 429 with Retry-After (default 0: no limit)")
     serve.add_argument("--rate-burst", type=float, default=None,
-                       help="requests a tenant may send at once (default: 2 s worth of --rate-limit, at least 10)")
+                       help="tokens a tenant may spend at once (default: 2 s worth of --rate-limit, at least 10)")
     serve.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
     serve.add_argument("--access-log", action="store_true", help="log every request (off by default: it costs "
                                                                  "throughput)")

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictFloat, field_validator
 
 from platform_sim.core import JOB_TYPES
 
@@ -102,7 +102,9 @@ class ReportIn(_Strict):
     step: Integer = Field(ge=0, le=2**62)
     eval_score: Number
     # The length limit is the server's (--max-eval-scores), checked after parsing; this is the schema's ceiling.
-    eval_scores: list[Number] | None = Field(None, min_length=1, max_length=1_000_000)
+    # StrictFloat: JSON numbers only (no booleans, no strings), checked in pydantic's core without a Python call per
+    # value (a report may carry tens of thousands).
+    eval_scores: list[StrictFloat] | None = Field(None, min_length=1, max_length=1_000_000)
 
 
 class FinishIn(_Strict):

@@ -343,13 +343,18 @@ class SQLiteStore(Store):
 
     # -- operations ----------------------------------------------------------------------------------------------
     def ready(self) -> bool:
-        if self._closed or not self._batch_writer.alive:
-            return False
+        return self.not_ready_reason() is None
+
+    def not_ready_reason(self) -> str | None:
+        if self._closed:
+            return "the store is closed"
+        if not self._batch_writer.alive:
+            return "the store's writer thread stopped"
         try:
             self._reader().execute("SELECT 1 FROM meta LIMIT 1").fetchone()
-        except sqlite3.Error:
-            return False
-        return True
+        except sqlite3.Error as exc:
+            return f"the database cannot be read: {exc}"
+        return None
 
     def write_problem(self) -> str | None:
         # A write that changes nothing, rolled back: refused on a read-only file or mount, a full or locked database.

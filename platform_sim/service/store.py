@@ -222,6 +222,10 @@ class Store(abc.ABC):
     def ready(self) -> bool:
         """True if the store can serve reads and commit writes now."""
 
+    def not_ready_reason(self) -> str | None:
+        """Why :meth:`ready` is False (for ``/readyz``), or None when ready."""
+        return None if self.ready() else "the store is not ready"
+
     def write_problem(self) -> str | None:
         """Why this store cannot commit writes (checked once at start by ``serve``), or None if it can."""
         return None

@@ -207,22 +207,22 @@ class BatchWriter:
                 logger.warning("%s: batch of %d failed (%s); applying its operations one by one", self.name,
                                len(ops), exc)
                 return False
-            error = exc if isinstance(exc, StoreUnavailable) else StoreUnavailable(
+            refusal = exc if isinstance(exc, StoreUnavailable) else StoreUnavailable(
                 f"the database could not commit: {' '.join(str(exc).split())}")
             logger.error("%s: commit failed, %d operation(s) refused: %s", self.name, len(ops), exc)
             for op in ops:
-                op.future.set_exception(error)
+                op.future.set_exception(refusal)
             return True
         if not _isolated(results, ops):  # transact rolled back
             self._forget(None)
             if not single:
                 return False
-            _, error = results[0]
-            assert error is not None
-            logger.error("%s: operation on %r failed", self.name, ops[0].key, exc_info=error)
-            failed = OperationFailed(f"internal error while applying the operation ({type(error).__name__}); "
+            _, cause = results[0]
+            assert cause is not None
+            logger.error("%s: operation on %r failed", self.name, ops[0].key, exc_info=cause)
+            failed = OperationFailed(f"internal error while applying the operation ({type(cause).__name__}); "
                                      "nothing of it was stored")
-            failed.__cause__ = error
+            failed.__cause__ = cause
             ops[0].future.set_exception(failed)
             return True
         failed_keys = [op.key for op, (_, error) in zip(ops, results) if error is not None]
