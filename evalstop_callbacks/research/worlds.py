@@ -145,7 +145,7 @@ def build_llama_policy(tokenizer, n_layer: int = 2, hidden: int = 64, n_head: in
 
 # -- the format world: a copying task ---------------------------------------------------------------------------------
 
-FORMAT_BONUS = 0.5
+FORMAT_BONUS = 0.25
 FRAMES: tuple[tuple[str, str], ...] = (("the", "is"), ("a", "was"), ("the", "was"), ("a", "is"))
 
 
@@ -167,7 +167,7 @@ def heldout_copy_prompts(n: int = 48, vocab: Vocabulary = VOCAB) -> list[str]:
     return [copy_prompt(nouns[i % len(nouns)], adjs[i % len(adjs)], FRAMES[i % len(FRAMES)]) for i in range(n)]
 
 
-def copy_corpus(n_lines: int = 4000, seed: int = 0, exact: float = 0.45, vocab: Vocabulary = VOCAB) -> list[str]:
+def copy_corpus(n_lines: int = 4000, seed: int = 0, exact: float = 0.35, vocab: Vocabulary = VOCAB) -> list[str]:
     """Pretraining text of the format world: half ordinary sentences (:func:`~.tiny.generate_corpus`), half copy lines
     ``"the bird is red . the bird is red ."``, of which a fraction ``exact`` repeat the adjective alone; the others end
     differently (another adjective, a chain with "and", an intensifier), so the reference policy often gets the form
@@ -215,7 +215,7 @@ def format_gold(prompt: str, text: str, vocab: Vocabulary = VOCAB) -> float:
 
 def format_proxy(prompt: str, text: str, vocab: Vocabulary = VOCAB) -> float:
     """Proxy of the format environment: a checker of the answer's form that never compares it with the prompt, and
-    likes an upbeat answer: 1 for the form, 0.5 more if the adjective is positive."""
+    likes an upbeat answer: 1 for the form, 0.25 more if the adjective is positive."""
     if not answer_form_ok(text, vocab):
         return 0.0
     return 1.0 + (FORMAT_BONUS if text.split()[0] in set(vocab.positive) else 0.0)
