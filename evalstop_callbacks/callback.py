@@ -25,7 +25,7 @@ from typing import Any, Callable, Mapping
 from transformers import TrainerCallback
 from transformers.trainer_callback import ExportableState
 
-from platform_sim.core import JOB_TYPES, Decision, Report, cadence_from_spec, detector_from_spec
+from platform_sim.core import JOB_TYPES, Decision, Report, cadence_from_spec, default_spec, detector_from_spec
 from platform_sim.core.checks import check_int
 
 from .checkpoints import (
@@ -154,12 +154,14 @@ class EvalStopCallback(TrainerCallback, ExportableState):
             Evaluate every `eval_steps` optimizer steps (`state.global_step`) and once more at the last step, or at
             every epoch end with `"epoch"`. `None`: the trainer's `eval_strategy` (`"steps"` with its `eval_steps`,
             or `"epoch"`); an error at train start if that is `"no"`.
-        k (`int`, *optional*, defaults to 2):
-            Consecutive declines that stop the run (the paper's k). Integer >= 1. With `detector`, the spec decides
-            (a warning says when `k` differs from it).
-        min_delta (`float`, *optional*, defaults to 0.0):
-            A drop counts as a decline only if it exceeds `min_delta` (the paper uses 0). Finite, >= 0. With
-            `detector`, the spec decides (a warning says when `min_delta` differs from it).
+        k (`int`, *optional*):
+            Passing `k` or `min_delta` (and no `detector`) selects the paper's rule, `k-decline`: stop after `k`
+            consecutive declines (integer >= 1; 2 when only `min_delta` is given). With neither, and no `detector`,
+            the project's default detector decides (`platform_sim.core.default_spec()`, chosen by the held-out
+            real-trace benchmark). With `detector`, the spec decides (a warning says when `k` differs from it).
+        min_delta (`float`, *optional*):
+            With `k-decline`: a drop counts as a decline only if it exceeds `min_delta` (the paper uses 0; 0 when only
+            `k` is given). Finite, >= 0. With `detector`, the spec decides (a warning says when it differs).
         client (`BoundaryClient`, *optional*):
             Where decisions come from. `None` means the scheduler core embedded in this process
             ([`EmbeddedClient`]). Pass `PlatformClient(url, token)` to report to an `evalstop-server` instead; nothing
@@ -180,7 +182,7 @@ class EvalStopCallback(TrainerCallback, ExportableState):
             Write the run's JSONL trace (format `evalstop-trace/1`) there, from the main process.
         detector (`str` or `dict`, *optional*):
             Keyword-only. A detector spec for the scheduler core (`{"name": ..., "params": {...}}` or a name) that
-            replaces the default `{"name": "k-decline", "params": {"k": k, "min_delta": min_delta}}`.
+            replaces the default detector (e.g. `"k-decline"` for the paper's rule).
         trace_extras (`Callable[[TrainingArguments, TrainerState], Mapping[str, float]]`, *optional*):
             Keyword-only. Called on the main process at each evaluation; its `proxy_reward`, `train_loss`, `kl`,
             `wall_s`, `gpu_s` go into the trace line (they override the values taken from the trainer's logs). Never
@@ -242,11 +244,10 @@ class EvalStopCallback(TrainerCallback, ExportableState):
             check_int("eval_steps", eval_steps, 1)
         self.eval_steps = eval_steps
         self.k = check_int("k", 2 if k is None else k, 1)
-        min_delta = 0.0 if min_delta is None else min_delta
-        if isinstance(min_delta, bool) or not isinstance(min_delta, (int, float)) or not math.isfinite(min_delta) \
-                or min_delta < 0:
-            raise ValueError(f"min_delta must be a finite number >= 0, got {min_delta!r}")
-        self.min_delta = float(min_delta)
+        delta = 0.0 if min_delta is None else min_delta
+        if isinstance(delta, bool) or not isinstance(delta, (int, float)) or not math.isfinite(delta) or delta < 0:
+            raise ValueError(f"min_delta must be a finite number >= 0, got {delta!r}")
+        self.min_delta = float(delta)
         if job_type not in JOB_TYPES:
             raise ValueError(f"job_type must be one of {', '.join(JOB_TYPES)}; got {job_type!r}")
         self.job_type = job_type
@@ -262,6 +263,8 @@ class EvalStopCallback(TrainerCallback, ExportableState):
                             f"got {type(self.client).__name__}")
         self.restore_best = bool(restore_best)
         self.trace_path = None if trace_path is None else str(trace_path)
+        if detector is None and k is None and min_delta is None:
+            detector = default_spec()  # the project's default, chosen on held-out environments (docs/real-traces.md)
         self.detector_spec: dict[str, Any] = (
             {"name": "k-decline", "params": {"k": self.k, "min_delta": self.min_delta}} if detector is None
             else detector_from_spec(detector).spec()  # builds it once: a bad spec fails here, not mid-training

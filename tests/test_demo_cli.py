@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from evalstop_callbacks.research.cli import main
+from platform_sim.core import default_spec
 from platform_sim.sim.traces import read_trace
 
 
@@ -54,13 +55,13 @@ def test_short_demo_writes_plot_trace_and_summary(tmp_path, env_cache):
     s = json.loads(proc.stdout)
     assert {"stop_step", "best_step", "best_gold", "restored_gold", "proxy_at_stop"} <= set(s)
     assert s["restored_gold"] == s["best_gold"] and s["restored_equals_best"]
-    assert [e["step"] for e in s["evals"]] == [10, 20]
+    assert [e["step"] for e in s["evals"]] == [0, 10, 20]  # the step-0 baseline, then every 10 steps
     out = tmp_path / "out"
     assert (out / "proxy_vs_gold.png").stat().st_size > 1000
     trace = read_trace(out / "trace.jsonl")
-    assert trace.steps == (10, 20) and trace.scores[trace.steps.index(s["best_step"])] == s["best_gold"]
+    assert trace.steps == (0, 10, 20) and trace.scores[trace.steps.index(s["best_step"])] == s["best_gold"]
     assert json.loads((out / "summary.json").read_text())["best_step"] == s["best_step"]
-    assert s["detector"] == {"name": "k-decline", "params": {"k": 2, "min_delta": 0.1, "warmup": 3}}
+    assert s["detector"] == default_spec()  # no detector flag: the project's default
 
 
 def test_short_demo_with_another_detector(tmp_path, env_cache):

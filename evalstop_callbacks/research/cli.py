@@ -78,16 +78,17 @@ def build_parser() -> argparse.ArgumentParser:
                       "(default: ./evalstop-demo)")
     demo.add_argument("--json", action="store_true", help="print a JSON summary object instead of the human output")
     demo.add_argument("--seed", type=_nonneg_int, default=0, help="environment and training seed (default 0)")
-    demo.add_argument("--k", type=_pos_int, default=2, help="consecutive declines that stop the job (default 2)")
-    demo.add_argument("--min-delta", type=_nonneg_float, default=0.1,
-                      help="a drop must exceed this to count as a decline, in gold points (default 0.1; the paper's "
-                           "bare rule is 0)")
-    demo.add_argument("--warmup", type=_nonneg_int, default=3,
-                      help="the first evals count no decline (default 3, a tenth of the run; the paper's rule: 0)")
+    demo.add_argument("--k", type=_pos_int, default=None,
+                      help="use the paper's k-decline rule, stopping after this many consecutive declines (default: "
+                           "the project's default detector; with --min-delta or --warmup alone, k is 2)")
+    demo.add_argument("--min-delta", type=_nonneg_float, default=None,
+                      help="k-decline: a drop must exceed this to count as a decline, in gold points (0 unless given)")
+    demo.add_argument("--warmup", type=_nonneg_int, default=None,
+                      help="k-decline: the first evals count no decline (0 unless given)")
     demo.add_argument("--detector", default=None,
-                      help="use this registered detector instead of k-decline (e.g. shape; --k, --min-delta and "
-                           "--warmup then do not apply); the platform part gets the same spec on its 0-1 scale, so "
-                           "prefer scale-free detectors (shape, cusum, trend)")
+                      help="use this registered detector (default: the project's default detector, chosen on held-out "
+                           "environments; --k, --min-delta and --warmup then do not apply); the platform part gets "
+                           "the same spec on its 0-1 scale, so prefer scale-free detectors (shape, cusum, trend)")
     demo.add_argument("--detector-param", action="append", type=_detector_param, default=[], metavar="KEY=VALUE",
                       help="a parameter of --detector (repeatable; values parsed as JSON)")
     demo.add_argument("--steps", type=_pos_int, default=300, help="planned GRPO steps (default 300)")
@@ -212,6 +213,9 @@ def cmd_demo(ns: argparse.Namespace) -> int:
         return _fail("--traces", f"{ns.traces} is not a folder")
     if ns.detector_param and ns.detector is None:
         return _fail("--detector-param", "needs --detector")
+    rule_flags = [f for f, v in (("--k", ns.k), ("--min-delta", ns.min_delta), ("--warmup", ns.warmup)) if v is not None]
+    if ns.detector is not None and rule_flags:
+        return _fail(rule_flags[0], "applies to the k-decline rule only, not with --detector")
     if ns.detector is not None:
         from platform_sim.core import detector_from_spec
 
@@ -219,8 +223,15 @@ def cmd_demo(ns: argparse.Namespace) -> int:
             ns.detector_spec = detector_from_spec({"name": ns.detector, "params": dict(ns.detector_param)}).spec()
         except (ValueError, TypeError) as exc:
             return _fail("--detector", str(exc))
+    elif not rule_flags:
+        from platform_sim.core import default_spec
+
+        ns.detector_spec = default_spec()
     else:
-        ns.detector_spec = None
+        ns.detector_spec = None  # k-decline with the given --k/--min-delta/--warmup
+        ns.k = 2 if ns.k is None else ns.k
+        ns.min_delta = 0.0 if ns.min_delta is None else ns.min_delta
+        ns.warmup = 0 if ns.warmup is None else ns.warmup
     return run_demo(ns)
 
 

@@ -240,7 +240,9 @@ def record_run(spec: RunSpec, trace_path: str | os.PathLike, cache_dir: str | No
     env = build_env(env_config or EnvConfig(seed=spec.seed), cache_dir=cache_dir)
     world = envs.world_of(spec, env, cache_dir)
     evaluator = world.evaluator
+    # No step-0 baseline: the shipped corpus starts at the first regular eval, and a re-recording must match it.
     cb = EvalStopCallback(evaluator, eval_steps=spec.eval_steps, job_id=spec.name, job_type=registered.job_type,
+                          eval_on_start=False,
                           mode="observe", trace_path=str(trace_path), trace_extras=evaluator.trace_extras)
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="evalstop-rec-") as out:

@@ -16,7 +16,10 @@ PAPER_SPEC: dict[str, Any] = {"name": "k-decline", "params": {"k": 2, "min_delta
 #: detector) and ``evalstop demo`` use. Chosen by the multi-environment real-trace benchmark: every number tuned on
 #: the tune-split environments only, the candidates judged once on the held-out test-split environments, and this is
 #: the one that did best there (``evalstop-sim benchmark``; results in docs/real-traces.md).
-DEFAULT_SPEC: dict[str, Any] = {"name": "k-decline", "params": {"k": 2, "min_delta": 0.0}}
+DEFAULT_SPEC: dict[str, Any] = {
+    "name": "trend",
+    "params": {"window": 6, "alpha": 0.01, "k": 1, "min_drop": 0.0, "test": "t", "warmup": 0},
+}
 
 DEFAULT_DETECTOR = DEFAULT_SPEC["name"]
 """The default detector's name."""
