@@ -23,7 +23,7 @@ import optuna
 from optuna.pruners import BasePruner
 from optuna.study import StudyDirection
 
-from platform_sim.core import Decision, JobMonitor, detector_from_spec
+from platform_sim.core import Decision, JobMonitor, default_spec, detector_from_spec
 from platform_sim.core.boundary import check_job_type
 
 logger = logging.getLogger(__name__)
@@ -36,7 +36,7 @@ class EvalStopPruner(BasePruner):
 
     Args:
         detector: Detector spec of the core (a name or ``{"name": ..., "params": {...}}``); None: the project's
-            default (the paper's k=2 rule).
+            default (the project's default detector, `platform_sim.core.default_spec()`).
         base: Another pruner consulted when EvalStop does not prune (e.g. ``MedianPruner``); None: EvalStop alone.
         direction: ``"maximize"`` (values are scores) or ``"minimize"`` (values are losses, negated); None: the
             study's direction.
@@ -52,7 +52,7 @@ class EvalStopPruner(BasePruner):
             raise TypeError(f"base must be an optuna pruner, got {type(base).__name__}")
         if direction is not None and direction not in DIRECTIONS:
             raise ValueError(f"direction must be 'maximize', 'minimize' or None, got {direction!r}")
-        self.detector_spec: dict[str, Any] = detector_from_spec(detector).spec()  # a bad spec fails here
+        self.detector_spec: dict[str, Any] = detector_from_spec(default_spec() if detector is None else detector).spec()  # a bad spec fails here
         self.base = base
         self.direction = direction
         self.job_type = check_job_type(job_type)

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 from ray.tune.schedulers import FIFOScheduler, TrialScheduler
 
-from platform_sim.core import ConflictError, Decision, InvalidReportError, JobMonitor, detector_from_spec
+from platform_sim.core import ConflictError, Decision, InvalidReportError, JobMonitor, default_spec, detector_from_spec
 from platform_sim.core.boundary import check_job_type
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -56,7 +56,7 @@ class EvalStopScheduler(TrialScheduler):
         scores_attr: Result key of the per-example scores (a list of numbers), read when present; None never reads
             them.
         detector: Detector spec of the core (a name or ``{"name": ..., "params": {...}}``); None: the project's
-            default (the paper's k=2 rule).
+            default (the project's default detector, `platform_sim.core.default_spec()`).
         job_type: Job type of every trial, one of the core's job types (default ``"rlhf"``).
         persist: Log every eval into the experiment folder, so that ``Tuner.restore`` resumes the state (default
             True).
@@ -80,7 +80,7 @@ class EvalStopScheduler(TrialScheduler):
         self.eval_metric = metric
         self.step_attr = step_attr
         self.scores_attr = scores_attr
-        self.detector_spec: dict[str, Any] = detector_from_spec(detector).spec()  # a bad spec fails here
+        self.detector_spec: dict[str, Any] = detector_from_spec(default_spec() if detector is None else detector).spec()  # a bad spec fails here
         self.job_type = check_job_type(job_type)
         self.persist = bool(persist)
         self._monitors: dict[str, JobMonitor] = {}

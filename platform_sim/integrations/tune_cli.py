@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from platform_sim.core import DETECTORS, detector_from_spec
+from platform_sim.core import DETECTORS, default_spec, detector_from_spec
 from platform_sim.core.detectors import parse_detector_param
 
 logger = logging.getLogger(__name__)
@@ -235,7 +235,7 @@ def tune_replay(traces: Sequence[Any], cfg: TuneReplayConfig, address: str | Non
     scale = corpus_scale(traces)
     det = detector_from_spec(cfg.detector)
     spec = det.spec()
-    per_example = bool(getattr(type(det), "uses_example_scores", False))
+    per_example = det.uses_example_scores
     curves: dict[str, dict[str, Any]] = {}
     for t in traces:
         examples = None
@@ -313,8 +313,9 @@ def add_tune(sub: argparse._SubParsersAction) -> None:
                    help="hours of training one eval interval stands for, for trial_hours (default 0.5)")
     p.add_argument("--cpus", type=int, default=2, help="CPUs of the local Ray instance (default 2)")
     p.add_argument("--address", default=None, help="an existing Ray cluster offering the evalstop_gpu resource")
-    p.add_argument("--detector", default="k-decline",
-                   help=f"detector name (default k-decline; registered: {', '.join(sorted(DETECTORS))})")
+    p.add_argument("--detector", default=None,
+                   help="detector name (default: the project's default detector; --k/--min-delta alone: k-decline; "
+                        f"registered: {', '.join(sorted(DETECTORS))})")
     p.add_argument("--k", type=int, default=None, help="consecutive declines that stop a trial (k-decline)")
     p.add_argument("--min-delta", type=float, default=None, help="decline tolerance on the 0-1 scale (k-decline)")
     p.add_argument("--detector-param", action="append", type=_detector_param, default=[], metavar="KEY=VALUE",
@@ -330,8 +331,10 @@ def _detector(args: argparse.Namespace) -> dict[str, Any]:
     if args.min_delta is not None:
         params["min_delta"] = args.min_delta
     params.update(dict(args.detector_param))
+    if args.detector is None and not params:
+        return detector_from_spec(default_spec()).spec()
     try:
-        return detector_from_spec({"name": args.detector, "params": params}).spec()
+        return detector_from_spec({"name": args.detector or "k-decline", "params": params}).spec()
     except ValueError as exc:
         raise TuneUsageError(f"--detector: {exc}") from None
 
