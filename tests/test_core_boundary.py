@@ -1,4 +1,4 @@
-"""The Report/Decision whitelist (DESIGN.md section 3)."""
+"""The Report/Decision whitelist (docs/design.md section 3)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The k-decline rule (DESIGN.md section 2) and the detector registry."""
+"""The k-decline rule (docs/design.md section 2) and the detector registry."""
 
 from __future__ import annotations
 

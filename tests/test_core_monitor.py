@@ -1,4 +1,4 @@
-"""JobMonitor: validation, idempotency, conflicts, best step, the stop latch and persistence (DESIGN.md section 2)."""
+"""JobMonitor: validation, idempotency, conflicts, best step, the stop latch and persistence (docs/design.md section 2)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The paper's headline at the default point (DESIGN.md section 5; docs/simulation.md).
+"""The paper's headline at the default point (docs/design.md section 6; docs/simulation.md).
 
 The fast test uses 10 seeds; the slow one runs the full 30-seed ``evalstop-sim paper`` experiment set. The figures
 are computed, never hard-coded: each assertion is one of the issue's acceptance thresholds.

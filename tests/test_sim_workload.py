@@ -1,4 +1,4 @@
-"""Workload generator and curves: determinism, the defaults of DESIGN.md section 5, and the curve shapes."""
+"""Workload generator and curves: determinism, the defaults of docs/design.md section 5, and the curve shapes."""
 
 from __future__ import annotations
 

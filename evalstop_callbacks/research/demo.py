@@ -72,7 +72,7 @@ def _run_demo(ns: argparse.Namespace) -> int:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     import torch
 
-    # One thread: with two, any other busy process on the second core slows a step down by 40x (NOTES-trl-on-cpu).
+    # One thread: with two, any other busy process on the second core slows a step down by 40x (measured on a 2-core machine).
     torch.set_num_threads(int(os.environ.get("EVALSTOP_THREADS", "1")))
     for name in ("transformers", "trl", "accelerate", "datasets"):
         logging.getLogger(name).setLevel(logging.ERROR)

@@ -27,7 +27,7 @@ from .checks import check_nonneg
 from .views import JobView
 
 PREEMPTION_COST_H: float = 2.0 / 60.0
-"""Preemption and resume cost (DESIGN.md section 5): a resumed job holds its GPUs this long before it progresses."""
+"""Preemption and resume cost (docs/design.md section 5): a resumed job holds its GPUs this long before it progresses."""
 
 
 class BasePolicy(ABC):

@@ -40,7 +40,7 @@ from .policies import BasePolicy
 from .views import JobView
 
 DEFAULT_STOP_TYPES: tuple[str, ...] = ("rlhf",)
-"""Job types a stop policy covers by default: RLHF, where reward hacking happens (DESIGN.md section 5)."""
+"""Job types a stop policy covers by default: RLHF, where reward hacking happens (docs/design.md section 5)."""
 
 
 @dataclass(frozen=True, slots=True)

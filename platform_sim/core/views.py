@@ -1,4 +1,4 @@
-"""Read-only job views: what a scheduling or stop policy may see of a job (DESIGN.md section 3).
+"""Read-only job views: what a scheduling or stop policy may see of a job (docs/design.md section 3).
 
 A :class:`JobView` carries the observable fields only: type, GPU demand, submit time, planned steps, progress, the
 user's duration estimate, the observed eval history and the training-loss history (for the loss-based baselines). It

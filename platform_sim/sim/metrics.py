@@ -1,4 +1,4 @@
-"""Metrics of DESIGN.md section 5: per run (:func:`run_metrics`) and per table row over seeds (:func:`metric_row`).
+"""Metrics of docs/design.md section 6: per run (:func:`run_metrics`) and per table row over seeds (:func:`metric_row`).
 
 Detection (positive = a hacking RLHF job, over all jobs of a run):
 

@@ -1,7 +1,7 @@
 """How a job's evaluation is observed: the one place where an observed eval score is made from the truth.
 
 :meth:`ObservationModel.observe_eval` returns ``(score, per_example_scores | None)`` for the ``k``-th eval of a job.
-The default adds Gaussian noise of std ``sigma`` (DESIGN.md section 5) from the workload's pre-drawn standard-normal
+The default adds Gaussian noise of std ``sigma`` (docs/design.md section 5) from the workload's pre-drawn standard-normal
 matrix, so that every policy run on a seed sees the same observations and a sigma sweep uses common random numbers.
 Extensions (per-example scores for paired-test detectors, recorded traces) subclass it and override
 :meth:`~ObservationModel.observe_eval`; per-example generation is off by default because it costs time.

@@ -21,7 +21,7 @@ PAPER_REFERENCE: dict[str, Any] = {
     "noise_precision": {0.01: 1.0, 0.12: 0.81},
     "hack_rate_min_precision": 0.89,
 }
-"""The paper's published figures (DESIGN.md section 5), printed beside ours."""
+"""The paper's published figures (docs/design.md section 6), printed beside ours."""
 
 MAIN_COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("stop", "stop", "s"),
