@@ -10,7 +10,6 @@ import pytest
 from evalstop_callbacks.research import envs, worlds
 from evalstop_callbacks.research.record import RunSpec
 
-
 # -- the scores ------------------------------------------------------------------------------------------------------
 
 
@@ -104,7 +103,7 @@ def test_runspec_rejects_combinations_no_environment_has(bad):
         RunSpec(**args)
 
 
-# -- tiny recordings, end to end ----------------------------------------------------------------------------------------
+# -- tiny recordings, end to end --------------------------------------------------------------------------------------
 
 
 def _lines(path: Path) -> list[dict]:

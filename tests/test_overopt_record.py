@@ -31,8 +31,8 @@ def test_default_grid_has_hacking_and_healthy_configurations_and_ppo():
     assert len({s.steps // s.eval_steps for s in grid}) == 1
 
 
-@pytest.mark.parametrize("bad", [dict(algo="dpg"), dict(reward="oracle"), dict(steps=0), dict(algo="ppo", reward="gold"),
-                                 dict(algo="dpo")])
+@pytest.mark.parametrize("bad", [dict(algo="dpg"), dict(reward="oracle"), dict(steps=0),
+                                 dict(algo="ppo", reward="gold"), dict(algo="dpo")])
 def test_runspec_rejects_bad_values(bad):
     args = dict(algo="grpo", reward="proxy", kl=0.0, seed=0, steps=10, eval_steps=5) | bad
     with pytest.raises(ValueError):
