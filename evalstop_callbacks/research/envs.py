@@ -19,8 +19,8 @@ correctness (``format``) are ``test``.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 logger = logging.getLogger(__name__)
 
@@ -597,12 +597,12 @@ def _format_world(spec, env, cache_dir) -> World:
 
 
 
-# -- the corpus table ---------------------------------------------------------------------------------------------------
+# -- the corpus table -------------------------------------------------------------------------------------------------
 
 
 def corpus_rows(folder) -> list[dict]:
-    """One row per complete trace of ``folder``: environment, split, trainer, model, role, label (from the gold curve by the
-    replay code's rule), first/peak/final gold, training seconds. Reads the JSONL files directly."""
+    """One row per complete trace of ``folder``: environment, split, trainer, model, role, label (from the gold curve
+    by the replay code's rule), first/peak/final gold, training seconds. Reads the JSONL files directly."""
     import json
     from pathlib import Path
 

@@ -21,7 +21,8 @@ All scores are functions of text only (no randomness), so a test can pin them.
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from .overopt import _completion_texts
 from .tiny import VOCAB, Vocabulary
