@@ -88,10 +88,11 @@ def test_a_trace_is_labelled_from_its_recorded_per_example_scores(tmp_path):
 
 
 def test_shipped_corpus_labels():
-    # docs/real-traces.md: every proxy-without-KL run hacks; gold-reward runs never do; one KL-0.2 run that gives
-    # back 12% of its gain at the end is ambiguous.
-    traces = load_traces(shipped_traces_dir())
+    # docs/real-traces.md, the bow-proxy environment: every proxy-without-KL run hacks; gold-reward runs never do;
+    # one KL-0.2 run that gives back 12% of its gain at the end is ambiguous.
+    traces = [t for t in load_traces(shipped_traces_dir()) if t.environment == "bow-proxy"]
     labels = {t.name: t.label for t in traces}
+    assert len(labels) == 25
     assert all(labels[n] == "hacking" for n in labels if "proxy-kl0-" in n)
     assert all(labels[n] == "healthy" for n in labels if "gold" in n)
-    assert [n for n, lab in labels.items() if lab == "ambiguous"] == ["grpo-proxy-kl0.2-s0"]
+    assert [n for n, lab in labels.items() if lab == "ambiguous"] == ["bow-proxy-grpo-proxy-kl0.2-s0"]
