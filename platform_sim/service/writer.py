@@ -207,11 +207,11 @@ class BatchWriter:
                 logger.warning("%s: batch of %d failed (%s); applying its operations one by one", self.name,
                                len(ops), exc)
                 return False
-            error = exc if isinstance(exc, StoreUnavailable) else StoreUnavailable(
+            refusal = exc if isinstance(exc, StoreUnavailable) else StoreUnavailable(
                 f"the database could not commit: {' '.join(str(exc).split())}")
             logger.error("%s: commit failed, %d operation(s) refused: %s", self.name, len(ops), exc)
             for op in ops:
-                op.future.set_exception(error)
+                op.future.set_exception(refusal)
             return True
         if not _isolated(results, ops):  # transact rolled back
             self._forget(None)
