@@ -44,7 +44,7 @@ class WandbLogger:
                  stopped: bool) -> None:
         if not self.active:
             return
-        data = {
+        data: dict[str, float | int | None] = {
             "evalstop/eval_score": score,
             "evalstop/declines": declines,
             "evalstop/stopped": int(stopped),
