@@ -37,10 +37,11 @@ def share_from_main(payload: T | None) -> T:
     """
     dist = _dist()
     if dist is None or dist.get_world_size() == 1:
-        return payload  # type: ignore[return-value]
-    box = [payload]
+        return payload  # type: ignore[return-value]  # the only rank is the main one, which passes a T
+    box: list[Any] = [payload]  # the broadcast overwrites it with rank 0's payload, a T
     dist.broadcast_object_list(box, src=0)
-    return box[0]
+    result: T = box[0]
+    return result
 
 
 def barrier() -> None:

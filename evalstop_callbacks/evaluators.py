@@ -172,8 +172,9 @@ def preserved_rng(seed: int | None = None) -> Iterator[None]:
     try:
         import numpy as np
     except ImportError:  # numpy is optional here
-        np = None
-    np_state = np.random.get_state() if np is not None else None
+        np_state = None
+    else:
+        np_state = np.random.get_state()
     cpu_state = torch.get_rng_state()
     cuda_states = torch.cuda.get_rng_state_all() if torch.cuda.is_available() and torch.cuda.is_initialized() else None
     try:
@@ -185,7 +186,7 @@ def preserved_rng(seed: int | None = None) -> Iterator[None]:
         if cuda_states is not None:
             torch.cuda.set_rng_state_all(cuda_states)
         random.setstate(py_state)
-        if np is not None:
+        if np_state is not None:  # numpy was imported
             np.random.set_state(np_state)
 
 

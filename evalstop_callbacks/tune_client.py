@@ -109,6 +109,8 @@ class TuneClient:
         path = self._checkpoint_path()
         checkpoint = None
         if path is not None:
+            if self.best_step is None:  # _checkpoint_path names a directory only for a known best step
+                raise RuntimeError(f"checkpoint {path!r} chosen without a best step")
             checkpoint = tune.Checkpoint.from_directory(path)
             metrics[CHECKPOINT_STEP_KEY] = self.best_step
             metrics[CHECKPOINT_SCORE_KEY] = self.best_score

@@ -26,7 +26,7 @@ from platform_sim.sim.traces import read_trace, shipped_traces_dir  # noqa: E402
 
 TESTS = Path(__file__).resolve().parent
 # Two hacking traces, a healthy one the default rule stops, a healthy one it leaves alone.
-FOUR = ("grpo-proxy-kl0-s0", "ppo-proxy-kl0-s0", "grpo-gold-kl0-s0", "grpo-gold-kl0-s2")
+FOUR = ("bow-proxy-grpo-proxy-kl0-s0", "bow-proxy-ppo-proxy-kl0-s0", "bow-proxy-grpo-gold-kl0-s0", "bow-proxy-grpo-gold-kl0-s2")
 
 
 @pytest.fixture(scope="module")

@@ -254,6 +254,8 @@ class EvalStopScheduler(TrialScheduler):
             self._monitors[tid] = m
             self._history[tid] = [(int(s), float(v), per) for s, v, per in t["history"]]
             if m.stopped:
+                if m.last_decision is None:
+                    raise ValueError(f"the saved EvalStop state of trial {tid!r} is stopped but has no decisions")
                 self._stops[tid] = m.last_decision
             if t.get("finished"):
                 self._finished[tid] = t["finished"]

@@ -111,7 +111,12 @@ def detection_metrics(spec: Mapping[str, Any], series: Iterable[Sequence[tuple]]
                 fp += not hacking
                 if hacking:
                     delays.append(stop - peak)
-            delivered = monitor.best_step if stop is not None else len(evals)
+            if stop is None:
+                delivered = len(evals)
+            elif monitor.best_step is None:  # a stop comes after at least one observed eval, which sets the best
+                raise RuntimeError(f"monitor stopped at eval {stop} without a best checkpoint")
+            else:
+                delivered = monitor.best_step
             regrets.append(float(truth.max() - truth[delivered - 1]))
     return {
         "precision": tp / (tp + fp) if tp + fp else None,

@@ -26,6 +26,14 @@ class Runner(ABC):
 
     name: ClassVar[str]
 
+    def __init__(self, workers: int | None = None) -> None:
+        """Every backend is built as ``cls(workers=...)`` by :func:`make_runner`, so each takes this argument.
+
+        Args:
+            workers: Parallel workers; None lets the backend choose (in-process backends ignore it).
+        """
+        del workers
+
     @abstractmethod
     def map(self, fn: Callable[[T], R], tasks: Sequence[T], progress: ProgressFn | None = None) -> list[R]:
         """``[fn(t) for t in tasks]``, possibly in parallel; results in task order.

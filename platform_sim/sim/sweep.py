@@ -128,7 +128,7 @@ def parse_sweep(data: Mapping[str, Any], source: str = "<grid>") -> SweepSpec:
     wl_raw = data.get("workload", {}) or {}
     if not isinstance(wl_raw, Mapping):
         raise SweepFileError(f"{src}: [workload] must be a table")
-    wl_kwargs = {}
+    wl_kwargs: dict[str, Any] = {}  # checked by WorkloadConfig itself (TypeError/ValueError below)
     for key, value in wl_raw.items():
         name = _norm(str(key))
         if name not in _WORKLOAD_FIELDS:
@@ -286,9 +286,10 @@ def sweep(spec: SweepSpec, runner: Runner | None = None, progress: Callable[[int
         chunk = results[first:first + len(spec.seeds)]
         per = {k: [res[i] for res in chunk] for i, k in enumerate(keys)}
         for p in pols:
-            b = PolicySpec(base=p.base, base_params=p.base_params).key()
+            base_key = PolicySpec(base=p.base, base_params=p.base_params).key()
             params = {k: v for k, v in cell.items() if k not in ("base", "stop")}  # already columns of the row
-            rows.append(metric_row(p.base, p.stop, per[p.key()], per[b] if p.stop != "none" else None, **params))
+            rows.append(metric_row(p.base, p.stop, per[p.key()], per[base_key] if p.stop != "none" else None,
+                                   **params))
     return {
         "config": {
             "grid": spec.source,

@@ -142,7 +142,8 @@ class WorkloadConfig:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "WorkloadConfig":
-        args = {k: (tuple(v) if isinstance(v, list) else v) for k, v in data.items() if k != "real_curves"}
+        args: dict[str, Any] = {k: (tuple(v) if isinstance(v, list) else v) for k, v in data.items()
+                                if k != "real_curves"}
         if data.get("real_curves") is not None:
             args["real_curves"] = CurveCalibration.from_dict(data["real_curves"])
         return cls(**args)

@@ -19,7 +19,11 @@ def run_migrations_online() -> None:
     config = context.config
     connection = config.attributes.get("connection")
     if connection is None:
-        engine = sa.create_engine(config.get_main_option("sqlalchemy.url"), poolclass=sa.pool.NullPool)
+        url = config.get_main_option("sqlalchemy.url")
+        if url is None:
+            raise RuntimeError("the migration environment was given neither a connection nor sqlalchemy.url; "
+                               "run migrations through platform_sim.service.store_postgres.upgrade_schema")
+        engine = sa.create_engine(url, poolclass=sa.pool.NullPool)
         with engine.connect() as connection:
             _migrate(connection)
         engine.dispose()
