@@ -1,9 +1,9 @@
 """What a user meets first: the evalstop/* keys in the trainer's logs, errors before the first optimizer step, and
 ``EvalStopCallback()`` with the trainer's own eval metric and cadence (steps, epochs, dict eval datasets).
 
-Real trainers on a tiny GPT-2 (CPU). TensorBoard and tensorboardX are not installed in this environment, so the
-reporting backends are checked through what every one of them is, a callback that receives the trainer's
-``on_log`` (and wandb offline in test_callback_wandb.py), plus ``log_history`` in ``trainer_state.json``.
+Real trainers on a tiny GPT-2 (CPU). The reporting backends are checked through what every one of them is, a callback
+that receives the trainer's ``on_log``, plus ``log_history`` in ``trainer_state.json``; a real TensorBoard event file
+is read back in test_callback_tensorboard.py and wandb offline in test_callback_wandb.py.
 """
 
 from __future__ import annotations
