@@ -18,6 +18,7 @@ from datasets import Dataset
 from transformers import TrainerCallback
 
 from evalstop_callbacks import EvalStopCallback, EvaluatorError, MetricEvaluator, RewardFunctionEvaluator
+from platform_sim.core import default_spec, detector_from_spec
 
 COMMON = dict(use_cpu=True, bf16=False, report_to="none", disable_tqdm=True, save_strategy="no", seed=0)
 
@@ -89,13 +90,6 @@ def test_every_evaluation_reaches_log_history_and_every_logging_callback(tmp_pat
     assert not list((tmp_path / f"evalstop-best-{cb.best_step}").glob("optimizer*"))
 
 
-def test_tensorboard_is_not_installed_here():
-    # When it is, report_to="tensorboard" gets the same on_log lines as the Reporter above; see the module doc.
-    from transformers.integrations import get_available_reporting_integrations
-
-    assert "tensorboard" not in get_available_reporting_integrations()
-
-
 # -- errors before the first optimizer step ----------------------------------------------------------------------
 
 def test_metric_name_typo_raises_before_the_first_step(tmp_path):
@@ -157,7 +151,9 @@ def test_no_argument_callback_on_plain_trainer_stops_overfitting_and_restores_be
     trainer.train()
     assert cb.evaluator.describe() == {"evaluator": "MetricEvaluator", "metric": "loss", "greater_is_better": False}
     assert [h["step"] for h in cb.history][:3] == [0, 2, 4]  # the trainer's eval cadence, from the baseline
-    assert cb.stopped_at == first_k_decline_step(cb.history, 2) is not None
+    assert cb.detector_spec == detector_from_spec(default_spec()).spec()  # no arguments: the project's default
+    assert cb.stopped_at is not None and cb.history[-1] == {**cb.history[-1], "step": cb.stopped_at, "action": "stop"}
+    assert all(h["action"] == "continue" for h in cb.history[:-1])
     assert trainer.state.global_step == cb.stopped_at
     assert cb.restored_from is not None
     assert trainer.evaluate()["eval_loss"] == pytest.approx(-cb.best_score, abs=1e-6)  # the best weights are back
