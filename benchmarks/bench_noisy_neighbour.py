@@ -32,21 +32,9 @@ from collections import Counter
 from pathlib import Path
 
 import httpx
+from bench_service import _free_port, _pct  # the service benchmark's helpers (this folder is on sys.path)
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _pct(values: list[float], q: float) -> float:
-    if not values:
-        return float("nan")
-    values = sorted(values)
-    return values[min(len(values) - 1, int(q * len(values)))]
 
 
 def _start(workdir: Path, extra: list[str]) -> tuple[subprocess.Popen[bytes], str, dict[str, str]]:

@@ -18,6 +18,7 @@ import time
 from dataclasses import replace
 from typing import Any, Sequence
 
+from platform_sim.core import default_spec
 from platform_sim.sim.curve_fit import calibration_from_folder
 from platform_sim.sim.eval_scores import observation_for
 from platform_sim.sim.experiments import PaperConfig, PolicySpec, paper, rows_for_policies
@@ -100,6 +101,8 @@ def main() -> None:
         ("real, detector shape", real, {"name": "shape", "params": {}}),
         ("synthetic, detector k-decline-se", WorkloadConfig(), {"name": "k-decline-se", "params": {}}),
         ("real, detector k-decline-se", real, {"name": "k-decline-se", "params": {}}),
+        ("synthetic, the default detector (tuned trend)", WorkloadConfig(), default_spec()),
+        ("real, the default detector (tuned trend)", real, default_spec()),
     ]
     print(f"\nEvalStop on SRTF-Est, variants (k-decline, k=2 unless named; {args.seeds} seeds):\n")
     print("| variant | precision | recall | FPR | FPR healthy RLHF | JCT gain | wasted cut | delay (evals) | regret |")
