@@ -20,6 +20,11 @@ setup_env .venv tests/constraints.txt -e ".[all]"
 setup_env .venv-ppo tests/constraints-ppo.txt -e ".[train,test]" "trl==1.12.0"
 
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
+# Lint, format and type checks first: a finding fails the run like a failing test.
+lint_status=0
+.venv/bin/ruff check . || lint_status=$?
+.venv/bin/ruff format --check . || lint_status=$?
+.venv/bin/python -m mypy || lint_status=$?
 # A throw-away PostgreSQL server on loopback for the tests marked `postgres` (skipped when none can be had).
 . tests/pg.sh
 pg_start
@@ -33,4 +38,5 @@ mapfile -t ppo_files < <(grep -l "mark.ppo" tests/test_*.py)
 .venv-ppo/bin/python -m pytest -m "ppo and not slow" "${ppo_files[@]}" "$@" || ppo_status=$?
 [ "$ppo_status" -eq 5 ] && ppo_status=0
 [ "$status" -eq 0 ] && status=$ppo_status
+[ "$status" -eq 0 ] && status=$lint_status
 exit "$status"
