@@ -234,9 +234,11 @@ def scoring_precision(model: Any) -> Iterator[None]:
 
 def _modules_with_forward_wrapper(model: Any) -> list[Any]:
     # The wrapper sits on the object accelerate prepared: the model itself or a wrapper around it (PEFT's base model).
-    seen, out, todo = set(), [], [model]
+    seen: set[int] = set()
+    out: list[Any] = []
+    todo: list[Any] = [model]
     for _ in range(6):
-        nxt = []
+        nxt: list[Any] = []
         for m in todo:
             if m is None or id(m) in seen:
                 continue
@@ -431,20 +433,22 @@ class _GeneratingEvaluator(Evaluator):
         rounds = -(-len(spans) // size)
         index = [i for b in mine for i in range(*spans[b])]
         error: BaseException | None = None
-        local: tuple[tuple[float, ...], tuple[str, ...]] = ((), ())
+        mine_result: tuple[tuple[float, ...], tuple[str, ...]] = ((), ())
         try:
-            texts, ids = self.generate(model, tokenizer, mine, rounds)
-            scores = self._score(model, tokenizer, index, texts, ids) if index else ()
-            local = (tuple(scores), tuple(texts))
+            gen_texts, gen_ids = self.generate(model, tokenizer, mine, rounds)
+            gen_scores = self._score(model, tokenizer, index, gen_texts, gen_ids) if index else ()
+            mine_result = (tuple(gen_scores), tuple(gen_texts))
         except Exception as exc:  # noqa: BLE001 - shared with every rank below, so no rank waits for a broken one
             error = exc
+        scores: tuple[float, ...]
+        texts: tuple[str, ...]
         if size == 1:
             if error is not None:
                 raise error
-            scores, texts = local
+            scores, texts = mine_result
         else:
             message = None if error is None else f"{type(error).__name__}: {error}"
-            gathered = all_gather_objects((message, mine, local))
+            gathered = all_gather_objects((message, mine, mine_result))
             failed = [(r, m) for r, (m, _, _) in enumerate(gathered) if m is not None]
             if failed:
                 if error is not None:

@@ -16,6 +16,7 @@ import pytest
 
 optuna = pytest.importorskip("optuna")
 
+from platform_sim.core import default_spec, detector_from_spec, paper_spec  # noqa: E402
 from platform_sim.integrations.optuna import EvalStopPruner  # noqa: E402
 from platform_sim.sim.replay import corpus_scale, trace_detection  # noqa: E402
 from platform_sim.sim.traces import load_traces, shipped_traces_dir  # noqa: E402
@@ -60,8 +61,10 @@ def test_trace_study_across_processes_prunes_what_the_core_stops(tmp_path):
     assert len(trials) == len(traces)
     by_trace = {tr.user_attrs["trace"]: tr for tr in trials}
     assert set(by_trace) == {t.name for t in traces}
+    # The workers' pruners use the default detector and see only the mean scores: the core runs with the same spec
+    # on the same scores (no per-example ones).
     for t in traces:
-        stop = trace_detection(t, None, scale)["stop_step"]
+        stop = trace_detection(t, default_spec(), scale, examples=[None] * len(t.scores))["stop_step"]
         tr = by_trace[t.name]
         if stop is None:
             assert tr.state == optuna.trial.TrialState.COMPLETE, t.name
@@ -74,9 +77,9 @@ def test_trace_study_across_processes_prunes_what_the_core_stops(tmp_path):
 
 
 def test_minimize_study_negates_losses(tmp_path):
-    # A loss that rises twice in a row is two declines of the score: pruned at the second rise.
+    # A loss that rises twice in a row is two declines of the score: pruned at the second rise (the paper's rule).
     study = optuna.create_study(storage=f"sqlite:///{tmp_path / 's.db'}", direction="minimize",
-                                pruner=EvalStopPruner())
+                                pruner=EvalStopPruner(paper_spec()))
     seen = []
 
     def objective(trial):
@@ -89,8 +92,12 @@ def test_minimize_study_negates_losses(tmp_path):
 
     study.optimize(objective, n_trials=1)
     assert study.trials[0].state == optuna.trial.TrialState.PRUNED and seen[-1] == 5
-    decision = EvalStopPruner().decision(study, study.trials[0])
+    decision = EvalStopPruner(paper_spec()).decision(study, study.trials[0])
     assert decision.should_stop and decision.best_step == 3 and decision.best_score == -0.6
+
+
+def test_default_detector_is_the_projects_default():
+    assert EvalStopPruner().detector_spec == detector_from_spec(default_spec()).spec()
 
 
 def test_bad_arguments_are_named():
@@ -134,7 +141,7 @@ def test_hyperparameter_search_with_the_callback(tmp_path):
             if callbacks:
                 trainer.remove_callback(callbacks[-1])
             callbacks.append(EvalStopCallback(MetricEvaluator("loss", greater_is_better=False), eval_steps=2, k=2,
-                                              job_type="other", mode="observe"))
+                                              job_type="other", mode="observe", eval_on_start=False))
             trainer.add_callback(callbacks[-1])
         return policy()
 
@@ -150,7 +157,7 @@ def test_hyperparameter_search_with_the_callback(tmp_path):
     study.enqueue_trial({"data_kind": "positive"})
     trainer.hyperparameter_search(
         hp_space=lambda trial: {"data_kind": trial.suggest_categorical("data_kind", ["positive", "negative"])},
-        backend="optuna", direction="minimize", n_trials=2, pruner=EvalStopPruner(), storage=storage,
+        backend="optuna", direction="minimize", n_trials=2, pruner=EvalStopPruner(paper_spec()), storage=storage,
         study_name="hp", load_if_exists=True)
 
     neg, pos = optuna.load_study(study_name="hp", storage=storage).get_trials()

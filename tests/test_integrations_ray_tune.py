@@ -19,13 +19,14 @@ import pytest
 ray = pytest.importorskip("ray")
 from ray import tune  # noqa: E402
 
+from platform_sim.core import default_spec, detector_from_spec, paper_spec  # noqa: E402
 from platform_sim.integrations.ray_tune import LOG_FILE, EvalStopScheduler  # noqa: E402
 from platform_sim.integrations.tune_cli import RESOURCE, TuneReplayConfig, tune_replay  # noqa: E402
 from platform_sim.sim.replay import corpus_scale, trace_detection  # noqa: E402
 from platform_sim.sim.traces import read_trace, shipped_traces_dir  # noqa: E402
 
 TESTS = Path(__file__).resolve().parent
-# Two hacking traces, a healthy one the default rule stops, a healthy one it leaves alone.
+# Two hacking traces and two healthy ones (the paper's rule stops grpo-gold-kl0-s0, the default detector neither).
 FOUR = ("bow-proxy-grpo-proxy-kl0-s0", "bow-proxy-ppo-proxy-kl0-s0", "bow-proxy-grpo-gold-kl0-s0", "bow-proxy-grpo-gold-kl0-s2")
 
 
@@ -51,9 +52,11 @@ def four_traces():
 @pytest.mark.parametrize("base", ["fifo", "asha"])
 def test_tune_stops_equal_the_embedded_core(local_ray, base):
     traces = four_traces()
-    results = tune_replay(traces, TuneReplayConfig(base=base, gpus=2, eval_seconds=0.02))
+    # The scheduler runs the default detector, named explicitly (tune_replay's own core reads None as the paper's
+    # rule); the core below runs with the same spec.
+    results = tune_replay(traces, TuneReplayConfig(base=base, gpus=2, eval_seconds=0.02, detector=default_spec()))
     scale = corpus_scale(traces)
-    core = {t.name: trace_detection(t, None, scale)["stop_step"] for t in traces}
+    core = {t.name: trace_detection(t, default_spec(), scale)["stop_step"] for t in traces}
     rows = {r["trace"]: r for r in results["traces"]}
     assert results["decisions_equal_core"] is True
     for name, stop in core.items():
@@ -61,7 +64,7 @@ def test_tune_stops_equal_the_embedded_core(local_ray, base):
             assert rows[name]["tune_stop_step"] == stop, name
             assert rows[name]["last_step_with"] == (stop if stop is not None else read_last(traces, name))
         assert rows[name]["last_step_without"] <= read_last(traces, name)
-    assert core["grpo-gold-kl0-s2"] is None and core["grpo-proxy-kl0-s0"] is not None
+    assert core["bow-proxy-grpo-gold-kl0-s2"] is None and core["bow-proxy-grpo-proxy-kl0-s0"] is not None
     assert results["with"]["trial_hours"] < results["without"]["trial_hours"]
     if base == "fifo":
         assert results["without"]["stopped_hacking"] == results["without"]["stopped_healthy"] == 0
@@ -98,7 +101,8 @@ def test_state_survives_experiment_restore(local_ray, tmp_path):
     scores = [0.1, 0.5, 0.9, 0.8, 0.7, 0.6, 0.5, 0.4]
     config = {"scores": scores, "fail_after": 4, "marker": str(tmp_path / "marker")}
     trainable = tune.with_resources(_resumable, {"CPU": 0, RESOURCE: 1})
-    tuner = tune.Tuner(trainable, param_space=config, tune_config=tune.TuneConfig(scheduler=EvalStopScheduler()),
+    tuner = tune.Tuner(trainable, param_space=config,
+                       tune_config=tune.TuneConfig(scheduler=EvalStopScheduler(detector=paper_spec())),
                        run_config=tune.RunConfig(storage_path=str(tmp_path / "results"), name="exp", verbose=0))
     first = tuner.fit()
     assert first.errors and first[0].metrics["step"] == 4
@@ -111,7 +115,7 @@ def test_state_survives_experiment_restore(local_ray, tmp_path):
     assert second[0].metrics["step"] == 5  # stopped by EvalStop at the second consecutive decline
     assert [r["step"] for r in map(json.loads, log.read_text().splitlines()[1:])] == [1, 2, 3, 4, 5]
     # The log alone rebuilds the stopped state.
-    again = EvalStopScheduler(persist=False)
+    again = EvalStopScheduler(detector=paper_spec(), persist=False)
     again.replay_log(str(log))
     (tid,) = again.stopped_trials
     assert again.monitor(tid).stopped_at == 5 and again.best(tid) == (3, 0.9)
@@ -139,7 +143,7 @@ def _grpo_trial(config):
 
 
 def _run_grpo_under_tune(tmp_path, max_steps):
-    scheduler = EvalStopScheduler()
+    scheduler = EvalStopScheduler(detector=paper_spec())  # the callback's k=2: two consecutive declines
     trainable = tune.with_resources(_grpo_trial, {"CPU": 1})
     tuner = tune.Tuner(
         trainable, param_space={"output_dir": str(tmp_path / "trainer"), "max_steps": max_steps},
@@ -207,8 +211,12 @@ def test_cli_bad_input_names_the_flag(argv, message):
     assert message in proc.stderr and proc.stdout == ""
 
 
+def test_default_detector_is_the_projects_default():
+    assert EvalStopScheduler(persist=False).detector_spec == detector_from_spec(default_spec()).spec()
+
+
 def test_a_trial_that_goes_back_continues_from_its_earlier_evals():
-    s = EvalStopScheduler(persist=False)
+    s = EvalStopScheduler(detector=paper_spec(), persist=False)
     for step, score in [(1, 0.5), (2, 0.9), (3, 0.8)]:
         assert not s.observe("t", {"step": step, "eval_score": score, "loss": 99.0}).should_stop
     assert s.observe("t", {"step": 3, "eval_score": 0.8}).declines == 1  # a re-send: the same decision
@@ -221,11 +229,11 @@ def test_a_trial_that_goes_back_continues_from_its_earlier_evals():
 
 
 def test_state_round_trip_and_bad_results(tmp_path):
-    s = EvalStopScheduler(persist=False)
+    s = EvalStopScheduler(detector=paper_spec(), persist=False)
     for step, score in [(1, 0.9), (2, 0.8), (3, 0.7)]:
         s.observe("t", {"step": step, "eval_score": score})
     s.save(str(tmp_path / "state.json"))
-    again = EvalStopScheduler(persist=False)
+    again = EvalStopScheduler(detector=paper_spec(), persist=False)
     again.restore(str(tmp_path / "state.json"))
     assert again.monitor("t").stopped_at == 3 and set(again.stopped_trials) == {"t"}
     with pytest.raises(ValueError, match="same detector"):

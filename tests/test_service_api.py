@@ -9,7 +9,10 @@ import pytest
 from service_support import auth, overoptimization_reports, tenant_server
 
 from evalstop_callbacks.client import EmbeddedClient
-from platform_sim.core import Report
+from platform_sim.core import Report, default_spec, detector_from_spec
+
+# The paper's rule, named explicitly where a test drives a hand-made score sequence built for k=2.
+PAPER = {"name": "k-decline", "params": {"k": 2, "min_delta": 0.0}}
 
 
 @pytest.fixture(scope="module")
@@ -64,7 +67,7 @@ def test_register_defaults_idempotency_and_conflicts(http):
     assert resp.status_code == 201
     made_up = resp.json()
     assert made_up["job_id"].startswith("job-")
-    assert made_up["detector"] == {"name": "k-decline", "params": {"k": 2, "min_delta": 0.0}}
+    assert made_up["detector"] == detector_from_spec(default_spec()).spec()
 
     first = _register(http, "reg-1", gpus=8, detector={"name": "k-decline", "params": {"k": 2}})
     assert first.status_code == 201
@@ -86,7 +89,7 @@ def test_register_defaults_idempotency_and_conflicts(http):
 
 def test_resend_conflicts_and_stop_latch(http):
     job = "latch"
-    assert _register(http, job).status_code == 201
+    assert _register(http, job, detector=PAPER).status_code == 201
     decisions = [_report(http, job, s, v).json() for s, v in [(0, 0.5), (5, 0.9), (10, 0.8), (15, 0.7)]]
     assert [d["action"] for d in decisions] == ["continue", "continue", "continue", "stop"]
     assert decisions[-1]["best_step"] == 5
@@ -151,7 +154,7 @@ def test_operator_endpoints_and_metrics(server, http):
 
     before = httpx.get(f"{srv.url}/metrics").text
     job = "metered"
-    assert _register(http, job, gpus=4, planned_steps=1000).status_code == 201
+    assert _register(http, job, gpus=4, planned_steps=1000, detector=PAPER).status_code == 201
     for step, score in [(0, 1.0), (100, 2.0), (200, 1.0), (300, 0.5)]:
         _report(http, job, step, score)
     after = httpx.get(f"{srv.url}/metrics").text

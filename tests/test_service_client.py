@@ -10,6 +10,7 @@ import httpx
 import pytest
 from service_support import Server, add_tenant, auth, free_port, tenant_server
 
+from platform_sim.core import paper_spec
 from evalstop_callbacks.client import BoundaryClient, EmbeddedClient
 from evalstop_callbacks.platform_client import PlatformClient
 from platform_sim.core import Action, ConflictError, InvalidReportError, Report
@@ -83,10 +84,10 @@ def test_retries_on_5xx_then_succeeds(server):
         return real.handle_request(request)
 
     with PlatformClient(srv.url, token, transport=httpx.MockTransport(flaky), backoff=0.01) as client:
-        job = client.register("rlhf", job_id="pc-retry")
+        job = client.register("rlhf", paper_spec(), job_id="pc-retry")  # the k=2 rule HACKING is written for
         got = [client.report(Report(job, "rlhf", s, v)) for s, v in HACKING]
         assert client.fallback_decisions == 0
-    assert got == _embedded(job, HACKING)
+    assert got == _embedded(job, HACKING, paper_spec())
     assert calls["n"] > 2 * len(HACKING)
 
 

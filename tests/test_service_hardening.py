@@ -105,7 +105,8 @@ def test_metrics_count_once_and_claims_are_bounded(env: dict) -> None:
             r = a.post("/v1/jobs", json={"job_type": "rlhf", "job_id": "claims", **claim})
             assert r.status_code == 422 and next(iter(claim)) in r.json()["message"], r.text
         # The largest claims allowed: a stop is credited at most 30 days per GPU.
-        a.post("/v1/jobs", json={"job_type": "rlhf", "job_id": "big", "gpus": 65_536, "planned_steps": 10**9})
+        a.post("/v1/jobs", json={"job_type": "rlhf", "job_id": "big", "gpus": 65_536, "planned_steps": 10**9,
+                                 "detector": {"name": "k-decline", "params": {"k": 2}}})  # stops at the 2nd decline
         for step, score in enumerate([0.5, 0.6, 0.5, 0.4]):
             last = a.post("/v1/jobs/big/evals", json=_report("big", step, score)).json()
         assert last["action"] == "stop"

@@ -15,11 +15,11 @@ import os
 import shutil
 import sys
 from pathlib import Path
-from typing import Sequence
+from typing import NoReturn, Sequence
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # one line, exit 2 (argparse prints usage first, which is noise here)
+    def error(self, message: str) -> NoReturn:  # one line, exit 2 (argparse prints usage first, which is noise here)
         self.exit(2, f"{self.prog}: error: {message}\n")
 
 
