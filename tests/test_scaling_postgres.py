@@ -21,6 +21,8 @@ from typing import Iterator
 
 import pytest
 
+from platform_sim.core import default_spec, detector_from_spec
+
 PG_URL = os.environ.get("EVALSTOP_PG_URL", "")
 
 pytestmark = [
@@ -212,7 +214,8 @@ def test_three_replicas_on_one_database_match_the_embedded_core(pg_db: str, tmp_
     try:
         tenant = next(t for t in store.list_tenants() if t.name == "team-a")
         for job_id, sent in results.items():
-            monitor = JobMonitor(job_id, "rlhf")
+            # registered without a detector: the service's default, the project's default detector
+            monitor = JobMonitor(job_id, "rlhf", detector=detector_from_spec(default_spec()))
             for report, status, body in sent:
                 if status == 409:
                     with pytest.raises(ConflictError):

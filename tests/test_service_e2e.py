@@ -12,7 +12,7 @@ import pytest
 
 pytest.importorskip("trl")
 
-from _callback_helpers import HELDOUT_PROMPTS, TRAIN_PROMPTS, anti_gold, checkpoint_steps, gold  # noqa: E402
+from _callback_helpers import HELDOUT_PROMPTS, TRAIN_PROMPTS, anti_gold, best_weights_steps, checkpoint_steps, gold  # noqa: E402
 from _callback_helpers import first_k_decline_step, policy, tokenizer  # noqa: E402
 from service_support import Server, add_tenant, auth, free_port  # noqa: E402
 
@@ -51,7 +51,8 @@ def test_grpo_run_is_stopped_by_the_service_and_restores_best(tmp_path):
     srv = Server(db, free_port()).start()
     try:
         client = PlatformClient(srv.url, token)
-        cb = EvalStopCallback(_world(), eval_steps=2, k=2, client=client, job_id="grpo-e2e")
+        cb = EvalStopCallback(_world(), eval_steps=2, k=2, client=client, job_id="grpo-e2e",
+                              eval_on_start=False)
         trainer = _grpo(tmp_path / "out", cb)
         trainer.train()
         assert client.fallback_decisions == 0 and client.last_source == "service"
@@ -65,7 +66,9 @@ def test_grpo_run_is_stopped_by_the_service_and_restores_best(tmp_path):
         assert (cb.best_step, cb.best_score) == (replay[-1].best_step, replay[-1].best_score)
 
         # The best checkpoint was kept and restored: the live model scores exactly the best eval.
-        assert cb.restored_from is not None and cb.best_step in checkpoint_steps(tmp_path / "out")
+        # the best step's weights are on disk: a full checkpoint, or the weights-only best folder
+        kept = checkpoint_steps(tmp_path / "out") + best_weights_steps(tmp_path / "out")
+        assert cb.restored_from is not None and cb.best_step in kept
         assert _world().evaluate(trainer.model, tokenizer()).score == cb.best_score
 
         # The service holds the same history and outcome, and the job is finished.
@@ -81,7 +84,8 @@ def test_grpo_run_is_stopped_by_the_service_and_restores_best(tmp_path):
 def test_grpo_run_with_the_server_down_fails_open_to_the_embedded_core(tmp_path):
     client = PlatformClient(f"http://127.0.0.1:{free_port()}", "es_unused", max_retries=1, backoff=0.01,
                             connect_timeout=0.5)
-    cb = EvalStopCallback(_world(), eval_steps=2, k=2, client=client, job_id="grpo-offline")
+    cb = EvalStopCallback(_world(), eval_steps=2, k=2, client=client, job_id="grpo-offline",
+                              eval_on_start=False)
     trainer = _grpo(tmp_path / "out", cb)
     trainer.train()  # no exception: a network fault never breaks training
     assert client.fallback_decisions == len(cb.history) > 0
@@ -111,7 +115,8 @@ def test_grpo_run_survives_kill9_and_restart_of_the_server(tmp_path):
 
     try:
         client = PlatformClient(srv.url, token, max_retries=1, backoff=0.01, connect_timeout=0.5)
-        cb = EvalStopCallback(_world(), eval_steps=2, k=2, client=client, job_id="grpo-kill9")
+        cb = EvalStopCallback(_world(), eval_steps=2, k=2, client=client, job_id="grpo-kill9",
+                              eval_on_start=False)
         trainer = _grpo(tmp_path / "out", cb)
         trainer.add_callback(Chaos())
         trainer.train()

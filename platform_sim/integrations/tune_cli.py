@@ -233,7 +233,7 @@ def tune_replay(traces: Sequence[Any], cfg: TuneReplayConfig, address: str | Non
     if not traces:
         raise TuneUsageError("--traces: no traces")
     scale = corpus_scale(traces)
-    det = detector_from_spec(cfg.detector)
+    det = detector_from_spec(default_spec() if cfg.detector is None else cfg.detector)  # as the scheduler reads it
     spec = det.spec()
     per_example = det.uses_example_scores
     curves: dict[str, dict[str, Any]] = {}
