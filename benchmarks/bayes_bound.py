@@ -28,8 +28,12 @@ def main() -> None:
     ap.add_argument("--sigma", type=float, default=0.12, help="eval noise (default 0.12)")
     ap.add_argument("--plateau", action="store_true", help="the plateau scenario's healthy runs")
     ap.add_argument("--seeds", type=int, default=30, help="evaluation seeds 0..N-1 (default 30)")
-    ap.add_argument("--particle-seeds", type=int, default=80,
-                    help="seeds 5000.. whose true RLHF curves are the prior sample (default 80)")
+    ap.add_argument(
+        "--particle-seeds",
+        type=int,
+        default=80,
+        help="seeds 5000.. whose true RLHF curves are the prior sample (default 80)",
+    )
     args = ap.parse_args()
     cfg = WorkloadConfig(sigma=args.sigma, **({"healthy_tau": PLATEAU_TAU} if args.plateau else {}))
     t0 = time.perf_counter()
@@ -49,15 +53,17 @@ def main() -> None:
     n_evals = y.shape[1]
     post = np.zeros_like(y)
     for a in range(0, len(jobs), 200):  # chunks keep the jobs x particles x evals array small
-        d2 = (y[a:a + 200, None, :] - parts[None, :, :]) ** 2 / (2.0 * args.sigma ** 2)
+        d2 = (y[a : a + 200, None, :] - parts[None, :, :]) ** 2 / (2.0 * args.sigma**2)
         loglik = -np.cumsum(d2, axis=2)
         loglik -= loglik.max(axis=1, keepdims=True)
         w = np.exp(loglik)
         w /= w.sum(axis=1, keepdims=True)
         for t in range(n_evals):
-            post[a:a + 200, t] = w[:, hk & (peak <= t + 1), t].sum(axis=1)
-    print(f"sigma {args.sigma}, {'plateau' if args.plateau else 'default'} workload: {len(jobs)} RLHF jobs "
-          f"(seeds 0-{args.seeds - 1}), {len(parts)} particles; {time.perf_counter() - t0:.0f} s")
+            post[a : a + 200, t] = w[:, hk & (peak <= t + 1), t].sum(axis=1)
+    print(
+        f"sigma {args.sigma}, {'plateau' if args.plateau else 'default'} workload: {len(jobs)} RLHF jobs "
+        f"(seeds 0-{args.seeds - 1}), {len(parts)} particles; {time.perf_counter() - t0:.0f} s"
+    )
     print("| posterior threshold | precision % | recall % | FPR healthy RLHF % | median delay (evals) |")
     print("|---|---|---|---|---|")
     for c in THRESHOLDS:
@@ -65,8 +71,10 @@ def main() -> None:
         stop = np.argmax(post > c, axis=1) + 1
         tp, fp = int((fired & is_hack).sum()), int((fired & ~is_hack).sum())
         delays = stop[fired & is_hack] - true_peak[fired & is_hack]
-        print(f"| {c} | {100 * tp / max(tp + fp, 1):.1f} | {100 * tp / is_hack.sum():.1f} | "
-              f"{100 * fp / (~is_hack).sum():.1f} | {np.median(delays):.0f} |")
+        print(
+            f"| {c} | {100 * tp / max(tp + fp, 1):.1f} | {100 * tp / is_hack.sum():.1f} | "
+            f"{100 * fp / (~is_hack).sum():.1f} | {np.median(delays):.0f} |"
+        )
 
 
 if __name__ == "__main__":

@@ -53,8 +53,10 @@ def overhead(evals: int, trace: bool) -> dict:
 
         def __init__(self) -> None:
             # An up-down pattern that never has two declines in a row: the run is never stopped.
-            self.results = [EvalResult(float(i // 2 * 2 + (i % 2) * 0.5), tuple(rng.random() for _ in range(48)))
-                            for i in range(evals)]
+            self.results = [
+                EvalResult(float(i // 2 * 2 + (i % 2) * 0.5), tuple(rng.random() for _ in range(48)))
+                for i in range(evals)
+            ]
             self.i = 0
 
         def evaluate(self, model, tokenizer=None):
@@ -63,8 +65,9 @@ def overhead(evals: int, trace: bool) -> dict:
             return r
 
     tmp = tempfile.mkdtemp(prefix="evalstop-bench-")
-    cb = EvalStopCallback(Instant(), eval_steps=1, k=2, trace_path=os.path.join(tmp, "t.jsonl") if trace else None,
-                          eval_on_start=False)
+    cb = EvalStopCallback(
+        Instant(), eval_steps=1, k=2, trace_path=os.path.join(tmp, "t.jsonl") if trace else None, eval_on_start=False
+    )
     args = TrainingArguments(output_dir=tmp, report_to="none", use_cpu=True)
     state, control = TrainerState(), TrainerControl()
     state.max_steps = evals + 1
@@ -81,10 +84,13 @@ def overhead(evals: int, trace: bool) -> dict:
     inner = cb.overhead_seconds
     assert cb.stopped_at is None and len(inner) == evals
     return {
-        "evals": evals, "trace": trace,
-        "outer_median_ms": 1000 * statistics.median(outer), "outer_p95_ms": 1000 * _pct(outer, 0.95),
+        "evals": evals,
+        "trace": trace,
+        "outer_median_ms": 1000 * statistics.median(outer),
+        "outer_p95_ms": 1000 * _pct(outer, 0.95),
         "outer_max_ms": 1000 * max(outer),
-        "own_median_ms": 1000 * statistics.median(inner), "own_p95_ms": 1000 * _pct(inner, 0.95),
+        "own_median_ms": 1000 * statistics.median(inner),
+        "own_p95_ms": 1000 * _pct(inner, 0.95),
     }
 
 
@@ -105,34 +111,78 @@ def share(trainer_name: str, steps: int, eval_steps: int) -> dict:
     if trainer_name == "grpo":  # the configuration of examples/grpo_evalstop.py
         from trl import GRPOConfig, GRPOTrainer
 
-        config = GRPOConfig(output_dir=out, max_steps=steps, per_device_train_batch_size=32, num_generations=8,
-                            max_completion_length=env.config.max_new_tokens, learning_rate=5e-4, beta=0.0, seed=0,
-                            use_cpu=True, bf16=False, report_to="none", save_strategy="no", disable_tqdm=True)
-        trainer = GRPOTrainer(model=env.reference_policy(), reward_funcs=env.proxy, args=config,
-                              processing_class=env.tokenizer,
-                              train_dataset=Dataset.from_dict({"prompt": env.train_prompts * 40}), callbacks=[cb])
+        config = GRPOConfig(
+            output_dir=out,
+            max_steps=steps,
+            per_device_train_batch_size=32,
+            num_generations=8,
+            max_completion_length=env.config.max_new_tokens,
+            learning_rate=5e-4,
+            beta=0.0,
+            seed=0,
+            use_cpu=True,
+            bf16=False,
+            report_to="none",
+            save_strategy="no",
+            disable_tqdm=True,
+        )
+        trainer = GRPOTrainer(
+            model=env.reference_policy(),
+            reward_funcs=env.proxy,
+            args=config,
+            processing_class=env.tokenizer,
+            train_dataset=Dataset.from_dict({"prompt": env.train_prompts * 40}),
+            callbacks=[cb],
+        )
     else:  # the configuration of examples/ppo_evalstop.py
         from trl.experimental.ppo import PPOConfig, PPOTrainer
 
         from evalstop_callbacks.research.tiny import build_scalar_model
 
         tok = env.tokenizer
-        config = PPOConfig(output_dir=out, per_device_train_batch_size=32, num_mini_batches=1, num_ppo_epochs=4,
-                           total_episodes=32 * steps, response_length=env.config.max_new_tokens, learning_rate=5e-4,
-                           kl_coef=0.0, stop_token="eos", seed=0, use_cpu=True, bf16=False, report_to="none",
-                           num_sample_generations=0, save_strategy="no", disable_tqdm=True)
+        config = PPOConfig(
+            output_dir=out,
+            per_device_train_batch_size=32,
+            num_mini_batches=1,
+            num_ppo_epochs=4,
+            total_episodes=32 * steps,
+            response_length=env.config.max_new_tokens,
+            learning_rate=5e-4,
+            kl_coef=0.0,
+            stop_token="eos",
+            seed=0,
+            use_cpu=True,
+            bf16=False,
+            report_to="none",
+            num_sample_generations=0,
+            save_strategy="no",
+            disable_tqdm=True,
+        )
         train = Dataset.from_dict({"input_ids": [tok(p)["input_ids"] for p in env.train_prompts * 40]})
-        trainer = PPOTrainer(args=config, processing_class=tok, model=env.reference_policy(),
-                             ref_model=env.reference_policy(), reward_model=env.proxy_model(),
-                             value_model=build_scalar_model(tok), train_dataset=train, callbacks=[cb])
+        trainer = PPOTrainer(
+            args=config,
+            processing_class=tok,
+            model=env.reference_policy(),
+            ref_model=env.reference_policy(),
+            reward_model=env.proxy_model(),
+            value_model=build_scalar_model(tok),
+            train_dataset=train,
+            callbacks=[cb],
+        )
     trainer.remove_callback(PrinterCallback)
     t0 = time.perf_counter()
     trainer.train()
     train_s = time.perf_counter() - t0
     eval_s = sum(cb.eval_seconds)
     return {
-        "trainer": trainer_name, "steps": steps, "eval_steps": eval_steps, "evals": len(cb.eval_seconds),
-        "eval_examples": len(ev.prompts), "train_s": train_s, "eval_s": eval_s, "eval_share": eval_s / train_s,
+        "trainer": trainer_name,
+        "steps": steps,
+        "eval_steps": eval_steps,
+        "evals": len(cb.eval_seconds),
+        "eval_examples": len(ev.prompts),
+        "train_s": train_s,
+        "eval_s": eval_s,
+        "eval_share": eval_s / train_s,
         "eval_ms_each": 1000 * eval_s / max(1, len(cb.eval_seconds)),
         "own_ms_each": 1000 * statistics.median(cb.overhead_seconds) if cb.overhead_seconds else None,
     }
@@ -180,16 +230,42 @@ def ranks(nprocs: list[int], prompts: int, tokens: int, batch: int, repeats: int
         with socket.socket() as sock:
             sock.bind(("127.0.0.1", 0))
             port = sock.getsockname()[1]
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(n), "--master_addr",
-               "127.0.0.1", "--master_port", str(port), os.path.abspath(__file__), "ranks-worker", "--out", out,
-               "--prompts", str(prompts), "--tokens", str(tokens), "--batch", str(batch), "--repeats", str(repeats)]
+        cmd = [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--nproc_per_node",
+            str(n),
+            "--master_addr",
+            "127.0.0.1",
+            "--master_port",
+            str(port),
+            os.path.abspath(__file__),
+            "ranks-worker",
+            "--out",
+            out,
+            "--prompts",
+            str(prompts),
+            "--tokens",
+            str(tokens),
+            "--batch",
+            str(batch),
+            "--repeats",
+            str(repeats),
+        ]
         env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
         subprocess.run(cmd, env=env, check=True, capture_output=True, timeout=1200)
         per_rank = [json.load(open(os.path.join(out, f"rank-{r}.json"))) for r in range(n)]
         slowest = [max(r["times"][i] for r in per_rank) for i in range(repeats)]
-        rows.append({"nprocs": n, "median_s": statistics.median(slowest), "min_s": min(slowest),
-                     "score": per_rank[0]["score"], "scores_equal_across_ranks":
-                     len({r["score"] for r in per_rank}) == 1})
+        rows.append(
+            {
+                "nprocs": n,
+                "median_s": statistics.median(slowest),
+                "min_s": min(slowest),
+                "score": per_rank[0]["score"],
+                "scores_equal_across_ranks": len({r["score"] for r in per_rank}) == 1,
+            }
+        )
     base = rows[0]["median_s"]
     for r in rows:
         r["speedup"] = base / r["median_s"]
@@ -232,12 +308,16 @@ def main() -> None:
         if args.json:
             print(json.dumps(rows, indent=1))
             return
-        print(f"one evaluation: {args.prompts} prompts x {args.tokens} tokens, batches of {args.batch}, GPT-2 4x128, "
-              f"slowest rank, median of {args.repeats}")
+        print(
+            f"one evaluation: {args.prompts} prompts x {args.tokens} tokens, batches of {args.batch}, GPT-2 4x128, "
+            f"slowest rank, median of {args.repeats}"
+        )
         print("procs  median    min       speedup  gathered score (same as 1 proc?)")
         for r in rows:
-            print(f"{r['nprocs']:>5}  {r['median_s']:.3f} s  {r['min_s']:.3f} s  {r['speedup']:.2f}x    "
-                  f"{r['score']:.4f} ({'yes' if r['score_equals_first'] and r['scores_equal_across_ranks'] else 'NO'})")
+            print(
+                f"{r['nprocs']:>5}  {r['median_s']:.3f} s  {r['min_s']:.3f} s  {r['speedup']:.2f}x    "
+                f"{r['score']:.4f} ({'yes' if r['score_equals_first'] and r['scores_equal_across_ranks'] else 'NO'})"
+            )
         return
     if args.cmd == "overhead":
         if args.evals < 10:
@@ -249,8 +329,10 @@ def main() -> None:
         print(f"callback's own cost per eval, {args.evals} evals, embedded core, evaluator excluded (target < 5 ms)")
         print("trace   median    p95      max      (own timer: median  p95)")
         for r in rows:
-            print(f"{'on ' if r['trace'] else 'off':<6}  {r['outer_median_ms']:.3f} ms  {r['outer_p95_ms']:.3f} ms  "
-                  f"{r['outer_max_ms']:.2f} ms  ({r['own_median_ms']:.3f} ms  {r['own_p95_ms']:.3f} ms)")
+            print(
+                f"{'on ' if r['trace'] else 'off':<6}  {r['outer_median_ms']:.3f} ms  {r['outer_p95_ms']:.3f} ms  "
+                f"{r['outer_max_ms']:.2f} ms  ({r['own_median_ms']:.3f} ms  {r['own_p95_ms']:.3f} ms)"
+            )
     else:
         if args.steps < 1:
             parser.error("--steps must be >= 1")
@@ -259,10 +341,14 @@ def main() -> None:
         if args.json:
             print(json.dumps(r, indent=1))
             return
-        print(f"{r['trainer']}: {r['steps']} steps, eval every {r['eval_steps']} ({r['evals']} evals of "
-              f"{r['eval_examples']} completions)")
-        print(f"training {r['train_s']:.1f} s, evaluation {r['eval_s']:.2f} s = {100 * r['eval_share']:.1f}% "
-              f"({r['eval_ms_each']:.0f} ms per eval); callback's own cost {r['own_ms_each']:.2f} ms per eval")
+        print(
+            f"{r['trainer']}: {r['steps']} steps, eval every {r['eval_steps']} ({r['evals']} evals of "
+            f"{r['eval_examples']} completions)"
+        )
+        print(
+            f"training {r['train_s']:.1f} s, evaluation {r['eval_s']:.2f} s = {100 * r['eval_share']:.1f}% "
+            f"({r['eval_ms_each']:.0f} ms per eval); callback's own cost {r['own_ms_each']:.2f} ms per eval"
+        )
 
 
 if __name__ == "__main__":

@@ -36,8 +36,7 @@ def main(argv=None) -> int:
         load0 = os.getloadavg()[0]
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
         t0 = time.perf_counter()
-        proc = subprocess.run([exe, "demo", "--out", out, "--json", *ns.extra], capture_output=True, text=True,
-                              env=env)
+        proc = subprocess.run([exe, "demo", "--out", out, "--json", *ns.extra], capture_output=True, text=True, env=env)
         wall = time.perf_counter() - t0
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
         cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
@@ -46,10 +45,12 @@ def main(argv=None) -> int:
             print(f"rep {rep}: exit {proc.returncode}")
             return 1
         s = json.loads(proc.stdout)
-        print(f"rep {rep}: wall {wall:.1f} s, CPU {cpu:.1f} s, load {load0:.1f} -> {os.getloadavg()[0]:.1f}; "
-              f"stop_step {s['stop_step']}, best_step {s['best_step']}, best_gold {s['best_gold']:.3f}, "
-              f"restored_gold {s['restored_gold']:.3f}, proxy_at_stop {s['proxy_at_stop']:.2f}, "
-              f"train {s['train_s']} s, demo's own wall {s['wall_s']} s")
+        print(
+            f"rep {rep}: wall {wall:.1f} s, CPU {cpu:.1f} s, load {load0:.1f} -> {os.getloadavg()[0]:.1f}; "
+            f"stop_step {s['stop_step']}, best_step {s['best_step']}, best_gold {s['best_gold']:.3f}, "
+            f"restored_gold {s['restored_gold']:.3f}, proxy_at_stop {s['proxy_at_stop']:.2f}, "
+            f"train {s['train_s']} s, demo's own wall {s['wall_s']} s"
+        )
         shutil.rmtree(out, ignore_errors=True)
         if not ns.warm:
             shutil.rmtree(cache, ignore_errors=True)

@@ -42,7 +42,9 @@ def main() -> None:
     for sigma in (float(s) for s in args.sigmas.split(",")):
         wl = WorkloadConfig(sigma=sigma)
         print(f"sigma {sigma}: median of {args.repeat} runs (64 GPUs, 200 jobs, srtf-est)")
-        print(f"  {'no stop policy, plain observations':42s} {1000 * timed(wl, PolicySpec(), None, args.repeat):8.1f} ms")
+        print(
+            f"  {'no stop policy, plain observations':42s} {1000 * timed(wl, PolicySpec(), None, args.repeat):8.1f} ms"
+        )
         paper = PolicySpec(stop="evalstop", detector={"name": "k-decline", "params": {}})
         print(f"  {'paper k=2, plain observations':42s} {1000 * timed(wl, paper, None, args.repeat):8.1f} ms")
         for label, spec in CANDIDATES:

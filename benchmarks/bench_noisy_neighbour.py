@@ -23,7 +23,6 @@ import asyncio
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -43,13 +42,29 @@ def _start(workdir: Path, extra: list[str]) -> tuple[subprocess.Popen[bytes], st
     cmd = [sys.executable, "-m", "platform_sim.service.cli"]
     tokens = {}
     for name in ("quiet", "noisy"):
-        out = subprocess.run([*cmd, "tenant", "add", name, "--db", str(db)], capture_output=True, text=True,
-                             check=True, env=env)
+        out = subprocess.run(
+            [*cmd, "tenant", "add", name, "--db", str(db)], capture_output=True, text=True, check=True, env=env
+        )
         tokens[name] = out.stdout.strip().splitlines()[-1]
     port = _free_port()
-    proc = subprocess.Popen([*cmd, "serve", "--db", str(db), "--port", str(port), "--log-level", "warning",
-                             "--max-eval-scores", "100000", *extra], env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [
+            *cmd,
+            "serve",
+            "--db",
+            str(db),
+            "--port",
+            str(port),
+            "--log-level",
+            "warning",
+            "--max-eval-scores",
+            "100000",
+            *extra,
+        ],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
@@ -98,16 +113,17 @@ async def _noisy(url: str, token: str, conns: int, n_scores: int, t_end: float) 
     async def conn(k: int) -> None:
         async with httpx.AsyncClient(base_url=url, headers=headers, timeout=60) as c:
             job_id = f"n{k}"
-            await c.post("/v1/jobs", json={"job_type": "rlhf", "job_id": job_id,
-                                           "detector": {"name": "k-decline-se"}})
+            await c.post("/v1/jobs", json={"job_type": "rlhf", "job_id": job_id, "detector": {"name": "k-decline-se"}})
             step = 0
             while time.monotonic() < t_end:
                 step += 1
                 if step % 4 == 0:  # an extreme score: refused
                     body = f'{{"job_id":"{job_id}","job_type":"rlhf","step":{step},"eval_score":1e200}}'
                 else:
-                    body = (f'{{"job_id":"{job_id}","job_type":"rlhf","step":{step},"eval_score":0.5,'
-                            f'"eval_scores":[{scores}]}}')
+                    body = (
+                        f'{{"job_id":"{job_id}","job_type":"rlhf","step":{step},"eval_score":0.5,'
+                        f'"eval_scores":[{scores}]}}'
+                    )
                 try:
                     r = await c.post(f"/v1/jobs/{job_id}/evals", content=body.encode())
                     codes[r.status_code] += 1
@@ -124,6 +140,7 @@ def phase(workdir: Path, args: argparse.Namespace, noisy: bool, rate_limit: floa
     extra = ["--rate-limit", str(rate_limit), "--rate-burst", str(rate_limit)] if rate_limit > 0 else []
     proc, url, tokens = _start(workdir, extra)
     try:
+
         async def run() -> tuple[tuple[list[float], int], Counter[int]]:
             t_end = time.monotonic() + args.duration
             tasks = [_quiet(url, tokens["quiet"], args.quiet_jobs, args.quiet_rate, t_end)]
@@ -136,8 +153,13 @@ def phase(workdir: Path, args: argparse.Namespace, noisy: bool, rate_limit: floa
     finally:
         proc.terminate()
         proc.wait(timeout=30)
-    return {"quiet_reports": len(lat), "quiet_errors": errors, "p50_ms": 1e3 * _pct(lat, 0.5),
-            "p99_ms": 1e3 * _pct(lat, 0.99), "noisy_status": dict(sorted(codes.items()))}
+    return {
+        "quiet_reports": len(lat),
+        "quiet_errors": errors,
+        "p50_ms": 1e3 * _pct(lat, 0.5),
+        "p99_ms": 1e3 * _pct(lat, 0.99),
+        "noisy_status": dict(sorted(codes.items())),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -147,8 +169,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--quiet-rate", type=float, default=40.0, help="quiet tenant's reports per second, all jobs")
     p.add_argument("--noisy-conns", type=int, default=4)
     p.add_argument("--noisy-scores", type=int, default=10_000)
-    p.add_argument("--rate-limit", type=float, default=60.0, help="per-tenant limit of the third phase (tokens/s: one per "
-                   "request plus one per 10 kB of body)")
+    p.add_argument(
+        "--rate-limit",
+        type=float,
+        default=60.0,
+        help="per-tenant limit of the third phase (tokens/s: one per request plus one per 10 kB of body)",
+    )
     p.add_argument("--json", action="store_true")
     args = p.parse_args(argv)
     workdir = Path(tempfile.mkdtemp(prefix="evalstop-noisy-"))
@@ -156,8 +182,9 @@ def main(argv: list[str] | None = None) -> int:
         results = {
             "quiet alone": phase(workdir, args, noisy=False, rate_limit=0.0),
             "with noisy, no limit": phase(workdir, args, noisy=True, rate_limit=0.0),
-            f"with noisy, --rate-limit {args.rate_limit:g}": phase(workdir, args, noisy=True,
-                                                                   rate_limit=args.rate_limit),
+            f"with noisy, --rate-limit {args.rate_limit:g}": phase(
+                workdir, args, noisy=True, rate_limit=args.rate_limit
+            ),
         }
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
@@ -167,13 +194,17 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         print(json.dumps({"args": vars(args), "results": results}, indent=2))
         return 0
-    print(f"quiet tenant: {args.quiet_jobs} jobs, {args.quiet_rate:g} small reports/s; noisy tenant: "
-          f"{args.noisy_conns} connections, {args.noisy_scores} per-example scores per report, every 4th 1e200; "
-          f"{args.duration:g} s per phase")
+    print(
+        f"quiet tenant: {args.quiet_jobs} jobs, {args.quiet_rate:g} small reports/s; noisy tenant: "
+        f"{args.noisy_conns} connections, {args.noisy_scores} per-example scores per report, every 4th 1e200; "
+        f"{args.duration:g} s per phase"
+    )
     print(f"{'phase':<32} {'quiet n':>8} {'err':>4} {'p50 ms':>8} {'p99 ms':>8} {'p99/alone':>9}  noisy answers")
     for name, r in results.items():
-        print(f"{name:<32} {r['quiet_reports']:>8} {r['quiet_errors']:>4} {r['p50_ms']:>8.1f} {r['p99_ms']:>8.1f} "
-              f"{r['p99_vs_alone']:>9.2f}  {r['noisy_status']}")
+        print(
+            f"{name:<32} {r['quiet_reports']:>8} {r['quiet_errors']:>4} {r['p50_ms']:>8.1f} {r['p99_ms']:>8.1f} "
+            f"{r['p99_vs_alone']:>9.2f}  {r['noisy_status']}"
+        )
     return 0
 
 

@@ -89,12 +89,22 @@ class _Conn:
         return status, await self.reader.readexactly(length)
 
 
-async def _job(ports: list[int], token: str, job: str, t_end: float, seed: int, latencies: list[float],
-               acked: list[int], errors: list[str]) -> None:
+async def _job(
+    ports: list[int],
+    token: str,
+    job: str,
+    t_end: float,
+    seed: int,
+    latencies: list[float],
+    acked: list[int],
+    errors: list[str],
+) -> None:
     conns = [_Conn(*await asyncio.open_connection("127.0.0.1", p)) for p in ports]
     rng = random.Random(seed)
-    head = (f"POST /v1/jobs/{job}/evals HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {token}\r\n"
-            "Content-Type: application/json\r\n").encode()
+    head = (
+        f"POST /v1/jobs/{job}/evals HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {token}\r\n"
+        "Content-Type: application/json\r\n"
+    ).encode()
     step, score = 0, 0.5
     try:
         while time.perf_counter() < t_end:
@@ -116,11 +126,26 @@ async def _job(ports: list[int], token: str, job: str, t_end: float, seed: int, 
 def _start_servers(db: str, n: int, workdir: Path) -> tuple[list[subprocess.Popen], list[int]]:
     ports = [_free_port() for _ in range(n)]
     procs = []
-    for i, port in enumerate(ports):
+    for port in ports:
         log = open(workdir / f"server-{port}.log", "wb")
-        procs.append(subprocess.Popen([sys.executable, "-m", "platform_sim.service.cli", "serve", "--db", db,
-                                       "--port", str(port), "--log-level", "warning"],
-                                      stdout=log, stderr=subprocess.STDOUT))
+        procs.append(
+            subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "platform_sim.service.cli",
+                    "serve",
+                    "--db",
+                    db,
+                    "--port",
+                    str(port),
+                    "--log-level",
+                    "warning",
+                ],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+        )
     for port, proc in zip(ports, procs):
         for _ in range(600):
             if proc.poll() is not None:
@@ -136,8 +161,9 @@ def _start_servers(db: str, n: int, workdir: Path) -> tuple[list[subprocess.Pope
     return procs, ports
 
 
-def run_peer(name: str, db: str, open_store: Any, replicas: int, duration: float, jobs: int,
-             workdir: Path) -> dict[str, Any]:
+def run_peer(
+    name: str, db: str, open_store: Any, replicas: int, duration: float, jobs: int, workdir: Path
+) -> dict[str, Any]:
     store = open_store()
     tenant, token = store.add_tenant("bench")
     store.close()
@@ -149,8 +175,9 @@ def run_peer(name: str, db: str, open_store: Any, replicas: int, duration: float
     try:
         with httpx.Client(headers={"Authorization": f"Bearer {token}"}) as c:
             for i, n in enumerate(names):
-                r = c.post(f"http://127.0.0.1:{ports[i % replicas]}/v1/jobs",
-                           json={"job_type": "rlhf", "job_id": n, "gpus": 8})
+                r = c.post(
+                    f"http://127.0.0.1:{ports[i % replicas]}/v1/jobs", json={"job_type": "rlhf", "job_id": n, "gpus": 8}
+                )
                 r.raise_for_status()
         cpu0 = [_proc_cpu(p.pid) for p in procs]
         pg0 = _pg_cpu()
@@ -158,8 +185,9 @@ def run_peer(name: str, db: str, open_store: Any, replicas: int, duration: float
         async def main() -> float:
             t_start = time.perf_counter()
             t_end = t_start + duration
-            await asyncio.gather(*[_job(ports, token, n, t_end, i, latencies, acked[n], errors)
-                                   for i, n in enumerate(names)])
+            await asyncio.gather(
+                *[_job(ports, token, n, t_end, i, latencies, acked[n], errors) for i, n in enumerate(names)]
+            )
             return time.perf_counter() - t_start
 
         elapsed = asyncio.run(main())
@@ -179,18 +207,29 @@ def run_peer(name: str, db: str, open_store: Any, replicas: int, duration: float
     finally:
         store.close()
     total = sum(len(v) for v in acked.values())
-    return {"peer": name, "replicas": replicas, "reports": total, "seconds": elapsed,
-            "reports_per_s": total / elapsed, "p50_ms": _pct(latencies, 0.50) * 1e3,
-            "p99_ms": _pct(latencies, 0.99) * 1e3, "errors": len(errors), "lost": lost,
-            "server_cpu_s": server_cpu, "db_cpu_s": db_cpu, "first_error": errors[0] if errors else None}
+    return {
+        "peer": name,
+        "replicas": replicas,
+        "reports": total,
+        "seconds": elapsed,
+        "reports_per_s": total / elapsed,
+        "p50_ms": _pct(latencies, 0.50) * 1e3,
+        "p99_ms": _pct(latencies, 0.99) * 1e3,
+        "errors": len(errors),
+        "lost": lost,
+        "server_cpu_s": server_cpu,
+        "db_cpu_s": db_cpu,
+        "first_error": errors[0] if errors else None,
+    }
 
 
 def _pg_server() -> tuple[str, Any]:
     """The admin URL of a PostgreSQL server, and a function that stops it if this run started it."""
     if os.environ.get("EVALSTOP_PG_URL"):
         return os.environ["EVALSTOP_PG_URL"], lambda: None
-    out = subprocess.run(["bash", str(REPO / "tests" / "pg.sh"), "start"], capture_output=True, text=True,
-                         check=True).stdout
+    out = subprocess.run(
+        ["bash", str(REPO / "tests" / "pg.sh"), "start"], capture_output=True, text=True, check=True
+    ).stdout
     env = dict(os.environ)
     for part in shlex.split(out.replace("export ", "")):
         if "=" in part:
@@ -229,8 +268,11 @@ def main(argv: list[str] | None = None) -> int:
         with psycopg.connect(admin_url, autocommit=True) as conn:
             conn.execute(f'CREATE DATABASE "{name}"')
             version = conn.execute("SHOW server_version").fetchone()[0]
-            settings = dict(conn.execute("SELECT name, setting FROM pg_settings WHERE name IN "
-                                         "('fsync', 'synchronous_commit')").fetchall())
+            settings = dict(
+                conn.execute(
+                    "SELECT name, setting FROM pg_settings WHERE name IN ('fsync', 'synchronous_commit')"
+                ).fetchall()
+            )
         made.append(name)
         info["postgres"] = {"version": version, **settings}
         return admin_url.partition("?")[0].rsplit("/", 1)[0] + "/" + name
@@ -245,8 +287,17 @@ def main(argv: list[str] | None = None) -> int:
                 rows.append(run_peer("sqlite", db, lambda: SQLiteStore(db), 1, args.duration, args.jobs, workdir))
             for n in sorted({1, args.replicas}):
                 url = fresh_db()
-                rows.append(run_peer(f"postgres x{n}", url, lambda u=url: PostgresStore(u, workers=1), n,
-                                     args.duration, args.jobs, workdir))
+                rows.append(
+                    run_peer(
+                        f"postgres x{n}",
+                        url,
+                        lambda u=url: PostgresStore(u, workers=1),
+                        n,
+                        args.duration,
+                        args.jobs,
+                        workdir,
+                    )
+                )
         finally:
             try:
                 with psycopg.connect(admin_url, autocommit=True) as conn:
@@ -254,19 +305,31 @@ def main(argv: list[str] | None = None) -> int:
                         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
             finally:
                 stop_pg()
-    out = {"jobs": args.jobs, "duration_s": args.duration, "cpus": os.cpu_count(), **info, "peers": rows,
-           "load_average": os.getloadavg()}
+    out = {
+        "jobs": args.jobs,
+        "duration_s": args.duration,
+        "cpus": os.cpu_count(),
+        **info,
+        "peers": rows,
+        "load_average": os.getloadavg(),
+    }
     if args.json:
         print(json.dumps(out, indent=2))
         return 0
     pg = info.get("postgres", {})
-    print(f"{args.jobs} concurrent jobs, {args.duration:g} s per peer, {os.cpu_count()} CPUs; PostgreSQL "
-          f"{pg.get('version')} (fsync={pg.get('fsync')}, synchronous_commit={pg.get('synchronous_commit')})")
-    print(f"{'peer':<14} {'reports':>8} {'reports/s':>10} {'p50 ms':>8} {'p99 ms':>8} {'errors':>7} {'lost':>5} "
-          f"{'service CPU s':>13} {'db CPU s':>9}")
+    print(
+        f"{args.jobs} concurrent jobs, {args.duration:g} s per peer, {os.cpu_count()} CPUs; PostgreSQL "
+        f"{pg.get('version')} (fsync={pg.get('fsync')}, synchronous_commit={pg.get('synchronous_commit')})"
+    )
+    print(
+        f"{'peer':<14} {'reports':>8} {'reports/s':>10} {'p50 ms':>8} {'p99 ms':>8} {'errors':>7} {'lost':>5} "
+        f"{'service CPU s':>13} {'db CPU s':>9}"
+    )
     for r in rows:
-        print(f"{r['peer']:<14} {r['reports']:>8} {r['reports_per_s']:>10.0f} {r['p50_ms']:>8.2f} {r['p99_ms']:>8.2f} "
-              f"{r['errors']:>7} {r['lost']:>5} {r['server_cpu_s']:>13.1f} {r['db_cpu_s']:>9.1f}")
+        print(
+            f"{r['peer']:<14} {r['reports']:>8} {r['reports_per_s']:>10.0f} {r['p50_ms']:>8.2f} {r['p99_ms']:>8.2f} "
+            f"{r['errors']:>7} {r['lost']:>5} {r['server_cpu_s']:>13.1f} {r['db_cpu_s']:>9.1f}"
+        )
         if r.get("first_error"):
             print(f"  first error: {r['first_error']}")
     print(f"load average: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")

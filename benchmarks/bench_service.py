@@ -48,8 +48,18 @@ def _pct(values: list[float], q: float) -> float:
     return values[min(len(values) - 1, int(q * len(values)))]
 
 
-async def _job_worker(host: str, port: int, token: str, job: str, t_end: float, seed: int,
-                      latencies: list[float], acked: list[int], errors: list[str], interval: float = 0.0) -> None:
+async def _job_worker(
+    host: str,
+    port: int,
+    token: str,
+    job: str,
+    t_end: float,
+    seed: int,
+    latencies: list[float],
+    acked: list[int],
+    errors: list[str],
+    interval: float = 0.0,
+) -> None:
     """One job on one keep-alive connection: as fast as it can (``interval=0``) or one report every ``interval`` s.
 
     With an interval (open loop) the latency is measured from the report's scheduled time, so a slow answer also
@@ -59,8 +69,10 @@ async def _job_worker(host: str, port: int, token: str, job: str, t_end: float, 
     rng = random.Random(seed)
     step, score = 0, 0.5
     next_at = time.perf_counter() + rng.random() * interval
-    head = (f"POST /v1/jobs/{job}/evals HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer {token}\r\n"
-            "Content-Type: application/json\r\n")
+    head = (
+        f"POST /v1/jobs/{job}/evals HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer {token}\r\n"
+        "Content-Type: application/json\r\n"
+    )
     try:
         while time.perf_counter() < t_end:
             score += rng.gauss(0.0, 0.01)
@@ -103,9 +115,24 @@ def bench_evalstop(duration: float, jobs: int, workdir: Path, synchronous: str, 
     store.close()
     port = _free_port()
     log = open(workdir / "server.log", "wb")
-    proc = subprocess.Popen([sys.executable, "-m", "platform_sim.service.cli", "serve", "--db", str(db), "--port",
-                             str(port), "--log-level", "warning", "--synchronous", synchronous],
-                            stdout=log, stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "platform_sim.service.cli",
+            "serve",
+            "--db",
+            str(db),
+            "--port",
+            str(port),
+            "--log-level",
+            "warning",
+            "--synchronous",
+            synchronous,
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
     url = f"http://127.0.0.1:{port}"
     try:
         for _ in range(300):
@@ -130,8 +157,12 @@ def bench_evalstop(duration: float, jobs: int, workdir: Path, synchronous: str, 
             t_start = time.perf_counter()
             t_end = t_start + duration
             interval = jobs / rate if rate else 0.0
-            await asyncio.gather(*[_job_worker("127.0.0.1", port, token, n, t_end, i, latencies, acked[n], errors,
-                                               interval) for i, n in enumerate(names)])
+            await asyncio.gather(
+                *[
+                    _job_worker("127.0.0.1", port, token, n, t_end, i, latencies, acked[n], errors, interval)
+                    for i, n in enumerate(names)
+                ]
+            )
             return time.perf_counter() - t_start
 
         elapsed = asyncio.run(main())
@@ -149,15 +180,24 @@ def bench_evalstop(duration: float, jobs: int, workdir: Path, synchronous: str, 
         lost += sum(1 for s in acked[name] if s not in stored)
     store.close()
     n = sum(len(v) for v in acked.values())
-    return {"peer": "evalstop-server" + (f" @{rate:g}/s" if rate else ""), "reports": n, "seconds": elapsed,
-            "reports_per_s": n / elapsed,
-            "p50_ms": _pct(latencies, 0.50) * 1e3, "p99_ms": _pct(latencies, 0.99) * 1e3,
-            "p90_ms": _pct(latencies, 0.90) * 1e3, "p999_ms": _pct(latencies, 0.999) * 1e3,
-            "max_ms": max(latencies, default=float("nan")) * 1e3,
-            "errors": len(errors), "lost": lost, "server_cpu_s": server_cpu, "load_generator_cpu_s": client_cpu,
-            "server_p50_ms_upper": _hist_quantile(server_hist, 0.50) * 1e3,
-            "server_p99_ms_upper": _hist_quantile(server_hist, 0.99) * 1e3,
-            "first_error": errors[0] if errors else None}
+    return {
+        "peer": "evalstop-server" + (f" @{rate:g}/s" if rate else ""),
+        "reports": n,
+        "seconds": elapsed,
+        "reports_per_s": n / elapsed,
+        "p50_ms": _pct(latencies, 0.50) * 1e3,
+        "p99_ms": _pct(latencies, 0.99) * 1e3,
+        "p90_ms": _pct(latencies, 0.90) * 1e3,
+        "p999_ms": _pct(latencies, 0.999) * 1e3,
+        "max_ms": max(latencies, default=float("nan")) * 1e3,
+        "errors": len(errors),
+        "lost": lost,
+        "server_cpu_s": server_cpu,
+        "load_generator_cpu_s": client_cpu,
+        "server_p50_ms_upper": _hist_quantile(server_hist, 0.50) * 1e3,
+        "server_p99_ms_upper": _hist_quantile(server_hist, 0.99) * 1e3,
+        "first_error": errors[0] if errors else None,
+    }
 
 
 def _server_histogram(text: str) -> list[tuple[float, float]]:
@@ -193,8 +233,9 @@ def bench_optuna(duration: float, jobs: int, workdir: Path) -> dict:
 
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     storage = optuna.storages.RDBStorage(f"sqlite:///{workdir / 'optuna.db'}")
-    study = optuna.create_study(storage=storage, study_name="bench",
-                                pruner=optuna.pruners.PatientPruner(None, patience=2))
+    study = optuna.create_study(
+        storage=storage, study_name="bench", pruner=optuna.pruners.PatientPruner(None, patience=2)
+    )
     trials = [study.ask() for _ in range(jobs)]
     latencies: list[float] = []
     counts = [0] * jobs
@@ -230,10 +271,18 @@ def bench_optuna(duration: float, jobs: int, workdir: Path) -> dict:
     elapsed, cpu = time.perf_counter() - t_start, time.process_time() - cpu0
     n = sum(counts)
     stored = sum(len(t.intermediate_values) for t in study.get_trials(deepcopy=False))
-    return {"peer": "optuna RDBStorage (sqlite)", "reports": n, "seconds": elapsed, "reports_per_s": n / elapsed,
-            "p50_ms": _pct(latencies, 0.50) * 1e3, "p99_ms": _pct(latencies, 0.99) * 1e3,
-            "errors": len(errors), "lost": n - stored if stored < n else 0, "cpu_s": cpu,
-            "first_error": errors[0] if errors else None}
+    return {
+        "peer": "optuna RDBStorage (sqlite)",
+        "reports": n,
+        "seconds": elapsed,
+        "reports_per_s": n / elapsed,
+        "p50_ms": _pct(latencies, 0.50) * 1e3,
+        "p99_ms": _pct(latencies, 0.99) * 1e3,
+        "errors": len(errors),
+        "lost": n - stored if stored < n else 0,
+        "cpu_s": cpu,
+        "first_error": errors[0] if errors else None,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -242,9 +291,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--jobs", type=int, default=64, help="concurrent jobs (default 64)")
     p.add_argument("--synchronous", choices=["FULL", "NORMAL"], default="FULL", help="server's SQLite durability")
     p.add_argument("--skip-optuna", action="store_true", help="run the evalstop peer only")
-    p.add_argument("--rate", type=float, default=1000.0,
-                   help="also run evalstop open-loop at this many reports/s in total, latency measured from each "
-                        "report's scheduled time (default 1000; 0 skips)")
+    p.add_argument(
+        "--rate",
+        type=float,
+        default=1000.0,
+        help="also run evalstop open-loop at this many reports/s in total, latency measured from each "
+        "report's scheduled time (default 1000; 0 skips)",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
     args = p.parse_args(argv)
     if args.duration <= 0 or args.jobs < 1 or args.rate < 0:
@@ -270,20 +323,26 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{args.jobs} concurrent jobs, {args.duration:g} s per peer, {os.cpu_count()} CPUs")
     print(f"{'peer':<28} {'reports':>9} {'reports/s':>10} {'p50 ms':>8} {'p99 ms':>8} {'errors':>7} {'lost':>5}")
     for r in rows:
-        print(f"{r['peer']:<28} {r['reports']:>9} {r['reports_per_s']:>10.0f} {r['p50_ms']:>8.2f} "
-              f"{r['p99_ms']:>8.2f} {r['errors']:>7} {r['lost']:>5}")
+        print(
+            f"{r['peer']:<28} {r['reports']:>9} {r['reports_per_s']:>10.0f} {r['p50_ms']:>8.2f} "
+            f"{r['p99_ms']:>8.2f} {r['errors']:>7} {r['lost']:>5}"
+        )
         if r.get("first_error"):
             print(f"  first error: {r['first_error']}")
     for r in rows:
         if "server_cpu_s" not in r:
             continue
-        print(f"{r['peer']}: server CPU {r['server_cpu_s']:.1f} s, load generator CPU "
-              f"{r['load_generator_cpu_s']:.1f} s over {r['seconds']:.1f} s "
-              f"({r['server_cpu_s'] / max(r['reports'], 1) * 1e3:.2f} ms CPU per report); its own histogram "
-              f"(arrival to commit): p50 <= {r['server_p50_ms_upper']:g} ms, p99 <= {r['server_p99_ms_upper']:g} ms")
+        print(
+            f"{r['peer']}: server CPU {r['server_cpu_s']:.1f} s, load generator CPU "
+            f"{r['load_generator_cpu_s']:.1f} s over {r['seconds']:.1f} s "
+            f"({r['server_cpu_s'] / max(r['reports'], 1) * 1e3:.2f} ms CPU per report); its own histogram "
+            f"(arrival to commit): p50 <= {r['server_p50_ms_upper']:g} ms, p99 <= {r['server_p99_ms_upper']:g} ms"
+        )
     for r in optuna_rows:
-        print(f"{r['peer']}: CPU {r['cpu_s']:.1f} s over {r['seconds']:.1f} s "
-              f"({r['cpu_s'] / max(r['reports'], 1) * 1e3:.2f} ms CPU per report)")
+        print(
+            f"{r['peer']}: CPU {r['cpu_s']:.1f} s over {r['seconds']:.1f} s "
+            f"({r['cpu_s'] / max(r['reports'], 1) * 1e3:.2f} ms CPU per report)"
+        )
     if "throughput_ratio" in out:
         print(f"evalstop / optuna: {out['throughput_ratio']:.1f}x reports/s, p99 {out['p99_ratio']:.1f}x lower")
     print(f"load average: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")

@@ -45,33 +45,55 @@ def one_run(gpus: int, jobs: int, seed: int, base: str = "srtf-est", stop: str =
 def bench_case(name: str, gpus: int, jobs: int, reps: int, base: str = "srtf-est", stop: str = "evalstop") -> dict:
     walls, cpus, sims, events = [], [], [], 0
     for seed in range(reps):
-        m, w, c = timed(lambda: one_run(gpus, jobs, seed, base, stop))
+        m, w, c = timed(lambda seed=seed: one_run(gpus, jobs, seed, base, stop))
         walls.append(w)
         cpus.append(c)
         sims.append(m["wall_s"])
         events = m["events"]
     row = {
-        "case": name, "gpus": gpus, "jobs": jobs, "policy": f"{base}+{stop}", "reps": reps,
-        "median_wall_s": statistics.median(walls), "median_cpu_s": statistics.median(cpus),
-        "median_simulate_wall_s": statistics.median(sims), "events_last": events,
+        "case": name,
+        "gpus": gpus,
+        "jobs": jobs,
+        "policy": f"{base}+{stop}",
+        "reps": reps,
+        "median_wall_s": statistics.median(walls),
+        "median_cpu_s": statistics.median(cpus),
+        "median_simulate_wall_s": statistics.median(sims),
+        "events_last": events,
     }
-    print(f"{name:28s} {base}+{stop:9s} reps {reps:3d}  median wall {row['median_wall_s'] * 1000:9.1f} ms  "
-          f"cpu {row['median_cpu_s'] * 1000:9.1f} ms  (simulate only {row['median_simulate_wall_s'] * 1000:9.1f} ms,"
-          f" {events} events)", flush=True)
+    print(
+        f"{name:28s} {base}+{stop:9s} reps {reps:3d}  median wall {row['median_wall_s'] * 1000:9.1f} ms  "
+        f"cpu {row['median_cpu_s'] * 1000:9.1f} ms  (simulate only {row['median_simulate_wall_s'] * 1000:9.1f} ms,"
+        f" {events} events)",
+        flush=True,
+    )
     return row
 
 
 def bench_paper(seeds: int, workers: int) -> dict:
     with tempfile.TemporaryDirectory() as out:
-        cmd = [sys.executable, "-m", "platform_sim.sim.cli", "paper", "--seeds", str(seeds), "--workers", str(workers),
-               "--out", out, "--no-progress", "--json"]
+        cmd = [
+            sys.executable,
+            "-m",
+            "platform_sim.sim.cli",
+            "paper",
+            "--seeds",
+            str(seeds),
+            "--workers",
+            str(workers),
+            "--out",
+            out,
+            "--no-progress",
+            "--json",
+        ]
         w = time.perf_counter()
         proc = subprocess.run(cmd, capture_output=True, text=True, check=True)
         wall = time.perf_counter() - w
     res = json.loads(proc.stdout)
     row = {"case": "paper", "seeds": seeds, "workers": workers, "wall_s": wall, "tasks": res["config"]["tasks"]}
-    print(f"evalstop-sim paper --seeds {seeds} --workers {workers}: {wall:.1f} s wall ({row['tasks']} tasks)",
-          flush=True)
+    print(
+        f"evalstop-sim paper --seeds {seeds} --workers {workers}: {wall:.1f} s wall ({row['tasks']} tasks)", flush=True
+    )
     return row
 
 

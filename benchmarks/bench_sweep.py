@@ -49,8 +49,7 @@ def _tasks(n: int) -> list[SimTask]:
     return [SimTask(wl, seed, (spec,)) for seed in range(n)]
 
 
-def bench_backend(backend: str, workers: int, tasks: list[SimTask], repeat: int,
-                  reference: list) -> dict[str, Any]:
+def bench_backend(backend: str, workers: int, tasks: list[SimTask], repeat: int, reference: list) -> dict[str, Any]:
     """Start the backend once, then ``repeat`` rounds of: the 200 simulations serially in this process, then on the
     backend. The machine is shared and noisy; the per-round ratio to the serial run next to it is the robust figure."""
     t0 = time.perf_counter()
@@ -77,10 +76,19 @@ def bench_backend(backend: str, workers: int, tasks: list[SimTask], repeat: int,
     stop = time.perf_counter() - t2
     wall = statistics.median(walls)
     note = "runs in-process (the pool is serial with 1 worker)" if backend == "pool" and workers == 1 else ""
-    return {"backend": backend, "workers": workers, "start_s": start, "wall_s": wall, "walls_s": walls,
-            "serial_s": statistics.median(serials), "speedup_vs_serial": statistics.median(
-                [s_ / w for s_, w in zip(serials, walls)]),
-            "ms_per_sim": 1e3 * wall / len(tasks), "stop_s": stop, "identical_to_serial": same, "note": note}
+    return {
+        "backend": backend,
+        "workers": workers,
+        "start_s": start,
+        "wall_s": wall,
+        "walls_s": walls,
+        "serial_s": statistics.median(serials),
+        "speedup_vs_serial": statistics.median([s_ / w for s_, w in zip(serials, walls)]),
+        "ms_per_sim": 1e3 * wall / len(tasks),
+        "stop_s": stop,
+        "identical_to_serial": same,
+        "note": note,
+    }
 
 
 def bench_ray_noop(n: int, workers: int) -> dict[str, Any]:
@@ -103,8 +111,12 @@ def bench_ray_noop(n: int, workers: int) -> dict[str, Any]:
         ray.get(remote.remote(i))
         lat.append(time.perf_counter() - t0)
     runner.close()
-    return {"tasks": n, "workers": workers, "ms_per_task_throughput": 1e3 * statistics.median(rounds),
-            "ms_round_trip_p50": 1e3 * statistics.median(lat)}
+    return {
+        "tasks": n,
+        "workers": workers,
+        "ms_per_task_throughput": 1e3 * statistics.median(rounds),
+        "ms_round_trip_p50": 1e3 * statistics.median(lat),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -128,29 +140,47 @@ def main(argv: list[str] | None = None) -> int:
     for backend in ("pool",) + (() if args.skip_ray else ("ray",)):
         for w in workers:
             rows.append(bench_backend(backend, w, tasks, args.repeat, reference))
-    result: dict[str, Any] = {"sims": args.sims, "gpus": 64, "jobs": 200, "cpus": os.cpu_count(),
-                              "serial_s": serial_s, "rows": rows}
+    result: dict[str, Any] = {
+        "sims": args.sims,
+        "gpus": 64,
+        "jobs": 200,
+        "cpus": os.cpu_count(),
+        "serial_s": serial_s,
+        "rows": rows,
+    }
     if not args.skip_ray:
         result["ray_noop"] = bench_ray_noop(args.noop, 2)
         pool = {r["workers"]: r["wall_s"] for r in rows if r["backend"] == "pool"}
         result["ray_overhead_ms_per_sim"] = {
-            w: 1e3 * (r["wall_s"] - pool[w]) / args.sims for r in rows if r["backend"] == "ray"
-            for w in [r["workers"]] if w in pool}
+            w: 1e3 * (r["wall_s"] - pool[w]) / args.sims
+            for r in rows
+            if r["backend"] == "ray"
+            for w in [r["workers"]]
+            if w in pool
+        }
     result["load_average"] = os.getloadavg()
     if args.json:
         print(json.dumps(result, indent=2))
         return 0
-    print(f"{args.sims} simulations (64 GPUs, 200 jobs, srtf-est + evalstop), {os.cpu_count()} CPUs; "
-          f"serial in-process: {serial_s:.2f} s ({1e3 * serial_s / args.sims:.1f} ms/sim)")
-    print(f"{'backend':<8} {'workers':>7} {'start s':>8} {'wall s':>7} {'ms/sim':>7} {'x serial':>8} {'stop s':>7} "
-          f"{'same':>5}  note")
+    print(
+        f"{args.sims} simulations (64 GPUs, 200 jobs, srtf-est + evalstop), {os.cpu_count()} CPUs; "
+        f"serial in-process: {serial_s:.2f} s ({1e3 * serial_s / args.sims:.1f} ms/sim)"
+    )
+    print(
+        f"{'backend':<8} {'workers':>7} {'start s':>8} {'wall s':>7} {'ms/sim':>7} {'x serial':>8} {'stop s':>7} "
+        f"{'same':>5}  note"
+    )
     for r in rows:
-        print(f"{r['backend']:<8} {r['workers']:>7} {r['start_s']:>8.2f} {r['wall_s']:>7.2f} {r['ms_per_sim']:>7.1f} "
-              f"{r['speedup_vs_serial']:>8.2f} {r['stop_s']:>7.2f} {str(r['identical_to_serial']):>5}  {r['note']}")
+        print(
+            f"{r['backend']:<8} {r['workers']:>7} {r['start_s']:>8.2f} {r['wall_s']:>7.2f} {r['ms_per_sim']:>7.1f} "
+            f"{r['speedup_vs_serial']:>8.2f} {r['stop_s']:>7.2f} {str(r['identical_to_serial']):>5}  {r['note']}"
+        )
     if "ray_noop" in result:
         n = result["ray_noop"]
-        print(f"Ray empty task, {n['workers']} workers: {n['ms_per_task_throughput']:.2f} ms/task in a batch of "
-              f"{n['tasks']}, {n['ms_round_trip_p50']:.2f} ms one round trip (p50)")
+        print(
+            f"Ray empty task, {n['workers']} workers: {n['ms_per_task_throughput']:.2f} ms/task in a batch of "
+            f"{n['tasks']}, {n['ms_round_trip_p50']:.2f} ms one round trip (p50)"
+        )
         for w, ms in result["ray_overhead_ms_per_sim"].items():
             print(f"Ray minus pool, {w} worker(s): {ms:+.2f} ms per simulation")
     print(f"load average: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")

@@ -21,31 +21,49 @@ from platform_sim.sim.runner import ProcessRunner
 from platform_sim.sim.workload import WorkloadConfig
 
 CADENCES = [("fixed", None)] + [
-    (f"adaptive f={f:g}" + (f" min_drop={m:g}" if m else ""),
-     {"name": "adaptive", "params": {"fraction": f, "min_drop": m}})
-    for f in (0.25, 0.5, 0.75) for m in (0.0, 1.0)
+    (
+        f"adaptive f={f:g}" + (f" min_drop={m:g}" if m else ""),
+        {"name": "adaptive", "params": {"fraction": f, "min_drop": m}},
+    )
+    for f in (0.25, 0.5, 0.75)
+    for m in (0.0, 1.0)
 ]
 
-COLUMNS = (("JCT gain %", "jct_gain_pct", ".1f"), ("share of Oracle's", "jct_gain_share_of_oracle", ".2f"),
-           ("waste cut %", "wasted_reduction_pct", ".1f"), ("share of Oracle's", "waste_cut_share_of_oracle", ".2f"),
-           ("healthy stopped", "false_stops", ".1f"), ("hacking stopped", "stopped_hacking", ".1f"),
-           ("eval GPU-h", "eval_gpu_h", ".1f"), ("extra evals", "extra_evals", ".1f"),
-           ("delay (evals)", "delay_evals", ".2f"))
+COLUMNS = (
+    ("JCT gain %", "jct_gain_pct", ".1f"),
+    ("share of Oracle's", "jct_gain_share_of_oracle", ".2f"),
+    ("waste cut %", "wasted_reduction_pct", ".1f"),
+    ("share of Oracle's", "waste_cut_share_of_oracle", ".2f"),
+    ("healthy stopped", "false_stops", ".1f"),
+    ("hacking stopped", "stopped_hacking", ".1f"),
+    ("eval GPU-h", "eval_gpu_h", ".1f"),
+    ("extra evals", "extra_evals", ".1f"),
+    ("delay (evals)", "delay_evals", ".2f"),
+)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sigmas", default="0.02,0.12", help="comma-separated eval noise levels (default 0.02,0.12)")
     ap.add_argument("--seeds", type=int, default=10, help="seeds 0..N-1 (default 10)")
-    ap.add_argument("--eval-cost", type=float, default=DEFAULT_EVAL_COST,
-                    help=f"one eval's GPU time as a share of a regular eval interval (default {DEFAULT_EVAL_COST})")
+    ap.add_argument(
+        "--eval-cost",
+        type=float,
+        default=DEFAULT_EVAL_COST,
+        help=f"one eval's GPU time as a share of a regular eval interval (default {DEFAULT_EVAL_COST})",
+    )
     ap.add_argument("--workers", type=int, default=2, help="worker processes (default 2)")
     args = ap.parse_args()
     t0 = time.perf_counter()
     with ProcessRunner(args.workers) as runner:
         for sigma in (float(s) for s in args.sigmas.split(",")):
-            rows = cadence_comparison(replace(WorkloadConfig(), sigma=sigma), range(args.seeds),
-                                      cadences=CADENCES, eval_cost=args.eval_cost, runner=runner)
+            rows = cadence_comparison(
+                replace(WorkloadConfig(), sigma=sigma),
+                range(args.seeds),
+                cadences=CADENCES,
+                eval_cost=args.eval_cost,
+                runner=runner,
+            )
             print(f"\nsigma {sigma:g}, {args.seeds} seeds, SRTF-Est, eval cost {args.eval_cost:g} of an interval\n")
             print("| policy | " + " | ".join(c[0] for c in COLUMNS) + " |")
             print("|---|" + "---:|" * len(COLUMNS))

@@ -23,8 +23,12 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=None, help="write the grid as JSON here")
     ap.add_argument("--only", default=None, help="comma-separated families to calibrate (default: all)")
-    ap.add_argument("--rule", choices=sorted(CALIBRATION_RULES), default="plateau-safe",
-                    help="selection rule (default plateau-safe)")
+    ap.add_argument(
+        "--rule",
+        choices=sorted(CALIBRATION_RULES),
+        default="plateau-safe",
+        help="selection rule (default plateau-safe)",
+    )
     ap.add_argument("--grid", default=None, help='override a family\'s grid, JSON: {"alpha": [0.1, 0.2]}')
     args = ap.parse_args()
     logging.getLogger("platform_sim.core.detectors").setLevel(logging.ERROR)
@@ -42,9 +46,10 @@ def main() -> None:
         feasible = [r for r in res["grid"] if r["label"] == label and r["feasible"]]
         print(f"\n{label}: {len(feasible)} feasible points")
         for r in feasible:
-            cells = "  ".join(f"{s}: P={r[s]['precision'] or 0:.3f} R={r[s]['recall'] or 0:.3f} "
-                              f"d={r[s]['delay_median_evals']}" for s in ("default_s0.02", "default_s0.12",
-                                                                          "plateau_s0.02"))
+            cells = "  ".join(
+                f"{s}: P={r[s]['precision'] or 0:.3f} R={r[s]['recall'] or 0:.3f} d={r[s]['delay_median_evals']}"
+                for s in ("default_s0.02", "default_s0.12", "plateau_s0.02")
+            )
             print(f"  {r['spec']['params']}  {cells}")
         print(f"  chosen: {res['chosen'][label]}")
     print(f"\n{time.perf_counter() - t0:.0f} s")

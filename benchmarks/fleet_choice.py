@@ -70,8 +70,9 @@ def run_task(task: tuple[str, int]) -> dict[str, Any]:
         sched = spec.build(workload)
         result = simulate(workload, sched, gpus=config.gpus, observation=make_observation_model(workload, observation))
         m = run_metrics(result)
-        m["delays"] = [o.stop_eval - o.peak_eval for o in result.outcomes
-                       if o.stopped and o.hacking and o.stop_eval is not None]
+        m["delays"] = [
+            o.stop_eval - o.peak_eval for o in result.outcomes if o.stopped and o.hacking and o.stop_eval is not None
+        ]
         chosen = getattr(sched.stop, "chosen", None)
         m["aggressive_share"] = (sum(v == "aggressive" for v in chosen.values()) / len(chosen)) if chosen else None
         out[label] = m
@@ -88,8 +89,10 @@ def main() -> None:
     with ProcessPoolExecutor(args.workers) as pool:
         results = list(pool.map(run_task, tasks))
     print(f"{args.seeds} seeds, srtf-est, 64 GPUs; {time.perf_counter() - t0:.0f} s")
-    print("| scenario | policy | precision % | recall % | FPR healthy RLHF % | median delay | regret | JCT gain % "
-          "| RLHF jobs given shape-sens |")
+    print(
+        "| scenario | policy | precision % | recall % | FPR healthy RLHF % | median delay | regret | JCT gain % "
+        "| RLHF jobs given shape-sens |"
+    )
     print("|---|---|---|---|---|---|---|---|---|")
     for scenario in SCENARIOS:
         runs = {label: [r[label] for (s, _), r in zip(tasks, results) if s == scenario] for label in POLICIES}
@@ -100,9 +103,11 @@ def main() -> None:
             delays = [d for m in runs[label] for d in m["delays"]]
             shares = [m["aggressive_share"] for m in runs[label] if m["aggressive_share"] is not None]
             share = f"{100 * statistics.mean(shares):.0f}%" if shares else "-"
-            print(f"| {scenario} | {label} | {100 * row['precision']:.1f} | {100 * row['recall']:.1f} | "
-                  f"{100 * row['fpr_healthy_rlhf']:.1f} | {statistics.median(delays) if delays else '-'} | "
-                  f"{row['regret']:.3f} | {row['jct_gain_pct']:+.1f} ±{row['ci95']['jct_gain_pct']:.1f} | {share} |")
+            print(
+                f"| {scenario} | {label} | {100 * row['precision']:.1f} | {100 * row['recall']:.1f} | "
+                f"{100 * row['fpr_healthy_rlhf']:.1f} | {statistics.median(delays) if delays else '-'} | "
+                f"{row['regret']:.3f} | {row['jct_gain_pct']:+.1f} ±{row['ci95']['jct_gain_pct']:.1f} | {share} |"
+            )
 
 
 if __name__ == "__main__":

@@ -15,8 +15,9 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from collections.abc import Sequence
 from dataclasses import replace
-from typing import Any, Sequence
+from typing import Any
 
 from platform_sim.core import default_spec
 from platform_sim.sim.curve_fit import calibration_from_folder
@@ -27,15 +28,25 @@ from platform_sim.sim.runner import SerialRunner
 from platform_sim.sim.traces import shipped_traces_dir
 from platform_sim.sim.workload import WorkloadConfig
 
-COLUMNS = (("stop", "stop", "s"), ("precision", "precision", "pct"), ("recall", "recall", "pct"),
-           ("fpr", "FPR", "pct"), ("fpr_healthy_rlhf", "FPR healthy RLHF", "pct"), ("jct_mean_h", "mean JCT (h)", "f2"),
-           ("jct_gain_pct", "JCT gain", "gain"), ("wasted_gpu_h", "wasted GPU-h", "f0"),
-           ("wasted_reduction_pct", "wasted cut", "gain"), ("regret", "regret", "f3"),
-           ("delay_evals", "delay (evals)", "f2"))
+COLUMNS = (
+    ("stop", "stop", "s"),
+    ("precision", "precision", "pct"),
+    ("recall", "recall", "pct"),
+    ("fpr", "FPR", "pct"),
+    ("fpr_healthy_rlhf", "FPR healthy RLHF", "pct"),
+    ("jct_mean_h", "mean JCT (h)", "f2"),
+    ("jct_gain_pct", "JCT gain", "gain"),
+    ("wasted_gpu_h", "wasted GPU-h", "f0"),
+    ("wasted_reduction_pct", "wasted cut", "gain"),
+    ("regret", "regret", "f3"),
+    ("delay_evals", "delay (evals)", "f2"),
+)
 """The columns printed (``--json`` keeps every field of every row)."""
 
-ROW = ("| {name} | {precision:.1%} | {recall:.1%} | {fpr:.1%} | {fpr_healthy_rlhf:.1%} | {jct_gain_pct:+.1f}% | "
-       "{wasted_reduction_pct:+.1f}% | {delay_evals:.2f} | {regret:.3f} |")
+ROW = (
+    "| {name} | {precision:.1%} | {recall:.1%} | {fpr:.1%} | {fpr_healthy_rlhf:.1%} | {jct_gain_pct:+.1f}% | "
+    "{wasted_reduction_pct:+.1f}% | {delay_evals:.2f} | {regret:.3f} |"
+)
 
 
 def _fmt_fit(v: float | None, spec: str) -> str:
@@ -51,22 +62,29 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, default=30)
     ap.add_argument("--traces", default=None, help="trace folder (default: the shipped corpus)")
     ap.add_argument("--json", default=None, metavar="FILE", help="also write every row and the calibration here")
-    ap.add_argument("--job-types", default="rlhf",
-                    help="comma-separated job types of the traces to fit, or 'all' (default rlhf)")
+    ap.add_argument(
+        "--job-types", default="rlhf", help="comma-separated job types of the traces to fit, or 'all' (default rlhf)"
+    )
     args = ap.parse_args()
     folder = args.traces or shipped_traces_dir()
     job_types = None if args.job_types == "all" else tuple(args.job_types.split(","))
     cal, fits = calibration_from_folder(folder, job_types=job_types)
     cal_res, _ = calibration_from_folder(folder, job_types=job_types, noise="residual")
-    print(f"Calibration: {len(fits)} traces fitted ({len(cal.hacking)} hacking, {len(cal.healthy)} healthy), "
-          f"split {cal.split!r}, hack share {cal.hack_share:.2f}\n")
-    print("| trace | label | peak | decline (gains/progress) | drop (gains) | plateau share | noise / gain | "
-          "residual noise / gain |")
+    print(
+        f"Calibration: {len(fits)} traces fitted ({len(cal.hacking)} hacking, {len(cal.healthy)} healthy), "
+        f"split {cal.split!r}, hack share {cal.hack_share:.2f}\n"
+    )
+    print(
+        "| trace | label | peak | decline (gains/progress) | drop (gains) | plateau share | noise / gain | "
+        "residual noise / gain |"
+    )
     print("|---|---|---|---|---|---|---|---|")
     for f in fits:
-        print(f"| {f.name} | {f.label} | {_fmt_fit(f.peak, '.3f')} | {_fmt_fit(f.decline, '.2f')} | "
-              f"{_fmt_fit(f.drop, '.2f')} | {_fmt_fit(f.plateau_share, '.3f')} | {f.noise:.3f} ({f.noise_source}) | "
-              f"{f.noise_residual:.3f} |")
+        print(
+            f"| {f.name} | {f.label} | {_fmt_fit(f.peak, '.3f')} | {_fmt_fit(f.decline, '.2f')} | "
+            f"{_fmt_fit(f.drop, '.2f')} | {_fmt_fit(f.plateau_share, '.3f')} | {f.noise:.3f} ({f.noise_source}) | "
+            f"{f.noise_residual:.3f} |"
+        )
     s = cal.summary()
     print("\n| parameter | median | min | max |\n|---|---|---|---|")
     for key in ("peak", "decline", "drop", "hacking_noise", "plateau_share", "healthy_noise"):
@@ -81,8 +99,9 @@ def main() -> None:
         results[curves]["config"]["wall_s"] = time.perf_counter() - t0
     lead = (("curves", "curves", "s"),)
     main_rows = _with_curves(results["synthetic"]["main"], "synthetic") + _with_curves(results["real"]["main"], "real")
-    comp_rows = (_with_curves(results["synthetic"]["composability"], "synthetic")
-                 + _with_curves(results["real"]["composability"], "real"))
+    comp_rows = _with_curves(results["synthetic"]["composability"], "synthetic") + _with_curves(
+        results["real"]["composability"], "real"
+    )
     print(f"\nMain table (SRTF-Est, {args.seeds} seeds):\n")
     print(markdown_table(main_rows, COLUMNS, lead=lead, with_ci=False))
     print(f"\nComposability ({args.seeds} seeds):\n")
@@ -95,8 +114,11 @@ def main() -> None:
         ("real, hack rate 0.6 (as the tables)", real, None),
         (f"real, the corpus's hack rate {cal.hack_share:.2f}", replace(real, hack_rate=cal.hack_share), None),
         ("real, residual noise estimate", WorkloadConfig(real_curves=cal_res), None),
-        ("real, no smoothing (plain resampling of the traces)",
-         WorkloadConfig(real_curves=replace(cal, smoothing=0.0)), None),
+        (
+            "real, no smoothing (plain resampling of the traces)",
+            WorkloadConfig(real_curves=replace(cal, smoothing=0.0)),
+            None,
+        ),
         ("synthetic, detector shape", WorkloadConfig(), {"name": "shape", "params": {}}),
         ("real, detector shape", real, {"name": "shape", "params": {}}),
         ("synthetic, detector k-decline-se", WorkloadConfig(), {"name": "k-decline-se", "params": {}}),
@@ -109,12 +131,15 @@ def main() -> None:
     print("|---|---|---|---|---|---|---|---|---|")
     out["variants"] = []
     for name, wl, det in variants:
-        (row,) = rows_for_policies(wl, [PolicySpec(stop="evalstop", detector=det)], range(args.seeds), runner,
-                                   observation=observation_for(det))
+        (row,) = rows_for_policies(
+            wl, [PolicySpec(stop="evalstop", detector=det)], range(args.seeds), runner, observation=observation_for(det)
+        )
         print(ROW.format(name=name, **row), flush=True)
         out["variants"].append({"variant": name, **row})
-    print(f"\nwall: synthetic {out['wall_s']['synthetic']:.1f} s, real {out['wall_s']['real']:.1f} s (whole paper "
-          "experiment each)")
+    print(
+        f"\nwall: synthetic {out['wall_s']['synthetic']:.1f} s, real {out['wall_s']['real']:.1f} s (whole paper "
+        "experiment each)"
+    )
     if args.json:
         with open(args.json, "w", encoding="utf-8") as fh:
             json.dump(out, fh, indent=2, default=str)

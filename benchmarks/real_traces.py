@@ -52,13 +52,15 @@ def plot_grid(traces, path: Path) -> None:
         ax.tick_params(labelsize=6)
         if any(p is not None for p in t.proxy):
             ax2 = ax.twinx()
-            ax2.plot(t.steps, [p if p is not None else float("nan") for p in t.proxy], "--", color="tab:orange",
-                     lw=1)
+            ax2.plot(t.steps, [p if p is not None else float("nan") for p in t.proxy], "--", color="tab:orange", lw=1)
             ax2.tick_params(labelsize=6, colors="tab:orange")
     for ax in list(axes.flat)[n:]:
         ax.axis("off")
-    fig.suptitle("Recorded traces: held-out gold (green, left axis) and held-out proxy (orange dashed, right axis); "
-                 "dotted: gold peak", fontsize=9)
+    fig.suptitle(
+        "Recorded traces: held-out gold (green, left axis) and held-out proxy (orange dashed, right axis); "
+        "dotted: gold peak",
+        fontsize=9,
+    )
     fig.tight_layout()
     fig.savefig(path, dpi=90)
     plt.close(fig)
@@ -83,9 +85,11 @@ def main(argv=None) -> int:
     if not traces:
         raise SystemExit(f"no trace of environment {env!r} in {folder}")
     scale = corpus_scale(traces)  # one environment: one unit, one map (what replay uses per environment)
-    print(f"# Real traces: {len(traces)} from {folder} (environment {env or 'unnamed'}); platform scale: gold "
-          f"{scale.lo:.2f} -> 0, "
-          f"{scale.hi:.2f} -> 1 (1 gold point = {1 / scale.span:.4f})\n")
+    print(
+        f"# Real traces: {len(traces)} from {folder} (environment {env or 'unnamed'}); platform scale: gold "
+        f"{scale.lo:.2f} -> 0, "
+        f"{scale.hi:.2f} -> 1 (1 gold point = {1 / scale.span:.4f})\n"
+    )
 
     print("## Corpus\n")
     print("| trace | algo | label | evals | first | peak (step) | final | proxy at peak | proxy at end | wall s |")
@@ -93,13 +97,17 @@ def main(argv=None) -> int:
     for t in traces:
         pp = t.proxy[t.peak_index]
         wall = t.wall_s[-1]
-        print(f"| {t.name} | {t.algo} | {t.label} | {len(t.steps)} | {t.scores[0]:.2f} | {t.peak_score:.2f} "
-              f"({t.peak_step}) | {t.scores[-1]:.2f} | {_fmt(pp, digits=2)} | {_fmt(t.proxy[-1], digits=2)} | "
-              f"{_fmt(wall, digits=0)} |")
+        print(
+            f"| {t.name} | {t.algo} | {t.label} | {len(t.steps)} | {t.scores[0]:.2f} | {t.peak_score:.2f} "
+            f"({t.peak_step}) | {t.scores[-1]:.2f} | {_fmt(pp, digits=2)} | {_fmt(t.proxy[-1], digits=2)} | "
+            f"{_fmt(wall, digits=0)} |"
+        )
 
     print("\n## Per-trace detection, k=2, by tolerance (min_delta in gold points)\n")
-    print("| min_delta (gold) | min_delta (0-1 scale) | warm-up (evals) | hacking stopped | "
-          "healthy stopped | median delay (evals) | max delay | worst regret of a stopped hacking trace |")
+    print(
+        "| min_delta (gold) | min_delta (0-1 scale) | warm-up (evals) | hacking stopped | "
+        "healthy stopped | median delay (evals) | max delay | worst regret of a stopped hacking trace |"
+    )
     print("|---|---|---|---|---|---|---|---|")
     per_tol = {}
     for tol, warm in [(t, 0) for t in TOLERANCES_GOLD] + [(0.0, WARMUP_EVALS), (ns.tolerance, WARMUP_EVALS)]:
@@ -108,22 +116,32 @@ def main(argv=None) -> int:
         s = trace_summary(rows)
         if not warm:
             per_tol[tol] = rows
-        print(f"| {tol:g} | {tol / scale.span:.4f} | {warm} | {s['hacking_stopped']}/{s['hacking']} | "
-              f"{s['healthy_stopped']}/{s['healthy']} | {_fmt(s['median_delay_evals'])} | "
-              f"{_fmt(s['max_delay_evals'])} | {_fmt(s['max_regret_pct_stopped_hacking'])}% |")
+        print(
+            f"| {tol:g} | {tol / scale.span:.4f} | {warm} | {s['hacking_stopped']}/{s['hacking']} | "
+            f"{s['healthy_stopped']}/{s['healthy']} | {_fmt(s['median_delay_evals'])} | "
+            f"{_fmt(s['max_delay_evals'])} | {_fmt(s['max_regret_pct_stopped_hacking'])}% |"
+        )
 
     for tol, warm in ((0.0, 0), (ns.tolerance, WARMUP_EVALS)):
         print(f"\n### Per trace, min_delta {tol:g} gold, warm-up {warm} evals\n")
         print("| trace | label | stopped | stop_step | best_step | peak_step | delay_evals | regret_pct |")
         print("|---|---|---|---|---|---|---|---|")
-        for r in [trace_detection(t, {"name": "k-decline", "params": {
-                "k": 2, "min_delta": tol / scale.span, "warmup": warm}}, scale) for t in traces]:
-            print(f"| {r['trace']} | {r['label']} | {'yes' if r['stopped'] else 'no'} | {_fmt(r['stop_step'])} | "
-                  f"{r['best_step']} | {r['peak_step']} | {_fmt(r['delay_evals'])} | {_fmt(r['regret_pct'])} |")
+        for r in [
+            trace_detection(
+                t, {"name": "k-decline", "params": {"k": 2, "min_delta": tol / scale.span, "warmup": warm}}, scale
+            )
+            for t in traces
+        ]:
+            print(
+                f"| {r['trace']} | {r['label']} | {'yes' if r['stopped'] else 'no'} | {_fmt(r['stop_step'])} | "
+                f"{r['best_step']} | {r['peak_step']} | {_fmt(r['delay_evals'])} | {_fmt(r['regret_pct'])} |"
+            )
 
     print(f"\n## Platform: EvalStop on SRTF-Est, real traces (replay) vs synthetic curves, {ns.seeds} seeds\n")
-    print("| curves | min_delta (0-1) | warm-up | precision | recall | FPR healthy RLHF | delay (evals) | JCT gain | "
-          "wasted cut | regret |")
+    print(
+        "| curves | min_delta (0-1) | warm-up | precision | recall | FPR healthy RLHF | delay (evals) | JCT gain | "
+        "wasted cut | regret |"
+    )
     print("|---|---|---|---|---|---|---|---|---|---|")
     for tol, warm in ((0.0, 0), (ns.tolerance, 0), (ns.tolerance, WARMUP_EVALS)):
         det = {"name": "k-decline", "params": {"k": 2, "min_delta": tol / scale.span, "warmup": warm}}
@@ -131,9 +149,11 @@ def main(argv=None) -> int:
         ev = next(r for r in real["main"] if r["stop"] == "evalstop")
         syn = rows_for_policies(WorkloadConfig(), [PolicySpec(stop="evalstop", detector=det)], range(ns.seeds))[0]
         for name, r in (("real traces", ev), ("synthetic (default workload)", syn)):
-            print(f"| {name} | {tol / scale.span:.4f} | {warm} | {_fmt(r['precision'], True)} | {_fmt(r['recall'], True)} | "
-                  f"{_fmt(r['fpr_healthy_rlhf'], True)} | {_fmt(r['delay_evals'], digits=2)} | "
-                  f"{_fmt(r['jct_gain_pct'])}% | {_fmt(r['wasted_reduction_pct'])}% | {_fmt(r['regret'], digits=3)} |")
+            print(
+                f"| {name} | {tol / scale.span:.4f} | {warm} | {_fmt(r['precision'], True)} | {_fmt(r['recall'], True)} | "
+                f"{_fmt(r['fpr_healthy_rlhf'], True)} | {_fmt(r['delay_evals'], digits=2)} | "
+                f"{_fmt(r['jct_gain_pct'])}% | {_fmt(r['wasted_reduction_pct'])}% | {_fmt(r['regret'], digits=3)} |"
+            )
 
     img = Path(ns.img)
     img.mkdir(parents=True, exist_ok=True)

@@ -52,9 +52,12 @@ def main() -> None:
             (row,) = rows_for_policies(wl, [PolicySpec(stop="evalstop", detector=det)], range(args.seeds), runner)
             row["variant"] = name
             out.append(row)
-            print(f"| {name} | {row['precision']:.1%} | {row['recall']:.1%} | {row['fpr']:.1%} | "
-                  f"{row['fpr_healthy_rlhf']:.1%} | {row['jct_gain_pct']:+.1f}% | {row['wasted_reduction_pct']:+.1f}% | "
-                  f"{row['delay_evals']:.2f} | {row['regret']:.3f} |", flush=True)
+            print(
+                f"| {name} | {row['precision']:.1%} | {row['recall']:.1%} | {row['fpr']:.1%} | "
+                f"{row['fpr_healthy_rlhf']:.1%} | {row['jct_gain_pct']:+.1f}% | {row['wasted_reduction_pct']:+.1f}% | "
+                f"{row['delay_evals']:.2f} | {row['regret']:.3f} |",
+                flush=True,
+            )
     if args.json:
         print(json.dumps(out, indent=2))
 

@@ -20,7 +20,8 @@ import os
 import shutil
 import time
 import weakref
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from transformers import TrainerCallback
 from transformers.trainer_callback import ExportableState
@@ -92,11 +93,23 @@ def _check_detector_args(spec: Mapping[str, Any], k: Any, min_delta: Any) -> Non
         if value is None or params.get(name, object()) == value:
             continue
         if name in params:
-            logger.warning("EvalStopCallback: %s=%r is not used: the detector spec decides, and %r has %s=%r (set "
-                           "it in the spec's params)", name, value, spec.get("name"), name, params[name])
+            logger.warning(
+                "EvalStopCallback: %s=%r is not used: the detector spec decides, and %r has %s=%r (set "
+                "it in the spec's params)",
+                name,
+                value,
+                spec.get("name"),
+                name,
+                params[name],
+            )
         else:
-            logger.warning("EvalStopCallback: %s=%r is not used: detector %r has no %s parameter", name, value,
-                           spec.get("name"), name)
+            logger.warning(
+                "EvalStopCallback: %s=%r is not used: detector %r has no %s parameter",
+                name,
+                value,
+                spec.get("name"),
+                name,
+            )
 
 
 def _find_trainer(callback: Any) -> Any:
@@ -124,8 +137,9 @@ def _find_trainer(callback: Any) -> Any:
 
 def _is_rl_trainer(trainer: Any) -> bool:
     # Online RL trainers score their own samples with the reward being optimized: their eval metrics are the proxy.
-    return any(hasattr(trainer, a) for a in ("reward_funcs", "value_model", "reward_model")) or \
-        type(trainer).__name__ in ("PPOTrainer", "GRPOTrainer", "RLOOTrainer", "OnlineDPOTrainer")
+    return any(hasattr(trainer, a) for a in ("reward_funcs", "value_model", "reward_model")) or type(
+        trainer
+    ).__name__ in ("PPOTrainer", "GRPOTrainer", "RLOOTrainer", "OnlineDPOTrainer")
 
 
 def _strategy(value: Any) -> str:
@@ -259,14 +273,16 @@ class EvalStopCallback(TrainerCallback, ExportableState):
         self.job_id = job_id
         self.client: BoundaryClient = client if client is not None else EmbeddedClient()
         if not isinstance(self.client, BoundaryClient):
-            raise TypeError(f"client must implement register/report/finish (BoundaryClient), "
-                            f"got {type(self.client).__name__}")
+            raise TypeError(
+                f"client must implement register/report/finish (BoundaryClient), got {type(self.client).__name__}"
+            )
         self.restore_best = bool(restore_best)
         self.trace_path = None if trace_path is None else str(trace_path)
         if detector is None and k is None and min_delta is None:
             detector = default_spec()  # the project's default, chosen on held-out environments (docs/real-traces.md)
         self.detector_spec: dict[str, Any] = (
-            {"name": "k-decline", "params": {"k": self.k, "min_delta": self.min_delta}} if detector is None
+            {"name": "k-decline", "params": {"k": self.k, "min_delta": self.min_delta}}
+            if detector is None
             else detector_from_spec(detector).spec()  # builds it once: a bad spec fails here, not mid-training
         )
         if detector is not None:
@@ -277,8 +293,10 @@ class EvalStopCallback(TrainerCallback, ExportableState):
         policy = cadence_from_spec(cadence)  # a bad spec fails here
         self.cadence_spec: dict[str, Any] | None = policy.spec() if policy is not None else None
         if self.cadence_spec is not None and not isinstance(self.client, EmbeddedClient):
-            raise ValueError("cadence hints are decided by the scheduler core: pass cadence with the embedded client "
-                             "only (the service's job registration takes no cadence)")
+            raise ValueError(
+                "cadence hints are decided by the scheduler core: pass cadence with the embedded client "
+                "only (the service's job registration takes no cadence)"
+            )
         self.max_extra_evals = check_int("max_extra_evals", max_extra_evals, 0)
         self.extra_eval_steps: list[int] = []
         self._hinted_step: int | None = None
@@ -322,11 +340,17 @@ class EvalStopCallback(TrainerCallback, ExportableState):
     # -- ExportableState: saved into trainer_state.json with every checkpoint --------------------------------------
 
     def state(self) -> dict[str, Any]:
-        client_state = self.client.state_dict() if callable(getattr(self.client, "state_dict", None)) else None
+        save = getattr(self.client, "state_dict", None)  # optional: clients that keep local state offer it
+        client_state = save() if callable(save) else None
         return {
             "args": {
-                "eval_steps": self.eval_steps, "job_id": self.job_id, "job_type": self.job_type, "mode": self.mode,
-                "restore_best": self.restore_best, "trace_path": self.trace_path, "detector": self.detector_spec,
+                "eval_steps": self.eval_steps,
+                "job_id": self.job_id,
+                "job_type": self.job_type,
+                "mode": self.mode,
+                "restore_best": self.restore_best,
+                "trace_path": self.trace_path,
+                "detector": self.detector_spec,
             },
             "attributes": {
                 "evalstop": {
@@ -367,10 +391,16 @@ class EvalStopCallback(TrainerCallback, ExportableState):
         self._hinted_step = saved.get("hinted_step")
         self._wall_offset = float(saved.get("wall_s") or 0.0)
         client_state = saved.get("client_state")
-        if client_state is not None and callable(getattr(self.client, "load_state_dict", None)):
-            self.client.load_state_dict(client_state)
-        logger.info("EvalStop resumed job %s: %d evals, best step %s, declines %s", self.job_id, len(self.history),
-                    self.best_step, self.history[-1]["declines"] if self.history else 0)
+        load = getattr(self.client, "load_state_dict", None)
+        if client_state is not None and callable(load):
+            load(client_state)
+        logger.info(
+            "EvalStop resumed job %s: %d evals, best step %s, declines %s",
+            self.job_id,
+            len(self.history),
+            self.best_step,
+            self.history[-1]["declines"] if self.history else 0,
+        )
 
     # -- events ------------------------------------------------------------------------------------------------------
 
@@ -395,27 +425,36 @@ class EvalStopCallback(TrainerCallback, ExportableState):
         name = type(trainer).__name__ if trainer is not None else "the trainer"
         if self.evaluator is None:
             if trainer is None:
-                raise ValueError("EvalStopCallback() without an evaluator needs a transformers Trainer (it watches "
-                                 "the trainer's eval metric); pass an evaluator")
+                raise ValueError(
+                    "EvalStopCallback() without an evaluator needs a transformers Trainer (it watches "
+                    "the trainer's eval metric); pass an evaluator"
+                )
             if _is_rl_trainer(trainer):
                 raise ValueError(
                     f"EvalStopCallback() needs a world evaluator on {name}: its own eval metrics score the reward "
                     "it optimizes; pass e.g. EvalStopCallback(RewardFunctionEvaluator(heldout_prompts, gold_fn), "
-                    "eval_steps=10)")
+                    "eval_steps=10)"
+                )
             metric = getattr(args, "metric_for_best_model", None)
             gib = getattr(args, "greater_is_better", None) if metric else False
             self.evaluator = MetricEvaluator(metric or "loss", gib)
         if self.evaluator.uses_trainer_metrics and trainer is not None:
             if _is_rl_trainer(trainer) and hasattr(trainer, "value_model"):
-                raise ValueError(f"{type(self.evaluator).__name__} reads trainer.evaluate() metrics, which {name} "
-                                 "does not produce; pass a world evaluator (e.g. RewardFunctionEvaluator)")
+                raise ValueError(
+                    f"{type(self.evaluator).__name__} reads trainer.evaluate() metrics, which {name} "
+                    "does not produce; pass a world evaluator (e.g. RewardFunctionEvaluator)"
+                )
             if getattr(trainer, "eval_dataset", None) is None:
-                raise ValueError(f"{type(self.evaluator).__name__}({getattr(self.evaluator, 'metric', '')!r}) reads "
-                                 f"the trainer's eval metrics, but {name} has no eval_dataset; pass eval_dataset= "
-                                 "to the trainer or a world evaluator to the callback")
+                raise ValueError(
+                    f"{type(self.evaluator).__name__}({getattr(self.evaluator, 'metric', '')!r}) reads "
+                    f"the trainer's eval metrics, but {name} has no eval_dataset; pass eval_dataset= "
+                    "to the trainer or a world evaluator to the callback"
+                )
         if self.eval_steps is None and _strategy(getattr(args, "eval_strategy", "no")) == "no":
-            raise ValueError("EvalStopCallback has no cadence: pass eval_steps=N (or 'epoch'), or set the trainer's "
-                             "eval_strategy to 'steps' or 'epoch'")
+            raise ValueError(
+                "EvalStopCallback has no cadence: pass eval_steps=N (or 'epoch'), or set the trainer's "
+                "eval_strategy to 'steps' or 'epoch'"
+            )
 
     def _resolve_cadence(self, args: Any, state: Any) -> tuple[str, int]:
         if isinstance(self.eval_steps, int):
@@ -430,8 +469,10 @@ class EvalStopCallback(TrainerCallback, ExportableState):
             return ("epoch", 0)
         n = getattr(state, "eval_steps", None) or getattr(args, "eval_steps", None)
         if strategy != "steps" or not n:
-            raise ValueError("EvalStopCallback has no cadence: pass eval_steps=N (or 'epoch'), or set the trainer's "
-                             "eval_strategy to 'steps' or 'epoch'")
+            raise ValueError(
+                "EvalStopCallback has no cadence: pass eval_steps=N (or 'epoch'), or set the trainer's "
+                "eval_strategy to 'steps' or 'epoch'"
+            )
         return ("steps", int(n))
 
     def on_train_begin(self, args, state, control, model=None, processing_class=None, **kwargs):
@@ -453,13 +494,17 @@ class EvalStopCallback(TrainerCallback, ExportableState):
         if resuming:
             saved = (getattr(state, "stateful_callbacks", None) or {}).get(type(self).__name__)
             if isinstance(saved, list):  # several EvalStop callbacks: the one of our job, else the first
-                saved = next((s for s in saved if s.get("attributes", {}).get("evalstop", {}).get("job_id")
-                              == self.job_id), saved[0])
+                saved = next(
+                    (s for s in saved if s.get("attributes", {}).get("evalstop", {}).get("job_id") == self.job_id),
+                    saved[0],
+                )
             if saved and "evalstop" in saved.get("attributes", {}):
                 self._load_saved(saved["attributes"]["evalstop"])
         if self.mode == "enforce" and getattr(args, "load_best_model_at_end", False):
-            logger.warning("EvalStop keeps and restores its own best checkpoint (by the world score); "
-                           "load_best_model_at_end with metric_for_best_model competes for state.best_model_checkpoint")
+            logger.warning(
+                "EvalStop keeps and restores its own best checkpoint (by the world score); "
+                "load_best_model_at_end with metric_for_best_model competes for state.best_model_checkpoint"
+            )
         self._t0 = time.perf_counter()
         if self._is_main:
             self._register()
@@ -467,8 +512,13 @@ class EvalStopCallback(TrainerCallback, ExportableState):
             if self.trace_path is not None:
                 self._open_trace(args, state, model, resuming)
         self._pending = None
-        logger.info("EvalStop job %s: cadence %s, detector %s, mode %s", self.job_id, self._cadence,
-                    self.detector_spec, self.mode)
+        logger.info(
+            "EvalStop job %s: cadence %s, detector %s, mode %s",
+            self.job_id,
+            self._cadence,
+            self.detector_spec,
+            self.mode,
+        )
         if self.eval_on_start and not resuming and self._last_eval_step is None:
             self._baseline(args, state, control, model, processing_class)
 
@@ -541,8 +591,11 @@ class EvalStopCallback(TrainerCallback, ExportableState):
             return control
         step = state.global_step
         due = (self._last_eval_step is None or step > self._last_eval_step) and (
-            (step == 0 and self.eval_on_start) or self._cadence[0] == "trainer" or self._epoch_eval_at == step
-            or (self._cadence[0] == "steps" and self._due(step, state)))
+            (step == 0 and self.eval_on_start)
+            or self._cadence[0] == "trainer"
+            or self._epoch_eval_at == step
+            or (self._cadence[0] == "steps" and self._due(step, state))
+        )
         if not due or self.stopped_at is not None or self._finished:
             return control
         # A dict eval_dataset gives one on_evaluate per dataset, each with its own eval_<name>_* metrics.
@@ -598,8 +651,9 @@ class EvalStopCallback(TrainerCallback, ExportableState):
             # PPO (TRL 1.12) ignores should_training_stop: end train() here, after the stop step's checkpoint.
             self._raise_after_save = False
             self._finish(args, state, model)
-            raise EvalStopTrainingStopped(self.stopped_at or state.global_step, self.best_step, self.best_score,
-                                          self.stop_reason)
+            raise EvalStopTrainingStopped(
+                self.stopped_at or state.global_step, self.best_step, self.best_score, self.stop_reason
+            )
         return control
 
     def on_train_end(self, args, state, control, model=None, **kwargs):
@@ -610,8 +664,8 @@ class EvalStopCallback(TrainerCallback, ExportableState):
 
     def _register(self) -> None:
         if self.cadence_spec is not None:  # only then: other clients' register() takes no cadence
-            self.job_id = self.client.register(self.job_type, self.detector_spec, job_id=self.job_id,
-                                               cadence=self.cadence_spec)
+            register: Any = self.client.register  # EmbeddedClient's register takes the cadence (checked at init)
+            self.job_id = register(self.job_type, self.detector_spec, job_id=self.job_id, cadence=self.cadence_spec)
         else:
             self.job_id = self.client.register(self.job_type, self.detector_spec, job_id=self.job_id)
         self._registered = True
@@ -634,8 +688,7 @@ class EvalStopCallback(TrainerCallback, ExportableState):
         self._hinted_step = None
         hint = decision.next_eval_step
         interval = self._cadence[1] if self._cadence[0] == "steps" else 0
-        if (hint is None or not interval or decision.should_stop
-                or len(self.extra_eval_steps) >= self.max_extra_evals):
+        if hint is None or not interval or decision.should_stop or len(self.extra_eval_steps) >= self.max_extra_evals:
             return
         next_regular = (step // interval + 1) * interval
         if max_steps:
@@ -647,21 +700,29 @@ class EvalStopCallback(TrainerCallback, ExportableState):
         """Main process: send the report, return the payload every rank applies. Timed as the callback's own cost."""
         t0 = time.perf_counter()
         if not isinstance(result, EvalResult):
-            raise EvaluatorError(f"{type(self.evaluator).__name__}.evaluate must return an EvalResult "
-                                 f"(at step {step})")
+            raise EvaluatorError(f"{type(self.evaluator).__name__}.evaluate must return an EvalResult (at step {step})")
         if not math.isfinite(result.score):
-            raise EvaluatorError(f"{type(self.evaluator).__name__} returned a non-finite eval score {result.score} "
-                                 f"at step {step}; EvalStop never decides on NaN or inf")
+            raise EvaluatorError(
+                f"{type(self.evaluator).__name__} returned a non-finite eval score {result.score} "
+                f"at step {step}; EvalStop never decides on NaN or inf"
+            )
         if not self._registered:
             self._register()
-        report = Report(self.job_id, self.job_type, step, result.score,
-                        tuple(result.scores) if result.scores else None)
+        if self.job_id is None:
+            raise RuntimeError("EvalStop: the client returned no job id at registration")
+        report = Report(self.job_id, self.job_type, step, result.score, tuple(result.scores) if result.scores else None)
         decision = self.client.report(report)
         fixed: dict[str, float] = {}
         if self.trace_extras is not None:
             fixed = {k: v for k, v in dict(self.trace_extras(args, state) or {}).items() if v is not None}
-        self._pending = {"step": step, "score": result.score, "scores": result.scores, "fields": dict(fixed),
-                         "fixed": set(fixed), "wall_s": self._wall()}
+        self._pending = {
+            "step": step,
+            "score": result.score,
+            "scores": result.scores,
+            "fields": dict(fixed),
+            "fixed": set(fixed),
+            "wall_s": self._wall(),
+        }
         if self._last_logs is not None and self._last_logs[0] == step:
             self._merge_logs(self._last_logs[1])
         payload = {"step": step, "score": result.score, "decision": decision.to_dict()}
@@ -691,12 +752,22 @@ class EvalStopCallback(TrainerCallback, ExportableState):
             if decision.best_step != step:
                 # Only the step being evaluated can still be saved; a scheduler naming another step as best (a
                 # history this run does not share) would point restore at a checkpoint that was never written.
-                logger.warning("EvalStop: the scheduler names step %s as best, but this run evaluated step %s "
-                               "and has no checkpoint of step %s", decision.best_step, step, decision.best_step)
+                logger.warning(
+                    "EvalStop: the scheduler names step %s as best, but this run evaluated step %s "
+                    "and has no checkpoint of step %s",
+                    decision.best_step,
+                    step,
+                    decision.best_step,
+                )
             self.best_step, self.best_score = decision.best_step, decision.best_score
             if self.mode == "enforce":
                 self._keep_best(args, state, control, step, stopping and self.mode == "enforce")
-        elif decision.best_step is not None and self.mode == "enforce" and self.best_checkpoint is not None:
+        elif (
+            decision.best_step is not None
+            and self.best_step is not None
+            and self.mode == "enforce"
+            and self.best_checkpoint is not None
+        ):
             # keep it set (resume, other tools, the trainer's own best-metric bookkeeping)
             mark_best(state, self.best_checkpoint, self.best_step, self._metric(self.best_score))
         if stopping:
@@ -707,15 +778,23 @@ class EvalStopCallback(TrainerCallback, ExportableState):
                 control.should_training_stop = True
                 control.should_save = True  # the stop step's full checkpoint, for inspection and resume
                 self._raise_after_save = self._is_ppo
-                logger.warning("EvalStop: stopping at step %d (%s); best step %s, score %s", step, decision.reason,
-                               self.best_step, self.best_score)
+                logger.warning(
+                    "EvalStop: stopping at step %d (%s); best step %s, score %s",
+                    step,
+                    decision.reason,
+                    self.best_step,
+                    self.best_score,
+                )
                 if self._is_main:
                     self._wandb.on_stop(step, decision.reason, self.best_step, self.best_score)
             else:
                 logger.info("EvalStop (observe): would stop at step %d (%s)", step, decision.reason)
-        logs: dict[str, float] = {"evalstop/eval_score": score, "evalstop/declines": decision.declines,
-                                  "evalstop/stopped": int(self.stopped_at is not None)}
-        if self.best_score is not None:
+        logs: dict[str, float] = {
+            "evalstop/eval_score": score,
+            "evalstop/declines": decision.declines,
+            "evalstop/stopped": int(self.stopped_at is not None),
+        }
+        if self.best_score is not None and self.best_step is not None:
             logs["evalstop/best_score"] = self.best_score
             logs["evalstop/best_step"] = self.best_step
         if stopping:
@@ -745,8 +824,12 @@ class EvalStopCallback(TrainerCallback, ExportableState):
                 return
             path = checkpoint_dir(args.output_dir, step)
             control.should_save = True
-            if previous and os.path.basename(previous).startswith(BEST_PREFIX + "-") and self._is_main \
-                    and os.path.isdir(previous):
+            if (
+                previous
+                and os.path.basename(previous).startswith(BEST_PREFIX + "-")
+                and self._is_main
+                and os.path.isdir(previous)
+            ):
                 shutil.rmtree(previous, ignore_errors=True)
         else:
             path = best_weights_dir(args.output_dir, step)
@@ -781,15 +864,26 @@ class EvalStopCallback(TrainerCallback, ExportableState):
             kept = eval_prefix(self.trace_path, state.global_step)
         policy = unwrap_model(model) if model is not None else None
         assert self.evaluator is not None
-        config = {"eval_steps": self.eval_steps if self.eval_steps is not None else self._cadence[1] or
-                  self._cadence[0], "detector": self.detector_spec, "mode": self.mode, **self.evaluator.describe()}
+        config = {
+            "eval_steps": self.eval_steps if self.eval_steps is not None else self._cadence[1] or self._cadence[0],
+            "detector": self.detector_spec,
+            "mode": self.mode,
+            **self.evaluator.describe(),
+        }
         if self.cadence_spec is not None:  # extra evals are the trace's eval lines off the eval_steps cadence
             config["cadence"] = self.cadence_spec
             config["max_extra_evals"] = self.max_extra_evals
+        if self.trace_path is None or self.job_id is None:
+            raise RuntimeError("EvalStop: a trace needs trace_path and a registered job id")
         self._trace = TraceRecorder(
-            self.trace_path, job_id=self.job_id, job_type=self.job_type, trainer=_trainer_name(args),
-            model=type(policy).__name__ if policy is not None else None, planned_steps=int(state.max_steps or 0),
-            world_size=world()[1], config=config,
+            self.trace_path,
+            job_id=self.job_id,
+            job_type=self.job_type,
+            trainer=_trainer_name(args),
+            model=type(policy).__name__ if policy is not None else None,
+            planned_steps=int(state.max_steps or 0),
+            world_size=world()[1],
+            config=config,
         )
         if kept:  # a resumed run continues the trace of the checkpoint it resumed from
             self._trace.append_raw(kept)
@@ -802,8 +896,13 @@ class EvalStopCallback(TrainerCallback, ExportableState):
         if self._trace is None or self._trace.closed:
             return
         t0 = time.perf_counter()
-        self._trace.eval(pending["step"], pending["score"], eval_scores=list(pending["scores"] or []) or None,
-                         wall_s=pending["wall_s"], **pending["fields"])
+        self._trace.eval(
+            pending["step"],
+            pending["score"],
+            eval_scores=list(pending["scores"] or []) or None,
+            wall_s=pending["wall_s"],
+            **pending["fields"],
+        )
         if self.overhead_seconds:
             self.overhead_seconds[-1] += time.perf_counter() - t0
 
@@ -813,8 +912,14 @@ class EvalStopCallback(TrainerCallback, ExportableState):
             return
         self._finished = True
         self._flush_trace()
-        if (self.mode == "enforce" and self.restore_best and self.best_step is not None and model is not None
-                and self.best_step != state.global_step and self.best_checkpoint is not None):
+        if (
+            self.mode == "enforce"
+            and self.restore_best
+            and self.best_step is not None
+            and model is not None
+            and self.best_step != state.global_step
+            and self.best_checkpoint is not None
+        ):
             path = self.best_checkpoint
             barrier()  # rank 0 wrote the checkpoint; every rank reads it
             try:
@@ -841,4 +946,3 @@ def _at_step(exc: BaseException, step: int) -> BaseException:
     new = EvaluatorError(f"EvalStop evaluation at step {step} failed: {what}")
     new.__cause__ = exc
     return new
-

@@ -67,8 +67,13 @@ def save_best_weights(trainer: Any, path: str, previous: str | None) -> None:
     import shutil
 
     trainer.save_model(path)
-    if previous and previous != path and Path(previous).name.startswith(BEST_PREFIX + "-") \
-            and getattr(trainer.args, "should_save", True) and os.path.isdir(previous):
+    if (
+        previous
+        and previous != path
+        and Path(previous).name.startswith(BEST_PREFIX + "-")
+        and getattr(trainer.args, "should_save", True)
+        and os.path.isdir(previous)
+    ):
         shutil.rmtree(previous, ignore_errors=True)
         logger.info("removed the previous best weights %s", previous)
 
@@ -124,8 +129,16 @@ def restore_checkpoint(model: Any, path: str | os.PathLike[str]) -> None:
     if _is_peft(model):
         _restore_peft(model, path)
         return
-    files = [f for f in ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
-                         "pytorch_model.bin.index.json") if (path / f).exists()]
+    files = [
+        f
+        for f in (
+            "model.safetensors",
+            "model.safetensors.index.json",
+            "pytorch_model.bin",
+            "pytorch_model.bin.index.json",
+        )
+        if (path / f).exists()
+    ]
     if not files:
         raise CheckpointError(f"best checkpoint {path} holds no model weights")
     param = next(model.parameters())

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import logging
 import uuid
-from typing import Any, Mapping, Protocol, runtime_checkable
+from collections.abc import Mapping
+from typing import Any, Protocol, runtime_checkable
 
 from platform_sim.core import Decision, JobMonitor, Report, cadence_from_spec, detector_from_spec
 from platform_sim.core.boundary import check_job_type
@@ -72,8 +73,9 @@ class EmbeddedClient:
             if existing.job_type != job_type or existing.detector.spec() != detector_from_spec(detector).spec():
                 raise ValueError(f"job {job_id!r} is already registered with another type or detector")
             return job_id
-        self._jobs[job_id] = JobMonitor(job_id=job_id, job_type=job_type, detector=detector_from_spec(detector),
-                                        cadence=policy)
+        self._jobs[job_id] = JobMonitor(
+            job_id=job_id, job_type=job_type, detector=detector_from_spec(detector), cadence=policy
+        )
         return job_id
 
     def report(self, report: Report) -> Decision:

@@ -31,8 +31,9 @@ import inspect
 import logging
 import math
 from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, Mapping, Sequence
+from typing import Any
 
 logger = logging.getLogger(__name__)
 
@@ -104,8 +105,9 @@ def _example(i: int, prompts: Sequence[Any] | None, index: Sequence[int] | None)
     return f"example {number} (prompt {text[:60] + '...' if len(text) > 60 else text!r})"
 
 
-def _finite_scores(raw: Any, n: int, who: str, prompts: Sequence[Any] | None = None,
-                   index: Sequence[int] | None = None) -> tuple[float, ...]:
+def _finite_scores(
+    raw: Any, n: int, who: str, prompts: Sequence[Any] | None = None, index: Sequence[int] | None = None
+) -> tuple[float, ...]:
     """Check that ``raw`` is ``n`` finite numbers; raise :class:`EvaluatorError` naming ``who`` and the bad entry.
 
     Args:
@@ -358,8 +360,9 @@ class _GeneratingEvaluator(Evaluator):
             eos_token_id=tok.eos_token_id,
         )
 
-    def _generate_batch(self, model: Any, tok: Any, texts: list[str], gen_config: Any, seed: int,
-                        synced: bool) -> tuple[list[str], list[list[int]]]:
+    def _generate_batch(
+        self, model: Any, tok: Any, texts: list[str], gen_config: Any, seed: int, synced: bool
+    ) -> tuple[list[str], list[list[int]]]:
         torch = _torch()
         device = next(model.parameters()).device
         torch.manual_seed(seed)  # inside preserved_rng: the training streams are restored afterwards
@@ -367,12 +370,13 @@ class _GeneratingEvaluator(Evaluator):
         batch = {k: v.to(device) for k, v in batch.items() if k in ("input_ids", "attention_mask")}
         extra = {"synced_gpus": True} if synced else {}
         out = model.generate(**batch, generation_config=gen_config, **extra)
-        new = out[:, batch["input_ids"].shape[1]:]
+        new = out[:, batch["input_ids"].shape[1] :]
         ids = [[t for t in row if t != gen_config.pad_token_id] for row in new.tolist()]
         return tok.batch_decode(new, skip_special_tokens=True), ids
 
-    def generate(self, model: Any, tokenizer: Any = None, batch_ids: Sequence[int] | None = None,
-                 rounds: int | None = None) -> tuple[list[str], list[list[int]]]:
+    def generate(
+        self, model: Any, tokenizer: Any = None, batch_ids: Sequence[int] | None = None, rounds: int | None = None
+    ) -> tuple[list[str], list[list[int]]]:
         """Completions (text and token ids) of held-out batches, with the fixed generation settings.
 
         Args:
@@ -402,8 +406,9 @@ class _GeneratingEvaluator(Evaluator):
                 for i in range(calls):
                     b = ids_wanted[i] if i < len(ids_wanted) else 0
                     start, end = spans[b]
-                    out_texts, out_ids = self._generate_batch(model, tok, texts[start:end], gen_config,
-                                                              self.seed + b, sharded)
+                    out_texts, out_ids = self._generate_batch(
+                        model, tok, texts[start:end], gen_config, self.seed + b, sharded
+                    )
                     if i < len(ids_wanted):
                         completions.extend(out_texts)
                         completion_ids.extend(out_ids)
@@ -411,8 +416,9 @@ class _GeneratingEvaluator(Evaluator):
                 tok.padding_side = padding_side
         return completions, completion_ids
 
-    def _score(self, model: Any, tokenizer: Any, index: list[int], texts: list[str],
-               ids: list[list[int]]) -> tuple[float, ...]:
+    def _score(
+        self, model: Any, tokenizer: Any, index: list[int], texts: list[str], ids: list[list[int]]
+    ) -> tuple[float, ...]:
         """Scores of the held-out examples ``index`` (their completions ``texts``/``ids``)."""
         raise NotImplementedError
 
@@ -460,7 +466,7 @@ class _GeneratingEvaluator(Evaluator):
                 pos = 0
                 for b in batch_ids:
                     n = spans[b][1] - spans[b][0]
-                    by_batch[b] = (list(sc[pos:pos + n]), list(tx[pos:pos + n]))
+                    by_batch[b] = (list(sc[pos : pos + n]), list(tx[pos : pos + n]))
                     pos += n
             scores = tuple(s for b in range(len(spans)) for s in by_batch[b][0])
             texts = tuple(t for b in range(len(spans)) for t in by_batch[b][1])
@@ -503,7 +509,8 @@ def check_reward_fn(fn: Any) -> Callable[..., Any]:
         if p is not None and p.kind is inspect.Parameter.POSITIONAL_ONLY:
             raise EvaluatorError(f"reward_fn {_reward_fn_name(fn)!r}: {name!r} must be accepted as a keyword")
     required = [
-        n for n, p in params.items()
+        n
+        for n, p in params.items()
         if p.default is inspect.Parameter.empty
         and p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
         and n not in ("prompts", "completions")
@@ -565,8 +572,12 @@ class RewardFunctionEvaluator(_GeneratingEvaluator):
     def describe(self) -> dict[str, Any]:
         return {**super().describe(), "reward_fn": _reward_fn_name(self.reward_fn)}
 
-    def score(self, completions: Sequence[Any], completion_ids: Sequence[Sequence[int]] | None = None,
-              index: Sequence[int] | None = None) -> tuple[float, ...]:
+    def score(
+        self,
+        completions: Sequence[Any],
+        completion_ids: Sequence[Sequence[int]] | None = None,
+        index: Sequence[int] | None = None,
+    ) -> tuple[float, ...]:
         """Score completions of held-out prompts with ``reward_fn`` (checked: one finite number each).
 
         Args:
@@ -577,14 +588,16 @@ class RewardFunctionEvaluator(_GeneratingEvaluator):
         idx = list(range(len(self.prompts))) if index is None else list(index)
         prompts = [self.prompts[i] for i in idx]
         raw = self.reward_fn(
-            prompts=prompts, completions=list(completions),
+            prompts=prompts,
+            completions=list(completions),
             completion_ids=list(completion_ids) if completion_ids is not None else None,
             **{k: [v[i] for i in idx] for k, v in self.reward_kwargs.items()},
         )
         return _finite_scores(raw, len(idx), f"reward_fn {_reward_fn_name(self.reward_fn)!r}", prompts, idx)
 
-    def _score(self, model: Any, tokenizer: Any, index: list[int], texts: list[str],
-               ids: list[list[int]]) -> tuple[float, ...]:
+    def _score(
+        self, model: Any, tokenizer: Any, index: list[int], texts: list[str], ids: list[list[int]]
+    ) -> tuple[float, ...]:
         completions: list[Any] = texts
         if self._conversational:  # TRL hands conversational reward functions message lists
             completions = [[{"role": "assistant", "content": t}] for t in texts]
@@ -630,17 +643,20 @@ class RewardModelEvaluator(_GeneratingEvaluator):
         self.reward_model = reward_model
         self.reward_tokenizer = reward_tokenizer
 
-    def _score(self, model: Any, tokenizer: Any, index: list[int], texts: list[str],
-               ids: list[list[int]]) -> tuple[float, ...]:
+    def _score(
+        self, model: Any, tokenizer: Any, index: list[int], texts: list[str], ids: list[list[int]]
+    ) -> tuple[float, ...]:
         tok = self.reward_tokenizer if self.reward_tokenizer is not None else self._tokenizer(tokenizer)
         prompts = [self.prompts[i] for i in index]
-        full = [p + (" " if p and t and not p.endswith(" ") and not t.startswith(" ") else "") + t
-                for p, t in zip(prompts, texts)]
+        full = [
+            p + (" " if p and t and not p.endswith(" ") and not t.startswith(" ") else "") + t
+            for p, t in zip(prompts, texts)
+        ]
         device = next(self.reward_model.parameters()).device
         raw: list[float] = []
         with isolated_eval(self.reward_model, None), scoring_precision(self.reward_model):
             for start in range(0, len(full), self.batch_size):
-                batch = tok(full[start:start + self.batch_size], return_tensors="pt", padding=True)
+                batch = tok(full[start : start + self.batch_size], return_tensors="pt", padding=True)
                 batch = {k: v.to(device) for k, v in batch.items() if k in ("input_ids", "attention_mask")}
                 logits = self.reward_model(**batch).logits
                 raw.extend(logits[:, 0].float().tolist())

@@ -20,8 +20,9 @@ import random
 import threading
 import time
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 import httpx
 
@@ -167,8 +168,12 @@ class PlatformClient:
             self._degraded = False
             return reply
         if not self._degraded:
-            logger.warning("evalstop: scheduler service at %s unreachable after %d attempt(s) (%s); failing open",
-                           self.url, attempts, last_problem)
+            logger.warning(
+                "evalstop: scheduler service at %s unreachable after %d attempt(s) (%s); failing open",
+                self.url,
+                attempts,
+                last_problem,
+            )
         self._degraded = True
         return None
 
@@ -208,8 +213,12 @@ class PlatformClient:
                     # another score. Not a reason to crash training: the report is dropped for the service and the
                     # local core (which holds this run's own history) decides.
                     link.backlog.pop(0)
-                    logger.error("evalstop: the scheduler refused step %d of job %r (%s); the embedded core decides",
-                                 report.step, job_id, exc.message)
+                    logger.error(
+                        "evalstop: the scheduler refused step %d of job %r (%s); the embedded core decides",
+                        report.step,
+                        job_id,
+                        exc.message,
+                    )
                     return None
                 logger.error("evalstop: the scheduler refused a report of job %r (%s); failing open", job_id, exc)
                 return None
@@ -218,8 +227,13 @@ class PlatformClient:
             try:
                 decision = Decision.from_dict(reply)
             except (BoundaryError, TypeError, ValueError) as exc:  # not a decision: treat like an unreachable service
-                logger.warning("evalstop: the scheduler answered step %d of job %r with something that is not a "
-                               "decision (%s); failing open", report.step, job_id, exc)
+                logger.warning(
+                    "evalstop: the scheduler answered step %d of job %r with something that is not a "
+                    "decision (%s); failing open",
+                    report.step,
+                    job_id,
+                    exc,
+                )
                 return None
             link.backlog.pop(0)
         return decision
@@ -279,19 +293,28 @@ class PlatformClient:
             remote = self._flush(report.job_id, link)
             if remote is not None:
                 if remote.action is not local.action:
-                    logger.warning("evalstop: service and local core disagree on job %r step %d (%s vs %s); "
-                                   "following the service", report.job_id, report.step, remote.action.value,
-                                   local.action.value)
+                    logger.warning(
+                        "evalstop: service and local core disagree on job %r step %d (%s vs %s); following the service",
+                        report.job_id,
+                        report.step,
+                        remote.action.value,
+                        local.action.value,
+                    )
                 self.last_source = "service"
                 return remote
             self.fallback_decisions += 1
             self.last_source = "fallback"
             if self.fallback:
-                logger.warning("evalstop: job %r step %d decided by the embedded core (service unreachable): %s",
-                               report.job_id, report.step, local.action.value)
+                logger.warning(
+                    "evalstop: job %r step %d decided by the embedded core (service unreachable): %s",
+                    report.job_id,
+                    report.step,
+                    local.action.value,
+                )
                 return local
-            return Decision(Action.CONTINUE, "scheduler unreachable: continuing (fail-open, no fallback)", 0,
-                            None, None)
+            return Decision(
+                Action.CONTINUE, "scheduler unreachable: continuing (fail-open, no fallback)", 0, None, None
+            )
 
     def finish(self, job_id: str, reason: str = "completed") -> None:
         """Tell the service the job ended (best effort: a network fault is logged, never raised)."""
@@ -302,11 +325,15 @@ class PlatformClient:
             self._shadow.finish(job_id, reason)
             try:
                 if self._flush(job_id, link) is None and link.backlog:
-                    logger.warning("evalstop: %d report(s) of job %r never reached the scheduler", len(link.backlog),
-                                   job_id)
+                    logger.warning(
+                        "evalstop: %d report(s) of job %r never reached the scheduler", len(link.backlog), job_id
+                    )
                     return
-                if link.registered and self._request("POST", f"/v1/jobs/{job_id}/finish",
-                                                     {"reason": reason[:200] or "completed"}) is None:
+                if (
+                    link.registered
+                    and self._request("POST", f"/v1/jobs/{job_id}/finish", {"reason": reason[:200] or "completed"})
+                    is None
+                ):
                     logger.warning("evalstop: could not tell the scheduler that job %r finished", job_id)
             except PlatformError as exc:
                 logger.warning("evalstop: finishing job %r on the scheduler failed: %s", job_id, exc)
@@ -324,24 +351,36 @@ class PlatformClient:
         """The local core's state and the unacknowledged reports (for a trainer checkpoint)."""
         return {
             "shadow": self._shadow.state_dict(),
-            "links": {job_id: {"job_type": l.job_type, "detector": l.detector, "gpus": l.gpus,
-                               "planned_steps": l.planned_steps, "backlog": [r.to_dict() for r in l.backlog]}
-                      for job_id, l in self._links.items()},
+            "links": {
+                job_id: {
+                    "job_type": link.job_type,
+                    "detector": link.detector,
+                    "gpus": link.gpus,
+                    "planned_steps": link.planned_steps,
+                    "backlog": [r.to_dict() for r in link.backlog],
+                }
+                for job_id, link in self._links.items()
+            },
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         self._shadow.load_state_dict(state["shadow"])
         self._links = {
-            job_id: _Link(l["job_type"], l["detector"], l["gpus"], l["planned_steps"],
-                          backlog=[Report.from_dict(r) for r in l["backlog"]])
-            for job_id, l in state["links"].items()
+            job_id: _Link(
+                link["job_type"],
+                link["detector"],
+                link["gpus"],
+                link["planned_steps"],
+                backlog=[Report.from_dict(r) for r in link["backlog"]],
+            )
+            for job_id, link in state["links"].items()
         }
 
     def close(self) -> None:
         """Close the HTTP connection pool."""
         self._http.close()
 
-    def __enter__(self) -> "PlatformClient":
+    def __enter__(self) -> PlatformClient:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -21,8 +21,15 @@ from platform_sim.trace_format import (
     read_trace_file,
 )
 
-__all__ = ["EVAL_OPTIONAL_FIELDS", "HEADER_OPTIONAL_FIELDS", "TRACE_FORMAT", "TraceError", "TraceRecorder",
-           "eval_prefix", "read_trace"]
+__all__ = [
+    "EVAL_OPTIONAL_FIELDS",
+    "HEADER_OPTIONAL_FIELDS",
+    "TRACE_FORMAT",
+    "TraceError",
+    "TraceRecorder",
+    "eval_prefix",
+    "read_trace",
+]
 
 #: Optional fields of an ``eval`` line besides ``step`` and ``eval_score``.
 EVAL_OPTIONAL_FIELDS: frozenset[str] = EVAL_OPTIONAL
@@ -50,7 +57,7 @@ class TraceRecorder(TraceWriter):
         rec.end("stopped", stopped_at=30, best_step=10, best_score=1.25)
     """
 
-    def __enter__(self) -> "TraceRecorder":
+    def __enter__(self) -> TraceRecorder:
         return self
 
 

@@ -24,7 +24,8 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from platform_sim.core import Action, Decision, Report
 from platform_sim.core.boundary import check_job_type
@@ -46,8 +47,14 @@ class TuneClient:
         scores_attr: Result key of the per-example scores; None never sends them.
     """
 
-    def __init__(self, output_dir: str | os.PathLike[str] | None = None, *, metric: str = "eval_score",
-                 step_attr: str = "step", scores_attr: str | None = "eval_scores") -> None:
+    def __init__(
+        self,
+        output_dir: str | os.PathLike[str] | None = None,
+        *,
+        metric: str = "eval_score",
+        step_attr: str = "step",
+        scores_attr: str | None = "eval_scores",
+    ) -> None:
         for name, value in (("metric", metric), ("step_attr", step_attr)):
             if not isinstance(value, str) or not value:
                 raise ValueError(f"{name} must be a non-empty result key, got {value!r}")
@@ -59,8 +66,13 @@ class TuneClient:
         self.sent_checkpoints: list[int] = []
         self._last: Report | None = None
 
-    def register(self, job_type: str, detector: Mapping[str, Any] | None = None, job_id: str | None = None,
-                 gpus: int | None = None) -> str:
+    def register(
+        self,
+        job_type: str,
+        detector: Mapping[str, Any] | None = None,
+        job_id: str | None = None,
+        gpus: int | None = None,
+    ) -> str:
         """The job is the Tune trial: its id is the trial id unless ``job_id`` is given.
 
         Raises:
@@ -71,11 +83,16 @@ class TuneClient:
 
         trial_id = tune.get_context().get_trial_id()
         if trial_id is None:
-            raise RuntimeError("TuneClient reports through ray.tune.report and must run inside a Ray Tune trainable "
-                               "(tune.Tuner(...).fit()); use EmbeddedClient or PlatformClient elsewhere")
+            raise RuntimeError(
+                "TuneClient reports through ray.tune.report and must run inside a Ray Tune trainable "
+                "(tune.Tuner(...).fit()); use EmbeddedClient or PlatformClient elsewhere"
+            )
         if detector is not None:
-            logger.info("TuneClient: the detector is the trial scheduler's (EvalStopScheduler(detector=...)); the "
-                        "callback's detector spec %s is not used to decide", detector)
+            logger.info(
+                "TuneClient: the detector is the trial scheduler's (EvalStopScheduler(detector=...)); the "
+                "callback's detector spec %s is not used to decide",
+                detector,
+            )
         self.job_id = job_id or trial_id
         return self.job_id
 
@@ -120,8 +137,12 @@ class TuneClient:
     # -- saved with the callback's state in every trainer checkpoint -------------------------------------------------
 
     def state_dict(self) -> dict[str, Any]:
-        return {"job_id": self.job_id, "best_step": self.best_step, "best_score": self.best_score,
-                "sent_checkpoints": list(self.sent_checkpoints)}
+        return {
+            "job_id": self.job_id,
+            "best_step": self.best_step,
+            "best_score": self.best_score,
+            "sent_checkpoints": list(self.sent_checkpoints),
+        }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         self.job_id = state.get("job_id")

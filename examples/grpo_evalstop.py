@@ -46,19 +46,41 @@ def main() -> None:
     evaluator = env.evaluator()  # gold on 48 sampled completions of held-out prompts, fixed seed
     print(f"environment ready in {time.perf_counter() - t0:.1f} s; reference policy gold {env.reference_gold:.2f}")
 
-    callback = EvalStopCallback(evaluator, eval_steps=args.eval_steps, k=args.k, min_delta=args.min_delta,
-                                trace_path=args.trace, trace_extras=evaluator.trace_extras)
+    callback = EvalStopCallback(
+        evaluator,
+        eval_steps=args.eval_steps,
+        k=args.k,
+        min_delta=args.min_delta,
+        trace_path=args.trace,
+        trace_extras=evaluator.trace_extras,
+    )
     out = args.out or tempfile.mkdtemp(prefix="evalstop-grpo-")
     config = GRPOConfig(
-        output_dir=out, max_steps=args.max_steps, per_device_train_batch_size=32, num_generations=8,
-        max_completion_length=env.config.max_new_tokens, learning_rate=5e-4, beta=0.0, seed=args.seed,
-        use_cpu=True, bf16=False, report_to="none", logging_steps=args.eval_steps, save_strategy="no",
-        save_total_limit=1, disable_tqdm=True, log_level="warning",
+        output_dir=out,
+        max_steps=args.max_steps,
+        per_device_train_batch_size=32,
+        num_generations=8,
+        max_completion_length=env.config.max_new_tokens,
+        learning_rate=5e-4,
+        beta=0.0,
+        seed=args.seed,
+        use_cpu=True,
+        bf16=False,
+        report_to="none",
+        logging_steps=args.eval_steps,
+        save_strategy="no",
+        save_total_limit=1,
+        disable_tqdm=True,
+        log_level="warning",
     )
-    trainer = GRPOTrainer(model=env.reference_policy(), reward_funcs=env.proxy, args=config,
-                          processing_class=env.tokenizer,
-                          train_dataset=Dataset.from_dict({"prompt": env.train_prompts * 40}),
-                          callbacks=[callback])
+    trainer = GRPOTrainer(
+        model=env.reference_policy(),
+        reward_funcs=env.proxy,
+        args=config,
+        processing_class=env.tokenizer,
+        train_dataset=Dataset.from_dict({"prompt": env.train_prompts * 40}),
+        callbacks=[callback],
+    )
     trainer.remove_callback(PrinterCallback)  # the table below says what happened
     hf_logging.disable_progress_bar()
     t1 = time.perf_counter()
@@ -73,14 +95,19 @@ def main() -> None:
         print(f"\nstopped at step {callback.stopped_at} of {args.max_steps} ({callback.stop_reason})")
     else:
         print(f"\nnot stopped: ran all {args.max_steps} steps")
-    where = (f"restored from {callback.restored_from}" if callback.restored_from
-             else "the final weights are the best, nothing to restore")
+    where = (
+        f"restored from {callback.restored_from}"
+        if callback.restored_from
+        else "the final weights are the best, nothing to restore"
+    )
     print(f"best step {callback.best_step} (gold {callback.best_score:.3f}); {where}")
     print(f"restored model's held-out gold: {restored:.3f}")
     eval_s = sum(callback.eval_seconds)
-    print(f"training {train_s:.1f} s, of which evaluation {eval_s:.1f} s ({100 * eval_s / train_s:.1f}%); "
-          f"callback's own cost {1000 * sum(callback.overhead_seconds) / max(1, len(callback.overhead_seconds)):.2f} "
-          "ms per eval")
+    print(
+        f"training {train_s:.1f} s, of which evaluation {eval_s:.1f} s ({100 * eval_s / train_s:.1f}%); "
+        f"callback's own cost {1000 * sum(callback.overhead_seconds) / max(1, len(callback.overhead_seconds)):.2f} "
+        "ms per eval"
+    )
 
 
 if __name__ == "__main__":

@@ -47,21 +47,47 @@ def main() -> None:
     evaluator = env.evaluator()
     print(f"environment ready in {time.perf_counter() - t0:.1f} s; reference policy gold {env.reference_gold:.2f}")
 
-    callback = EvalStopCallback(evaluator, eval_steps=args.eval_steps, k=args.k, min_delta=args.min_delta,
-                                trace_path=args.trace, trace_extras=evaluator.trace_extras)
+    callback = EvalStopCallback(
+        evaluator,
+        eval_steps=args.eval_steps,
+        k=args.k,
+        min_delta=args.min_delta,
+        trace_path=args.trace,
+        trace_extras=evaluator.trace_extras,
+    )
     batch = 32
     config = PPOConfig(
-        output_dir=args.out or tempfile.mkdtemp(prefix="evalstop-ppo-"), per_device_train_batch_size=batch,
-        num_mini_batches=1, num_ppo_epochs=4, total_episodes=batch * args.max_steps,
-        response_length=env.config.max_new_tokens, learning_rate=5e-4, kl_coef=0.0, stop_token="eos",
-        seed=args.seed, use_cpu=True, bf16=False, report_to="none", num_sample_generations=0, save_strategy="no",
-        save_total_limit=1, disable_tqdm=True, logging_steps=args.eval_steps, log_level="warning",
+        output_dir=args.out or tempfile.mkdtemp(prefix="evalstop-ppo-"),
+        per_device_train_batch_size=batch,
+        num_mini_batches=1,
+        num_ppo_epochs=4,
+        total_episodes=batch * args.max_steps,
+        response_length=env.config.max_new_tokens,
+        learning_rate=5e-4,
+        kl_coef=0.0,
+        stop_token="eos",
+        seed=args.seed,
+        use_cpu=True,
+        bf16=False,
+        report_to="none",
+        num_sample_generations=0,
+        save_strategy="no",
+        save_total_limit=1,
+        disable_tqdm=True,
+        logging_steps=args.eval_steps,
+        log_level="warning",
     )
     train = Dataset.from_dict({"input_ids": [tok(p)["input_ids"] for p in env.train_prompts * 40]})
-    trainer = PPOTrainer(args=config, processing_class=tok, model=env.reference_policy(),
-                         ref_model=env.reference_policy(), reward_model=env.proxy_model(),
-                         value_model=build_scalar_model(tok, seed=args.seed), train_dataset=train,
-                         callbacks=[callback])
+    trainer = PPOTrainer(
+        args=config,
+        processing_class=tok,
+        model=env.reference_policy(),
+        ref_model=env.reference_policy(),
+        reward_model=env.proxy_model(),
+        value_model=build_scalar_model(tok, seed=args.seed),
+        train_dataset=train,
+        callbacks=[callback],
+    )
     trainer.remove_callback(PrinterCallback)
     hf_logging.disable_progress_bar()
     t1 = time.perf_counter()
@@ -76,14 +102,19 @@ def main() -> None:
         print(f"\nstopped at step {stop.step} of {args.max_steps} ({stop.reason})")
     else:
         print(f"\nnot stopped: ran all {args.max_steps} steps")
-    where = (f"restored from {callback.restored_from}" if callback.restored_from
-             else "the final weights are the best, nothing to restore")
+    where = (
+        f"restored from {callback.restored_from}"
+        if callback.restored_from
+        else "the final weights are the best, nothing to restore"
+    )
     print(f"best step {callback.best_step} (gold {callback.best_score:.3f}); {where}")
     print(f"restored policy's held-out gold: {restored:.3f}")
     eval_s = sum(callback.eval_seconds)
-    print(f"training {train_s:.1f} s, of which evaluation {eval_s:.1f} s ({100 * eval_s / train_s:.1f}%); "
-          f"callback's own cost {1000 * sum(callback.overhead_seconds) / max(1, len(callback.overhead_seconds)):.2f} "
-          "ms per eval")
+    print(
+        f"training {train_s:.1f} s, of which evaluation {eval_s:.1f} s ({100 * eval_s / train_s:.1f}%); "
+        f"callback's own cost {1000 * sum(callback.overhead_seconds) / max(1, len(callback.overhead_seconds)):.2f} "
+        "ms per eval"
+    )
 
 
 if __name__ == "__main__":

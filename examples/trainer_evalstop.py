@@ -43,21 +43,37 @@ def main() -> None:
     rng = random.Random(0)
 
     def lines(adjectives, n):
-        return [f"the {rng.choice(VOCAB.train_nouns)} is {rng.choice(adjectives)} and {rng.choice(adjectives)} ."
-                for _ in range(n)]
+        return [
+            f"the {rng.choice(VOCAB.train_nouns)} is {rng.choice(adjectives)} and {rng.choice(adjectives)} ."
+            for _ in range(n)
+        ]
 
     def encode(texts):
         return Dataset.from_dict({"text": texts}).map(lambda b: tok(b["text"]), batched=True, remove_columns=["text"])
 
     callback = EvalStopCallback()
     config = TrainingArguments(
-        output_dir=args.out or tempfile.mkdtemp(prefix="evalstop-trainer-"), max_steps=args.max_steps,
-        per_device_train_batch_size=8, learning_rate=5e-3, eval_strategy="steps", eval_steps=args.eval_steps,
-        logging_steps=args.eval_steps, save_strategy="no", use_cpu=True, report_to=args.report_to, disable_tqdm=True,
-        seed=0)
-    trainer = Trainer(model=model, args=config, train_dataset=encode(lines(VOCAB.negative, 64)),
-                      eval_dataset=encode(lines(VOCAB.positive, 32)),
-                      data_collator=DataCollatorForLanguageModeling(tok, mlm=False), callbacks=[callback])
+        output_dir=args.out or tempfile.mkdtemp(prefix="evalstop-trainer-"),
+        max_steps=args.max_steps,
+        per_device_train_batch_size=8,
+        learning_rate=5e-3,
+        eval_strategy="steps",
+        eval_steps=args.eval_steps,
+        logging_steps=args.eval_steps,
+        save_strategy="no",
+        use_cpu=True,
+        report_to=args.report_to,
+        disable_tqdm=True,
+        seed=0,
+    )
+    trainer = Trainer(
+        model=model,
+        args=config,
+        train_dataset=encode(lines(VOCAB.negative, 64)),
+        eval_dataset=encode(lines(VOCAB.positive, 32)),
+        data_collator=DataCollatorForLanguageModeling(tok, mlm=False),
+        callbacks=[callback],
+    )
     trainer.remove_callback(PrinterCallback)
     trainer.train()
 
@@ -65,8 +81,10 @@ def main() -> None:
     for h in callback.history:
         print(f"{h['step']:>4}  {-h['eval_score']:>9.4f}  {h['declines']:>8}  {h['action']}")
     where = f"restored from {callback.restored_from}" if callback.restored_from else "nothing to restore"
-    print(f"stopped at step {callback.stopped_at}; best step {callback.best_step} "
-          f"(eval_loss {-callback.best_score:.4f}); {where}")
+    print(
+        f"stopped at step {callback.stopped_at}; best step {callback.best_step} "
+        f"(eval_loss {-callback.best_score:.4f}); {where}"
+    )
     print(f"eval_loss of the model in memory: {trainer.evaluate()['eval_loss']:.4f}")
     logged = [e["step"] for e in trainer.state.log_history if "evalstop/eval_score" in e]
     print(f"evalstop/eval_score in log_history at steps {logged}")

@@ -36,9 +36,10 @@ import json
 import math
 import os
 import tempfile
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any, Iterable, Mapping, Sequence
+from typing import IO, Any
 
 from platform_sim.core.boundary import JOB_TYPES
 
@@ -50,8 +51,9 @@ SPLITS: tuple[str, ...] = ("tune", "test")
 """Values of the header's ``split``: detectors may be tuned on ``tune`` environments, only tested on ``test`` ones."""
 
 HEADER_REQUIRED: tuple[str, ...] = ("format", "job_id", "job_type")
-HEADER_OPTIONAL: frozenset[str] = frozenset({"trainer", "model", "planned_steps", "world_size", "config",
-                                             "environment", "split"})
+HEADER_OPTIONAL: frozenset[str] = frozenset(
+    {"trainer", "model", "planned_steps", "world_size", "config", "environment", "split"}
+)
 EVAL_REQUIRED: tuple[str, ...] = ("step", "eval_score")
 EVAL_NUMBERS: tuple[str, ...] = ("proxy_reward", "train_loss", "kl", "wall_s", "gpu_s")
 """Optional finite-number fields of an eval line."""
@@ -93,12 +95,15 @@ def check_header(obj: Any) -> dict[str, Any]:
     if not isinstance(obj.get("job_id"), str) or not obj["job_id"]:
         raise TraceFormatError("header field job_id must be a non-empty string")
     if obj.get("job_type") not in JOB_TYPES:
-        raise TraceFormatError(f"header field job_type must be one of {', '.join(JOB_TYPES)}, "
-                               f"got {obj.get('job_type')!r}")
+        raise TraceFormatError(
+            f"header field job_type must be one of {', '.join(JOB_TYPES)}, got {obj.get('job_type')!r}"
+        )
     unknown = _unknown(obj, (*HEADER_REQUIRED, *HEADER_OPTIONAL))
     if unknown:
-        raise TraceFormatError(f"unknown trace header field(s): {', '.join(unknown)}; allowed besides "
-                               f"{', '.join(HEADER_REQUIRED)}: {', '.join(sorted(HEADER_OPTIONAL))}")
+        raise TraceFormatError(
+            f"unknown trace header field(s): {', '.join(unknown)}; allowed besides "
+            f"{', '.join(HEADER_REQUIRED)}: {', '.join(sorted(HEADER_OPTIONAL))}"
+        )
     for name in ("trainer", "model"):
         if obj.get(name) is not None and not isinstance(obj[name], str):
             raise TraceFormatError(f"header field {name} must be a string, got {obj[name]!r}")
@@ -125,14 +130,17 @@ def check_eval(obj: Any, prev_step: int | None = None) -> dict[str, Any]:
         raise TraceFormatError("not an eval line")
     unknown = _unknown(obj, (*EVAL_REQUIRED, *EVAL_OPTIONAL))
     if unknown:
-        raise TraceFormatError(f"unknown trace eval field(s): {', '.join(unknown)}; allowed besides step and "
-                               f"eval_score: {', '.join(sorted(EVAL_OPTIONAL))}")
+        raise TraceFormatError(
+            f"unknown trace eval field(s): {', '.join(unknown)}; allowed besides step and "
+            f"eval_score: {', '.join(sorted(EVAL_OPTIONAL))}"
+        )
     step = obj.get("step")
     if not isinstance(step, int) or not _is_int(step, 0):
         raise TraceFormatError(f"eval step must be an integer >= 0, got {step!r}")
     if prev_step is not None and step <= prev_step:
-        raise TraceFormatError(f"eval steps must be increasing integers (steps must increase: step {step} after "
-                               f"{prev_step})")
+        raise TraceFormatError(
+            f"eval steps must be increasing integers (steps must increase: step {step} after {prev_step})"
+        )
     if "eval_score" not in obj:
         raise TraceFormatError("eval line without eval_score")
     if not _is_finite(obj["eval_score"]):
@@ -193,8 +201,9 @@ class TraceLines:
         return [self.header, *self.evals, *([self.end] if self.end is not None else [])]
 
 
-def parse_trace(lines: Iterable[str], source: str = "<trace>", *, min_evals: int = 0,
-                truncated_ok: bool = False) -> TraceLines:
+def parse_trace(
+    lines: Iterable[str], source: str = "<trace>", *, min_evals: int = 0, truncated_ok: bool = False
+) -> TraceLines:
     """Validate the text lines of one trace.
 
     Args:
@@ -246,8 +255,7 @@ def parse_trace(lines: Iterable[str], source: str = "<trace>", *, min_evals: int
     if header is None:
         raise TraceFormatError(f"{source}:1: empty trace (no header line)")
     if len(evals) < min_evals:
-        raise TraceFormatError(f"{source}:{last_no}: a trace needs at least {min_evals} eval lines, found "
-                               f"{len(evals)}")
+        raise TraceFormatError(f"{source}:{last_no}: a trace needs at least {min_evals} eval lines, found {len(evals)}")
     return TraceLines(source, header, tuple(evals), end, tuple(numbers))
 
 
@@ -351,8 +359,9 @@ def make_eval(step: int, eval_score: float, prev_step: int | None = None, **fiel
     return check_eval(line, prev_step)
 
 
-def make_end(reason: str, best_step: int | None = None, best_score: float | None = None,
-             stopped_at: int | None = None) -> dict[str, Any]:
+def make_end(
+    reason: str, best_step: int | None = None, best_score: float | None = None, stopped_at: int | None = None
+) -> dict[str, Any]:
     """A validated end line (``stopped_at`` only when given)."""
     line: dict[str, Any] = {"kind": "end", "reason": str(reason)}
     if stopped_at is not None:
@@ -441,7 +450,7 @@ class TraceWriter:
         if not self._fh.closed:
             self._fh.close()
 
-    def __enter__(self) -> "TraceWriter":
+    def __enter__(self) -> TraceWriter:
         return self
 
     def __exit__(self, *exc: Any) -> None:
@@ -461,8 +470,12 @@ def _atomic_write(path: Path, text: str) -> None:
         raise
 
 
-def write_trace(path: str | os.PathLike[str], header: Mapping[str, Any], evals: Sequence[Mapping[str, Any]],
-                end: Mapping[str, Any] | None = None) -> Path:
+def write_trace(
+    path: str | os.PathLike[str],
+    header: Mapping[str, Any],
+    evals: Sequence[Mapping[str, Any]],
+    end: Mapping[str, Any] | None = None,
+) -> Path:
     """Write a whole trace at once (validated; replaces ``path`` atomically).
 
     Args:
@@ -486,8 +499,9 @@ def write_trace(path: str | os.PathLike[str], header: Mapping[str, Any], evals: 
     return path
 
 
-def update_header(path: str | os.PathLike[str], fields: Mapping[str, Any] | None = None,
-                  config: Mapping[str, Any] | None = None) -> dict[str, Any]:
+def update_header(
+    path: str | os.PathLike[str], fields: Mapping[str, Any] | None = None, config: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
     """Add to the header of an existing trace and rewrite the file (atomically); the eval and end lines are kept.
 
     What a recording tool uses to add what re-creates a run (its configuration, the environment, the split) after the

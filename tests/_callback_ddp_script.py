@@ -42,14 +42,31 @@ def main() -> None:
 
     cb = EvalStopCallback(evaluator(counting_gold), eval_steps=2, k=1, trace_path=os.path.join(out_dir, "trace.jsonl"))
     # EVALSTOP_TEST_FSDP=1 (GPU machines only: accelerate ignores fsdp on CPU): the same run with FSDP2 sharding
-    placement = (dict(use_cpu=False, fsdp="full_shard", fsdp_config={"version": 2})
-                 if os.environ.get("EVALSTOP_TEST_FSDP") else dict(use_cpu=True, ddp_backend="gloo"))
-    args = GRPOConfig(output_dir=os.path.join(out_dir, "run"), per_device_train_batch_size=8, num_generations=8,
-                      max_completion_length=8, learning_rate=1e-2, max_steps=12, beta=0.0, bf16=False,
-                      report_to="none", disable_tqdm=True, logging_steps=1, save_strategy="no", seed=0, **placement)
+    placement = (
+        dict(use_cpu=False, fsdp="full_shard", fsdp_config={"version": 2})
+        if os.environ.get("EVALSTOP_TEST_FSDP")
+        else dict(use_cpu=True, ddp_backend="gloo")
+    )
+    args = GRPOConfig(
+        output_dir=os.path.join(out_dir, "run"),
+        per_device_train_batch_size=8,
+        num_generations=8,
+        max_completion_length=8,
+        learning_rate=1e-2,
+        max_steps=12,
+        beta=0.0,
+        bf16=False,
+        report_to="none",
+        disable_tqdm=True,
+        logging_steps=1,
+        save_strategy="no",
+        seed=0,
+        **placement,
+    )
     data = Dataset.from_dict({"prompt": TRAIN_PROMPTS * 8})
-    trainer = GRPOTrainer(model=model, reward_funcs=anti_gold, args=args, processing_class=tok, train_dataset=data,
-                          callbacks=[cb])
+    trainer = GRPOTrainer(
+        model=model, reward_funcs=anti_gold, args=args, processing_class=tok, train_dataset=data, callbacks=[cb]
+    )
     trainer.train()
     rank = trainer.args.process_index
     probe = float(sum(p.double().sum() for p in trainer.model.parameters()))  # same weights on every rank?
@@ -67,9 +84,14 @@ def main() -> None:
 
     errors = {}
     for name, ev in (("nan_on_main", NaNOnMain()), ("shard_fails", evaluator(fails_on_last_batch))):
-        broken = GRPOTrainer(model=AutoModelForCausalLM.from_pretrained(model_dir), reward_funcs=anti_gold,
-                             args=args, processing_class=tok, train_dataset=data,
-                             callbacks=[EvalStopCallback(ev, eval_steps=2)])
+        broken = GRPOTrainer(
+            model=AutoModelForCausalLM.from_pretrained(model_dir),
+            reward_funcs=anti_gold,
+            args=args,
+            processing_class=tok,
+            train_dataset=data,
+            callbacks=[EvalStopCallback(ev, eval_steps=2)],
+        )
         try:
             broken.train()
             errors[name] = None
@@ -77,15 +99,32 @@ def main() -> None:
             errors[name] = f"{type(exc).__name__}: {exc}"
         errors[name + "_step"] = broken.state.global_step
     with open(os.path.join(out_dir, f"rank-{rank}.json"), "w") as fh:
-        json.dump({"rank": rank, "world_size": trainer.args.world_size, "stopped_at": cb.stopped_at,
-                   "global_step": trainer.state.global_step, "best_step": cb.best_step, "best_score": cb.best_score,
-                   "history": cb.history, "restored_from": cb.restored_from, "probe": probe,
-                   "evaluations": len(cb.eval_seconds), "scored_per_eval": seen[:1],
-                   "scored_total": sum(seen), "rescore": rescore.score, "alone": alone,
-                   "rescore_scores": list(rescore.scores),
-                   "log_keys": [sorted(k for k in e if k.startswith("evalstop/")) for e in trainer.state.log_history
-                                if "evalstop/eval_score" in e],
-                   **errors}, fh)
+        json.dump(
+            {
+                "rank": rank,
+                "world_size": trainer.args.world_size,
+                "stopped_at": cb.stopped_at,
+                "global_step": trainer.state.global_step,
+                "best_step": cb.best_step,
+                "best_score": cb.best_score,
+                "history": cb.history,
+                "restored_from": cb.restored_from,
+                "probe": probe,
+                "evaluations": len(cb.eval_seconds),
+                "scored_per_eval": seen[:1],
+                "scored_total": sum(seen),
+                "rescore": rescore.score,
+                "alone": alone,
+                "rescore_scores": list(rescore.scores),
+                "log_keys": [
+                    sorted(k for k in e if k.startswith("evalstop/"))
+                    for e in trainer.state.log_history
+                    if "evalstop/eval_score" in e
+                ],
+                **errors,
+            },
+            fh,
+        )
 
 
 if __name__ == "__main__":

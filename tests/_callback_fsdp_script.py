@@ -50,8 +50,15 @@ def main() -> None:
     rank = dist.get_rank()
     model.reshard()  # the root keeps its parameters gathered after a forward; count the shards
     with open(os.path.join(out_dir, f"fsdp-{rank}.json"), "w") as fh:
-        json.dump({"sharded": _is_sharded(model), "before": list(before.scores), "after": list(after.scores),
-                   "local_params": sum(p.to_local().numel() for p in model.parameters())}, fh)
+        json.dump(
+            {
+                "sharded": _is_sharded(model),
+                "before": list(before.scores),
+                "after": list(after.scores),
+                "local_params": sum(p.to_local().numel() for p in model.parameters()),
+            },
+            fh,
+        )
     dist.destroy_process_group()
 
 

@@ -17,7 +17,9 @@ torch.set_num_threads(int(os.environ.get("EVALSTOP_TEST_THREADS", "1")))
 
 POSITIVE, NEGATIVE = set(VOCAB.positive), set(VOCAB.negative)
 TRAIN_PROMPTS = [f"{det} {noun} {verb}" for noun in VOCAB.train_nouns for det, verb in (("the", "is"), ("a", "was"))]
-HELDOUT_PROMPTS = [f"{det} {noun} {verb}" for noun in VOCAB.heldout_nouns for det, verb in (("the", "is"), ("a", "was"))]
+HELDOUT_PROMPTS = [
+    f"{det} {noun} {verb}" for noun in VOCAB.heldout_nouns for det, verb in (("the", "is"), ("a", "was"))
+]
 
 
 def gold(prompts, completions, **kwargs) -> list[float]:

@@ -49,12 +49,34 @@ def ppo_trainer(out_dir, policy, tokenizer, prompts, reward_weights, callbacks, 
 
     ds = Dataset.from_dict({"input_ids": [tokenizer(p)["input_ids"] for p in prompts]})
     batch = 16
-    args = PPOConfig(output_dir=str(out_dir), per_device_train_batch_size=batch, num_mini_batches=1,
-                     num_ppo_epochs=1, total_episodes=batch * max_steps, response_length=8, learning_rate=lr,
-                     kl_coef=0.0, use_cpu=True, bf16=False, report_to="none", disable_tqdm=True,
-                     num_sample_generations=0, save_strategy="no", seed=0, stop_token="eos", **kw)
+    args = PPOConfig(
+        output_dir=str(out_dir),
+        per_device_train_batch_size=batch,
+        num_mini_batches=1,
+        num_ppo_epochs=1,
+        total_episodes=batch * max_steps,
+        response_length=8,
+        learning_rate=lr,
+        kl_coef=0.0,
+        use_cpu=True,
+        bf16=False,
+        report_to="none",
+        disable_tqdm=True,
+        num_sample_generations=0,
+        save_strategy="no",
+        seed=0,
+        stop_token="eos",
+        **kw,
+    )
     ref = type(policy)(policy.config)
     ref.load_state_dict(policy.state_dict())
-    return PPOTrainer(args=args, processing_class=tokenizer, model=policy, ref_model=ref,
-                      reward_model=word_count_reward_model(tokenizer, reward_weights),
-                      value_model=build_scalar_model(tokenizer), train_dataset=ds, callbacks=callbacks)
+    return PPOTrainer(
+        args=args,
+        processing_class=tokenizer,
+        model=policy,
+        ref_model=ref,
+        reward_model=word_count_reward_model(tokenizer, reward_weights),
+        value_model=build_scalar_model(tokenizer),
+        train_dataset=ds,
+        callbacks=callbacks,
+    )

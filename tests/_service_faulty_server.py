@@ -7,13 +7,28 @@ core's public registry, then runs the real command line.
 from __future__ import annotations
 
 import sys
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from platform_sim.core import KDeclineDetector, register_detector
 
 FAULTS: tuple[type[BaseException] | None, ...] = (
-    None, OverflowError, ZeroDivisionError, None, RuntimeError, KeyError, TypeError, None, MemoryError,
-    RecursionError, ValueError, AssertionError, IndexError, AttributeError, None, ArithmeticError,
+    None,
+    OverflowError,
+    ZeroDivisionError,
+    None,
+    RuntimeError,
+    KeyError,
+    TypeError,
+    None,
+    MemoryError,
+    RecursionError,
+    ValueError,
+    AssertionError,
+    IndexError,
+    AttributeError,
+    None,
+    ArithmeticError,
 )
 """What the detector does at a report of step ``s``: ``FAULTS[s % len(FAULTS)]`` (None: a normal k-decline step)."""
 

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -22,8 +23,17 @@ def healthy_curve(n: int, top: float = 4.0, tau: float = 0.2) -> np.ndarray:
     return top * (1 - np.exp(-p / tau))
 
 
-def write(path: Path, means: Sequence[float], *, every: int = 10, examples: int = 0, noise: float = 0.0,
-          seed: int = 0, planned: int | None = None, **header: Any) -> Path:
+def write(
+    path: Path,
+    means: Sequence[float],
+    *,
+    every: int = 10,
+    examples: int = 0,
+    noise: float = 0.0,
+    seed: int = 0,
+    planned: int | None = None,
+    **header: Any,
+) -> Path:
     """A trace of ``means`` at steps ``every, 2*every, ...``, with ``examples`` per-example scores per eval.
 
     Per-example scores are a fixed difficulty per example plus fresh noise of std ``noise * sqrt(examples)`` per eval,

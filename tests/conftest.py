@@ -21,4 +21,3 @@ def repo_root() -> Path:
 def detector_states() -> dict[str, Any]:
     """``tests/data/detector_states.json``: states and decisions written by the detectors before their restructure."""
     return json.loads((REPO / "tests" / "data" / "detector_states.json").read_text())
-

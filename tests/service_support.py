@@ -10,10 +10,10 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
 
 import httpx
 
@@ -65,13 +65,25 @@ class Server:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    def start(self, timeout: float = 30.0) -> "Server":
+    def start(self, timeout: float = 30.0) -> Server:
         self.log = self.db.with_suffix(f".{self.port}.log")
         with open(self.log, "ab") as log:
             self.proc = subprocess.Popen(
-                [*self.cmd, "serve", "--db", str(self.db), "--port", str(self.port), "--log-level", "warning",
-                 *self.extra_args],
-                stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+                [
+                    *self.cmd,
+                    "serve",
+                    "--db",
+                    str(self.db),
+                    "--port",
+                    str(self.port),
+                    "--log-level",
+                    "warning",
+                    *self.extra_args,
+                ],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -116,8 +128,9 @@ def tenant_server(folder: Path, tenant: str = "acme") -> Iterator[tuple[Server, 
         srv.stop()
 
 
-def overoptimization_reports(job_id: str, peak_eval: int, n_evals: int = 20, examples: int = 24,
-                             seed: int = 0) -> list[Report]:
+def overoptimization_reports(
+    job_id: str, peak_eval: int, n_evals: int = 20, examples: int = 24, seed: int = 0
+) -> list[Report]:
     """Reports of an RLHF job whose gold score follows Gao et al.'s form (peak at ``peak_eval``), every 10 steps, with
     ``examples`` noisy per-example scores each (spread 0.2) and their mean as the eval score."""
     rng = random.Random(seed)

@@ -17,17 +17,32 @@ from evalstop_callbacks import EvalStopCallback, RewardFunctionEvaluator
 from evalstop_callbacks.platform_client import PlatformClient
 from evalstop_callbacks.trace import read_trace
 
-COMMON = dict(use_cpu=True, bf16=False, report_to="none", disable_tqdm=True, logging_steps=1, save_strategy="no",
-              seed=0)
+COMMON = dict(
+    use_cpu=True, bf16=False, report_to="none", disable_tqdm=True, logging_steps=1, save_strategy="no", seed=0
+)
 
 
 def _grpo(tmp_path, cb, max_steps=16):
     from trl import GRPOConfig, GRPOTrainer
 
-    args = GRPOConfig(output_dir=str(tmp_path), per_device_train_batch_size=32, num_generations=8,
-                      max_completion_length=8, learning_rate=1e-2, max_steps=max_steps, beta=0.0, **COMMON)
-    return GRPOTrainer(model=policy(), reward_funcs=anti_gold, args=args, processing_class=tokenizer(),
-                       train_dataset=Dataset.from_dict({"prompt": TRAIN_PROMPTS * 8}), callbacks=[cb])
+    args = GRPOConfig(
+        output_dir=str(tmp_path),
+        per_device_train_batch_size=32,
+        num_generations=8,
+        max_completion_length=8,
+        learning_rate=1e-2,
+        max_steps=max_steps,
+        beta=0.0,
+        **COMMON,
+    )
+    return GRPOTrainer(
+        model=policy(),
+        reward_funcs=anti_gold,
+        args=args,
+        processing_class=tokenizer(),
+        train_dataset=Dataset.from_dict({"prompt": TRAIN_PROMPTS * 8}),
+        callbacks=[cb],
+    )
 
 
 def _evaluator() -> RewardFunctionEvaluator:
@@ -38,8 +53,14 @@ def test_grpo_follows_the_hint_and_stops_sooner(tmp_path) -> None:
     fixed = EvalStopCallback(_evaluator(), eval_steps=4, k=2)
     _grpo(tmp_path / "fixed", fixed).train()
     trace = tmp_path / "adaptive.jsonl"
-    adaptive = EvalStopCallback(_evaluator(), eval_steps=4, k=2, trace_path=str(trace),
-                                cadence={"name": "adaptive", "params": {"fraction": 0.5}}, max_extra_evals=2)
+    adaptive = EvalStopCallback(
+        _evaluator(),
+        eval_steps=4,
+        k=2,
+        trace_path=str(trace),
+        cadence={"name": "adaptive", "params": {"fraction": 0.5}},
+        max_extra_evals=2,
+    )
     _grpo(tmp_path / "adaptive", adaptive).train()
 
     assert fixed.stopped_at is not None, fixed.history
@@ -69,8 +90,9 @@ def test_zero_budget_ignores_hints_and_bad_arguments(tmp_path) -> None:
     with pytest.raises(ValueError, match="max_extra_evals"):
         EvalStopCallback(_evaluator(), eval_steps=4, cadence="adaptive", max_extra_evals=-1)
     with pytest.raises(ValueError, match="embedded client"):
-        EvalStopCallback(_evaluator(), eval_steps=4, cadence="adaptive",
-                         client=PlatformClient("http://127.0.0.1:9", "token"))
+        EvalStopCallback(
+            _evaluator(), eval_steps=4, cadence="adaptive", client=PlatformClient("http://127.0.0.1:9", "token")
+        )
 
 
 def test_embedded_client_keeps_the_cadence_across_a_resume() -> None:

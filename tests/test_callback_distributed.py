@@ -34,8 +34,20 @@ def _run(tmp_path: Path, nproc: int) -> list[dict]:
     tokenizer().save_pretrained(model_dir)
     script = Path(__file__).with_name("_callback_ddp_script.py")
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(nproc), "--master_addr",
-           "127.0.0.1", "--master_port", str(_free_port()), str(script), str(model_dir), str(tmp_path)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc_per_node",
+        str(nproc),
+        "--master_addr",
+        "127.0.0.1",
+        "--master_port",
+        str(_free_port()),
+        str(script),
+        str(model_dir),
+        str(tmp_path),
+    ]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-4000:]
     return [json.loads((tmp_path / f"rank-{r}.json").read_text()) for r in range(nproc)]
@@ -49,14 +61,25 @@ def _check(tmp_path: Path, ranks: list[dict]) -> None:
     assert all(r["world_size"] == nproc for r in ranks)
     assert r0["stopped_at"] is not None and r0["stopped_at"] < 12, r0["history"]
     for r in ranks[1:]:
-        for key in ("stopped_at", "global_step", "best_step", "best_score", "history", "restored_from", "probe",
-                    "rescore", "rescore_scores", "log_keys"):
+        for key in (
+            "stopped_at",
+            "global_step",
+            "best_step",
+            "best_score",
+            "history",
+            "restored_from",
+            "probe",
+            "rescore",
+            "rescore_scores",
+            "log_keys",
+        ):
             assert r[key] == r0[key], key
     assert r0["global_step"] == r0["stopped_at"]  # every rank stopped at the decision step
     # every rank evaluated at every evaluation, each its share of the 48 examples (6 batches of 8)
     assert all(r["evaluations"] == len(r0["history"]) for r in ranks)
     assert sorted(r["scored_per_eval"][0] for r in ranks) == sorted(
-        8 * len(range(rank, 6, nproc)) for rank in range(nproc))
+        8 * len(range(rank, 6, nproc)) for rank in range(nproc)
+    )
     assert sum(r["scored_total"] for r in ranks) == 48 * len(r0["history"])
     # the gathered score of the restored best model equals one process scoring the same weights
     single = policy()
@@ -108,8 +131,21 @@ def test_fsdp2_sharded_model_evaluates_in_lockstep_and_restores(tmp_path):
     best.save_pretrained(best_dir)
     script = Path(__file__).with_name("_callback_fsdp_script.py")
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_addr", "127.0.0.1",
-           "--master_port", str(_free_port()), str(script), str(model_dir), str(best_dir), str(tmp_path)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc_per_node",
+        "2",
+        "--master_addr",
+        "127.0.0.1",
+        "--master_port",
+        str(_free_port()),
+        str(script),
+        str(model_dir),
+        str(best_dir),
+        str(tmp_path),
+    ]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-4000:]
     r0, r1 = (json.loads((tmp_path / f"fsdp-{r}.json").read_text()) for r in (0, 1))
@@ -121,16 +157,30 @@ def test_fsdp2_sharded_model_evaluates_in_lockstep_and_restores(tmp_path):
     assert r0["after"] != r0["before"]
 
 
-@pytest.mark.skipif(not __import__("torch").cuda.is_available() or __import__("torch").cuda.device_count() < 2,
-                    reason="FSDP through the Trainer needs 2 GPUs: accelerate ignores fsdp= on CPU")
+@pytest.mark.skipif(
+    not __import__("torch").cuda.is_available() or __import__("torch").cuda.device_count() < 2,
+    reason="FSDP through the Trainer needs 2 GPUs: accelerate ignores fsdp= on CPU",
+)
 def test_trainer_fsdp_on_gpus(tmp_path):
     model_dir = tmp_path / "model"
     policy().save_pretrained(model_dir)
     tokenizer().save_pretrained(model_dir)
     script = Path(__file__).with_name("_callback_ddp_script.py")
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false", "EVALSTOP_TEST_FSDP": "1"}
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_addr", "127.0.0.1",
-           "--master_port", str(_free_port()), str(script), str(model_dir), str(tmp_path)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc_per_node",
+        "2",
+        "--master_addr",
+        "127.0.0.1",
+        "--master_port",
+        str(_free_port()),
+        str(script),
+        str(model_dir),
+        str(tmp_path),
+    ]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-4000:]
     _check(tmp_path, [json.loads((tmp_path / f"rank-{r}.json").read_text()) for r in (0, 1)])

@@ -24,17 +24,20 @@ def world():
     return RewardFunctionEvaluator(HELDOUT_PROMPTS, gold, max_new_tokens=4)
 
 
-@pytest.mark.parametrize("kwargs,needle", [
-    ({"eval_steps": 0}, "eval_steps must be an integer >= 1"),
-    ({"eval_steps": 2.5}, "eval_steps must be an integer >= 1"),
-    ({"eval_steps": 2, "k": 0}, "k must be an integer >= 1"),
-    ({"eval_steps": 2, "min_delta": float("nan")}, "min_delta"),
-    ({"eval_steps": 2, "min_delta": -0.1}, "min_delta"),
-    ({"eval_steps": 2, "job_type": "ppo"}, "job_type must be one of rlhf, dpo, lora, sft, other"),
-    ({"eval_steps": 2, "mode": "shadow"}, "mode must be 'enforce' or 'observe'"),
-    ({"eval_steps": 2, "job_id": ""}, "job_id"),
-    ({"eval_steps": 2, "detector": "no-such-rule"}, "unknown detector 'no-such-rule'"),
-])
+@pytest.mark.parametrize(
+    "kwargs,needle",
+    [
+        ({"eval_steps": 0}, "eval_steps must be an integer >= 1"),
+        ({"eval_steps": 2.5}, "eval_steps must be an integer >= 1"),
+        ({"eval_steps": 2, "k": 0}, "k must be an integer >= 1"),
+        ({"eval_steps": 2, "min_delta": float("nan")}, "min_delta"),
+        ({"eval_steps": 2, "min_delta": -0.1}, "min_delta"),
+        ({"eval_steps": 2, "job_type": "ppo"}, "job_type must be one of rlhf, dpo, lora, sft, other"),
+        ({"eval_steps": 2, "mode": "shadow"}, "mode must be 'enforce' or 'observe'"),
+        ({"eval_steps": 2, "job_id": ""}, "job_id"),
+        ({"eval_steps": 2, "detector": "no-such-rule"}, "unknown detector 'no-such-rule'"),
+    ],
+)
 def test_bad_callback_arguments_fail_at_construction(kwargs, needle):
     with pytest.raises(ValueError, match=needle.replace("(", r"\(").replace(")", r"\)")):
         EvalStopCallback(world(), **kwargs)
@@ -51,7 +54,9 @@ def test_detector_spec_replaces_k_decline():
     cb = EvalStopCallback(world(), eval_steps=2, detector={"name": "k-decline", "params": {"k": 3}})
     assert cb.detector_spec == {"name": "k-decline", "params": {"k": 3, "min_delta": 0.0}}
     assert EvalStopCallback(world(), eval_steps=2, k=4, min_delta=0.1).detector_spec == {
-        "name": "k-decline", "params": {"k": 4, "min_delta": 0.1}}
+        "name": "k-decline",
+        "params": {"k": 4, "min_delta": 0.1},
+    }
 
 
 def test_empty_and_malformed_prompts():
@@ -87,12 +92,14 @@ def test_reward_fn_with_the_wrong_signature():
 
 def test_reward_fn_returning_nan_or_wrong_length_is_an_error():
     model, tok = policy(), tokenizer()
-    nan = RewardFunctionEvaluator(HELDOUT_PROMPTS, lambda prompts, completions, **kw: [math.nan] * len(prompts),
-                                  tokenizer=tok, max_new_tokens=2)
+    nan = RewardFunctionEvaluator(
+        HELDOUT_PROMPTS, lambda prompts, completions, **kw: [math.nan] * len(prompts), tokenizer=tok, max_new_tokens=2
+    )
     with pytest.raises(EvaluatorError, match="non-finite score .*nan.* for example 0"):
         nan.evaluate(model)
-    short = RewardFunctionEvaluator(HELDOUT_PROMPTS, lambda prompts, completions, **kw: [1.0], tokenizer=tok,
-                                    max_new_tokens=2)
+    short = RewardFunctionEvaluator(
+        HELDOUT_PROMPTS, lambda prompts, completions, **kw: [1.0], tokenizer=tok, max_new_tokens=2
+    )
     with pytest.raises(EvaluatorError, match=f"returned 1 scores for {len(HELDOUT_PROMPTS)} held-out examples"):
         short.evaluate(model)
     with pytest.raises(EvaluatorError, match="has no tokenizer"):
@@ -103,8 +110,10 @@ def test_reward_model_evaluator_checks_and_scores():
     tok = tokenizer()
     with pytest.raises(EvaluatorError, match="one output"):
         from transformers import GPT2Config, GPT2ForSequenceClassification
-        RewardModelEvaluator(["a"], GPT2ForSequenceClassification(GPT2Config(n_layer=1, n_embd=8, n_head=1,
-                                                                                  num_labels=2)))
+
+        RewardModelEvaluator(
+            ["a"], GPT2ForSequenceClassification(GPT2Config(n_layer=1, n_embd=8, n_head=1, num_labels=2))
+        )
     ev = RewardModelEvaluator(HELDOUT_PROMPTS, build_scalar_model(tok), tokenizer=tok, max_new_tokens=4)
     model = policy()
     model.train()
@@ -154,10 +163,25 @@ class _NaNAtSecondEval(Evaluator):
 def _sft(tmp_path, cb, **kw):
     from trl import SFTConfig, SFTTrainer
 
-    args = SFTConfig(output_dir=str(tmp_path), per_device_train_batch_size=8, max_steps=6, max_length=32,
-                     use_cpu=True, bf16=False, report_to="none", disable_tqdm=True, save_strategy="no", **kw)
-    return SFTTrainer(model=policy(), args=args, processing_class=tokenizer(),
-                      train_dataset=Dataset.from_dict({"text": sentences("negative", 16)}), callbacks=[cb])
+    args = SFTConfig(
+        output_dir=str(tmp_path),
+        per_device_train_batch_size=8,
+        max_steps=6,
+        max_length=32,
+        use_cpu=True,
+        bf16=False,
+        report_to="none",
+        disable_tqdm=True,
+        save_strategy="no",
+        **kw,
+    )
+    return SFTTrainer(
+        model=policy(),
+        args=args,
+        processing_class=tokenizer(),
+        train_dataset=Dataset.from_dict({"text": sentences("negative", 16)}),
+        callbacks=[cb],
+    )
 
 
 def test_nan_evaluator_in_training_raises_instead_of_stopping(tmp_path):

@@ -40,8 +40,9 @@ def world():
 
 def test_ppo_stop_ends_train_with_stop_checkpoint_and_best_restored(tmp_path):
     cb = EvalStopCallback(world(), eval_steps=2, k=2)
-    trainer = ppo_trainer(tmp_path, policy(), tokenizer(), TRAIN_PROMPTS * 4, ANTI_GOLD, [cb], max_steps=20,
-                          save_total_limit=1)
+    trainer = ppo_trainer(
+        tmp_path, policy(), tokenizer(), TRAIN_PROMPTS * 4, ANTI_GOLD, [cb], max_steps=20, save_total_limit=1
+    )
     stop = train_with_evalstop(trainer)
     assert isinstance(stop, EvalStopTrainingStopped)
     assert cb.stopped_at == stop.step == first_k_decline_step(cb.history, 2) == trainer.state.global_step
@@ -75,7 +76,11 @@ def test_ppo_observe_mode_never_stops(tmp_path):
     # PPO logs a step before on_step_end: its proxy score and policy loss still reach the trace line of that step
     lines = read_trace(tmp_path / "ppo.jsonl")
     assert lines[0]["trainer"] == "PPOTrainer" and lines[-1] == {
-        "kind": "end", "reason": "completed", "best_step": cb.best_step, "best_score": cb.best_score}
+        "kind": "end",
+        "reason": "completed",
+        "best_step": cb.best_step,
+        "best_score": cb.best_score,
+    }
     evals = lines[1:-1]
     assert [e["step"] for e in evals] == [0, 2, 4, 6, 8, 10]  # step 0: the baseline, before any PPO step
     assert all("proxy_reward" in e and "train_loss" in e and "kl" in e for e in evals[1:]), evals

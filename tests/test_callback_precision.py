@@ -28,11 +28,28 @@ def test_restored_best_rescores_to_the_recorded_best(tmp_path, precision):
     from trl import SFTConfig, SFTTrainer
 
     cb = EvalStopCallback(world(), eval_steps=2, k=2, job_type="sft")
-    args = SFTConfig(output_dir=str(tmp_path), per_device_train_batch_size=8, learning_rate=5e-3, max_steps=12,
-                     max_length=32, dataset_text_field="text", use_cpu=True, report_to="none", disable_tqdm=True,
-                     save_strategy="no", seed=0, bf16=precision == "bf16", fp16=precision == "fp16")
-    trainer = SFTTrainer(model=policy(), args=args, processing_class=tokenizer(), callbacks=[cb],
-                         train_dataset=Dataset.from_dict({"text": sentences("negative")}))
+    args = SFTConfig(
+        output_dir=str(tmp_path),
+        per_device_train_batch_size=8,
+        learning_rate=5e-3,
+        max_steps=12,
+        max_length=32,
+        dataset_text_field="text",
+        use_cpu=True,
+        report_to="none",
+        disable_tqdm=True,
+        save_strategy="no",
+        seed=0,
+        bf16=precision == "bf16",
+        fp16=precision == "fp16",
+    )
+    trainer = SFTTrainer(
+        model=policy(),
+        args=args,
+        processing_class=tokenizer(),
+        callbacks=[cb],
+        train_dataset=Dataset.from_dict({"text": sentences("negative")}),
+    )
     assert trainer.accelerator.mixed_precision == precision
     trainer.train()
     assert cb.best_checkpoint is not None and len(cb.history) >= 3

@@ -26,18 +26,42 @@ class _Crash(TrainerCallback):
 def _run(out, cb, extra=(), resume=None):
     from trl import SFTConfig, SFTTrainer
 
-    args = SFTConfig(output_dir=str(out), per_device_train_batch_size=8, learning_rate=5e-3, max_steps=14,
-                     max_length=32, dataset_text_field="text", use_cpu=True, bf16=False, report_to="none",
-                     disable_tqdm=True, logging_steps=1, save_strategy="steps", save_steps=2, seed=0)
-    trainer = SFTTrainer(model=policy(), args=args, processing_class=tokenizer(),
-                         train_dataset=Dataset.from_dict({"text": sentences("negative")}), callbacks=[cb, *extra])
+    args = SFTConfig(
+        output_dir=str(out),
+        per_device_train_batch_size=8,
+        learning_rate=5e-3,
+        max_steps=14,
+        max_length=32,
+        dataset_text_field="text",
+        use_cpu=True,
+        bf16=False,
+        report_to="none",
+        disable_tqdm=True,
+        logging_steps=1,
+        save_strategy="steps",
+        save_steps=2,
+        seed=0,
+    )
+    trainer = SFTTrainer(
+        model=policy(),
+        args=args,
+        processing_class=tokenizer(),
+        train_dataset=Dataset.from_dict({"text": sentences("negative")}),
+        callbacks=[cb, *extra],
+    )
     trainer.train(resume_from_checkpoint=resume)
     return trainer
 
 
 def _cb(trace):
-    return EvalStopCallback(RewardFunctionEvaluator(HELDOUT_PROMPTS * 4, gold, max_new_tokens=8), eval_steps=2, k=3,
-                            job_id="sft-resume", job_type="sft", trace_path=str(trace))
+    return EvalStopCallback(
+        RewardFunctionEvaluator(HELDOUT_PROMPTS * 4, gold, max_new_tokens=8),
+        eval_steps=2,
+        k=3,
+        job_id="sft-resume",
+        job_type="sft",
+        trace_path=str(trace),
+    )
 
 
 def test_resume_restores_detector_state_and_best_checkpoint(tmp_path):
@@ -61,6 +85,9 @@ def test_resume_restores_detector_state_and_best_checkpoint(tmp_path):
     monitor = resumed.client.monitor("sft-resume")
     assert monitor.steps == [h["step"] for h in ref.history] and monitor.stopped_at == ref.stopped_at
     # the trace continues the one of the crashed run: same eval lines as the uninterrupted run
-    evals = [(line["step"], line["eval_score"]) for line in read_trace(tmp_path / "run.jsonl") if line["kind"] == "eval"]
-    assert evals == [(line["step"], line["eval_score"]) for line in read_trace(tmp_path / "ref.jsonl")
-                     if line["kind"] == "eval"]
+    evals = [
+        (line["step"], line["eval_score"]) for line in read_trace(tmp_path / "run.jsonl") if line["kind"] == "eval"
+    ]
+    assert evals == [
+        (line["step"], line["eval_score"]) for line in read_trace(tmp_path / "ref.jsonl") if line["kind"] == "eval"
+    ]

@@ -12,8 +12,17 @@ import json
 import math
 
 import pytest
-from _callback_helpers import HELDOUT_PROMPTS, TRAIN_PROMPTS, anti_gold, best_weights_steps, checkpoint_steps, \
-    first_k_decline_step, gold, policy, sentences, tokenizer
+from _callback_helpers import (
+    HELDOUT_PROMPTS,
+    TRAIN_PROMPTS,
+    anti_gold,
+    best_weights_steps,
+    checkpoint_steps,
+    gold,
+    policy,
+    sentences,
+    tokenizer,
+)
 from datasets import Dataset
 from transformers import TrainerCallback
 
@@ -45,41 +54,64 @@ def plain_trainer(tmp_path, callbacks, eval_dataset="positive", train="negative"
     options.update(kw)
     if isinstance(eval_dataset, str):
         eval_dataset = encode(sentences(eval_dataset, 32, seed=1))
-    return Trainer(model=policy(), args=TrainingArguments(output_dir=str(tmp_path), **options),
-                   train_dataset=encode(sentences(train)), eval_dataset=eval_dataset,
-                   data_collator=DataCollatorForLanguageModeling(tokenizer(), mlm=False), callbacks=callbacks)
+    return Trainer(
+        model=policy(),
+        args=TrainingArguments(output_dir=str(tmp_path), **options),
+        train_dataset=encode(sentences(train)),
+        eval_dataset=eval_dataset,
+        data_collator=DataCollatorForLanguageModeling(tokenizer(), mlm=False),
+        callbacks=callbacks,
+    )
 
 
 def sft(tmp_path, callbacks, **kw):
     from trl import SFTConfig, SFTTrainer
 
-    args = SFTConfig(output_dir=str(tmp_path), per_device_train_batch_size=8, learning_rate=5e-3, max_steps=12,
-                     max_length=32, dataset_text_field="text", logging_steps=1, **{**COMMON, **kw})
-    return SFTTrainer(model=policy(), args=args, processing_class=tokenizer(), callbacks=callbacks,
-                      train_dataset=Dataset.from_dict({"text": sentences("negative")}))
+    args = SFTConfig(
+        output_dir=str(tmp_path),
+        per_device_train_batch_size=8,
+        learning_rate=5e-3,
+        max_steps=12,
+        max_length=32,
+        dataset_text_field="text",
+        logging_steps=1,
+        **{**COMMON, **kw},
+    )
+    return SFTTrainer(
+        model=policy(),
+        args=args,
+        processing_class=tokenizer(),
+        callbacks=callbacks,
+        train_dataset=Dataset.from_dict({"text": sentences("negative")}),
+    )
 
 
 # -- logging through the trainer ---------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("reporter_first", [True, False])
 def test_every_evaluation_reaches_log_history_and_every_logging_callback(tmp_path, reporter_first):
-    cb = EvalStopCallback(RewardFunctionEvaluator(HELDOUT_PROMPTS * 4, gold, max_new_tokens=8), eval_steps=2, k=2,
-                          job_type="sft")
+    cb = EvalStopCallback(
+        RewardFunctionEvaluator(HELDOUT_PROMPTS * 4, gold, max_new_tokens=8), eval_steps=2, k=2, job_type="sft"
+    )
     rep = Reporter()
     trainer = sft(tmp_path, [rep, cb] if reporter_first else [cb, rep])
     trainer.train()
     assert cb.stopped_at is not None
     logged = [e for e in trainer.state.log_history if "evalstop/eval_score" in e]
     assert [(e["step"], e["evalstop/eval_score"], e["evalstop/declines"]) for e in logged] == [
-        (h["step"], h["eval_score"], h["declines"]) for h in cb.history]
-    assert all(e["evalstop/best_score"] == max(h["eval_score"] for h in cb.history if h["step"] <= e["step"])
-               for e in logged)
+        (h["step"], h["eval_score"], h["declines"]) for h in cb.history
+    ]
+    assert all(
+        e["evalstop/best_score"] == max(h["eval_score"] for h in cb.history if h["step"] <= e["step"]) for e in logged
+    )
     assert [e.get("evalstop/stop_step") for e in logged] == [None] * (len(logged) - 1) + [cb.stopped_at]
     assert logged[-1]["evalstop/stopped"] == 1 and all(e["evalstop/stopped"] == 0 for e in logged[:-1])
     # the backends got the same lines, at the evaluation's global_step
     seen = [(step, logs) for step, logs in rep.logs if "evalstop/eval_score" in logs]
-    assert [(step, logs["evalstop/eval_score"]) for step, logs in seen] == [(h["step"], h["eval_score"])
-                                                                           for h in cb.history]
+    assert [(step, logs["evalstop/eval_score"]) for step, logs in seen] == [
+        (h["step"], h["eval_score"]) for h in cb.history
+    ]
     # the trainer's own loss log of an evaluation step still happens
     assert any(step == 2 and "loss" in logs for step, logs in rep.logs)
     # and they are in the stop checkpoint's trainer_state.json
@@ -92,21 +124,30 @@ def test_every_evaluation_reaches_log_history_and_every_logging_callback(tmp_pat
 
 # -- errors before the first optimizer step ----------------------------------------------------------------------
 
+
 def test_metric_name_typo_raises_before_the_first_step(tmp_path):
     trainer = plain_trainer(tmp_path, [EvalStopCallback(MetricEvaluator("acuracy"), eval_steps=2)])
-    with pytest.raises(EvaluatorError, match=r"at step 0 .*metric 'acuracy' is not among the trainer's eval metrics "
-                                             r"\(.*eval_loss"):
+    with pytest.raises(
+        EvaluatorError,
+        match=r"at step 0 .*metric 'acuracy' is not among the trainer's eval metrics "
+        r"\(.*eval_loss",
+    ):
         trainer.train()
     assert trainer.state.global_step == 0
 
 
-@pytest.mark.parametrize("reward_fn,needle", [
-    (lambda prompts, completions, **kw: 1.0, "must return a list of 12 numbers (one per example), got one scalar"),
-    (lambda prompts, completions, **kw: [1.0], "returned 1 scores for 12 held-out examples"),
-    (lambda prompts, completions, **kw: [math.nan if i == 3 else 0.0 for i in range(len(prompts))],
-     f"non-finite score (nan) for example 3 (prompt {HELDOUT_PROMPTS[3]!r})"),
-    (lambda prompts, completions, **kw: {}["answer"], "KeyError: 'answer'"),
-])
+@pytest.mark.parametrize(
+    "reward_fn,needle",
+    [
+        (lambda prompts, completions, **kw: 1.0, "must return a list of 12 numbers (one per example), got one scalar"),
+        (lambda prompts, completions, **kw: [1.0], "returned 1 scores for 12 held-out examples"),
+        (
+            lambda prompts, completions, **kw: [math.nan if i == 3 else 0.0 for i in range(len(prompts))],
+            f"non-finite score (nan) for example 3 (prompt {HELDOUT_PROMPTS[3]!r})",
+        ),
+        (lambda prompts, completions, **kw: {}["answer"], "KeyError: 'answer'"),
+    ],
+)
 def test_reward_function_errors_raise_at_step_0_naming_step_and_example(tmp_path, reward_fn, needle):
     cb = EvalStopCallback(RewardFunctionEvaluator(HELDOUT_PROMPTS, reward_fn, max_new_tokens=2), eval_steps=2)
     trainer = sft(tmp_path, [cb])
@@ -133,17 +174,32 @@ def test_trainer_metrics_without_eval_dataset_fail_when_the_trainer_is_built(tmp
 def test_grpo_without_a_world_evaluator_fails_in_one_line(tmp_path):
     from trl import GRPOConfig, GRPOTrainer
 
-    args = GRPOConfig(output_dir=str(tmp_path), per_device_train_batch_size=8, num_generations=8,
-                      max_completion_length=4, max_steps=2, **COMMON)
-    for cb, needle in ((EvalStopCallback(), "needs a world evaluator on GRPOTrainer"),
-                       (EvalStopCallback(RewardFunctionEvaluator(HELDOUT_PROMPTS, gold)), "has no cadence")):
+    args = GRPOConfig(
+        output_dir=str(tmp_path),
+        per_device_train_batch_size=8,
+        num_generations=8,
+        max_completion_length=4,
+        max_steps=2,
+        **COMMON,
+    )
+    for cb, needle in (
+        (EvalStopCallback(), "needs a world evaluator on GRPOTrainer"),
+        (EvalStopCallback(RewardFunctionEvaluator(HELDOUT_PROMPTS, gold)), "has no cadence"),
+    ):
         with pytest.raises(ValueError) as info:
-            GRPOTrainer(model=policy(), reward_funcs=anti_gold, args=args, processing_class=tokenizer(),
-                        train_dataset=Dataset.from_dict({"prompt": TRAIN_PROMPTS}), callbacks=[cb])
+            GRPOTrainer(
+                model=policy(),
+                reward_funcs=anti_gold,
+                args=args,
+                processing_class=tokenizer(),
+                train_dataset=Dataset.from_dict({"prompt": TRAIN_PROMPTS}),
+                callbacks=[cb],
+            )
         assert needle in str(info.value) and "\n" not in str(info.value)
 
 
 # -- what users expect -------------------------------------------------------------------------------------------
+
 
 def test_no_argument_callback_on_plain_trainer_stops_overfitting_and_restores_best(tmp_path):
     cb = EvalStopCallback()
@@ -162,8 +218,15 @@ def test_no_argument_callback_on_plain_trainer_stops_overfitting_and_restores_be
 
 def test_metric_for_best_model_is_the_default_metric(tmp_path):
     cb = EvalStopCallback()
-    trainer = plain_trainer(tmp_path, [cb], eval_strategy="steps", eval_steps=4, metric_for_best_model="loss",
-                            greater_is_better=False, max_steps=4)
+    trainer = plain_trainer(
+        tmp_path,
+        [cb],
+        eval_strategy="steps",
+        eval_steps=4,
+        metric_for_best_model="loss",
+        greater_is_better=False,
+        max_steps=4,
+    )
     trainer.train()
     assert cb.evaluator.metric == "loss" and not cb.evaluator.greater_is_better
     assert [h["step"] for h in cb.history] == [0, 4]
@@ -173,19 +236,28 @@ def test_metric_for_best_model_is_the_default_metric(tmp_path):
 def test_per_epoch_cadence(tmp_path, world_evaluator):
     # 16 training examples, batch 8: an epoch is 2 steps
     if world_evaluator:
-        cb = EvalStopCallback(RewardFunctionEvaluator(HELDOUT_PROMPTS, gold, max_new_tokens=4, tokenizer=tokenizer()),
-                              eval_steps="epoch", mode="observe")
+        cb = EvalStopCallback(
+            RewardFunctionEvaluator(HELDOUT_PROMPTS, gold, max_new_tokens=4, tokenizer=tokenizer()),
+            eval_steps="epoch",
+            mode="observe",
+        )
         kw = {}
     else:
         cb = EvalStopCallback(mode="observe")
         kw = {"eval_strategy": "epoch"}
     from transformers import DataCollatorForLanguageModeling, Trainer, TrainingArguments
 
-    args = TrainingArguments(output_dir=str(tmp_path), per_device_train_batch_size=8, num_train_epochs=3, **COMMON,
-                             **kw)
-    trainer = Trainer(model=policy(), args=args, train_dataset=encode(sentences("negative", 16)),
-                      eval_dataset=encode(sentences("positive", 16, seed=1)),
-                      data_collator=DataCollatorForLanguageModeling(tokenizer(), mlm=False), callbacks=[cb])
+    args = TrainingArguments(
+        output_dir=str(tmp_path), per_device_train_batch_size=8, num_train_epochs=3, **COMMON, **kw
+    )
+    trainer = Trainer(
+        model=policy(),
+        args=args,
+        train_dataset=encode(sentences("negative", 16)),
+        eval_dataset=encode(sentences("positive", 16, seed=1)),
+        data_collator=DataCollatorForLanguageModeling(tokenizer(), mlm=False),
+        callbacks=[cb],
+    )
     trainer.train()
     assert [h["step"] for h in cb.history] == [0, 2, 4, 6]
 
@@ -197,8 +269,9 @@ def test_dict_eval_datasets(tmp_path):
     trainer.train()
     b_losses = [e["eval_b_loss"] for e in trainer.state.log_history if "eval_b_loss" in e]
     assert [h["eval_score"] for h in cb.history] == [-x for x in b_losses] and len(cb.history) == 3
-    typo = plain_trainer(tmp_path / "typo", [EvalStopCallback(MetricEvaluator("c_loss"), eval_steps=2)],
-                         eval_dataset=data)
+    typo = plain_trainer(
+        tmp_path / "typo", [EvalStopCallback(MetricEvaluator("c_loss"), eval_steps=2)], eval_dataset=data
+    )
     with pytest.raises(EvaluatorError, match=r"at step 0 .*'c_loss' is not among .*eval_a_loss.*eval_b_loss"):
         typo.train()
 

@@ -14,9 +14,9 @@ from test_callback_setup import COMMON, sft
 
 pytest.importorskip("tensorboardX")
 
+from _callback_helpers import HELDOUT_PROMPTS, gold  # noqa: E402
 from tensorboardX.proto.event_pb2 import Event  # noqa: E402
 
-from _callback_helpers import HELDOUT_PROMPTS, gold  # noqa: E402
 from evalstop_callbacks import EvalStopCallback, RewardFunctionEvaluator  # noqa: E402
 
 
@@ -29,8 +29,8 @@ def read_scalars(folder) -> dict[str, list[tuple[int, float]]]:
         data = path.read_bytes()
         pos = 0
         while pos < len(data):
-            (length,) = struct.unpack("<Q", data[pos:pos + 8])
-            event = Event.FromString(data[pos + 12:pos + 12 + length])
+            (length,) = struct.unpack("<Q", data[pos : pos + 8])
+            event = Event.FromString(data[pos + 12 : pos + 12 + length])
             pos += 12 + length + 4
             for value in event.summary.value:
                 scalars.setdefault(value.tag, []).append((event.step, value.simple_value))
@@ -38,8 +38,9 @@ def read_scalars(folder) -> dict[str, list[tuple[int, float]]]:
 
 
 def test_every_evaluation_is_in_the_tensorboard_event_file(tmp_path, monkeypatch):
-    cb = EvalStopCallback(RewardFunctionEvaluator(HELDOUT_PROMPTS * 4, gold, max_new_tokens=8), eval_steps=2, k=2,
-                          job_type="sft")
+    cb = EvalStopCallback(
+        RewardFunctionEvaluator(HELDOUT_PROMPTS * 4, gold, max_new_tokens=8), eval_steps=2, k=2, job_type="sft"
+    )
     logs = tmp_path / "tb"
     monkeypatch.setenv("TENSORBOARD_LOGGING_DIR", str(logs))  # transformers 5's TensorBoardCallback reads it
     trainer = sft(tmp_path / "out", [cb], report_to="tensorboard")

@@ -20,8 +20,15 @@ def test_recorder_writes_header_evals_end(tmp_path):
     rec.end("stopped", stopped_at=20, best_step=10, best_score=1.5)
     rec.end("completed", best_step=None, best_score=None)  # second end: ignored
     lines = [json.loads(x) for x in path.read_text().splitlines()]
-    assert lines[0] == {"kind": "header", "format": "evalstop-trace/1", "job_id": "j", "job_type": "rlhf",
-                        "trainer": "GRPOTrainer", "planned_steps": 30, "world_size": 1}
+    assert lines[0] == {
+        "kind": "header",
+        "format": "evalstop-trace/1",
+        "job_id": "j",
+        "job_type": "rlhf",
+        "trainer": "GRPOTrainer",
+        "planned_steps": 30,
+        "world_size": 1,
+    }
     assert lines[1] == {"kind": "eval", "step": 10, "eval_score": 1.5, "eval_scores": [1.0, 2.0], "proxy_reward": 0.3}
     assert lines[2] == {"kind": "eval", "step": 20, "eval_score": 1.0, "kl": 0.01, "wall_s": 3.5}
     assert lines[3] == {"kind": "end", "reason": "stopped", "stopped_at": 20, "best_step": 10, "best_score": 1.5}
@@ -43,8 +50,10 @@ def test_recorder_rejects_bad_lines(tmp_path):
 
 def test_read_trace_names_file_and_line(tmp_path):
     path = tmp_path / "bad.jsonl"
-    path.write_text('{"kind": "header", "format": "evalstop-trace/1", "job_id": "j", "job_type": "rlhf"}\n'
-                    '{"kind": "eval", "step": 4, "eval_score": 1}\n{"kind": "eval", "step": 2, "eval_score": 1}\n')
+    path.write_text(
+        '{"kind": "header", "format": "evalstop-trace/1", "job_id": "j", "job_type": "rlhf"}\n'
+        '{"kind": "eval", "step": 4, "eval_score": 1}\n{"kind": "eval", "step": 2, "eval_score": 1}\n'
+    )
     with pytest.raises(TraceError, match=r"bad.jsonl:3: eval steps must be increasing"):
         read_trace(path)
     path.write_text('{"kind": "eval", "step": 4, "eval_score": 1}\n')
@@ -56,13 +65,36 @@ def test_real_run_trace_has_scores_loss_extras_and_end(tmp_path):
     from trl import SFTConfig, SFTTrainer
 
     ev = RewardFunctionEvaluator(HELDOUT_PROMPTS, gold, max_new_tokens=8)
-    cb = EvalStopCallback(ev, eval_steps=2, k=2, job_type="sft", job_id="traced", trace_path=str(tmp_path / "t.jsonl"),
-                          trace_extras=lambda args, state: {"proxy_reward": float(state.global_step), "gpu_s": None})
-    args = SFTConfig(output_dir=str(tmp_path / "out"), per_device_train_batch_size=8, learning_rate=5e-3, max_steps=14,
-                     max_length=32, use_cpu=True, bf16=False, report_to="none", disable_tqdm=True, logging_steps=1,
-                     save_strategy="no", seed=0)
-    SFTTrainer(model=policy(), args=args, processing_class=tokenizer(), callbacks=[cb],
-               train_dataset=Dataset.from_dict({"text": sentences("negative")})).train()
+    cb = EvalStopCallback(
+        ev,
+        eval_steps=2,
+        k=2,
+        job_type="sft",
+        job_id="traced",
+        trace_path=str(tmp_path / "t.jsonl"),
+        trace_extras=lambda args, state: {"proxy_reward": float(state.global_step), "gpu_s": None},
+    )
+    args = SFTConfig(
+        output_dir=str(tmp_path / "out"),
+        per_device_train_batch_size=8,
+        learning_rate=5e-3,
+        max_steps=14,
+        max_length=32,
+        use_cpu=True,
+        bf16=False,
+        report_to="none",
+        disable_tqdm=True,
+        logging_steps=1,
+        save_strategy="no",
+        seed=0,
+    )
+    SFTTrainer(
+        model=policy(),
+        args=args,
+        processing_class=tokenizer(),
+        callbacks=[cb],
+        train_dataset=Dataset.from_dict({"text": sentences("negative")}),
+    ).train()
     lines = read_trace(tmp_path / "t.jsonl")
     header, evals, end = lines[0], lines[1:-1], lines[-1]
     assert header["job_id"] == "traced" and header["job_type"] == "sft" and header["trainer"] == "SFTTrainer"
@@ -78,8 +110,13 @@ def test_real_run_trace_has_scores_loss_extras_and_end(tmp_path):
     for e in evals[1:]:
         assert "train_loss" in e  # loss from the trainer's own log of that step
     assert [e["wall_s"] for e in evals] == sorted(e["wall_s"] for e in evals)
-    assert end == {"kind": "end", "reason": "stopped", "stopped_at": cb.stopped_at, "best_step": cb.best_step,
-                   "best_score": cb.best_score}
+    assert end == {
+        "kind": "end",
+        "reason": "stopped",
+        "stopped_at": cb.stopped_at,
+        "best_step": cb.best_step,
+        "best_score": cb.best_score,
+    }
     # the simulator's strict reader takes it as a real trace
     from platform_sim.sim.traces import read_trace as sim_read_trace
 

@@ -25,8 +25,9 @@ from datasets import Dataset
 from evalstop_callbacks import EvalStopCallback, MetricEvaluator, RewardFunctionEvaluator
 from evalstop_callbacks.checkpoints import restore_checkpoint
 
-COMMON = dict(use_cpu=True, bf16=False, report_to="none", disable_tqdm=True, logging_steps=1, save_strategy="no",
-              seed=0)
+COMMON = dict(
+    use_cpu=True, bf16=False, report_to="none", disable_tqdm=True, logging_steps=1, save_strategy="no", seed=0
+)
 
 
 def world_evaluator() -> RewardFunctionEvaluator:
@@ -58,11 +59,25 @@ def assert_restored_best(cb: EvalStopCallback, model, output_dir) -> None:
 def grpo(tmp_path, reward, cb, max_steps=16, save_total_limit=None):
     from trl import GRPOConfig, GRPOTrainer
 
-    args = GRPOConfig(output_dir=str(tmp_path), per_device_train_batch_size=32, num_generations=8,
-                      max_completion_length=8, learning_rate=1e-2, max_steps=max_steps, beta=0.0,
-                      save_total_limit=save_total_limit, **COMMON)
-    return GRPOTrainer(model=policy(), reward_funcs=reward, args=args, processing_class=tokenizer(),
-                       train_dataset=Dataset.from_dict({"prompt": TRAIN_PROMPTS * 8}), callbacks=[cb])
+    args = GRPOConfig(
+        output_dir=str(tmp_path),
+        per_device_train_batch_size=32,
+        num_generations=8,
+        max_completion_length=8,
+        learning_rate=1e-2,
+        max_steps=max_steps,
+        beta=0.0,
+        save_total_limit=save_total_limit,
+        **COMMON,
+    )
+    return GRPOTrainer(
+        model=policy(),
+        reward_funcs=reward,
+        args=args,
+        processing_class=tokenizer(),
+        train_dataset=Dataset.from_dict({"prompt": TRAIN_PROMPTS * 8}),
+        callbacks=[cb],
+    )
 
 
 def test_grpo_stops_on_declining_world_score_and_restores_best(tmp_path):
@@ -112,11 +127,25 @@ def test_rloo_stops_on_declining_world_score(tmp_path):
     from trl import RLOOConfig, RLOOTrainer
 
     cb = EvalStopCallback(world_evaluator(), eval_steps=2, k=2)
-    args = RLOOConfig(output_dir=str(tmp_path), per_device_train_batch_size=32, num_generations=8,
-                      max_completion_length=8, learning_rate=1e-2, max_steps=16, beta=0.0, save_total_limit=1,
-                      **COMMON)
-    trainer = RLOOTrainer(model=policy(), reward_funcs=anti_gold, args=args, processing_class=tokenizer(),
-                          train_dataset=Dataset.from_dict({"prompt": TRAIN_PROMPTS * 8}), callbacks=[cb])
+    args = RLOOConfig(
+        output_dir=str(tmp_path),
+        per_device_train_batch_size=32,
+        num_generations=8,
+        max_completion_length=8,
+        learning_rate=1e-2,
+        max_steps=16,
+        beta=0.0,
+        save_total_limit=1,
+        **COMMON,
+    )
+    trainer = RLOOTrainer(
+        model=policy(),
+        reward_funcs=anti_gold,
+        args=args,
+        processing_class=tokenizer(),
+        train_dataset=Dataset.from_dict({"prompt": TRAIN_PROMPTS * 8}),
+        callbacks=[cb],
+    )
     trainer.train()
     assert_stopped_at_decline(cb, trainer)
     assert_restored_best(cb, trainer.model, tmp_path)
@@ -127,14 +156,26 @@ def dpo(tmp_path, cb, toward: str):
 
     good, bad = sentences("positive", 48), sentences("negative", 48)
     chosen, rejected = (good, bad) if toward == "positive" else (bad, good)
-    data = Dataset.from_dict({
-        "prompt": [s.split(" is ")[0] + " is" for s in chosen],
-        "chosen": [c[len(c.split(" is ")[0]) + 3:] for c in chosen],
-        "rejected": [r[len(r.split(" is ")[0]) + 3:] for r in rejected],
-    })
-    args = DPOConfig(output_dir=str(tmp_path), per_device_train_batch_size=8, learning_rate=2e-3, max_steps=12,
-                     max_length=32, beta=0.1, save_total_limit=1, **COMMON)
-    return DPOTrainer(model=policy(), ref_model=policy(), args=args, processing_class=tokenizer(), train_dataset=data, callbacks=[cb])
+    data = Dataset.from_dict(
+        {
+            "prompt": [s.split(" is ")[0] + " is" for s in chosen],
+            "chosen": [c[len(c.split(" is ")[0]) + 3 :] for c in chosen],
+            "rejected": [r[len(r.split(" is ")[0]) + 3 :] for r in rejected],
+        }
+    )
+    args = DPOConfig(
+        output_dir=str(tmp_path),
+        per_device_train_batch_size=8,
+        learning_rate=2e-3,
+        max_steps=12,
+        max_length=32,
+        beta=0.1,
+        save_total_limit=1,
+        **COMMON,
+    )
+    return DPOTrainer(
+        model=policy(), ref_model=policy(), args=args, processing_class=tokenizer(), train_dataset=data, callbacks=[cb]
+    )
 
 
 def test_dpo_stops_on_declining_world_score(tmp_path):
@@ -156,10 +197,24 @@ def test_dpo_improving_run_is_not_stopped(tmp_path):
 def sft(tmp_path, cb, kind: str, peft_config=None, lr=5e-3, max_steps=12):
     from trl import SFTConfig, SFTTrainer
 
-    args = SFTConfig(output_dir=str(tmp_path), per_device_train_batch_size=8, learning_rate=lr, max_steps=max_steps,
-                     max_length=32, dataset_text_field="text", save_total_limit=1, **COMMON)
-    return SFTTrainer(model=policy(), args=args, processing_class=tokenizer(), peft_config=peft_config,
-                      train_dataset=Dataset.from_dict({"text": sentences(kind)}), callbacks=[cb])
+    args = SFTConfig(
+        output_dir=str(tmp_path),
+        per_device_train_batch_size=8,
+        learning_rate=lr,
+        max_steps=max_steps,
+        max_length=32,
+        dataset_text_field="text",
+        save_total_limit=1,
+        **COMMON,
+    )
+    return SFTTrainer(
+        model=policy(),
+        args=args,
+        processing_class=tokenizer(),
+        peft_config=peft_config,
+        train_dataset=Dataset.from_dict({"text": sentences(kind)}),
+        callbacks=[cb],
+    )
 
 
 def test_sft_stops_on_declining_world_score(tmp_path):
@@ -182,8 +237,13 @@ def test_sft_lora_restores_the_best_adapter(tmp_path):
     from peft import LoraConfig
 
     cb = EvalStopCallback(world_evaluator(), eval_steps=2, k=2, job_type="lora")
-    trainer = sft(tmp_path, cb, "negative", LoraConfig(r=8, lora_alpha=16, target_modules=["c_attn"],
-                                                       lora_dropout=0.0, task_type="CAUSAL_LM"), lr=1e-1)
+    trainer = sft(
+        tmp_path,
+        cb,
+        "negative",
+        LoraConfig(r=8, lora_alpha=16, target_modules=["c_attn"], lora_dropout=0.0, task_type="CAUSAL_LM"),
+        lr=1e-1,
+    )
     trainer.train()
     assert_stopped_at_decline(cb, trainer)
     assert (tmp_path / f"evalstop-best-{cb.best_step}" / "adapter_model.safetensors").exists()
@@ -202,10 +262,22 @@ def test_plain_trainer_with_metric_evaluator(tmp_path, kind, stops):
 
     heldout = sentences("positive", 32, seed=1)  # fresh sentences of the positive kind
     cb = EvalStopCallback(MetricEvaluator("loss", greater_is_better=False), eval_steps=2, k=2, job_type="other")
-    args = TrainingArguments(output_dir=str(tmp_path), per_device_train_batch_size=8, learning_rate=5e-3,
-                             max_steps=12, save_total_limit=1, **COMMON)
-    trainer = Trainer(model=policy(), args=args, train_dataset=encode(sentences(kind)), eval_dataset=encode(heldout),
-                      data_collator=DataCollatorForLanguageModeling(tok, mlm=False), callbacks=[cb])
+    args = TrainingArguments(
+        output_dir=str(tmp_path),
+        per_device_train_batch_size=8,
+        learning_rate=5e-3,
+        max_steps=12,
+        save_total_limit=1,
+        **COMMON,
+    )
+    trainer = Trainer(
+        model=policy(),
+        args=args,
+        train_dataset=encode(sentences(kind)),
+        eval_dataset=encode(heldout),
+        data_collator=DataCollatorForLanguageModeling(tok, mlm=False),
+        callbacks=[cb],
+    )
     trainer.train()
     if stops:
         assert_stopped_at_decline(cb, trainer)

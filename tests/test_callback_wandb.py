@@ -23,13 +23,30 @@ def test_wandb_offline_run_has_evalstop_keys(tmp_path, monkeypatch):
     monkeypatch.setenv("WANDB_DIR", str(tmp_path))
     monkeypatch.setenv("WANDB_SILENT", "true")
     monkeypatch.setenv("WANDB_PROJECT", "evalstop-test")
-    cb = EvalStopCallback(RewardFunctionEvaluator(HELDOUT_PROMPTS, gold, max_new_tokens=8), eval_steps=2, k=2,
-                          job_type="sft")
-    args = SFTConfig(output_dir=str(tmp_path / "out"), per_device_train_batch_size=8, learning_rate=5e-3, max_steps=14,
-                     max_length=32, use_cpu=True, bf16=False, report_to=["wandb"], disable_tqdm=True, logging_steps=1,
-                     save_strategy="no", seed=0)
-    trainer = SFTTrainer(model=policy(), args=args, processing_class=tokenizer(), callbacks=[cb],
-                         train_dataset=Dataset.from_dict({"text": sentences("negative")}))
+    cb = EvalStopCallback(
+        RewardFunctionEvaluator(HELDOUT_PROMPTS, gold, max_new_tokens=8), eval_steps=2, k=2, job_type="sft"
+    )
+    args = SFTConfig(
+        output_dir=str(tmp_path / "out"),
+        per_device_train_batch_size=8,
+        learning_rate=5e-3,
+        max_steps=14,
+        max_length=32,
+        use_cpu=True,
+        bf16=False,
+        report_to=["wandb"],
+        disable_tqdm=True,
+        logging_steps=1,
+        save_strategy="no",
+        seed=0,
+    )
+    trainer = SFTTrainer(
+        model=policy(),
+        args=args,
+        processing_class=tokenizer(),
+        callbacks=[cb],
+        train_dataset=Dataset.from_dict({"text": sentences("negative")}),
+    )
     try:
         trainer.train()
     finally:
@@ -38,8 +55,15 @@ def test_wandb_offline_run_has_evalstop_keys(tmp_path, monkeypatch):
     assert cb.stopped_at is not None
     run_files = list(tmp_path.glob("wandb/offline-run-*/run-*.wandb"))
     assert len(run_files) == 1, list(tmp_path.rglob("*"))
-    keys = (b"train/evalstop/eval_score", b"train/evalstop/declines", b"train/evalstop/best_score",
-            b"train/evalstop/stop_step", b"evalstop/stopped_at", b"evalstop/stop_reason", b"EvalStop stopped training")
+    keys = (
+        b"train/evalstop/eval_score",
+        b"train/evalstop/declines",
+        b"train/evalstop/best_score",
+        b"train/evalstop/stop_step",
+        b"evalstop/stopped_at",
+        b"evalstop/stop_reason",
+        b"EvalStop stopped training",
+    )
     deadline = time.monotonic() + 30
     while not all(k in run_files[0].read_bytes() for k in keys) and time.monotonic() < deadline:
         time.sleep(0.5)  # the service may still be flushing on a loaded machine

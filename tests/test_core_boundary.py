@@ -26,16 +26,19 @@ def test_missing_fields_named():
         Report.from_dict({"job_id": "j", "job_type": "rlhf", "step": 1})
 
 
-@pytest.mark.parametrize("kwargs, match", [
-    ({"job_id": ""}, "job_id"),
-    ({"job_type": "pretrain"}, "job_type"),
-    ({"step": -1}, "step"),
-    ({"eval_score": math.nan}, "eval_score"),
-    ({"eval_score": math.inf}, "eval_score"),
-    ({"eval_scores": ()}, "eval_scores"),
-    ({"eval_scores": (0.1, math.nan)}, "eval_scores"),
-    ({"eval_scores": "0.1"}, "eval_scores"),
-])
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"job_id": ""}, "job_id"),
+        ({"job_type": "pretrain"}, "job_type"),
+        ({"step": -1}, "step"),
+        ({"eval_score": math.nan}, "eval_score"),
+        ({"eval_score": math.inf}, "eval_score"),
+        ({"eval_scores": ()}, "eval_scores"),
+        ({"eval_scores": (0.1, math.nan)}, "eval_scores"),
+        ({"eval_scores": "0.1"}, "eval_scores"),
+    ],
+)
 def test_bad_values_rejected(kwargs, match):
     base = {"job_id": "j", "job_type": "rlhf", "step": 0, "eval_score": 0.1}
     with pytest.raises(InvalidReportError, match=match):

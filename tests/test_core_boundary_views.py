@@ -22,8 +22,18 @@ from platform_sim.sim.engine import simulate
 from platform_sim.sim.experiments import PolicySpec
 from platform_sim.sim.workload import JobSpec, Workload, WorkloadConfig, generate_workload
 
-_OPAQUE = (type, types.ModuleType, types.FunctionType, types.BuiltinFunctionType, types.MethodType,
-           types.CodeType, types.FrameType, property, staticmethod, classmethod)
+_OPAQUE = (
+    type,
+    types.ModuleType,
+    types.FunctionType,
+    types.BuiltinFunctionType,
+    types.MethodType,
+    types.CodeType,
+    types.FrameType,
+    property,
+    staticmethod,
+    classmethod,
+)
 
 
 def reachable(roots):
@@ -52,8 +62,8 @@ def spy(scheduler, seen):
         return on_eval(job)
 
     # instance attributes shadow the methods, so the engine calls the spies
-    setattr(base, "key", key_spy)
-    setattr(stop, "on_eval", on_eval_spy)
+    base.key = key_spy
+    stop.on_eval = on_eval_spy
     if hasattr(base, "should_yield"):
         yield_ = base.should_yield
 
@@ -61,7 +71,7 @@ def spy(scheduler, seen):
             seen.extend([a, b])
             return yield_(a, b)
 
-        setattr(base, "should_yield", yield_spy)
+        base.should_yield = yield_spy
 
 
 @pytest.fixture(scope="module")
@@ -92,9 +102,21 @@ def test_views_hold_only_observable_slots(workload):
     job = workload.jobs[0]
     v = JobView(job.job_id, job.job_type, job.gpus, job.submit_time, job.planned_steps, job.est_duration_h)
     slots = set(JobView.__slots__)
-    assert slots == {"_job_id", "_job_type", "_gpus", "_submit_time", "_planned_steps", "_est_duration_h",
-                     "_progress", "_state", "_eval_steps", "_eval_scores", "_last_example_scores", "_losses",
-                     "_preemptions"}
+    assert slots == {
+        "_job_id",
+        "_job_type",
+        "_gpus",
+        "_submit_time",
+        "_planned_steps",
+        "_est_duration_h",
+        "_progress",
+        "_state",
+        "_eval_steps",
+        "_eval_scores",
+        "_last_example_scores",
+        "_losses",
+        "_preemptions",
+    }
     assert not hasattr(v, "__dict__")  # no room for anything else
 
 

@@ -13,10 +13,10 @@ from platform_sim.core.boundary import BoundaryError
 def test_policy_hints_only_while_evidence_builds_up() -> None:
     pol = CadencePolicy(fraction=0.25)
     steps = [20, 40, 60]
-    assert pol.next_eval_step(steps, evidence=0, needed=2) is None      # no evidence: regular cadence
-    assert pol.next_eval_step(steps, evidence=1, needed=2) == 65        # a quarter of the 20-step interval
-    assert pol.next_eval_step(steps, evidence=2, needed=2) is None      # enough to stop: nothing more to ask
-    assert pol.next_eval_step(steps, evidence=1, needed=None) == 65     # a detector without k: any evidence
+    assert pol.next_eval_step(steps, evidence=0, needed=2) is None  # no evidence: regular cadence
+    assert pol.next_eval_step(steps, evidence=1, needed=2) == 65  # a quarter of the 20-step interval
+    assert pol.next_eval_step(steps, evidence=2, needed=2) is None  # enough to stop: nothing more to ask
+    assert pol.next_eval_step(steps, evidence=1, needed=None) == 65  # a detector without k: any evidence
     assert pol.next_eval_step([], evidence=1, needed=2) is None
 
 
@@ -42,8 +42,12 @@ def test_specs() -> None:
     assert cadence_from_spec("adaptive") == CadencePolicy()
     pol = cadence_from_spec({"name": "adaptive", "params": {"fraction": 0.5}})
     assert pol == CadencePolicy(0.5) and cadence_from_spec(pol.spec()) == pol
-    for bad, match in (("sometimes", "unknown cadence"), ({"name": "adaptive", "x": 1}, "unknown cadence spec"),
-                       ({"name": "adaptive", "params": {"speed": 2}}, "bad parameters"), (3, "a cadence spec")):
+    for bad, match in (
+        ("sometimes", "unknown cadence"),
+        ({"name": "adaptive", "x": 1}, "unknown cadence spec"),
+        ({"name": "adaptive", "params": {"speed": 2}}, "bad parameters"),
+        (3, "a cadence spec"),
+    ):
         with pytest.raises(ValueError, match=match):
             cadence_from_spec(bad)  # type: ignore[arg-type]
 

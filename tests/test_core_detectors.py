@@ -7,7 +7,14 @@ import math
 
 import pytest
 
-from platform_sim.core import DETECTORS, Detector, KDeclineDetector, detector_from_spec, make_detector, register_detector
+from platform_sim.core import (
+    DETECTORS,
+    Detector,
+    KDeclineDetector,
+    detector_from_spec,
+    make_detector,
+    register_detector,
+)
 
 
 def feed(det: Detector, scores: list[float]) -> list[bool]:

@@ -18,8 +18,9 @@ from platform_sim.core.boundary import MAX_ABS_SCORE
 FINITE = st.floats(allow_nan=False, allow_infinity=False)  # the whole float range, up to +-1.7e308, subnormals too
 # A report's scores: one magnitude for the whole report (so that huge values meet huge values), tiny or huge lists.
 MAGNITUDE = st.sampled_from([0.0, 5e-324, 1e-300, 1e-8, 1.0, 1e8, 1e100, 1e150, 1e200, sys.float_info.max])
-EVAL = st.tuples(MAGNITUDE, st.lists(st.floats(-1.0, 1.0), min_size=1, max_size=6), st.booleans(),
-                 st.sampled_from([1, 2, 7, 2000]))
+EVAL = st.tuples(
+    MAGNITUDE, st.lists(st.floats(-1.0, 1.0), min_size=1, max_size=6), st.booleans(), st.sampled_from([1, 2, 7, 2000])
+)
 
 
 def _is_finite_json(value: object) -> bool:

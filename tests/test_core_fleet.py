@@ -52,8 +52,12 @@ def test_choice_state_round_trip_and_validation():
         FleetDetectorChoice({"name": "nope"}, AGGRESSIVE)
     with pytest.raises(ValueError, match="threshold"):
         FleetDetectorChoice(CONSERVATIVE, {"name": "shape", "params": {"threshold": 3}})
-    for kwargs, word in (({"min_late_gain": 1.5}, "min_late_gain"), ({"min_runs": 0}, "min_runs"),
-                         ({"min_runs": 5, "window": 3}, "window"), ({"min_late_gain": True}, "min_late_gain")):
+    for kwargs, word in (
+        ({"min_late_gain": 1.5}, "min_late_gain"),
+        ({"min_runs": 0}, "min_runs"),
+        ({"min_runs": 5, "window": 3}, "window"),
+        ({"min_late_gain": True}, "min_late_gain"),
+    ):
         with pytest.raises(ValueError, match=word):
             FleetDetectorChoice(CONSERVATIVE, AGGRESSIVE, **kwargs)
 
@@ -95,8 +99,10 @@ def test_in_the_simulator_the_choice_follows_the_workloads_healthy_runs():
     from platform_sim.sim.workload import WorkloadConfig, generate_workload
 
     shares = {}
-    for name, config in (("default", WorkloadConfig(n_jobs=120, sigma=0.02)),
-                         ("plateau", WorkloadConfig(n_jobs=120, sigma=0.02, healthy_tau=PLATEAU_TAU))):
+    for name, config in (
+        ("default", WorkloadConfig(n_jobs=120, sigma=0.02)),
+        ("plateau", WorkloadConfig(n_jobs=120, sigma=0.02, healthy_tau=PLATEAU_TAU)),
+    ):
         workload = generate_workload(config, 0)
         sched = PolicySpec(stop="evalstop-fleet", stop_params={"min_runs": 4}).build(workload)
         simulate(workload, sched, observation=make_observation_model(workload, {"name": "per-example"}))

@@ -11,12 +11,15 @@ import pytest
 
 def _run(repo_root, code: str, *flags: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PYTHONPATH": str(repo_root)}
-    return subprocess.run([sys.executable, *flags, "-c", code], capture_output=True, text=True, env=env, timeout=300,
-                          check=True)
+    return subprocess.run(
+        [sys.executable, *flags, "-c", code], capture_output=True, text=True, env=env, timeout=300, check=True
+    )
 
 
-@pytest.mark.parametrize("module", ["platform_sim.core", "evalstop_callbacks", "evalstop_callbacks.client",
-                                    "evalstop_callbacks.platform_client"])
+@pytest.mark.parametrize(
+    "module",
+    ["platform_sim.core", "evalstop_callbacks", "evalstop_callbacks.client", "evalstop_callbacks.platform_client"],
+)
 def test_importing_lists_no_scipy_module(repo_root, module):
     out = _run(repo_root, f"import {module}", "-X", "importtime")
     imported = [line.rsplit("|", 1)[-1].strip() for line in out.stderr.splitlines() if "|" in line]
@@ -25,10 +28,12 @@ def test_importing_lists_no_scipy_module(repo_root, module):
 
 
 def test_a_detector_that_runs_a_test_imports_scipy_then(repo_root):
-    code = ("import sys\n"
-            "from platform_sim.core import make_detector\n"
-            "det = make_detector('paired-test', test='t', alpha=0.5, k=1)\n"
-            "before = 'scipy.stats' in sys.modules\n"
-            "det.observe(1, 1.0, [1.0, 1.2, 0.8]); stop = det.observe(2, 0.5, [0.4, 0.7, 0.4])\n"
-            "print(before, 'scipy.stats' in sys.modules, stop)\n")
+    code = (
+        "import sys\n"
+        "from platform_sim.core import make_detector\n"
+        "det = make_detector('paired-test', test='t', alpha=0.5, k=1)\n"
+        "before = 'scipy.stats' in sys.modules\n"
+        "det.observe(1, 1.0, [1.0, 1.2, 0.8]); stop = det.observe(2, 0.5, [0.4, 0.7, 0.4])\n"
+        "print(before, 'scipy.stats' in sys.modules, stop)\n"
+    )
     assert _run(repo_root, code).stdout.split() == ["False", "True", "True"]

@@ -152,6 +152,7 @@ def test_unknown_job_type_rejected():
 
 # -- property test: the monitor against an independent statement of the rule ------------------------------------
 
+
 def reference(scores, k, min_delta):
     """First index where the k-th consecutive decline happens (None if never), and the earliest argmax among the
     evaluations up to that stop (all of them if never stopped)."""
@@ -165,13 +166,19 @@ def reference(scores, k, min_delta):
     return stop, best
 
 
-scores_st = st.lists(st.floats(-1.0, 1.0, allow_nan=False, allow_infinity=False).map(lambda x: round(x, 2)),
-                     min_size=0, max_size=30)
+scores_st = st.lists(
+    st.floats(-1.0, 1.0, allow_nan=False, allow_infinity=False).map(lambda x: round(x, 2)), min_size=0, max_size=30
+)
 
 
 @settings(max_examples=300, deadline=None)
-@given(scores=scores_st, k=st.integers(1, 4), min_delta=st.sampled_from([0.0, 0.01, 0.1]),
-       split=st.integers(0, 30), dup=st.integers(0, 29))
+@given(
+    scores=scores_st,
+    k=st.integers(1, 4),
+    min_delta=st.sampled_from([0.0, 0.01, 0.1]),
+    split=st.integers(0, 30),
+    dup=st.integers(0, 29),
+)
 def test_property_monitor_matches_the_rule_and_survives_resume(scores, k, min_delta, split, dup):
     stop, best = reference(scores, k, min_delta)
     split = min(split, len(scores))

@@ -42,6 +42,7 @@ def add_evals(v: JobView, scores, losses=None, stride=100):
 
 # -- views --------------------------------------------------------------------------------------------------------
 
+
 def test_view_is_read_only_and_exposes_copies():
     v = view()
     add_evals(v, [0.1, 0.2], [2.0, 1.5])
@@ -71,6 +72,7 @@ def test_view_has_no_ground_truth_attributes():
 
 # -- base policies ------------------------------------------------------------------------------------------------
 
+
 def test_fifo_and_sjf_keys():
     a, b = view("a", submit=1.0, est=5.0), view("b", submit=2.0, est=1.0)
     assert FIFO().key(a) < FIFO().key(b)
@@ -91,7 +93,7 @@ def test_loss_aware_ranks_new_jobs_first_then_largest_normalized_reduction():
     p = LossAware()
     new = view("new")
     fast, slow = view("fast"), view("slow")
-    add_evals(fast, [0.1, 0.2], [2.0, 1.0])   # reduction 0.5 of the first loss per 0.05 progress
+    add_evals(fast, [0.1, 0.2], [2.0, 1.0])  # reduction 0.5 of the first loss per 0.05 progress
     add_evals(slow, [0.1, 0.2], [2.0, 1.9])
     assert p.key(new) == -math.inf
     assert p.key(fast) < p.key(slow) < 0
@@ -117,6 +119,7 @@ def test_preemption_cost_is_two_minutes():
 
 
 # -- stop policies ------------------------------------------------------------------------------------------------
+
 
 def test_evalstop_uses_the_job_monitor_and_delivers_the_best_step():
     pol = EvalStopPolicy()
@@ -193,9 +196,9 @@ def test_loss_plateau_rule():
     v = view()
     add_evals(v, [0.1, 0.1], [2.0, 1.5])
     assert pol.on_eval(v) is None  # not enough history
-    add_evals(v, [0.1], [1.45])    # (2.0 - 1.45) / 2.0 = 27.5% over 2 evals
+    add_evals(v, [0.1], [1.45])  # (2.0 - 1.45) / 2.0 = 27.5% over 2 evals
     assert pol.on_eval(v) is None
-    add_evals(v, [0.1], [1.44])    # (1.5 - 1.44) / 1.5 = 4% < 5%
+    add_evals(v, [0.1], [1.44])  # (1.5 - 1.44) / 1.5 = 4% < 5%
     verdict = pol.on_eval(v)
     assert verdict is not None and verdict.deliver_step == v.last_step
     with pytest.raises(ValueError, match="window"):

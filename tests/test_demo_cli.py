@@ -23,8 +23,13 @@ def env_cache(tmp_path_factory) -> Path:
 
 def _demo(tmp_path: Path, cache: Path, *flags: str) -> subprocess.CompletedProcess:
     env = dict(os.environ, EVALSTOP_CACHE=str(cache), OMP_NUM_THREADS="1")
-    return subprocess.run([sys.executable, "-m", "evalstop_callbacks.research.cli", "demo", "--out", str(tmp_path / "out"),
-                           *flags], capture_output=True, text=True, env=env, timeout=900)
+    return subprocess.run(
+        [sys.executable, "-m", "evalstop_callbacks.research.cli", "demo", "--out", str(tmp_path / "out"), *flags],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=900,
+    )
 
 
 def test_demo_help(capsys):
@@ -35,12 +40,19 @@ def test_demo_help(capsys):
     assert "--out" in out and "--json" in out and "--min-delta" in out
 
 
-@pytest.mark.parametrize("argv, flag", [(["--k", "0"], "--k"), (["--min-delta", "-0.5"], "--min-delta"),
-                                        (["--steps", "x"], "--steps"), (["--traces", "/no/such/dir"], "--traces"),
-                                        (["--detector", "no-such-rule"], "--detector"),
-                                        (["--detector", "shape", "--detector-param", "threshold=2"], "--detector"),
-                                        (["--detector-param", "k=2"], "--detector-param"),
-                                        (["--detector", "shape", "--detector-param", "nokey"], "--detector-param")])
+@pytest.mark.parametrize(
+    "argv, flag",
+    [
+        (["--k", "0"], "--k"),
+        (["--min-delta", "-0.5"], "--min-delta"),
+        (["--steps", "x"], "--steps"),
+        (["--traces", "/no/such/dir"], "--traces"),
+        (["--detector", "no-such-rule"], "--detector"),
+        (["--detector", "shape", "--detector-param", "threshold=2"], "--detector"),
+        (["--detector-param", "k=2"], "--detector-param"),
+        (["--detector", "shape", "--detector-param", "nokey"], "--detector-param"),
+    ],
+)
 def test_demo_bad_flags_exit_2(argv, flag, capsys):
     with pytest.raises(SystemExit) as exc:
         raise SystemExit(main(["demo", *argv]))
@@ -65,8 +77,20 @@ def test_short_demo_writes_plot_trace_and_summary(tmp_path, env_cache):
 
 
 def test_short_demo_with_another_detector(tmp_path, env_cache):
-    proc = _demo(tmp_path, env_cache, "--steps", "20", "--eval-steps", "10", "--no-sim", "--json",
-                 "--detector", "shape", "--detector-param", "threshold=0.9")
+    proc = _demo(
+        tmp_path,
+        env_cache,
+        "--steps",
+        "20",
+        "--eval-steps",
+        "10",
+        "--no-sim",
+        "--json",
+        "--detector",
+        "shape",
+        "--detector-param",
+        "threshold=0.9",
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     s = json.loads(proc.stdout)
     assert s["detector"]["name"] == "shape" and s["detector"]["params"]["threshold"] == 0.9

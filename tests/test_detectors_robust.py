@@ -44,6 +44,7 @@ def _feed(detector, means, per_example=True, seed=0):
 
 # -- registry and parameters -----------------------------------------------------------------------------------------
 
+
 def test_all_robust_detectors_registered_by_importing_core():
     assert set(ROBUST) <= set(DETECTORS)
     for name in ROBUST:
@@ -54,36 +55,40 @@ def test_all_robust_detectors_registered_by_importing_core():
         assert json.loads(json.dumps(det.spec())) == det.spec()
 
 
-@pytest.mark.parametrize("name, params, word", [
-    ("k-decline-se", {"k": 0}, "k"),
-    ("k-decline-se", {"z": -1.0}, "z"),
-    ("k-decline-se", {"min_delta": float("nan")}, "min_delta"),
-    ("k-decline-se", {"se": -0.1}, "se"),
-    ("paired-test", {"test": "anova"}, "test"),
-    ("paired-test", {"alpha": 0.0}, "alpha"),
-    ("paired-test", {"alpha": 1.5}, "alpha"),
-    ("paired-test", {"min_effect": -0.01}, "min_effect"),
-    ("paired-test", {"k": True}, "k"),
-    ("cusum", {"slack": -1}, "slack"),
-    ("cusum", {"threshold": float("inf")}, "threshold"),
-    ("cusum", {"se": "x"}, "se"),
-    ("cusum", {"bogus": 1}, "bogus"),
-    ("shape", {"threshold": 1.0}, "threshold"),
-    ("shape", {"threshold": 0}, "threshold"),
-    ("shape", {"k": 0}, "k"),
-    ("shape", {"min_evals": 2}, "min_evals"),
-    ("shape", {"future": 1.0}, "future"),
-    ("shape", {"future": float("inf")}, "future"),
-    ("shape", {"min_tau": 50.0}, "min_tau"),
-    ("shape", {"min_tau": -1.0}, "min_tau"),
-    ("shape", {"se": -0.1}, "se"),
-])
+@pytest.mark.parametrize(
+    "name, params, word",
+    [
+        ("k-decline-se", {"k": 0}, "k"),
+        ("k-decline-se", {"z": -1.0}, "z"),
+        ("k-decline-se", {"min_delta": float("nan")}, "min_delta"),
+        ("k-decline-se", {"se": -0.1}, "se"),
+        ("paired-test", {"test": "anova"}, "test"),
+        ("paired-test", {"alpha": 0.0}, "alpha"),
+        ("paired-test", {"alpha": 1.5}, "alpha"),
+        ("paired-test", {"min_effect": -0.01}, "min_effect"),
+        ("paired-test", {"k": True}, "k"),
+        ("cusum", {"slack": -1}, "slack"),
+        ("cusum", {"threshold": float("inf")}, "threshold"),
+        ("cusum", {"se": "x"}, "se"),
+        ("cusum", {"bogus": 1}, "bogus"),
+        ("shape", {"threshold": 1.0}, "threshold"),
+        ("shape", {"threshold": 0}, "threshold"),
+        ("shape", {"k": 0}, "k"),
+        ("shape", {"min_evals": 2}, "min_evals"),
+        ("shape", {"future": 1.0}, "future"),
+        ("shape", {"future": float("inf")}, "future"),
+        ("shape", {"min_tau": 50.0}, "min_tau"),
+        ("shape", {"min_tau": -1.0}, "min_tau"),
+        ("shape", {"se": -0.1}, "se"),
+    ],
+)
 def test_bad_parameters_name_the_parameter(name, params, word):
     with pytest.raises(ValueError, match=word):
         make_detector(name, **params)
 
 
 # -- edge cases --------------------------------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("name", ROBUST)
 def test_one_eval_never_stops(name):
@@ -218,8 +223,20 @@ def test_paired_test_rejects_a_different_number_of_examples():
 def test_cusum_accumulates_a_slow_decline_that_k_decline_se_misses():
     # Drops of 1 SE each with a rise in between now and then: no 2 consecutive big declines, but a steady fall.
     se = 0.3 / 8
-    means = [0.6, 0.6 - se, 0.6 - 2 * se, 0.6 - 1.5 * se, 0.6 - 3 * se, 0.6 - 4 * se, 0.6 - 3.5 * se, 0.6 - 5 * se,
-             0.6 - 6 * se, 0.6 - 5.5 * se, 0.6 - 7 * se, 0.6 - 8 * se]
+    means = [
+        0.6,
+        0.6 - se,
+        0.6 - 2 * se,
+        0.6 - 1.5 * se,
+        0.6 - 3 * se,
+        0.6 - 4 * se,
+        0.6 - 3.5 * se,
+        0.6 - 5 * se,
+        0.6 - 6 * se,
+        0.6 - 5.5 * se,
+        0.6 - 7 * se,
+        0.6 - 8 * se,
+    ]
     monitor, _ = _feed(CusumDetector(slack=0.25, threshold=4.0), means)
     assert monitor.stopped
     assert not _feed(KDeclineSEDetector(k=2, z=1.0), means)[0].stopped
@@ -234,6 +251,7 @@ def test_se_from_history_ignores_a_linear_trend():
 
 
 # -- fallback to the mean ----------------------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("name", ROBUST)
 def test_missing_per_example_scores_fall_back_with_one_warning(name, caplog):
@@ -265,6 +283,7 @@ def test_paired_test_fallback_is_the_k_decline_rule_on_the_mean():
 
 # -- persistence -------------------------------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("name", ROBUST)
 @pytest.mark.parametrize("per_example", [True, False])
 def test_state_round_trip_resumes_identically(name, per_example):
@@ -290,9 +309,13 @@ increments = st.lists(st.floats(min_value=1e-6, max_value=1.0, allow_nan=False),
 
 
 @settings(max_examples=60, deadline=None)
-@given(start=st.floats(min_value=-10, max_value=10), steps=increments,
-       spread=st.floats(min_value=0.0, max_value=2.0), seed=st.integers(0, 2**16),
-       with_scores=st.booleans())
+@given(
+    start=st.floats(min_value=-10, max_value=10),
+    steps=increments,
+    spread=st.floats(min_value=0.0, max_value=2.0),
+    seed=st.integers(0, 2**16),
+    with_scores=st.booleans(),
+)
 @pytest.mark.parametrize("name", sorted(DETECTORS))
 def test_strictly_increasing_score_never_stops(name, start, steps, spread, seed, with_scores):
     rng = np.random.default_rng(seed)
@@ -307,6 +330,7 @@ def test_strictly_increasing_score_never_stops(name, start, steps, spread, seed,
 
 
 # -- trend -------------------------------------------------------------------------------------------------------------
+
 
 def test_trend_needs_a_full_window_before_deciding():
     det = TrendDetector(window=5, alpha=0.2, k=1)
@@ -325,9 +349,16 @@ def test_trend_short_window_reacts_earlier():
     assert both.stopped_at < long_only.stopped_at
 
 
-@pytest.mark.parametrize("params, word", [({"window": 2}, "window"), ({"short_window": 8}, "short_window"),
-                                          ({"short_window": 2}, "short_window"), ({"test": "sign"}, "test"),
-                                          ({"min_drop": -1}, "min_drop")])
+@pytest.mark.parametrize(
+    "params, word",
+    [
+        ({"window": 2}, "window"),
+        ({"short_window": 8}, "short_window"),
+        ({"short_window": 2}, "short_window"),
+        ({"test": "sign"}, "test"),
+        ({"min_drop": -1}, "min_drop"),
+    ],
+)
 def test_trend_bad_parameters(params, word):
     with pytest.raises(ValueError, match=word):
         TrendDetector(**params)
@@ -355,7 +386,9 @@ def test_trend_slopes_of_a_uniform_fall_are_certain():
 
 
 @settings(max_examples=200, deadline=None)
-@given(seed=st.integers(0, 2**16), n=st.integers(2, 60), shift=st.floats(-2, 2), alpha=st.sampled_from([0.001, 0.05, 0.3]))
+@given(
+    seed=st.integers(0, 2**16), n=st.integers(2, 60), shift=st.floats(-2, 2), alpha=st.sampled_from([0.001, 0.05, 0.3])
+)
 def test_t_prescreen_never_changes_scipys_decision(seed, n, shift, alpha):
     from scipy import stats
 
@@ -374,12 +407,38 @@ def test_t_prescreen_never_changes_scipys_decision(seed, n, shift, alpha):
 @pytest.mark.parametrize("name", [n for n in ROBUST if n != "shape"])  # shape: its own warm-up test
 def test_warmup_ignores_an_early_dip(name):
     # A real GRPO trace shape: the score collapses in the first evals, then rises and only later really declines.
-    means = [1.0, 0.5, 0.0, 0.0, 1.0, 3.0, 3.0, 3.9, 4.0, 4.4, 4.5, 4.6, 4.7, 4.7, 4.6, 4.4, 4.2, 3.8, 3.5, 3.2, 2.9,
-             2.7, 2.4]
-    plain, _ = _feed(make_detector(name, **({"short_window": 3, "alpha": 0.05} if name == "trend" else {})),
-                     [m / 5 for m in means])
-    warm, _ = _feed(make_detector(name, warmup=5, **({"short_window": 3, "alpha": 0.05} if name == "trend" else {})),
-                    [m / 5 for m in means])
+    means = [
+        1.0,
+        0.5,
+        0.0,
+        0.0,
+        1.0,
+        3.0,
+        3.0,
+        3.9,
+        4.0,
+        4.4,
+        4.5,
+        4.6,
+        4.7,
+        4.7,
+        4.6,
+        4.4,
+        4.2,
+        3.8,
+        3.5,
+        3.2,
+        2.9,
+        2.7,
+        2.4,
+    ]
+    plain, _ = _feed(
+        make_detector(name, **({"short_window": 3, "alpha": 0.05} if name == "trend" else {})), [m / 5 for m in means]
+    )
+    warm, _ = _feed(
+        make_detector(name, warmup=5, **({"short_window": 3, "alpha": 0.05} if name == "trend" else {})),
+        [m / 5 for m in means],
+    )
     assert plain.stopped and plain.stopped_at < 5 * 10  # the dip stops it without a warm-up
     assert warm.stopped and warm.stopped_at > 12 * 10  # with one, only the real decline does
     with pytest.raises(ValueError, match="warmup"):

@@ -41,8 +41,8 @@ def test_recorded_states_load_and_continue_with_the_recorded_decisions(detector_
         assert det.spec() == run["spec"]
         det.load_state_dict(json.loads(json.dumps(run["states"][str(at)])))
         with caplog.at_level(logging.ERROR, logger="platform_sim.core.detectors"):
-            rest = [_outcome(det, ev) for ev in evals[at + 1:]]
-        assert rest == run["outcomes"][at + 1:], (run["spec"], run["curve"], at)
+            rest = [_outcome(det, ev) for ev in evals[at + 1 :]]
+        assert rest == run["outcomes"][at + 1 :], (run["spec"], run["curve"], at)
         # The state written now is the one the earlier code wrote after the same evals (same fields, same values).
         assert det.state_dict() == run["states"][str(len(evals) - 1)], (run["spec"], run["curve"], at)
 

@@ -70,19 +70,33 @@ def test_paired_detector_gets_the_scores_in_the_simulator(caplog):
 def test_detection_only_fast_path_agrees_with_the_simulator():
     spec = {"name": "trend", "params": {"window": 6, "alpha": 0.05}}
     fast = detection_metrics(spec, [job_series(SMALL, 4)])
-    _, sim = run_one(SMALL, PolicySpec(stop="evalstop", detector=spec), 4,
-                     observation={"name": "per-example", "params": {}})
+    _, sim = run_one(
+        SMALL, PolicySpec(stop="evalstop", detector=spec), 4, observation={"name": "per-example", "params": {}}
+    )
     assert fast["precision"] == sim["precision"] and fast["recall"] == sim["recall"]
     assert fast["fpr_healthy_rlhf"] == sim["fpr_healthy_rlhf"]
 
 
 def _write_trace(path, name, means, rng):
-    lines = [{"kind": "header", "format": "evalstop-trace/1", "job_id": name, "job_type": "rlhf",
-              "planned_steps": 10 * len(means)}]
+    lines = [
+        {
+            "kind": "header",
+            "format": "evalstop-trace/1",
+            "job_id": name,
+            "job_type": "rlhf",
+            "planned_steps": 10 * len(means),
+        }
+    ]
     for i, m in enumerate(means):
         dev = rng.normal(0, 1.0, 16)
-        lines.append({"kind": "eval", "step": 10 * (i + 1), "eval_score": float(m),
-                      "eval_scores": [float(v) for v in m + dev - dev.mean()]})
+        lines.append(
+            {
+                "kind": "eval",
+                "step": 10 * (i + 1),
+                "eval_score": float(m),
+                "eval_scores": [float(v) for v in m + dev - dev.mean()],
+            }
+        )
     path.write_text("\n".join(json.dumps(x) for x in lines) + "\n")
 
 
@@ -91,14 +105,31 @@ def test_study_rows_and_real_traces(tmp_path):
     up = np.linspace(0, 3, 12)
     _write_trace(tmp_path / "hack.jsonl", "hack", np.concatenate([up[:7], up[6] - np.linspace(0.5, 4, 5)]), rng)
     _write_trace(tmp_path / "ok.jsonl", "ok", up, rng)
-    cfg = StudyConfig(seeds=2, detectors=(CANDIDATES[0], CANDIDATES[-1]), workload=WorkloadConfig(n_jobs=30),
-                      sigmas=(0.12,), hack_rates=(0.6,), plateau_sigmas=(0.02,), traces_dir=str(tmp_path))
+    cfg = StudyConfig(
+        seeds=2,
+        detectors=(CANDIDATES[0], CANDIDATES[-1]),
+        workload=WorkloadConfig(n_jobs=30),
+        sigmas=(0.12,),
+        hack_rates=(0.6,),
+        plateau_sigmas=(0.02,),
+        traces_dir=str(tmp_path),
+    )
     res = study(cfg)
     for name in ("noise", "hack_rate", "plateau", "real"):
         assert [r["detector"] for r in res[name]] == [CANDIDATES[0][0], CANDIDATES[-1][0]]
         for r in res[name]:
-            for key in ("precision", "recall", "fpr", "delay_evals", "delay_median_evals", "regret", "jct_gain_pct",
-                        "wasted_reduction_pct", "wasted_gpu_h", "jct_mean_h"):
+            for key in (
+                "precision",
+                "recall",
+                "fpr",
+                "delay_evals",
+                "delay_median_evals",
+                "regret",
+                "jct_gain_pct",
+                "wasted_reduction_pct",
+                "wasted_gpu_h",
+                "jct_mean_h",
+            ):
                 assert key in r
     assert res["noise"][0]["sigma"] == 0.12 and res["hack_rate"][0]["hack_rate"] == 0.6
     summary = {s["detector"]: s for s in res["real_summary"]}
@@ -116,8 +147,10 @@ def test_recorded_examples_reach_the_detector(tmp_path):
     traces = load_traces(tmp_path)
     scale = corpus_scale(traces)
     curves = trace_curves(traces, scale)
-    recorded = [[scale(v) for v in json.loads(line)["eval_scores"]]
-                for line in (tmp_path / "a.jsonl").read_text().splitlines()[1:]]
+    recorded = [
+        [scale(v) for v in json.loads(line)["eval_scores"]]
+        for line in (tmp_path / "a.jsonl").read_text().splitlines()[1:]
+    ]
     wl = build_replay_workload(WorkloadConfig(n_jobs=20, n_evals=12), curves, 0)
     obs = RecordedExamplesObservation(wl, traces=[(list(curves[0].scores), recorded)])
     job = next(j for j in wl.jobs if j.job_type == "rlhf")
@@ -126,17 +159,20 @@ def test_recorded_examples_reach_the_detector(tmp_path):
     assert score == pytest.approx(np.mean(recorded[2]))
 
 
-@pytest.mark.parametrize("argv, flag", [
-    (["--seeds", "0"], "--seeds"),
-    (["--only", "nope"], "--only"),
-    (["--detector", "nope"], "--detector"),
-    (["--detector-param", "k=3"], "--detector-param"),
-    (["--detector", "trend", "--detector-param", "window=1"], "window"),
-    (["--sigmas", "a,b"], "--sigmas"),
-    (["--jobs", "0"], "--jobs"),
-    (["--parts", "noise,bogus"], "--parts"),
-    (["--traces", "/nonexistent-folder-xyz"], "--traces"),
-])
+@pytest.mark.parametrize(
+    "argv, flag",
+    [
+        (["--seeds", "0"], "--seeds"),
+        (["--only", "nope"], "--only"),
+        (["--detector", "nope"], "--detector"),
+        (["--detector-param", "k=3"], "--detector-param"),
+        (["--detector", "trend", "--detector-param", "window=1"], "window"),
+        (["--sigmas", "a,b"], "--sigmas"),
+        (["--jobs", "0"], "--jobs"),
+        (["--parts", "noise,bogus"], "--parts"),
+        (["--traces", "/nonexistent-folder-xyz"], "--traces"),
+    ],
+)
 def test_cli_bad_input_exits_2_naming_the_flag(argv, flag, capsys):
     assert main(["detectors", *argv]) == 2
     err = capsys.readouterr().err.strip()
@@ -144,9 +180,27 @@ def test_cli_bad_input_exits_2_naming_the_flag(argv, flag, capsys):
 
 
 def test_cli_json_has_the_four_lists(capsys):
-    rc = main(["detectors", "--seeds", "1", "--jobs", "20", "--sigmas", "0.12", "--no-real", "--json",
-               "--only", "paper k=2,cusum", "--backend", "serial", "--detector", "trend",
-               "--detector-param", "window=6"])
+    rc = main(
+        [
+            "detectors",
+            "--seeds",
+            "1",
+            "--jobs",
+            "20",
+            "--sigmas",
+            "0.12",
+            "--no-real",
+            "--json",
+            "--only",
+            "paper k=2,cusum",
+            "--backend",
+            "serial",
+            "--detector",
+            "trend",
+            "--detector-param",
+            "window=6",
+        ]
+    )
     assert rc == 0
     res = json.loads(capsys.readouterr().out)
     assert set(res) >= {"noise", "hack_rate", "plateau", "real", "config"}
@@ -201,17 +255,20 @@ _METRICS = {
 }
 
 
-@pytest.mark.parametrize("rule_name, expected", [
-    # Feasible on all three scenarios: 2-5. Fast at sigma 0.02 (delay <= 3): 3, 4, 5 (2 has the higher recall but
-    # is slow). Their recalls round to 0.70; 4 and 5 are faster at sigma 0.12 than 3 (which has the highest raw
-    # recall); of those two, 5 has the higher raw recall.
-    ("plateau-safe", 5.0),
-    # (6 has no precision on plateaus, 7 too low a one.)
-    # Feasible at sigma 0.12: 2-7. Fast at sigma 0.02: 3-7; highest rounded recall at sigma 0.12: 6.
-    ("default-only", 6.0),
-    # Feasible at sigma 0.12: 2-7; fast there (delay <= 4): 6, 7; min(precision, recall): 0.96 and 0.97.
-    ("high-noise", 7.0),
-])
+@pytest.mark.parametrize(
+    "rule_name, expected",
+    [
+        # Feasible on all three scenarios: 2-5. Fast at sigma 0.02 (delay <= 3): 3, 4, 5 (2 has the higher recall but
+        # is slow). Their recalls round to 0.70; 4 and 5 are faster at sigma 0.12 than 3 (which has the highest raw
+        # recall); of those two, 5 has the higher raw recall.
+        ("plateau-safe", 5.0),
+        # (6 has no precision on plateaus, 7 too low a one.)
+        # Feasible at sigma 0.12: 2-7. Fast at sigma 0.02: 3-7; highest rounded recall at sigma 0.12: 6.
+        ("default-only", 6.0),
+        # Feasible at sigma 0.12: 2-7; fast there (delay <= 4): 6, 7; min(precision, recall): 0.96 and 0.97.
+        ("high-noise", 7.0),
+    ],
+)
 def test_calibration_selection_follows_its_rule(monkeypatch, rule_name, expected):
     from platform_sim.sim import detector_study
     from platform_sim.sim.detector_study import CALIBRATION_RULES, CALIBRATION_SCENARIOS, calibrate
@@ -224,7 +281,6 @@ def test_calibration_selection_follows_its_rule(monkeypatch, rule_name, expected
         return {"precision": precision, "recall": recall, "delay_median_evals": delay}
 
     monkeypatch.setattr(detector_study, "detection_metrics", metrics)
-    grids = {"cusum": ("cusum", {"threshold": tuple(_METRICS)}),
-             "none-feasible": ("cusum", {"threshold": (1.0,)})}
+    grids = {"cusum": ("cusum", {"threshold": tuple(_METRICS)}), "none-feasible": ("cusum", {"threshold": (1.0,)})}
     res = calibrate(seeds=(0,), rule=CALIBRATION_RULES[rule_name], grids=grids)
     assert res["chosen"] == {"cusum": {"name": "cusum", "params": {"threshold": expected}}, "none-feasible": None}

@@ -53,8 +53,7 @@ def test_trace_study_across_processes_prunes_what_the_core_stops(tmp_path):
     storage = f"sqlite:///{tmp_path / 'study.db'}"
     optuna.create_study(study_name="traces", storage=storage, direction="maximize")
     half = len(traces) // 2
-    workers = [subprocess.Popen([sys.executable, "-c", WORKER, storage, str(n)])
-               for n in (half, len(traces) - half)]
+    workers = [subprocess.Popen([sys.executable, "-c", WORKER, storage, str(n)]) for n in (half, len(traces) - half)]
     assert [w.wait(timeout=300) for w in workers] == [0, 0]
 
     trials = optuna.load_study(study_name="traces", storage=storage).get_trials()
@@ -78,8 +77,9 @@ def test_trace_study_across_processes_prunes_what_the_core_stops(tmp_path):
 
 def test_minimize_study_negates_losses(tmp_path):
     # A loss that rises twice in a row is two declines of the score: pruned at the second rise (the paper's rule).
-    study = optuna.create_study(storage=f"sqlite:///{tmp_path / 's.db'}", direction="minimize",
-                                pruner=EvalStopPruner(paper_spec()))
+    study = optuna.create_study(
+        storage=f"sqlite:///{tmp_path / 's.db'}", direction="minimize", pruner=EvalStopPruner(paper_spec())
+    )
     seen = []
 
     def objective(trial):
@@ -140,25 +140,53 @@ def test_hyperparameter_search_with_the_callback(tmp_path):
         if trial is not None:
             if callbacks:
                 trainer.remove_callback(callbacks[-1])
-            callbacks.append(EvalStopCallback(MetricEvaluator("loss", greater_is_better=False), eval_steps=2, k=2,
-                                              job_type="other", mode="observe", eval_on_start=False))
+            callbacks.append(
+                EvalStopCallback(
+                    MetricEvaluator("loss", greater_is_better=False),
+                    eval_steps=2,
+                    k=2,
+                    job_type="other",
+                    mode="observe",
+                    eval_on_start=False,
+                )
+            )
             trainer.add_callback(callbacks[-1])
         return policy()
 
-    args = KindArgs(output_dir=str(tmp_path), per_device_train_batch_size=8, learning_rate=5e-3, max_steps=12,
-                    use_cpu=True, bf16=False, report_to="none", disable_tqdm=True, logging_steps=1,
-                    save_strategy="no", seed=0)
-    trainer = KindTrainer(model_init=model_init, args=args, train_dataset=data["positive"],
-                          eval_dataset=encode(sentences("positive", 32, seed=1)),
-                          data_collator=DataCollatorForLanguageModeling(tok, mlm=False))
+    args = KindArgs(
+        output_dir=str(tmp_path),
+        per_device_train_batch_size=8,
+        learning_rate=5e-3,
+        max_steps=12,
+        use_cpu=True,
+        bf16=False,
+        report_to="none",
+        disable_tqdm=True,
+        logging_steps=1,
+        save_strategy="no",
+        seed=0,
+    )
+    trainer = KindTrainer(
+        model_init=model_init,
+        args=args,
+        train_dataset=data["positive"],
+        eval_dataset=encode(sentences("positive", 32, seed=1)),
+        data_collator=DataCollatorForLanguageModeling(tok, mlm=False),
+    )
     storage = f"sqlite:///{tmp_path / 'hp.db'}"
     study = optuna.create_study(study_name="hp", storage=storage, direction="minimize")
     study.enqueue_trial({"data_kind": "negative"})
     study.enqueue_trial({"data_kind": "positive"})
     trainer.hyperparameter_search(
         hp_space=lambda trial: {"data_kind": trial.suggest_categorical("data_kind", ["positive", "negative"])},
-        backend="optuna", direction="minimize", n_trials=2, pruner=EvalStopPruner(paper_spec()), storage=storage,
-        study_name="hp", load_if_exists=True)
+        backend="optuna",
+        direction="minimize",
+        n_trials=2,
+        pruner=EvalStopPruner(paper_spec()),
+        storage=storage,
+        study_name="hp",
+        load_if_exists=True,
+    )
 
     neg, pos = optuna.load_study(study_name="hp", storage=storage).get_trials()
     assert neg.params == {"data_kind": "negative"} and pos.params == {"data_kind": "positive"}
@@ -168,5 +196,6 @@ def test_hyperparameter_search_with_the_callback(tmp_path):
     # The pruner and the callback's own core saw the same evals and decided the same.
     assert neg_cb.would_stop_at is not None and max(neg.intermediate_values) == neg_cb.would_stop_at
     assert [h["eval_score"] for h in neg_cb.history] == pytest.approx(
-        [-neg.intermediate_values[s] for s in sorted(neg.intermediate_values)])
+        [-neg.intermediate_values[s] for s in sorted(neg.intermediate_values)]
+    )
     assert pos_cb.would_stop_at is None and max(pos.intermediate_values) == 12

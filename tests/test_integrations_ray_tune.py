@@ -27,7 +27,12 @@ from platform_sim.sim.traces import read_trace, shipped_traces_dir  # noqa: E402
 
 TESTS = Path(__file__).resolve().parent
 # Two hacking traces and two healthy ones (the paper's rule stops grpo-gold-kl0-s0, the default detector neither).
-FOUR = ("bow-proxy-grpo-proxy-kl0-s0", "bow-proxy-ppo-proxy-kl0-s0", "bow-proxy-grpo-gold-kl0-s0", "bow-proxy-grpo-gold-kl0-s2")
+FOUR = (
+    "bow-proxy-grpo-proxy-kl0-s0",
+    "bow-proxy-ppo-proxy-kl0-s0",
+    "bow-proxy-grpo-gold-kl0-s0",
+    "bow-proxy-grpo-gold-kl0-s2",
+)
 
 
 @pytest.fixture(scope="module")
@@ -35,8 +40,7 @@ def local_ray():
     # The workers import the test helpers (GRPO test) from this folder.
     old = os.environ.get("PYTHONPATH")
     os.environ["PYTHONPATH"] = os.pathsep.join([str(TESTS)] + ([old] if old else []))
-    ray.init(num_cpus=2, resources={RESOURCE: 2}, include_dashboard=False, log_to_driver=False,
-             configure_logging=False)
+    ray.init(num_cpus=2, resources={RESOURCE: 2}, include_dashboard=False, log_to_driver=False, configure_logging=False)
     yield
     ray.shutdown()
     if old is None:
@@ -90,7 +94,9 @@ def _resumable(config):
     for i in range(start, len(config["scores"])):
         with tempfile.TemporaryDirectory() as d:
             Path(d, "pos.json").write_text(json.dumps({"next": i + 1}))
-            tune.report({"step": i + 1, "eval_score": config["scores"][i]}, checkpoint=tune.Checkpoint.from_directory(d))
+            tune.report(
+                {"step": i + 1, "eval_score": config["scores"][i]}, checkpoint=tune.Checkpoint.from_directory(d)
+            )
         marker = Path(config["marker"])
         if i + 1 == config["fail_after"] and not marker.exists():
             marker.write_text("failed once")
@@ -103,9 +109,12 @@ def test_state_survives_experiment_restore(local_ray, tmp_path):
     scores = [0.1, 0.5, 0.9, 0.8, 0.7, 0.6, 0.5, 0.4]
     config = {"scores": scores, "fail_after": 4, "marker": str(tmp_path / "marker")}
     trainable = tune.with_resources(_resumable, {"CPU": 0, RESOURCE: 1})
-    tuner = tune.Tuner(trainable, param_space=config,
-                       tune_config=tune.TuneConfig(scheduler=EvalStopScheduler(detector=paper_spec())),
-                       run_config=tune.RunConfig(storage_path=str(tmp_path / "results"), name="exp", verbose=0))
+    tuner = tune.Tuner(
+        trainable,
+        param_space=config,
+        tune_config=tune.TuneConfig(scheduler=EvalStopScheduler(detector=paper_spec())),
+        run_config=tune.RunConfig(storage_path=str(tmp_path / "results"), name="exp", verbose=0),
+    )
     first = tuner.fit()
     assert first.errors and first[0].metrics["step"] == 4
     log = tmp_path / "results" / "exp" / LOG_FILE
@@ -132,13 +141,37 @@ def _grpo_trial(config):
     from evalstop_callbacks.tune_client import TuneClient
 
     out = config["output_dir"]
-    cb = EvalStopCallback(RewardFunctionEvaluator(HELDOUT_PROMPTS * 4, gold, max_new_tokens=8), eval_steps=2, k=2,
-                          client=TuneClient(out), eval_on_start=False)  # Tune gets the regular evals only
-    args = GRPOConfig(output_dir=out, per_device_train_batch_size=32, num_generations=8, max_completion_length=8,
-                      learning_rate=1e-2, max_steps=config["max_steps"], beta=0.0, use_cpu=True, bf16=False,
-                      report_to="none", disable_tqdm=True, logging_steps=1, save_strategy="no", seed=0)
-    trainer = GRPOTrainer(model=policy(), reward_funcs=anti_gold, args=args, processing_class=tokenizer(),
-                          train_dataset=Dataset.from_dict({"prompt": TRAIN_PROMPTS * 8}), callbacks=[cb])
+    cb = EvalStopCallback(
+        RewardFunctionEvaluator(HELDOUT_PROMPTS * 4, gold, max_new_tokens=8),
+        eval_steps=2,
+        k=2,
+        client=TuneClient(out),
+        eval_on_start=False,
+    )  # Tune gets the regular evals only
+    args = GRPOConfig(
+        output_dir=out,
+        per_device_train_batch_size=32,
+        num_generations=8,
+        max_completion_length=8,
+        learning_rate=1e-2,
+        max_steps=config["max_steps"],
+        beta=0.0,
+        use_cpu=True,
+        bf16=False,
+        report_to="none",
+        disable_tqdm=True,
+        logging_steps=1,
+        save_strategy="no",
+        seed=0,
+    )
+    trainer = GRPOTrainer(
+        model=policy(),
+        reward_funcs=anti_gold,
+        args=args,
+        processing_class=tokenizer(),
+        train_dataset=Dataset.from_dict({"prompt": TRAIN_PROMPTS * 8}),
+        callbacks=[cb],
+    )
     trainer.train()
     # Only reached when Tune did not stop the trial: record what the callback saw.
     Path(out, "history.json").write_text(json.dumps(cb.history))
@@ -148,12 +181,18 @@ def _run_grpo_under_tune(tmp_path, max_steps):
     scheduler = EvalStopScheduler(detector=paper_spec())  # the callback's k=2: two consecutive declines
     trainable = tune.with_resources(_grpo_trial, {"CPU": 1})
     tuner = tune.Tuner(
-        trainable, param_space={"output_dir": str(tmp_path / "trainer"), "max_steps": max_steps},
+        trainable,
+        param_space={"output_dir": str(tmp_path / "trainer"), "max_steps": max_steps},
         tune_config=tune.TuneConfig(scheduler=scheduler),
-        run_config=tune.RunConfig(storage_path=str(tmp_path / "results"), name="grpo", verbose=0,
-                                  checkpoint_config=tune.CheckpointConfig(
-                                      num_to_keep=1, checkpoint_score_attribute="evalstop_checkpoint_score",
-                                      checkpoint_score_order="max")))
+        run_config=tune.RunConfig(
+            storage_path=str(tmp_path / "results"),
+            name="grpo",
+            verbose=0,
+            checkpoint_config=tune.CheckpointConfig(
+                num_to_keep=1, checkpoint_score_attribute="evalstop_checkpoint_score", checkpoint_score_order="max"
+            ),
+        ),
+    )
     grid = tuner.fit()
     assert not grid.errors, grid.errors
     return scheduler, grid[0]
@@ -171,24 +210,26 @@ def _assert_stopped_by_scheduler(tmp_path, scheduler, result, max_steps):
     assert not (tmp_path / "trainer" / "history.json").exists()  # trainer.train() never returned: Tune stopped it
     # The kept checkpoint is the best one (the callback saved it; the client sent it with its score).
     best_step, best_score = scheduler.best(tid)
-    (ckpt, metrics), = result.best_checkpoints
+    ((ckpt, metrics),) = result.best_checkpoints
     assert metrics["evalstop_checkpoint_step"] == best_step
     assert metrics["evalstop_checkpoint_score"] == best_score
     with ckpt.as_directory() as d:
         assert Path(d, "model.safetensors").exists()
 
 
-@pytest.mark.skip(reason="open: since the callback's sharded evaluation (per-batch seeds) and step-0 baseline landed, "
-                         "this 16-step GRPO trial no longer declines twice under Tune; to be re-tuned")
+@pytest.mark.skip(
+    reason="open: since the callback's sharded evaluation (per-batch seeds) and step-0 baseline landed, "
+    "this 16-step GRPO trial no longer declines twice under Tune; to be re-tuned"
+)
 def test_tiny_grpo_trial_is_stopped_by_the_scheduler(local_ray, tmp_path):
     scheduler, result = _run_grpo_under_tune(tmp_path, max_steps=16)
     _assert_stopped_by_scheduler(tmp_path, scheduler, result, 16)
 
 
-
 def _cli(*argv, timeout=300):
-    return subprocess.run([sys.executable, "-m", "platform_sim.sim.cli", "tune", *argv], capture_output=True,
-                          text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "platform_sim.sim.cli", "tune", *argv], capture_output=True, text=True, timeout=timeout
+    )
 
 
 def test_cli_json_is_one_object_with_both_rows(tmp_path):
@@ -203,12 +244,15 @@ def test_cli_json_is_one_object_with_both_rows(tmp_path):
     assert out["decisions_equal_core"] is True
 
 
-@pytest.mark.parametrize("argv,message", [
-    (("--gpus", "2", "--gpus-per-trial", "3"), "--gpus-per-trial (3) exceeds --gpus (2)"),
-    (("--eval-seconds", "0"), "--eval-seconds must be a finite number > 0"),
-    (("--traces", "/nonexistent-evalstop"), "--traces:"),
-    (("--detector", "no-such"), "--detector: unknown detector"),
-])
+@pytest.mark.parametrize(
+    "argv,message",
+    [
+        (("--gpus", "2", "--gpus-per-trial", "3"), "--gpus-per-trial (3) exceeds --gpus (2)"),
+        (("--eval-seconds", "0"), "--eval-seconds must be a finite number > 0"),
+        (("--traces", "/nonexistent-evalstop"), "--traces:"),
+        (("--detector", "no-such"), "--detector: unknown detector"),
+    ],
+)
 def test_cli_bad_input_names_the_flag(argv, message):
     proc = _cli(*argv, timeout=120)
     assert proc.returncode == 2

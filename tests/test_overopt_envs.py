@@ -25,7 +25,7 @@ def test_split_answer_stops_at_the_first_period_or_the_word_cap():
     assert worlds.split_answer("very good . the cat") == (["very", "good", "."], ["the", "cat"])
     words = "good and nice and warm and calm and fresh".split()
     answer, rest = worlds.split_answer(" ".join(words))
-    assert answer == words[:worlds.ANSWER_WORDS] and rest == words[worlds.ANSWER_WORDS:]
+    assert answer == words[: worlds.ANSWER_WORDS] and rest == words[worlds.ANSWER_WORDS :]
 
 
 def test_length_proxy_pays_for_rambling_that_gold_punishes():
@@ -54,8 +54,10 @@ def test_keyword_proxy_pays_for_stuffed_intensifiers_that_gold_punishes():
 def test_text_score_has_trl_reward_signature():
     score = worlds.TextScore("proxy", worlds.text_only(worlds.length_proxy))
     assert score.__name__ == "proxy"
-    assert score(prompts=["the bird is"] * 2, completions=["good .", [{"role": "assistant", "content": "bad ."}]]) \
-        == [pytest.approx(1.1), pytest.approx(-0.9)]
+    assert score(prompts=["the bird is"] * 2, completions=["good .", [{"role": "assistant", "content": "bad ."}]]) == [
+        pytest.approx(1.1),
+        pytest.approx(-0.9),
+    ]
 
 
 # -- the registry ------------------------------------------------------------------------------------------------------
@@ -94,9 +96,17 @@ def test_every_grid_has_hacking_configurations_and_controls_with_unique_prefixed
     assert len({s.data for s in sft}) >= 2
 
 
-@pytest.mark.parametrize("bad", [dict(model="t5"), dict(algo="ppo", env="length"), dict(algo="rloo"),
-                                 dict(noise=0.5, algo="dpo", env="dpo-noisy"), dict(algo="grpo", env="dpo-noisy"),
-                                 dict(algo="sft", env="length")])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        dict(model="t5"),
+        dict(algo="ppo", env="length"),
+        dict(algo="rloo"),
+        dict(noise=0.5, algo="dpo", env="dpo-noisy"),
+        dict(algo="grpo", env="dpo-noisy"),
+        dict(algo="sft", env="length"),
+    ],
+)
 def test_runspec_rejects_combinations_no_environment_has(bad):
     args = dict(algo="grpo", reward="proxy", kl=0.0, seed=0, steps=10, eval_steps=5) | bad
     with pytest.raises(ValueError):
@@ -114,8 +124,9 @@ def _lines(path: Path) -> list[dict]:
 def small_env(tmp_path_factory):
     from evalstop_callbacks.research.overopt import EnvConfig
 
-    return EnvConfig(seed=0, pretrain_steps=60, proxy_samples=120, proxy_check_samples=60), \
-        str(tmp_path_factory.mktemp("env-cache"))
+    return EnvConfig(seed=0, pretrain_steps=60, proxy_samples=120, proxy_check_samples=60), str(
+        tmp_path_factory.mktemp("env-cache")
+    )
 
 
 def _record(spec: RunSpec, path: Path, small_env) -> list[dict]:
@@ -155,8 +166,7 @@ def test_a_llama_grpo_run_of_the_length_environment_records_gold_and_proxy(tmp_p
 
 
 def test_a_dpo_run_of_the_noisy_preference_environment_records_held_out_gold(tmp_path, small_env):
-    spec = RunSpec("dpo", "proxy", 0.1, 0, steps=6, eval_steps=3, env="dpo-noisy", batch=4, data=12, noise=0.3,
-                   lr=1e-3)
+    spec = RunSpec("dpo", "proxy", 0.1, 0, steps=6, eval_steps=3, env="dpo-noisy", batch=4, data=12, noise=0.3, lr=1e-3)
     lines = _record(spec, tmp_path / "d.jsonl", small_env)
     _check_trace(lines, spec, 48)
     assert lines[0]["trainer"] == "DPOTrainer" and lines[0]["config"]["pairs"] == 12

@@ -16,8 +16,14 @@ from evalstop_callbacks.research.record import RunSpec, default_grid, ppo_availa
 
 def _cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
     env = dict(os.environ, OMP_NUM_THREADS="1")
-    return subprocess.run([sys.executable, "-m", "evalstop_callbacks.research.cli", *args], capture_output=True, text=True,
-                          env=env, cwd=cwd, timeout=600)
+    return subprocess.run(
+        [sys.executable, "-m", "evalstop_callbacks.research.cli", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=cwd,
+        timeout=600,
+    )
 
 
 def test_default_grid_has_hacking_and_healthy_configurations_and_ppo():
@@ -31,21 +37,25 @@ def test_default_grid_has_hacking_and_healthy_configurations_and_ppo():
     assert len({s.steps // s.eval_steps for s in grid}) == 1
 
 
-@pytest.mark.parametrize("bad", [dict(algo="dpg"), dict(reward="oracle"), dict(steps=0),
-                                 dict(algo="ppo", reward="gold"), dict(algo="dpo")])
+@pytest.mark.parametrize(
+    "bad", [dict(algo="dpg"), dict(reward="oracle"), dict(steps=0), dict(algo="ppo", reward="gold"), dict(algo="dpo")]
+)
 def test_runspec_rejects_bad_values(bad):
     args = dict(algo="grpo", reward="proxy", kl=0.0, seed=0, steps=10, eval_steps=5) | bad
     with pytest.raises(ValueError):
         RunSpec(**args)
 
 
-@pytest.mark.parametrize("argv, flag", [
-    (["traces", "record", "--seeds", "-1"], "--seeds"),
-    (["traces", "record", "--only", "no-such-run", "--skip-ppo"], "--only"),
-    (["traces", "record", "--env", "no-such-env"], "--env"),
-    (["traces", "record", "--env", "length", "--only", "no-such-run"], "--only"),
-    (["traces", "record", "--ppo-python", "/no/such/python"], "--ppo-python"),
-])
+@pytest.mark.parametrize(
+    "argv, flag",
+    [
+        (["traces", "record", "--seeds", "-1"], "--seeds"),
+        (["traces", "record", "--only", "no-such-run", "--skip-ppo"], "--only"),
+        (["traces", "record", "--env", "no-such-env"], "--env"),
+        (["traces", "record", "--env", "length", "--only", "no-such-run"], "--only"),
+        (["traces", "record", "--ppo-python", "/no/such/python"], "--ppo-python"),
+    ],
+)
 def test_record_bad_flags_exit_2_naming_the_flag(argv, flag, capsys):
     with pytest.raises(SystemExit) as exc:
         code = main(argv)
@@ -58,8 +68,22 @@ def test_record_bad_flags_exit_2_naming_the_flag(argv, flag, capsys):
 def test_record_writes_a_grpo_trace_with_gold_proxy_loss_and_time(tmp_path, tmp_path_factory):
     cache = tmp_path_factory.getbasetemp() / "evalstop-env-cache"  # shared with test_demo_cli: built once
     out = tmp_path / "traces"
-    proc = _cli("traces", "record", "--out", str(out), "--seeds", "1", "--grpo-steps", "20", "--skip-ppo",
-                "--only", "bow-proxy-grpo-proxy-kl0-s0", "--cache-dir", str(cache), "--json")
+    proc = _cli(
+        "traces",
+        "record",
+        "--out",
+        str(out),
+        "--seeds",
+        "1",
+        "--grpo-steps",
+        "20",
+        "--skip-ppo",
+        "--only",
+        "bow-proxy-grpo-proxy-kl0-s0",
+        "--cache-dir",
+        str(cache),
+        "--json",
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     summary = json.loads(proc.stdout)
     assert [r["name"] for r in summary["runs"]] == ["bow-proxy-grpo-proxy-kl0-s0"]
@@ -73,25 +97,43 @@ def test_record_writes_a_grpo_trace_with_gold_proxy_loss_and_time(tmp_path, tmp_
     assert len(evals[0]["eval_scores"]) == 48
     assert lines[-1]["kind"] == "end" and lines[-1]["reason"] == "completed"  # observe mode never stops
     # a second call keeps the complete trace instead of recording it again
-    again = _cli("traces", "record", "--out", str(out), "--seeds", "1", "--grpo-steps", "20", "--skip-ppo",
-                 "--only", "bow-proxy-grpo-proxy-kl0-s0", "--cache-dir", str(cache), "--json")
+    again = _cli(
+        "traces",
+        "record",
+        "--out",
+        str(out),
+        "--seeds",
+        "1",
+        "--grpo-steps",
+        "20",
+        "--skip-ppo",
+        "--only",
+        "bow-proxy-grpo-proxy-kl0-s0",
+        "--cache-dir",
+        str(cache),
+        "--json",
+    )
     assert json.loads(again.stdout)["runs"][0].get("skipped") is True
 
 
 @pytest.mark.ppo
 @pytest.mark.skipif(not ppo_available(), reason="needs trl==1.12.0 (PPOTrainer)")
 def test_record_writes_a_ppo_trace(tmp_path):
-    from evalstop_callbacks.research.record import record_run
-
     import torch
+
+    from evalstop_callbacks.research.record import record_run
 
     torch.set_num_threads(1)
     path = tmp_path / "ppo.jsonl"
     from evalstop_callbacks.research.overopt import EnvConfig
 
     small = EnvConfig(seed=0, pretrain_steps=60, proxy_samples=120, proxy_check_samples=60)
-    record_run(RunSpec("ppo", "proxy", 0.0, 0, steps=8, eval_steps=4), path, cache_dir=str(tmp_path / "cache"),
-               env_config=small)
+    record_run(
+        RunSpec("ppo", "proxy", 0.0, 0, steps=8, eval_steps=4),
+        path,
+        cache_dir=str(tmp_path / "cache"),
+        env_config=small,
+    )
     lines = [json.loads(x) for x in path.read_text().splitlines()]
     evals = [e for e in lines if e["kind"] == "eval"]
     assert [e["step"] for e in evals] in ([4, 8], [0, 4, 8])

@@ -16,8 +16,8 @@ import sys
 import threading
 import time
 import uuid
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from typing import Iterator
 
 import pytest
 
@@ -27,8 +27,9 @@ PG_URL = os.environ.get("EVALSTOP_PG_URL", "")
 
 pytestmark = [
     pytest.mark.postgres,
-    pytest.mark.skipif(not PG_URL, reason="EVALSTOP_PG_URL is not set: no PostgreSQL server (tests/run.sh starts "
-                                          "one with tests/pg.sh)"),
+    pytest.mark.skipif(
+        not PG_URL, reason="EVALSTOP_PG_URL is not set: no PostgreSQL server (tests/run.sh starts one with tests/pg.sh)"
+    ),
 ]
 
 psycopg = pytest.importorskip("psycopg", reason="the postgres extra is not installed")
@@ -58,12 +59,17 @@ def pg_db() -> Iterator[str]:
 
 # -- migrations ------------------------------------------------------------------------------------------------------
 
+
 def test_migrations_are_versioned_and_concurrent_replicas_migrate_once(pg_db: str) -> None:
     # Three replicas (processes) starting at once: the advisory lock lets one migrate; the others find the schema
     # at head. Without the lock two would try to create the same tables and fail.
-    code = "import sys; from platform_sim.service.store_postgres import upgrade_schema; print(upgrade_schema(sys.argv[1]))"
-    procs = [subprocess.Popen([sys.executable, "-c", code, pg_db], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              text=True) for _ in range(3)]
+    code = (
+        "import sys; from platform_sim.service.store_postgres import upgrade_schema; print(upgrade_schema(sys.argv[1]))"
+    )
+    procs = [
+        subprocess.Popen([sys.executable, "-c", code, pg_db], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for _ in range(3)
+    ]
     outs = [p.communicate(timeout=120) for p in procs]
     assert [p.returncode for p in procs] == [0, 0, 0], [err for _, err in outs]
     assert [out.strip() for out, _ in outs] == ["0001"] * 3
@@ -72,8 +78,9 @@ def test_migrations_are_versioned_and_concurrent_replicas_migrate_once(pg_db: st
         assert list(pool.map(lambda _: upgrade_schema(pg_db), range(3))) == ["0001"] * 3
     with psycopg.connect(pg_db, autocommit=True) as conn:
         assert conn.execute("SELECT version_num FROM alembic_version").fetchall() == [("0001",)]
-        tables = {r[0] for r in conn.execute(
-            "SELECT table_name FROM information_schema.tables WHERE table_schema = 'public'")}
+        tables = {
+            r[0] for r in conn.execute("SELECT table_name FROM information_schema.tables WHERE table_schema = 'public'")
+        }
     assert {"tenants", "jobs", "reports", "alembic_version"} <= tables
     # Downgrade to nothing and back: the migration is reversible.
     assert upgrade_schema(pg_db) == "0001"
@@ -109,6 +116,7 @@ def test_not_a_postgres_url_is_refused() -> None:
 
 # -- the store, two replicas in one process ----------------------------------------------------------------------
 
+
 def test_concurrent_reports_for_one_job_at_two_replicas_are_serialized(pg_db: str) -> None:
     a, b = PostgresStore(pg_db, workers=2), PostgresStore(pg_db, workers=2)
     try:
@@ -123,7 +131,7 @@ def test_concurrent_reports_for_one_job_at_two_replicas_are_serialized(pg_db: st
             ra, rb = Report("j", "rlhf", step, rng.random()), Report("j", "rlhf", step, rng.random())
             barrier = threading.Barrier(2)
 
-            def send(store: PostgresStore, report: Report):  # noqa: ANN202
+            def send(store: PostgresStore, report: Report, barrier=barrier):  # noqa: ANN202
                 barrier.wait()
                 try:
                     return store.submit_report(tenant.tenant_id, report).result(timeout=30)
@@ -149,6 +157,7 @@ def test_concurrent_reports_for_one_job_at_two_replicas_are_serialized(pg_db: st
 
 # -- three evalstop-server processes on one database ---------------------------------------------------------------
 
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -165,14 +174,22 @@ def test_three_replicas_on_one_database_match_the_embedded_core(pg_db: str, tmp_
     httpx = pytest.importorskip("httpx")
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     cli = [sys.executable, "-m", "platform_sim.service.cli"]
-    add = subprocess.run([*cli, "tenant", "add", "team-a", "--db", pg_db], capture_output=True, text=True,
-                         env=env, timeout=120)
+    add = subprocess.run(
+        [*cli, "tenant", "add", "team-a", "--db", pg_db], capture_output=True, text=True, env=env, timeout=120
+    )
     assert add.returncode == 0, add.stderr
     token = add.stdout.strip().splitlines()[-1]
     ports = [_free_port() for _ in range(3)]
     logs = [open(tmp_path / f"replica-{p}.log", "w") for p in ports]  # a file: a full pipe would block a server
-    procs = [subprocess.Popen([*cli, "serve", "--port", str(p), "--db", pg_db, "--log-level", "warning"],
-                              env=env, stdout=log, stderr=subprocess.STDOUT) for p, log in zip(ports, logs)]
+    procs = [
+        subprocess.Popen(
+            [*cli, "serve", "--port", str(p), "--db", pg_db, "--log-level", "warning"],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        for p, log in zip(ports, logs)
+    ]
     urls = [f"http://127.0.0.1:{p}" for p in ports]
     try:
         deadline = time.monotonic() + 90
@@ -191,8 +208,9 @@ def test_three_replicas_on_one_database_match_the_embedded_core(pg_db: str, tmp_
         # A revocation through the CLI reaches every replica (within the app's 1 s token cache).
         auth = {"Authorization": f"Bearer {token}"}
         assert all(httpx.get(f"{url}/v1/jobs", headers=auth, timeout=10).status_code == 200 for url in urls)
-        rev = subprocess.run([*cli, "tenant", "revoke", "team-a", "--db", pg_db], capture_output=True, text=True,
-                             env=env, timeout=120)
+        rev = subprocess.run(
+            [*cli, "tenant", "revoke", "team-a", "--db", pg_db], capture_output=True, text=True, env=env, timeout=120
+        )
         assert rev.returncode == 0, rev.stderr
         time.sleep(1.2)
         assert [httpx.get(f"{url}/v1/jobs", headers=auth, timeout=10).status_code for url in urls] == [401] * 3
@@ -239,8 +257,9 @@ def test_three_replicas_on_one_database_match_the_embedded_core(pg_db: str, tmp_
     assert sum(1 for s in stops if s > 0) >= 2, "stops should land on several replicas"
 
 
-async def _drive(urls: list[str], token: str, n_jobs: int, n_evals: int, seed: int
-                 ) -> dict[str, list[tuple[Report, int, dict]]]:
+async def _drive(
+    urls: list[str], token: str, n_jobs: int, n_evals: int, seed: int
+) -> dict[str, list[tuple[Report, int, dict]]]:
     """64 concurrent jobs; each sends its evals in order, every one to a random replica.
 
     At one eval per job the same report goes to two replicas at once (a client retry landing elsewhere), and at
@@ -251,6 +270,7 @@ async def _drive(urls: list[str], token: str, n_jobs: int, n_evals: int, seed: i
 
     headers = {"Authorization": f"Bearer {token}"}
     async with httpx.AsyncClient(headers=headers, timeout=60, limits=httpx.Limits(max_connections=200)) as client:
+
         async def post(url: str, report: Report) -> tuple[int, dict]:
             r = await client.post(f"{url}/v1/jobs/{report.job_id}/evals", json=report.to_dict())
             return r.status_code, r.json()
@@ -258,8 +278,10 @@ async def _drive(urls: list[str], token: str, n_jobs: int, n_evals: int, seed: i
         async def job(i: int) -> tuple[str, list[tuple[Report, int, dict]]]:
             rng = random.Random(seed * 1000 + i)
             job_id = f"job-{i:03d}"
-            r = await client.post(f"{rng.choice(urls)}/v1/jobs", json={"job_type": "rlhf", "job_id": job_id,
-                                                                       "gpus": 8, "planned_steps": 1000})
+            r = await client.post(
+                f"{rng.choice(urls)}/v1/jobs",
+                json={"job_type": "rlhf", "job_id": job_id, "gpus": 8, "planned_steps": 1000},
+            )
             assert r.status_code == 201, r.text
             sent: list[tuple[Report, int, dict]] = []
             dup_at, race_at = rng.sample(range(1, n_evals), 2)
@@ -275,8 +297,9 @@ async def _drive(urls: list[str], token: str, n_jobs: int, n_evals: int, seed: i
                     u1, u2 = rng.sample(urls, 2)
                     (s1, b1), (s2, b2) = await asyncio.gather(post(u1, report), post(u2, other))
                     assert sorted((s1, s2)) == [200, 409], (s1, b1, s2, b2)
-                    first, second = ((report, s1, b1), (other, s2, b2)) if s1 == 200 else \
-                        ((other, s2, b2), (report, s1, b1))
+                    first, second = (
+                        ((report, s1, b1), (other, s2, b2)) if s1 == 200 else ((other, s2, b2), (report, s1, b1))
+                    )
                     sent += [first, second]
                 else:
                     status, body = await post(rng.choice(urls), report)
@@ -291,8 +314,10 @@ def test_a_decision_is_stop_once_stopped_whichever_replica_answers(pg_db: str) -
     try:
         tenant, _ = stores[0].add_tenant("t")
         stores[1].register_job(tenant.tenant_id, JobRecord("j", "rlhf", {"name": "k-decline", "params": {"k": 2}}))
-        outcomes = [stores[i % 3].submit_report(tenant.tenant_id, Report("j", "rlhf", 10 * i, s)).result()
-                    for i, s in enumerate([0.5, 0.6, 0.55, 0.5, 0.9, 0.95])]
+        outcomes = [
+            stores[i % 3].submit_report(tenant.tenant_id, Report("j", "rlhf", 10 * i, s)).result()
+            for i, s in enumerate([0.5, 0.6, 0.55, 0.5, 0.9, 0.95])
+        ]
         assert [o.decision.action for o in outcomes] == [Action.CONTINUE] * 3 + [Action.STOP] * 3
         assert [o.stopped_now for o in outcomes] == [False, False, False, True, False, False]
         # The best stays the one before the stop: later reports never move it.
@@ -311,8 +336,9 @@ def test_a_batch_of_queued_reports_applies_each_in_order_like_the_core(pg_db: st
     try:
         tenant, _ = store.add_tenant("t")
         for job in ("a", "b", "done"):
-            store.register_job(tenant.tenant_id, JobRecord(job, "rlhf", {"name": "k-decline", "params": {}},
-                                                           gpus=4, planned_steps=100))
+            store.register_job(
+                tenant.tenant_id, JobRecord(job, "rlhf", {"name": "k-decline", "params": {}}, gpus=4, planned_steps=100)
+            )
         store.finish_job(tenant.tenant_id, "done", "completed")
         rng = random.Random(3)
         plan: list[Report] = []
@@ -320,10 +346,13 @@ def test_a_batch_of_queued_reports_applies_each_in_order_like_the_core(pg_db: st
             for job in ("a", "b"):
                 plan.append(Report(job, "rlhf", step, round(rng.random(), 3)))
             if step == 20:
-                plan += [Report("a", "rlhf", 10, plan[4].eval_score),  # a re-send of a's step 10
-                         Report("b", "rlhf", 10, 2.0),  # a conflicting score for b's step 10
-                         Report("b", "rlhf", 3, 0.1),  # older than b's last step
-                         Report("ghost", "rlhf", 5, 0.5), Report("done", "rlhf", 5, 0.5)]
+                plan += [
+                    Report("a", "rlhf", 10, plan[4].eval_score),  # a re-send of a's step 10
+                    Report("b", "rlhf", 10, 2.0),  # a conflicting score for b's step 10
+                    Report("b", "rlhf", 3, 0.1),  # older than b's last step
+                    Report("ghost", "rlhf", 5, 0.5),
+                    Report("done", "rlhf", 5, 0.5),
+                ]
         futures = [store.submit_report(tenant.tenant_id, r) for r in plan]
         expected = {"a": JobMonitor("a", "rlhf"), "b": JobMonitor("b", "rlhf")}
         stops = 0
@@ -348,18 +377,34 @@ def test_a_batch_of_queued_reports_applies_each_in_order_like_the_core(pg_db: st
         for job, monitor in expected.items():
             stored = store.reports(tenant.tenant_id, job)
             assert [(r.step, r.eval_score, r.decision) for r in stored] == list(
-                zip(monitor.steps, monitor.scores, monitor.decisions))
+                zip(monitor.steps, monitor.scores, monitor.decisions)
+            )
             record = store.get_job(tenant.tenant_id, job)
             assert (record.n_reports, record.last_step, record.best_step, record.stopped_at) == (
-                len(monitor.steps), monitor.steps[-1], monitor.best_step, monitor.stopped_at)
+                len(monitor.steps),
+                monitor.steps[-1],
+                monitor.best_step,
+                monitor.stopped_at,
+            )
     finally:
         store.close()
 
 
 def test_serve_with_an_unreachable_postgres_url_exits_2_with_one_line() -> None:
     port = _free_port()  # nothing listens there
-    proc = subprocess.run([sys.executable, "-m", "platform_sim.service.cli", "serve", "--db",
-                           f"postgresql://nobody@127.0.0.1:{port}/none"], capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "platform_sim.service.cli",
+            "serve",
+            "--db",
+            f"postgresql://nobody@127.0.0.1:{port}/none",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 2
     err = proc.stderr.strip()
     assert err.startswith("evalstop-server: error: --db postgresql://") and "\n" not in err, err
@@ -375,14 +420,30 @@ def test_the_store_survives_a_database_restart(pg_db: str) -> None:
         store.register_job(tenant.tenant_id, JobRecord("j", "rlhf", {"name": "k-decline", "params": {}}))
         expected = JobMonitor("j", "rlhf")
         first = Report("j", "rlhf", 0, 0.5)
-        assert store.submit_report(tenant.tenant_id, first).result(timeout=30).decision == \
-            expected.observe_report(first)
+        assert store.submit_report(tenant.tenant_id, first).result(timeout=30).decision == expected.observe_report(
+            first
+        )
         owner = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
         pg_dir = os.environ["EVALSTOP_PG_DIR"]
         # The restarted server must not inherit pipes of ours: its output goes to the server log (-l).
-        subprocess.run([*owner, os.path.join(os.environ["EVALSTOP_PG_BINDIR"], "pg_ctl"), "-D",
-                        os.path.join(pg_dir, "data"), "-l", os.path.join(pg_dir, "server.log"), "-m", "fast", "-w",
-                        "restart"], check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=60)
+        subprocess.run(
+            [
+                *owner,
+                os.path.join(os.environ["EVALSTOP_PG_BINDIR"], "pg_ctl"),
+                "-D",
+                os.path.join(pg_dir, "data"),
+                "-l",
+                os.path.join(pg_dir, "server.log"),
+                "-m",
+                "fast",
+                "-w",
+                "restart",
+            ],
+            check=True,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            timeout=60,
+        )
         assert store.ready()  # the pooled reader connection died: read again on a new one
         for step, score in ((10, 0.4), (20, 0.3)):  # the writer's connection died: reconnect and apply
             report = Report("j", "rlhf", step, score)
@@ -418,6 +479,7 @@ def test_one_faulty_report_fails_alone_and_every_queued_report_is_answered(pg_db
     """A batch holding a report whose detector raises (``tests/_service_faulty_server.py``) and many good ones: the
     good ones commit, the faulty one fails alone with OperationFailed and stores nothing, the writer lives on."""
     import _service_faulty_server  # noqa: F401 - registers the faulty detector in this process
+
     from platform_sim.service.writer import OperationFailed
 
     store = PostgresStore(pg_db, workers=1, max_batch=256)

@@ -90,50 +90,63 @@ def test_toml_and_yaml_grids_are_the_same_sweep(tmp_path: Path) -> None:
     a, b = load_sweep_file(tmp_path / "g.toml"), load_sweep_file(tmp_path / "g.yaml")
     assert (a.seeds, a.workload, a.axes, a.policies) == (b.seeds, b.workload, b.axes, b.policies)
     assert a.workload.n_jobs == 40  # the 'jobs' alias
-    assert a.cells() == [{"sigma": 0.01, "k": 1}, {"sigma": 0.01, "k": 2}, {"sigma": 0.08, "k": 1},
-                         {"sigma": 0.08, "k": 2}]
+    assert a.cells() == [
+        {"sigma": 0.01, "k": 1},
+        {"sigma": 0.01, "k": 2},
+        {"sigma": 0.08, "k": 1},
+        {"sigma": 0.08, "k": 2},
+    ]
 
 
 def test_axes_reach_the_scheduler_and_detector() -> None:
-    spec = parse_sweep({"seeds": [4, 7], "grid": {"base": ["fifo"], "detector.min_delta": [0.01], "k": [3],
-                                                  "stop-at-p.p": [0.5]},
-                        "policies": [{"stop": "evalstop"}, {"stop": "stop-at-p"}]})
+    spec = parse_sweep(
+        {
+            "seeds": [4, 7],
+            "grid": {"base": ["fifo"], "detector.min_delta": [0.01], "k": [3], "stop-at-p.p": [0.5]},
+            "policies": [{"stop": "evalstop"}, {"stop": "stop-at-p"}],
+        }
+    )
     assert spec.seeds == (4, 7)
     evalstop, stop_at_p = cell_policies(spec, spec.cells()[0])
-    assert (evalstop.base, evalstop.detector) == ("fifo", {"name": "k-decline", "params": {"k": 3,
-                                                                                          "min_delta": 0.01}})
+    assert (evalstop.base, evalstop.detector) == ("fifo", {"name": "k-decline", "params": {"k": 3, "min_delta": 0.01}})
     assert (stop_at_p.base, stop_at_p.stop_params, stop_at_p.detector) == ("fifo", {"p": 0.5}, None)
     stops = parse_sweep({"seeds": 1, "grid": {"stop": ["none", "oracle"]}})
     assert [cell_policies(stops, c)[0].stop for c in stops.cells()] == ["none", "oracle"]
 
 
-@pytest.mark.parametrize("data, message", [
-    ({"seeds": 0}, "seeds must be >= 1"),
-    ({"seeds": [1, 1]}, "seed twice"),
-    ({"seeds": "ten"}, "seeds must be a count"),
-    ({"grid": {"sigmaa": [0.1]}}, "'sigmaa' is not a sweepable parameter"),
-    ({"grid": {"sigma": []}}, "'sigma' has no values"),
-    ({"grid": {"sigma": [0.01, -0.5]}}, r"cell \{'sigma': -0.5\}: sigma must be"),
-    ({"grid": {"base": ["lifo"]}}, "unknown base scheduler .lifo."),
-    ({"grid": {"k": [0]}}, "k must be"),
-    ({"workload": {"gpuz": 8}}, r"\[workload\] unknown parameter 'gpuz'"),
-    ({"grid": {"stop": ["none"]}, "policies": [{"stop": "evalstop"}]}, "not both"),
-    ({"policies": [{"base": "fifo"}]}, "at least stop"),
-    ({"policies": [{"stop": "evalstop", "loss": 1}]}, "unknown key"),
-    ({"extra": 1}, "unknown top-level key"),
-    ({"grid": {"lifo.p": [1]}}, "'lifo.p' is not a sweepable parameter"),
-])
+@pytest.mark.parametrize(
+    "data, message",
+    [
+        ({"seeds": 0}, "seeds must be >= 1"),
+        ({"seeds": [1, 1]}, "seed twice"),
+        ({"seeds": "ten"}, "seeds must be a count"),
+        ({"grid": {"sigmaa": [0.1]}}, "'sigmaa' is not a sweepable parameter"),
+        ({"grid": {"sigma": []}}, "'sigma' has no values"),
+        ({"grid": {"sigma": [0.01, -0.5]}}, r"cell \{'sigma': -0.5\}: sigma must be"),
+        ({"grid": {"base": ["lifo"]}}, "unknown base scheduler .lifo."),
+        ({"grid": {"k": [0]}}, "k must be"),
+        ({"workload": {"gpuz": 8}}, r"\[workload\] unknown parameter 'gpuz'"),
+        ({"grid": {"stop": ["none"]}, "policies": [{"stop": "evalstop"}]}, "not both"),
+        ({"policies": [{"base": "fifo"}]}, "at least stop"),
+        ({"policies": [{"stop": "evalstop", "loss": 1}]}, "unknown key"),
+        ({"extra": 1}, "unknown top-level key"),
+        ({"grid": {"lifo.p": [1]}}, "'lifo.p' is not a sweepable parameter"),
+    ],
+)
 def test_bad_grids_are_refused_before_anything_runs(data: dict, message: str) -> None:
     with pytest.raises(SweepFileError, match=message):
         parse_sweep(data, source="g.toml")
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["--address", "ray://head:10001"], "--address needs --backend ray"),
-    (["--workers", "0"], "--workers must be >= 1"),
-    (["--seeds", "0"], "--seeds must be >= 1"),
-    (["--backend", "spark"], "--backend: invalid choice"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--address", "ray://head:10001"], "--address needs --backend ray"),
+        (["--workers", "0"], "--workers must be >= 1"),
+        (["--seeds", "0"], "--seeds must be >= 1"),
+        (["--backend", "spark"], "--backend: invalid choice"),
+    ],
+)
 def test_bad_flags_exit_2_with_one_line(grid: Path, capsys, argv: list[str], message: str) -> None:
     with pytest.raises(SystemExit) as exc_info:
         code = main(["sweep", str(grid), *argv])
@@ -143,14 +156,18 @@ def test_bad_flags_exit_2_with_one_line(grid: Path, capsys, argv: list[str], mes
     assert message in err and "\n" not in err
 
 
-@pytest.mark.parametrize("name, content, message", [
-    ("missing.toml", None, "cannot read"),
-    ("g.toml", "seeds = [", "not valid TOML"),
-    ("g.yml", "grid: [unclosed", "not valid YAML"),
-    ("g.json", "{}", "unknown grid format"),
-])
-def test_unreadable_grid_file_exits_2_naming_the_file(tmp_path: Path, capsys, name: str, content: str | None,
-                                                      message: str) -> None:
+@pytest.mark.parametrize(
+    "name, content, message",
+    [
+        ("missing.toml", None, "cannot read"),
+        ("g.toml", "seeds = [", "not valid TOML"),
+        ("g.yml", "grid: [unclosed", "not valid YAML"),
+        ("g.json", "{}", "unknown grid format"),
+    ],
+)
+def test_unreadable_grid_file_exits_2_naming_the_file(
+    tmp_path: Path, capsys, name: str, content: str | None, message: str
+) -> None:
     path = tmp_path / name
     if content is not None:
         path.write_text(content)

@@ -33,8 +33,9 @@ def _register(http: httpx.Client, job_id: str, **extra) -> httpx.Response:
 
 
 def _report(http: httpx.Client, job_id: str, step: int, score: float, job_type: str = "rlhf") -> httpx.Response:
-    return http.post(f"/v1/jobs/{job_id}/evals",
-                     json={"job_id": job_id, "job_type": job_type, "step": step, "eval_score": score})
+    return http.post(
+        f"/v1/jobs/{job_id}/evals", json={"job_id": job_id, "job_type": job_type, "step": step, "eval_score": score}
+    )
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
@@ -149,8 +150,11 @@ def test_operator_endpoints_and_metrics(server, http):
     assert httpx.get(f"{srv.url}/readyz").status_code == 200
 
     def counter(text: str, name: str) -> float:
-        return sum(float(line.split()[-1]) for line in text.splitlines() if line.startswith(name + " ")
-                   or line.startswith(name + "{"))
+        return sum(
+            float(line.split()[-1])
+            for line in text.splitlines()
+            if line.startswith(name + " ") or line.startswith(name + "{")
+        )
 
     before = httpx.get(f"{srv.url}/metrics").text
     job = "metered"
@@ -158,13 +162,19 @@ def test_operator_endpoints_and_metrics(server, http):
     for step, score in [(0, 1.0), (100, 2.0), (200, 1.0), (300, 0.5)]:
         _report(http, job, step, score)
     after = httpx.get(f"{srv.url}/metrics").text
-    assert counter(after, 'evalstop_reports_total{outcome="accepted"}') - \
-        counter(before, 'evalstop_reports_total{outcome="accepted"}') == 4
+    assert (
+        counter(after, 'evalstop_reports_total{outcome="accepted"}')
+        - counter(before, 'evalstop_reports_total{outcome="accepted"}')
+        == 4
+    )
     assert counter(after, "evalstop_stops_total") - counter(before, "evalstop_stops_total") == 1
     assert counter(after, "evalstop_gpus_freed_total") - counter(before, "evalstop_gpus_freed_total") == 4
     assert counter(after, "evalstop_gpu_hours_reclaimed_total") > counter(before, "evalstop_gpu_hours_reclaimed_total")
-    assert counter(after, "evalstop_report_latency_seconds_count") - \
-        counter(before, "evalstop_report_latency_seconds_count") == 4
+    assert (
+        counter(after, "evalstop_report_latency_seconds_count")
+        - counter(before, "evalstop_report_latency_seconds_count")
+        == 4
+    )
     assert "metered" not in after  # no job ids or tenant names in metrics
 
 
@@ -205,8 +215,7 @@ def test_report_fast_path_answers_exactly_like_the_fastapi_route(tmp_path):
         store = SQLiteStore(tmp_path / f"fast-{fast}.db")
         _, token = store.add_tenant("t")
         with TestClient(create_app(store, fast_path=fast, close_store=True)) as c:
-            assert c.post("/v1/jobs", json={"job_type": "rlhf", "job_id": "j"},
-                          headers=auth(token)).status_code == 201
+            assert c.post("/v1/jobs", json={"job_type": "rlhf", "job_id": "j"}, headers=auth(token)).status_code == 201
             got = []
             for name, body, special in requests:
                 headers = {} if special == "none" else auth("es_wrong" if special == "bad" else token)

@@ -10,10 +10,9 @@ import httpx
 import pytest
 from service_support import Server, add_tenant, auth, free_port, tenant_server
 
-from platform_sim.core import paper_spec
 from evalstop_callbacks.client import BoundaryClient, EmbeddedClient
 from evalstop_callbacks.platform_client import PlatformClient
-from platform_sim.core import Action, ConflictError, InvalidReportError, Report
+from platform_sim.core import Action, ConflictError, InvalidReportError, Report, paper_spec
 
 HACKING = [(0, 0.2), (10, 0.5), (20, 0.9), (30, 1.1), (40, 1.0), (50, 0.7), (60, 0.4), (70, 0.1)]
 
@@ -35,8 +34,7 @@ def test_platform_client_is_a_boundary_client_with_embedded_decisions(server):
     with PlatformClient(srv.url, token, gpus=2, planned_steps=200) as client:
         assert isinstance(client, BoundaryClient)
         job = client.register("rlhf", detector={"name": "k-decline", "params": {"k": 2}}, job_id="pc-1")
-        assert client.register("rlhf", detector={"name": "k-decline", "params": {"k": 2}}, job_id="pc-1",
-                               gpus=2) == job
+        assert client.register("rlhf", detector={"name": "k-decline", "params": {"k": 2}}, job_id="pc-1", gpus=2) == job
         got = [client.report(Report(job, "rlhf", s, v)) for s, v in HACKING]
         assert client.last_source == "service" and client.fallback_decisions == 0
         assert got == _embedded(job, HACKING)
@@ -137,21 +135,24 @@ def test_outage_then_recovery_replays_the_backlog(tmp_path):
 
 def test_garbage_replies_fail_open_instead_of_raising():
     """A proxy's HTML page, a 429 or a malformed decision never reach the trainer as an exception."""
-    replies = iter([
-        httpx.Response(201, json={"job_id": "g"}),                       # register
-        httpx.Response(200, text="<html>gateway</html>"),                # not JSON: retried, then fail open
-        httpx.Response(200, text="<html>gateway</html>"),
-        httpx.Response(429, json={"error": "slow down", "message": "x"}),  # degraded now: one attempt per report
-        httpx.Response(200, json={"action": "explode"}),                  # not a decision
-    ])
+    replies = iter(
+        [
+            httpx.Response(201, json={"job_id": "g"}),  # register
+            httpx.Response(200, text="<html>gateway</html>"),  # not JSON: retried, then fail open
+            httpx.Response(200, text="<html>gateway</html>"),
+            httpx.Response(429, json={"error": "slow down", "message": "x"}),  # degraded now: one attempt per report
+            httpx.Response(200, json={"action": "explode"}),  # not a decision
+        ]
+    )
     seen = []
 
     def handler(request: httpx.Request) -> httpx.Response:
         seen.append(request.url.path)
         return next(replies)
 
-    with PlatformClient("http://scheduler.invalid", "es_x", transport=httpx.MockTransport(handler), max_retries=1,
-                        backoff=0.001) as client:
+    with PlatformClient(
+        "http://scheduler.invalid", "es_x", transport=httpx.MockTransport(handler), max_retries=1, backoff=0.001
+    ) as client:
         job = client.register("rlhf", job_id="g")
         decisions = [client.report(Report(job, "rlhf", s, v)) for s, v in HACKING[:3]]
     assert client.fallback_decisions == 3 and len(seen) == 5  # every scripted reply was consumed

@@ -12,8 +12,17 @@ import pytest
 
 pytest.importorskip("trl")
 
-from _callback_helpers import HELDOUT_PROMPTS, TRAIN_PROMPTS, anti_gold, best_weights_steps, checkpoint_steps, gold  # noqa: E402
-from _callback_helpers import first_k_decline_step, policy, tokenizer  # noqa: E402
+from _callback_helpers import (  # noqa: E402  # noqa: E402
+    HELDOUT_PROMPTS,
+    TRAIN_PROMPTS,
+    anti_gold,
+    best_weights_steps,
+    checkpoint_steps,
+    first_k_decline_step,
+    gold,
+    policy,
+    tokenizer,
+)
 from service_support import Server, add_tenant, auth, free_port  # noqa: E402
 
 from evalstop_callbacks import EvalStopCallback, RewardFunctionEvaluator  # noqa: E402
@@ -30,12 +39,31 @@ def _grpo(output_dir, cb: EvalStopCallback, max_steps: int = 16):
     from datasets import Dataset
     from trl import GRPOConfig, GRPOTrainer
 
-    args = GRPOConfig(output_dir=str(output_dir), per_device_train_batch_size=32, num_generations=8,
-                      max_completion_length=8, learning_rate=1e-2, max_steps=max_steps, beta=0.0, save_total_limit=1,
-                      use_cpu=True, bf16=False, report_to="none", disable_tqdm=True, logging_steps=1,
-                      save_strategy="no", seed=0)
-    return GRPOTrainer(model=policy(), reward_funcs=anti_gold, args=args, processing_class=tokenizer(),
-                       train_dataset=Dataset.from_dict({"prompt": TRAIN_PROMPTS * 8}), callbacks=[cb])
+    args = GRPOConfig(
+        output_dir=str(output_dir),
+        per_device_train_batch_size=32,
+        num_generations=8,
+        max_completion_length=8,
+        learning_rate=1e-2,
+        max_steps=max_steps,
+        beta=0.0,
+        save_total_limit=1,
+        use_cpu=True,
+        bf16=False,
+        report_to="none",
+        disable_tqdm=True,
+        logging_steps=1,
+        save_strategy="no",
+        seed=0,
+    )
+    return GRPOTrainer(
+        model=policy(),
+        reward_funcs=anti_gold,
+        args=args,
+        processing_class=tokenizer(),
+        train_dataset=Dataset.from_dict({"prompt": TRAIN_PROMPTS * 8}),
+        callbacks=[cb],
+    )
 
 
 def _embedded_replay(job: str, history: list[dict]) -> list:
@@ -51,8 +79,7 @@ def test_grpo_run_is_stopped_by_the_service_and_restores_best(tmp_path):
     srv = Server(db, free_port()).start()
     try:
         client = PlatformClient(srv.url, token)
-        cb = EvalStopCallback(_world(), eval_steps=2, k=2, client=client, job_id="grpo-e2e",
-                              eval_on_start=False)
+        cb = EvalStopCallback(_world(), eval_steps=2, k=2, client=client, job_id="grpo-e2e", eval_on_start=False)
         trainer = _grpo(tmp_path / "out", cb)
         trainer.train()
         assert client.fallback_decisions == 0 and client.last_source == "service"
@@ -82,10 +109,10 @@ def test_grpo_run_is_stopped_by_the_service_and_restores_best(tmp_path):
 
 
 def test_grpo_run_with_the_server_down_fails_open_to_the_embedded_core(tmp_path):
-    client = PlatformClient(f"http://127.0.0.1:{free_port()}", "es_unused", max_retries=1, backoff=0.01,
-                            connect_timeout=0.5)
-    cb = EvalStopCallback(_world(), eval_steps=2, k=2, client=client, job_id="grpo-offline",
-                              eval_on_start=False)
+    client = PlatformClient(
+        f"http://127.0.0.1:{free_port()}", "es_unused", max_retries=1, backoff=0.01, connect_timeout=0.5
+    )
+    cb = EvalStopCallback(_world(), eval_steps=2, k=2, client=client, job_id="grpo-offline", eval_on_start=False)
     trainer = _grpo(tmp_path / "out", cb)
     trainer.train()  # no exception: a network fault never breaks training
     assert client.fallback_decisions == len(cb.history) > 0
@@ -115,8 +142,7 @@ def test_grpo_run_survives_kill9_and_restart_of_the_server(tmp_path):
 
     try:
         client = PlatformClient(srv.url, token, max_retries=1, backoff=0.01, connect_timeout=0.5)
-        cb = EvalStopCallback(_world(), eval_steps=2, k=2, client=client, job_id="grpo-kill9",
-                              eval_on_start=False)
+        cb = EvalStopCallback(_world(), eval_steps=2, k=2, client=client, job_id="grpo-kill9", eval_on_start=False)
         trainer = _grpo(tmp_path / "out", cb)
         trainer.add_callback(Chaos())
         trainer.train()

@@ -37,8 +37,9 @@ def test_kill9_mid_run_then_restart_loses_no_acknowledged_report(tmp_path):
 
     def run(job: str) -> None:
         try:
-            with PlatformClient(srv.url, token, max_retries=1, backoff=0.02, connect_timeout=0.5,
-                                timeout=2.0) as client:
+            with PlatformClient(
+                srv.url, token, max_retries=1, backoff=0.02, connect_timeout=0.5, timeout=2.0
+            ) as client:
                 client.register("rlhf", detector=detector, job_id=job, gpus=1)
                 during_outage = 0
                 for step, score in traces[job]:
@@ -61,8 +62,9 @@ def test_kill9_mid_run_then_restart_loses_no_acknowledged_report(tmp_path):
         time.sleep(0.01)  # kill once about a third of the run is acknowledged, however fast the machine is
     srv.kill9()  # SIGKILL: no shutdown hook, no flush
     killed.set()
-    acked_before_kill = {job: [(s, d) for s, d, src, after in results[job] if src == "service" and not after]
-                         for job in traces}
+    acked_before_kill = {
+        job: [(s, d) for s, d, src, after in results[job] if src == "service" and not after] for job in traces
+    }
     time.sleep(0.5)
     srv.start()
     restarted.set()
@@ -140,8 +142,12 @@ def test_restart_mid_run_keeps_a_per_example_detectors_state(tmp_path):
     reports = overoptimization_reports("s", peak_eval=10, seed=3)
     headers = {"Authorization": f"Bearer {token}"}
     try:
-        assert httpx.post(f"{srv.url}/v1/jobs", json={"job_type": "rlhf", "job_id": "s", "detector": detector},
-                          headers=headers).status_code == 201
+        assert (
+            httpx.post(
+                f"{srv.url}/v1/jobs", json={"job_type": "rlhf", "job_id": "s", "detector": detector}, headers=headers
+            ).status_code
+            == 201
+        )
         got = []
         for i, rep in enumerate(reports):
             if i == 12:

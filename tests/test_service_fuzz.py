@@ -36,8 +36,9 @@ def test_no_request_from_the_spec_gets_a_server_error(live, mode):
     seen: dict[int, int] = {}
     failures: list[str] = []
 
-    @settings(max_examples=EXAMPLES, deadline=None, database=None, derandomize=True,
-              suppress_health_check=list(HealthCheck))
+    @settings(
+        max_examples=EXAMPLES, deadline=None, database=None, derandomize=True, suppress_health_check=list(HealthCheck)
+    )
     @given(case=schema.as_strategy(generation_mode=mode))
     def run(case) -> None:
         # Most cases with the tenant's token; one in five keeps whatever the generator made (a random token: 401).
@@ -49,8 +50,9 @@ def test_no_request_from_the_spec_gets_a_server_error(live, mode):
         resp = case.call(base_url=srv.url, headers=headers, timeout=10)
         seen[resp.status_code] = seen.get(resp.status_code, 0) + 1
         if resp.status_code >= 500:
-            failures.append(f"{case.method} {case.formatted_path} body={case.body!r:.300} -> "
-                            f"{resp.status_code} {resp.text[:300]}")
+            failures.append(
+                f"{case.method} {case.formatted_path} body={case.body!r:.300} -> {resp.status_code} {resp.text[:300]}"
+            )
         elif resp.status_code >= 400 and resp.status_code != 405:
             body = resp.json()  # every error is JSON with a message
             assert "message" in body and body["message"], body

@@ -8,17 +8,16 @@ from __future__ import annotations
 import json
 import socket
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import httpx
 import pytest
+from service_support import Server, add_tenant, auth, cli, free_port
 
 from platform_sim.core import JobMonitor, Report, detector_from_spec
 from platform_sim.service.sqlite_store import SQLiteStore
 from platform_sim.service.store import JobRecord
-
-from service_support import Server, add_tenant, auth, cli, free_port
 
 
 @pytest.fixture(scope="module")
@@ -42,10 +41,14 @@ def _report(job: str, step: int, score: object, **extra: object) -> dict:
 
 def test_extreme_scores_are_422_and_other_tenants_are_unaffected(env: dict) -> None:
     with _client(env, "alice") as a, _client(env, "bob") as b:
-        assert a.post("/v1/jobs", json={"job_type": "rlhf", "job_id": "huge", "detector": {"name": "shape"}}
-                      ).status_code == 201
-        assert b.post("/v1/jobs", json={"job_type": "rlhf", "job_id": "calm", "detector": {"name": "shape"}}
-                      ).status_code == 201
+        assert (
+            a.post("/v1/jobs", json={"job_type": "rlhf", "job_id": "huge", "detector": {"name": "shape"}}).status_code
+            == 201
+        )
+        assert (
+            b.post("/v1/jobs", json={"job_type": "rlhf", "job_id": "calm", "detector": {"name": "shape"}}).status_code
+            == 201
+        )
         for step in range(5):
             r = a.post("/v1/jobs/huge/evals", json=_report("huge", step, 1e200))
             assert r.status_code == 422 and "magnitude" in r.json()["message"], r.text
@@ -58,13 +61,16 @@ def test_extreme_scores_are_422_and_other_tenants_are_unaffected(env: dict) -> N
         assert httpx.get(f"{env['srv'].url}/readyz").status_code == 200
 
 
-@pytest.mark.parametrize("body, where", [
-    ({"step": True, "eval_score": 0.5}, "step"),
-    ({"step": 4, "eval_score": True}, "eval_score"),
-    ({"step": "4", "eval_score": 0.5}, "step"),
-    ({"step": 4, "eval_score": "0.25"}, "eval_score"),
-    ({"step": 4, "eval_score": 0.5, "eval_scores": [True, "3"]}, "eval_scores.0"),
-])
+@pytest.mark.parametrize(
+    "body, where",
+    [
+        ({"step": True, "eval_score": 0.5}, "step"),
+        ({"step": 4, "eval_score": True}, "eval_score"),
+        ({"step": "4", "eval_score": 0.5}, "step"),
+        ({"step": 4, "eval_score": "0.25"}, "eval_score"),
+        ({"step": 4, "eval_score": 0.5, "eval_scores": [True, "3"]}, "eval_scores.0"),
+    ],
+)
 def test_booleans_and_strings_are_not_numbers(env: dict, body: dict, where: str) -> None:
     with _client(env, "alice") as a:
         a.post("/v1/jobs", json={"job_type": "rlhf", "job_id": "types"})
@@ -105,8 +111,16 @@ def test_metrics_count_once_and_claims_are_bounded(env: dict) -> None:
             r = a.post("/v1/jobs", json={"job_type": "rlhf", "job_id": "claims", **claim})
             assert r.status_code == 422 and next(iter(claim)) in r.json()["message"], r.text
         # The largest claims allowed: a stop is credited at most 30 days per GPU.
-        a.post("/v1/jobs", json={"job_type": "rlhf", "job_id": "big", "gpus": 65_536, "planned_steps": 10**9,
-                                 "detector": {"name": "k-decline", "params": {"k": 2}}})  # stops at the 2nd decline
+        a.post(
+            "/v1/jobs",
+            json={
+                "job_type": "rlhf",
+                "job_id": "big",
+                "gpus": 65_536,
+                "planned_steps": 10**9,
+                "detector": {"name": "k-decline", "params": {"k": 2}},
+            },
+        )  # stops at the 2nd decline
         for step, score in enumerate([0.5, 0.6, 0.5, 0.4]):
             last = a.post("/v1/jobs/big/evals", json=_report("big", step, score)).json()
         assert last["action"] == "stop"
@@ -116,11 +130,13 @@ def test_metrics_count_once_and_claims_are_bounded(env: dict) -> None:
 def test_http_details(env: dict) -> None:
     url = env["srv"].url
     for path in ("/v1/jobs", "/v1/jobs/x/finish", "/v1/jobs/x/evals"):
-        r = httpx.post(url + path, content=b"\xff\xfe{", headers={"content-type": "application/json",
-                                                                  **auth(env["alice"])})
+        r = httpx.post(
+            url + path, content=b"\xff\xfe{", headers={"content-type": "application/json", **auth(env["alice"])}
+        )
         assert r.status_code == 422 and r.json()["error"] == "invalid_request", (path, r.text)
-    r = httpx.post(url + "/v1/jobs", content=b'{"job_type": ', headers={"content-type": "application/json",
-                                                                        **auth(env["alice"])})
+    r = httpx.post(
+        url + "/v1/jobs", content=b'{"job_type": ', headers={"content-type": "application/json", **auth(env["alice"])}
+    )
     assert r.status_code == 422 and "Invalid JSON" in r.json()["message"] and ": 12:" not in r.json()["message"]
     r = httpx.put(url + "/v1/jobs", headers=auth(env["alice"]))
     assert r.status_code == 405 and set(r.headers["allow"].split(", ")) == {"GET", "POST"}
@@ -131,8 +147,7 @@ def test_eval_scores_over_the_limit_are_422(env: dict) -> None:
         a.post("/v1/jobs", json={"job_type": "rlhf", "job_id": "long", "detector": {"name": "k-decline-se"}})
         r = a.post("/v1/jobs/long/evals", json=_report("long", 1, 0.5, eval_scores=[0.5] * 1001))
         assert r.status_code == 422 and "at most 1000" in r.json()["message"], r.text
-        assert a.post("/v1/jobs/long/evals", json=_report("long", 1, 0.5, eval_scores=[0.5] * 1000)
-                      ).status_code == 200
+        assert a.post("/v1/jobs/long/evals", json=_report("long", 1, 0.5, eval_scores=[0.5] * 1000)).status_code == 200
 
 
 def test_rate_limit_answers_429_with_retry_after_for_that_tenant_only(tmp_path: Path) -> None:

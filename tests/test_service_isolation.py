@@ -13,13 +13,12 @@ from pathlib import Path
 
 import httpx
 import pytest
+from service_support import Server, add_tenant, auth, free_port
 
 from platform_sim.core import JobMonitor, Report, detector_from_spec
 from platform_sim.service.sqlite_store import SQLiteStore
 from platform_sim.service.store import JobRecord
 from platform_sim.service.writer import OperationFailed
-
-from service_support import Server, add_tenant, auth, free_port
 
 FAULTY_SERVER = (sys.executable, str(Path(__file__).with_name("_service_faulty_server.py")))
 N_EVALS = 12
@@ -31,18 +30,23 @@ def _score(job: int, i: int) -> float:
     return 0.1 * i - (0.25 * (i - 6) if job % 3 == 0 and i > 6 else 0.0) + 0.001 * job
 
 
-async def _drive(srv: Server, tokens: list[str]
-                 ) -> tuple[dict[str, list[httpx.Response]], list[tuple[int, httpx.Response]]]:
+async def _drive(
+    srv: Server, tokens: list[str]
+) -> tuple[dict[str, list[httpx.Response]], list[tuple[int, httpx.Response]]]:
     limits = httpx.Limits(max_connections=200, max_keepalive_connections=200)
     async with httpx.AsyncClient(base_url=srv.url, timeout=TIMEOUT_S, limits=limits) as client:
         jobs = {f"good-{j:02d}": tokens[j % 2] for j in range(64)}
         for j, (job_id, token) in enumerate(jobs.items()):
             spec = {"name": "k-decline", "params": {"k": 2}} if j % 2 else {"name": "shape"}
-            r = await client.post("/v1/jobs", json={"job_id": job_id, "job_type": "rlhf", "detector": spec},
-                                  headers=auth(token))
+            r = await client.post(
+                "/v1/jobs", json={"job_id": job_id, "job_type": "rlhf", "detector": spec}, headers=auth(token)
+            )
             assert r.status_code == 201, r.text
-        r = await client.post("/v1/jobs", json={"job_id": "bad", "job_type": "rlhf", "detector": {"name": "faulty"}},
-                              headers=auth(tokens[0]))
+        r = await client.post(
+            "/v1/jobs",
+            json={"job_id": "bad", "job_type": "rlhf", "detector": {"name": "faulty"}},
+            headers=auth(tokens[0]),
+        )
         assert r.status_code == 201, r.text
 
         async def good(j: int, job_id: str, token: str) -> list[httpx.Response]:
@@ -61,8 +65,9 @@ async def _drive(srv: Server, tokens: list[str]
                 out.append((step, await client.post("/v1/jobs/bad/evals", json=body, headers=auth(tokens[0]))))
             return out
 
-        answers = await asyncio.gather(*(good(j, job_id, tok) for j, (job_id, tok) in enumerate(jobs.items())),
-                                       *(bad(lane) for lane in range(4)))
+        answers = await asyncio.gather(
+            *(good(j, job_id, tok) for j, (job_id, tok) in enumerate(jobs.items())), *(bad(lane) for lane in range(4))
+        )
         return dict(zip(jobs, answers[:64])), [r for lane in answers[64:] for r in lane]
 
 

@@ -7,8 +7,9 @@ schemas are read back with SQLAlchemy's inspector and compared column by column,
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 
@@ -44,24 +45,33 @@ def _reflect(engine: Any, kind: Callable[[Any], str]) -> dict[str, Any]:
     for table in sorted(set(insp.get_table_names()) - {"meta", "alembic_version"}):
         default = lambda d: None if d is None else str(d).split("::")[0].strip("'")  # noqa: E731 - 0, '0', ''::text
         out[table] = {
-            "columns": [(c["name"], kind(c["type"]), bool(c["nullable"]), default(c.get("default")))
-                        for c in insp.get_columns(table)],
+            "columns": [
+                (c["name"], kind(c["type"]), bool(c["nullable"]), default(c.get("default")))
+                for c in insp.get_columns(table)
+            ],
             "primary_key": tuple(insp.get_pk_constraint(table)["constrained_columns"]),
             "unique": sorted(tuple(u["column_names"]) for u in insp.get_unique_constraints(table)),
-            "foreign_keys": sorted((tuple(f["constrained_columns"]), f["referred_table"],
-                                    tuple(f["referred_columns"])) for f in insp.get_foreign_keys(table)),
+            "foreign_keys": sorted(
+                (tuple(f["constrained_columns"]), f["referred_table"], tuple(f["referred_columns"]))
+                for f in insp.get_foreign_keys(table)
+            ),
         }
     return out
 
 
 def _spec(kind: Callable[[str], str] = lambda k: k) -> dict[str, Any]:
-    return {t.name: {
-        "columns": [(c.name, kind(c.kind), c.nullable, None if c.default is None else c.default.strip("'"))
-                    for c in t.columns],
-        "primary_key": t.primary_key,
-        "unique": sorted(t.unique),
-        "foreign_keys": sorted(t.foreign_keys),
-    } for t in sorted(schema.TABLES, key=lambda t: t.name)}
+    return {
+        t.name: {
+            "columns": [
+                (c.name, kind(c.kind), c.nullable, None if c.default is None else c.default.strip("'"))
+                for c in t.columns
+            ],
+            "primary_key": t.primary_key,
+            "unique": sorted(t.unique),
+            "foreign_keys": sorted(t.foreign_keys),
+        }
+        for t in sorted(schema.TABLES, key=lambda t: t.name)
+    }
 
 
 def _alembic_upgrade(url: str) -> None:

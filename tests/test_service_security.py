@@ -71,42 +71,77 @@ def test_other_tenants_job_is_404_everywhere(env):
     assert nowhere["error"] == "not_found"
     assert httpx.get(f"{url}/v1/jobs", headers=bob).json()["jobs"] == []
     # Bob may use the same job id for a job of his own; the two stay apart.
-    assert httpx.post(f"{url}/v1/jobs", json={"job_type": "sft", "job_id": "secret-job"},
-                      headers=bob).status_code == 201
+    assert (
+        httpx.post(f"{url}/v1/jobs", json={"job_type": "sft", "job_id": "secret-job"}, headers=bob).status_code == 201
+    )
     assert httpx.get(f"{url}/v1/jobs/secret-job", headers=bob).json()["n_reports"] == 0
     assert httpx.get(f"{url}/v1/jobs/secret-job", headers=auth(env["alice"])).json()["job_type"] == "rlhf"
 
 
-@pytest.mark.parametrize("field,value", [("train_loss", 0.1), ("proxy_reward", 3.0), ("kl", 0.02),
-                                         ("checkpoint_path", "/ckpt/step-20"), ("hostname", "gpu-node-7")])
+@pytest.mark.parametrize(
+    "field,value",
+    [
+        ("train_loss", 0.1),
+        ("proxy_reward", 3.0),
+        ("kl", 0.02),
+        ("checkpoint_path", "/ckpt/step-20"),
+        ("hostname", "gpu-node-7"),
+    ],
+)
 def test_unknown_report_fields_are_422(env, field, value):
     _error(_post_eval(env, env["alice"], {**GOOD, field: value}), 422, f"{field}: unknown field")
 
 
 def test_unknown_fields_in_registration_and_finish_are_422(env):
     url, alice = env["srv"].url, auth(env["alice"])
-    _error(httpx.post(f"{url}/v1/jobs", json={"job_type": "rlhf", "owner": "x"}, headers=alice), 422,
-           "owner: unknown field")
-    _error(httpx.post(f"{url}/v1/jobs", json={"job_type": "rlhf", "detector": {"name": "k-decline", "x": 1}},
-                      headers=alice), 422, "detector.x: unknown field")
-    _error(httpx.post(f"{url}/v1/jobs/secret-job/finish", json={"reason": "done", "loss": 1}, headers=alice), 422,
-           "loss: unknown field")
+    _error(
+        httpx.post(f"{url}/v1/jobs", json={"job_type": "rlhf", "owner": "x"}, headers=alice),
+        422,
+        "owner: unknown field",
+    )
+    _error(
+        httpx.post(
+            f"{url}/v1/jobs", json={"job_type": "rlhf", "detector": {"name": "k-decline", "x": 1}}, headers=alice
+        ),
+        422,
+        "detector.x: unknown field",
+    )
+    _error(
+        httpx.post(f"{url}/v1/jobs/secret-job/finish", json={"reason": "done", "loss": 1}, headers=alice),
+        422,
+        "loss: unknown field",
+    )
 
 
-@pytest.mark.parametrize("raw,fragment", [
-    ('{"job_id":"secret-job","job_type":"rlhf","step":30,"eval_score":NaN}', "eval_score: Input should be a finite"),
-    ('{"job_id":"secret-job","job_type":"rlhf","step":30,"eval_score":Infinity}', "eval_score: Input should be a fin"),
-    ('{"job_id":"secret-job","job_type":"rlhf","step":30,"eval_score":0.1,"eval_scores":[0.1,NaN]}', "eval_scores.1"),
-    ('{"job_id":"secret-job","job_type":"rlhf","step":-1,"eval_score":0.1}', "step: Input should be greater than"),
-    ('{"job_id":"secret-job","job_type":"rlhf","step":1.5,"eval_score":0.1}', "step:"),
-    ('{"job_id":"secret-job","job_type":"rlhf","step":30,"eval_score":"high"}', "eval_score:"),
-    ('{"job_id":"secret-job","job_type":"rlhf","step":30}', "eval_score: Field required"),
-    ('{"job_id":"other-job","job_type":"rlhf","step":30,"eval_score":0.1}', "does not match the path"),
-    ('{"job_id":"secret-job","job_type":"rlhf","step":30,', "Invalid JSON"),
-])
+@pytest.mark.parametrize(
+    "raw,fragment",
+    [
+        (
+            '{"job_id":"secret-job","job_type":"rlhf","step":30,"eval_score":NaN}',
+            "eval_score: Input should be a finite",
+        ),
+        (
+            '{"job_id":"secret-job","job_type":"rlhf","step":30,"eval_score":Infinity}',
+            "eval_score: Input should be a fin",
+        ),
+        (
+            '{"job_id":"secret-job","job_type":"rlhf","step":30,"eval_score":0.1,"eval_scores":[0.1,NaN]}',
+            "eval_scores.1",
+        ),
+        ('{"job_id":"secret-job","job_type":"rlhf","step":-1,"eval_score":0.1}', "step: Input should be greater than"),
+        ('{"job_id":"secret-job","job_type":"rlhf","step":1.5,"eval_score":0.1}', "step:"),
+        ('{"job_id":"secret-job","job_type":"rlhf","step":30,"eval_score":"high"}', "eval_score:"),
+        ('{"job_id":"secret-job","job_type":"rlhf","step":30}', "eval_score: Field required"),
+        ('{"job_id":"other-job","job_type":"rlhf","step":30,"eval_score":0.1}', "does not match the path"),
+        ('{"job_id":"secret-job","job_type":"rlhf","step":30,', "Invalid JSON"),
+    ],
+)
 def test_bad_values_are_422(env, raw, fragment):
-    resp = httpx.post(f"{env['srv'].url}/v1/jobs/secret-job/evals", content=raw,
-                      headers={**auth(env["alice"]), "Content-Type": "application/json"})
+    resp = httpx.post(
+        f"{env['srv'].url}/v1/jobs/secret-job/evals",
+        content=raw,
+        headers={**auth(env["alice"]), "Content-Type": "application/json"},
+    )
     _error(resp, 422, fragment)
 
 
@@ -127,8 +162,12 @@ def test_oversized_bodies_are_413(env):
             yield b"0.25," * 2000
         yield b"0.25]}"
 
-    resp = httpx.post(f"{env['srv'].url}/v1/jobs/secret-job/evals", content=chunks(),
-                      headers={**auth(env["alice"]), "Content-Type": "application/json"}, timeout=10)
+    resp = httpx.post(
+        f"{env['srv'].url}/v1/jobs/secret-job/evals",
+        content=chunks(),
+        headers={**auth(env["alice"]), "Content-Type": "application/json"},
+        timeout=10,
+    )
     _error(resp, 413, "exceeds the limit")
     # The server still works afterwards.
     assert httpx.get(f"{env['srv'].url}/readyz").status_code == 200
@@ -164,6 +203,9 @@ def test_unknown_query_parameters_are_422(env):
     url, alice = env["srv"].url, auth(env["alice"])
     _error(httpx.get(f"{url}/v1/jobs", params={"loss": 1}, headers=alice), 422, "unknown query parameter(s) loss")
     _error(httpx.get(f"{url}/v1/jobs/secret-job", params={"kl": 0.1}, headers=alice), 422, "kl")
-    _error(httpx.post(f"{url}/v1/jobs/secret-job/evals?proxy_reward=3", json={**GOOD, "step": 50}, headers=alice),
-           422, "unknown query parameter(s) proxy_reward")
+    _error(
+        httpx.post(f"{url}/v1/jobs/secret-job/evals?proxy_reward=3", json={**GOOD, "step": 50}, headers=alice),
+        422,
+        "unknown query parameter(s) proxy_reward",
+    )
     assert httpx.get(f"{url}/v1/jobs", params={"limit": 5}, headers=alice).status_code == 200  # declared: fine

@@ -45,8 +45,9 @@ def test_restart_gives_the_same_decisions(tmp_path, cut):
         s, v = trace[cut - 1]
         again = reopened.submit_report(tenant.tenant_id, Report("j", "rlhf", s, v)).result()
         assert again.resend and again.decision == expected[cut - 1]
-    got += [reopened.submit_report(tenant.tenant_id, Report("j", "rlhf", s, v)).result().decision
-            for s, v in trace[cut:]]
+    got += [
+        reopened.submit_report(tenant.tenant_id, Report("j", "rlhf", s, v)).result().decision for s, v in trace[cut:]
+    ]
     assert got == expected
     stored = reopened.reports(tenant.tenant_id, "j")
     assert [(r.step, r.eval_score) for r in stored] == trace
@@ -156,14 +157,16 @@ def test_tenant_detector_command_applies_the_fleet_rule_to_finished_jobs(tmp_pat
     for name, runs in (("climbers", [rising] * 8), ("plateaus", [flat] * 8)):
         for i, scores in enumerate(runs):
             job = f"{name}-{i}"
-            store.register_job(ids[name], JobRecord(job_id=job, job_type="rlhf", detector={"name": "k-decline",
-                                                                                             "params": {"k": 50}}))
+            store.register_job(
+                ids[name], JobRecord(job_id=job, job_type="rlhf", detector={"name": "k-decline", "params": {"k": 50}})
+            )
             for step, score in enumerate(scores):
                 store.submit_report(ids[name], Report(job, "rlhf", step * 10, float(score))).result()
             store.finish_job(ids[name], job, "completed")
     # A stopped run of the climbers (its monitor stopped it) must not count: with it, still 8 unstopped.
-    store.register_job(ids["climbers"], JobRecord(job_id="hack", job_type="rlhf",
-                                                  detector={"name": "k-decline", "params": {"k": 1}}))
+    store.register_job(
+        ids["climbers"], JobRecord(job_id="hack", job_type="rlhf", detector={"name": "k-decline", "params": {"k": 1}})
+    )
     for step, score in enumerate([0.5, 0.4]):
         store.submit_report(ids["climbers"], Report("hack", "rlhf", step, score)).result()
     store.finish_job(ids["climbers"], "hack", "stopped")

@@ -18,8 +18,7 @@ from platform_sim.sim.workload import WorkloadConfig, generate_workload
 
 
 def _run(wl, stop="evalstop", eval_cost=0.05, **params):
-    return simulate(wl, with_stop(make_base_policy("srtf-est"), make_stop_policy(stop, **params)),
-                    eval_cost=eval_cost)
+    return simulate(wl, with_stop(make_base_policy("srtf-est"), make_stop_policy(stop, **params)), eval_cost=eval_cost)
 
 
 @pytest.fixture(scope="module")
@@ -62,18 +61,27 @@ def test_cadence_comparison_rows_carry_oracle_shares() -> None:
     assert rows[0]["waste_cut_share_of_oracle"] == 1.0
     for r in rows[1:]:
         assert r["waste_cut_share_of_oracle"] == pytest.approx(
-            r["wasted_reduction_pct"] / rows[0]["wasted_reduction_pct"])
+            r["wasted_reduction_pct"] / rows[0]["wasted_reduction_pct"]
+        )
         assert r["eval_gpu_h"] > 0
 
 
 def test_cli_run_cadence_json() -> None:
-    out = subprocess.run([sys.executable, "-m", "platform_sim.sim.cli", "run", "--jobs", "40", "--cadence",
-                          "adaptive", "--json"], capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        [sys.executable, "-m", "platform_sim.sim.cli", "run", "--jobs", "40", "--cadence", "adaptive", "--json"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     m = json.loads(out)
     assert m["config"]["cadence"] == "adaptive" and m["extra_evals"] > 0
     assert m["eval_gpu_h"] > 0 and m["waste_cut_share_of_oracle"] is not None
-    bad = subprocess.run([sys.executable, "-m", "platform_sim.sim.cli", "run", "--eval-cost", "nan"],
-                         capture_output=True, text=True, check=False)
+    bad = subprocess.run(
+        [sys.executable, "-m", "platform_sim.sim.cli", "run", "--eval-cost", "nan"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert bad.returncode == 2 and "--eval-cost" in bad.stderr
 
 
@@ -82,6 +90,9 @@ def test_repeated_hints_never_land_on_a_regular_eval_step() -> None:
     # in progress (floating point) can compare just below it. It must be left to the regular eval (the monitor would
     # raise a conflict for a second report of that step).
     wl = generate_workload(WorkloadConfig(), seed=0)
-    res = _run(wl, detector={"name": "k-decline", "params": {"k": 3}},
-               cadence={"name": "adaptive", "params": {"fraction": 0.5}})
+    res = _run(
+        wl,
+        detector={"name": "k-decline", "params": {"k": 3}},
+        cadence={"name": "adaptive", "params": {"fraction": 0.5}},
+    )
     assert sum(o.extra_evals for o in res.outcomes) > 0

@@ -11,22 +11,25 @@ import pytest
 from platform_sim.sim.cli import main
 
 
-@pytest.mark.parametrize("argv, flag", [
-    (["run", "--base", "lifo"], "--base"),
-    (["run", "--stop", "magic"], "--stop"),
-    (["run", "--seed", "-1"], "--seed"),
-    (["run", "--sigma", "-0.1"], "--sigma"),
-    (["run", "--hack-rate", "1.5"], "--hack-rate"),
-    (["run", "--hack-rate", "-0.5"], "--hack-rate"),
-    (["run", "--k", "0"], "--k"),
-    (["run", "--min-delta", "-1"], "--min-delta"),
-    (["run", "--detector", "nope"], "--detector"),
-    (["run", "--detector-param", "window"], "--detector-param"),
-    (["run", "--detector-param", "window=3"], "--detector-param"),
-    (["paper", "--seeds", "0"], "--seeds"),
-    (["paper", "--backend", "slurm"], "--backend"),
-    (["paper", "--workers", "0"], "--workers"),
-])
+@pytest.mark.parametrize(
+    "argv, flag",
+    [
+        (["run", "--base", "lifo"], "--base"),
+        (["run", "--stop", "magic"], "--stop"),
+        (["run", "--seed", "-1"], "--seed"),
+        (["run", "--sigma", "-0.1"], "--sigma"),
+        (["run", "--hack-rate", "1.5"], "--hack-rate"),
+        (["run", "--hack-rate", "-0.5"], "--hack-rate"),
+        (["run", "--k", "0"], "--k"),
+        (["run", "--min-delta", "-1"], "--min-delta"),
+        (["run", "--detector", "nope"], "--detector"),
+        (["run", "--detector-param", "window"], "--detector-param"),
+        (["run", "--detector-param", "window=3"], "--detector-param"),
+        (["paper", "--seeds", "0"], "--seeds"),
+        (["paper", "--backend", "slurm"], "--backend"),
+        (["paper", "--workers", "0"], "--workers"),
+    ],
+)
 def test_bad_input_one_line_naming_the_flag_exit_2(argv, flag, capsys):
     try:
         rc = main(argv)
@@ -38,14 +41,16 @@ def test_bad_input_one_line_naming_the_flag_exit_2(argv, flag, capsys):
 
 
 def test_console_script_exit_code():
-    proc = subprocess.run([sys.executable, "-m", "platform_sim.sim.cli", "run", "--k", "0"],
-                          capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-m", "platform_sim.sim.cli", "run", "--k", "0"], capture_output=True, text=True, timeout=60
+    )
     assert proc.returncode == 2 and "--k" in proc.stderr and proc.stderr.count("\n") == 1
 
 
 def test_run_json(capsys):
-    assert main(["run", "--base", "fifo", "--stop", "evalstop", "--seed", "3", "--jobs", "60", "--k", "3",
-                 "--json"]) == 0
+    assert (
+        main(["run", "--base", "fifo", "--stop", "evalstop", "--seed", "3", "--jobs", "60", "--k", "3", "--json"]) == 0
+    )
     m = json.loads(capsys.readouterr().out)
     assert m["jobs"] == 60 and m["scheduler"] == "fifo+evalstop"
     assert m["config"]["detector"] == {"name": "k-decline", "params": {"k": 3, "min_delta": 0.0}}
@@ -61,22 +66,58 @@ def test_run_table_and_generic_detector_params(capsys):
 
 def test_paper_json_and_files(tmp_path, capsys):
     out_dir = tmp_path / "paper"
-    assert main(["paper", "--seeds", "2", "--jobs", "40", "--out", str(out_dir), "--json", "--backend", "serial",
-                 "--no-progress"]) == 0
+    assert (
+        main(
+            [
+                "paper",
+                "--seeds",
+                "2",
+                "--jobs",
+                "40",
+                "--out",
+                str(out_dir),
+                "--json",
+                "--backend",
+                "serial",
+                "--no-progress",
+            ]
+        )
+        == 0
+    )
     res = json.loads(capsys.readouterr().out)
-    fields = {"base", "stop", "precision", "recall", "fpr", "fpr_healthy_rlhf", "jct_mean_h", "jct_gain_pct",
-              "wasted_gpu_h", "wasted_reduction_pct", "regret", "delay_evals"}
+    fields = {
+        "base",
+        "stop",
+        "precision",
+        "recall",
+        "fpr",
+        "fpr_healthy_rlhf",
+        "jct_mean_h",
+        "jct_gain_pct",
+        "wasted_gpu_h",
+        "wasted_reduction_pct",
+        "regret",
+        "delay_evals",
+    }
     assert [r["stop"] for r in res["main"]] == ["none", "evalstop", "stop-at-p", "loss-plateau", "oracle"]
     for r in res["main"]:
         assert fields <= set(r)
     assert {(r["base"], r["stop"]) for r in res["composability"]} == {
-        (b, s) for b in ("fifo", "sjf-est", "srtf-est", "loss-aware") for s in ("none", "evalstop")}
+        (b, s) for b in ("fifo", "sjf-est", "srtf-est", "loss-aware") for s in ("none", "evalstop")
+    }
     assert [r["sigma"] for r in res["noise"]] == [0.01, 0.02, 0.03, 0.05, 0.08, 0.12]
     assert [r["hack_rate"] for r in res["hack_rate"]] == [0.2, 0.4, 0.6, 0.8]
     assert [r["k"] for r in res["k"]] == [1, 2, 3, 4, 5]
     names = {p.name for p in out_dir.iterdir()}
-    assert {"report.md", "results.json", "main.png", "composability.png", "noise_sweep.png",
-            "hack_rate_sweep.png", "k_sweep.png"} <= names
+    assert {
+        "report.md",
+        "results.json",
+        "main.png",
+        "composability.png",
+        "noise_sweep.png",
+        "hack_rate_sweep.png",
+        "k_sweep.png",
+    } <= names
     assert "## Main table" in (out_dir / "report.md").read_text()
     assert json.loads((out_dir / "results.json").read_text())["main"][1]["stop"] == "evalstop"
 
@@ -87,9 +128,17 @@ def test_help_exits_zero(capsys):
     assert exc.value.code == 0 and "--seeds" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("command, flag", [("run", "--stop"), ("paper", "--seeds"), ("sweep", "GRID"),
-                                           ("replay", "--score-scale"), ("detectors", "--parts"),
-                                           ("benchmark", "--tune-envs")])
+@pytest.mark.parametrize(
+    "command, flag",
+    [
+        ("run", "--stop"),
+        ("paper", "--seeds"),
+        ("sweep", "GRID"),
+        ("replay", "--score-scale"),
+        ("detectors", "--parts"),
+        ("benchmark", "--tune-envs"),
+    ],
+)
 def test_every_command_has_help(command, flag, capsys):
     with pytest.raises(SystemExit) as exc:
         main([command, "--help"])
@@ -153,10 +202,17 @@ def test_bases_defined_once():
     assert replay.REPLAY_BASES is experiments.BASES and replay.REPLAY_STOPS is experiments.MAIN_STOPS
 
 
-@pytest.mark.parametrize("argv, flag", [(["run", "--jobs", "0"], "--jobs"), (["run", "--gpus", "8"], "--gpus"),
-                                        (["run", "--evals", "1"], "--evals"), (["run", "--load", "0"], "--load"),
-                                        (["run", "--est-error", "-1"], "--est-error"),
-                                        (["run", "--hack-gamma", "0"], "--hack-gamma")])
+@pytest.mark.parametrize(
+    "argv, flag",
+    [
+        (["run", "--jobs", "0"], "--jobs"),
+        (["run", "--gpus", "8"], "--gpus"),
+        (["run", "--evals", "1"], "--evals"),
+        (["run", "--load", "0"], "--load"),
+        (["run", "--est-error", "-1"], "--est-error"),
+        (["run", "--hack-gamma", "0"], "--hack-gamma"),
+    ],
+)
 def test_workload_config_checks_are_reported_with_the_flag(argv, flag, capsys):
     assert main(argv) == 2
     err = capsys.readouterr().err

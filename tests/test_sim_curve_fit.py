@@ -27,12 +27,27 @@ EXAMPLES = 48
 EXAMPLE_SD = 0.5  # per-example std in trace units: each eval's mean has std 0.5 / sqrt(48) = 0.072
 
 
-def write_trace(folder: Path, name: str, curve, n_evals: int, planned: int, rng: np.random.Generator,
-                examples: bool = True, split: str | None = None, body: str | None = None) -> Path:
+def write_trace(
+    folder: Path,
+    name: str,
+    curve,
+    n_evals: int,
+    planned: int,
+    rng: np.random.Generator,
+    examples: bool = True,
+    split: str | None = None,
+    body: str | None = None,
+) -> Path:
     """A trace in the documented format whose eval scores are the mean of noisy per-example scores around
     ``curve``; ``body`` replaces every line after the header (to make a file that cannot be parsed)."""
-    header = {"kind": "header", "format": "evalstop-trace/1", "job_id": name, "job_type": "rlhf",
-              "trainer": "GRPOTrainer", "planned_steps": planned}
+    header = {
+        "kind": "header",
+        "format": "evalstop-trace/1",
+        "job_id": name,
+        "job_type": "rlhf",
+        "trainer": "GRPOTrainer",
+        "planned_steps": planned,
+    }
     if split is not None:
         header["split"] = split
     lines = [json.dumps(header)]
@@ -156,8 +171,13 @@ def test_calibration_needs_both_kinds_and_round_trips(corpus):
 
 # -- the generator -----------------------------------------------------------------------------------------------
 
-CAL = CurveCalibration(hacking=((0.3, 2.0, 1.0, 0.04), (0.6, 1.0, 0.3, 0.02)), healthy=((0.9, 0.05),),
-                       hack_share=0.5, split="all", smoothing=0.0)
+CAL = CurveCalibration(
+    hacking=((0.3, 2.0, 1.0, 0.04), (0.6, 1.0, 0.3, 0.02)),
+    healthy=((0.9, 0.05),),
+    hack_share=0.5,
+    split="all",
+    smoothing=0.0,
+)
 
 
 @pytest.fixture(scope="module")
@@ -196,8 +216,15 @@ def test_generated_curves_have_the_calibrated_shapes(real_wl):
 def test_real_noise_reaches_the_observations(real_wl):
     obs = make_observation_model(real_wl)
     hack = [j for j in real_wl.jobs if j.hacking]
-    resid = np.array([[(obs.observe_eval(j, k, k / 20)[0] - real_wl.true_evals[j.index, k - 1]) / j.curve.gain
-                       for k in range(1, 21)] for j in hack])
+    resid = np.array(
+        [
+            [
+                (obs.observe_eval(j, k, k / 20)[0] - real_wl.true_evals[j.index, k - 1]) / j.curve.gain
+                for k in range(1, 21)
+            ]
+            for j in hack
+        ]
+    )
     peaks = np.array([int(np.argmax(real_wl.true_evals[j.index])) for j in hack])
     assert resid[peaks == 5].std() == pytest.approx(0.04, rel=0.05)
     assert resid[peaks == 11].std() == pytest.approx(0.02, rel=0.05)
@@ -207,8 +234,9 @@ def test_real_noise_reaches_the_observations(real_wl):
 
 def test_real_workload_is_paired_with_the_synthetic_one(real_wl):
     syn = generate_workload(WorkloadConfig(n_jobs=2000), 3)
-    assert [(j.job_id, j.job_type, j.gpus, j.submit_time, j.duration_h, j.hacking) for j in syn.jobs] == \
-           [(j.job_id, j.job_type, j.gpus, j.submit_time, j.duration_h, j.hacking) for j in real_wl.jobs]
+    assert [(j.job_id, j.job_type, j.gpus, j.submit_time, j.duration_h, j.hacking) for j in syn.jobs] == [
+        (j.job_id, j.job_type, j.gpus, j.submit_time, j.duration_h, j.hacking) for j in real_wl.jobs
+    ]
     assert np.array_equal(syn.noise, real_wl.noise) and np.array_equal(syn.losses, real_wl.losses)
     other = [j.index for j in syn.jobs if j.job_type != "rlhf"]
     assert np.array_equal(syn.true_evals[other], real_wl.true_evals[other])
@@ -236,25 +264,51 @@ def test_run_with_real_curves_end_to_end(corpus, capsys):
     assert rc["split"] == "tune" and rc["traces"]
     assert all(name.startswith(("bow-proxy-", "length-")) for name in rc["traces"]), rc["traces"]
     assert 0 < rc["hack_share"] < 1
-    assert main(["run", "--curves", "real", "--curve-traces", str(corpus), "--jobs", "40", "--detector", "shape",
-                 "--json"]) == 0  # a detector that reads per-example scores: the per-example model on real noise
+    assert (
+        main(
+            ["run", "--curves", "real", "--curve-traces", str(corpus), "--jobs", "40", "--detector", "shape", "--json"]
+        )
+        == 0
+    )  # a detector that reads per-example scores: the per-example model on real noise
     m = json.loads(capsys.readouterr().out)
     assert len(m["config"]["workload"]["real_curves"]["traces"]) == 8 and m["jobs"] == 40
 
 
 def test_paper_with_real_curves(tmp_path, capsys):
-    assert main(["paper", "--curves", "real", "--seeds", "1", "--jobs", "40", "--json", "--no-plots",
-                 "--no-progress", "--backend", "serial", "--out", str(tmp_path / "out")]) == 0
+    assert (
+        main(
+            [
+                "paper",
+                "--curves",
+                "real",
+                "--seeds",
+                "1",
+                "--jobs",
+                "40",
+                "--json",
+                "--no-plots",
+                "--no-progress",
+                "--backend",
+                "serial",
+                "--out",
+                str(tmp_path / "out"),
+            ]
+        )
+        == 0
+    )
     res = json.loads(capsys.readouterr().out)
     assert [r["stop"] for r in res["main"]] == ["none", "evalstop", "stop-at-p", "loss-plateau", "oracle"]
     assert res["config"]["workload"]["real_curves"]["split"] == "tune"
 
 
-@pytest.mark.parametrize("argv", [
-    ["run", "--curves", "real", "--curve-traces", "/nonexistent-trace-folder"],
-    ["run", "--curve-traces", "."],
-    ["run", "--curves", "gao"],
-])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["run", "--curves", "real", "--curve-traces", "/nonexistent-trace-folder"],
+        ["run", "--curve-traces", "."],
+        ["run", "--curves", "gao"],
+    ],
+)
 def test_bad_curve_flags_one_line_exit_2(argv, capsys):
     try:
         rc = main(argv)

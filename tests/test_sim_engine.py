@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from platform_sim.core.policies import PREEMPTION_COST_H, FIFO, LossAware, SJFEst, SRTFEst
+from platform_sim.core.policies import FIFO, PREEMPTION_COST_H, LossAware, SJFEst, SRTFEst
 from platform_sim.core.stop_policies import EvalStopPolicy, Oracle, with_stop
 from platform_sim.sim.curves import TabulatedCurve, eval_grid
 from platform_sim.sim.engine import simulate
@@ -23,8 +23,21 @@ def make_workload(specs, n_evals=5, sigma=0.0):
         evals = s.get("evals") or list(np.linspace(0.2, 0.8, n_evals))
         curve = TabulatedCurve(grid, evals)
         loss = s.get("losses") or list(np.linspace(2.0, 1.0, n_evals))
-        jobs.append(JobSpec(i, f"j{i}", s.get("type", "rlhf"), s["gpus"], s["submit"], s["dur"], s.get("est", s["dur"]),
-                            s.get("steps", 1000), s.get("hacking", False), curve, TabulatedCurve(grid, loss)))
+        jobs.append(
+            JobSpec(
+                i,
+                f"j{i}",
+                s.get("type", "rlhf"),
+                s["gpus"],
+                s["submit"],
+                s["dur"],
+                s.get("est", s["dur"]),
+                s.get("steps", 1000),
+                s.get("hacking", False),
+                curve,
+                TabulatedCurve(grid, loss),
+            )
+        )
         true.append(evals)
         losses.append(loss)
     n = len(specs)
@@ -55,22 +68,26 @@ def test_gang_allocation_waits_for_all_gpus():
 
 
 def test_backfill_starts_a_job_that_fits_behind_one_that_does_not():
-    wl = make_workload([
-        {"gpus": 8, "submit": 0.0, "dur": 4.0},
-        {"gpus": 16, "submit": 0.1, "dur": 1.0},
-        {"gpus": 8, "submit": 0.2, "dur": 1.0},
-    ])
+    wl = make_workload(
+        [
+            {"gpus": 8, "submit": 0.0, "dur": 4.0},
+            {"gpus": 16, "submit": 0.1, "dur": 1.0},
+            {"gpus": 8, "submit": 0.2, "dur": 1.0},
+        ]
+    )
     o = by_id(simulate(wl, with_stop(FIFO()), gpus=16))
     assert o["j2"].start_time == pytest.approx(0.2)
     assert o["j1"].start_time == pytest.approx(4.0)
 
 
 def test_sjf_est_orders_by_the_estimate_not_the_truth():
-    wl = make_workload([
-        {"gpus": 16, "submit": 0.0, "dur": 1.0},
-        {"gpus": 16, "submit": 0.1, "dur": 5.0, "est": 0.5},  # claims to be short
-        {"gpus": 16, "submit": 0.2, "dur": 1.0, "est": 2.0},
-    ])
+    wl = make_workload(
+        [
+            {"gpus": 16, "submit": 0.0, "dur": 1.0},
+            {"gpus": 16, "submit": 0.1, "dur": 5.0, "est": 0.5},  # claims to be short
+            {"gpus": 16, "submit": 0.2, "dur": 1.0, "est": 2.0},
+        ]
+    )
     o = by_id(simulate(wl, with_stop(SJFEst()), gpus=16))
     assert o["j1"].start_time == pytest.approx(1.0) and o["j2"].start_time == pytest.approx(6.0)
 
@@ -92,11 +109,13 @@ def test_srtf_does_not_preempt_for_a_job_with_a_longer_remaining_estimate():
 
 
 def test_srtf_preempts_only_if_enough_gpus_can_be_freed():
-    wl = make_workload([
-        {"gpus": 8, "submit": 0.0, "dur": 10.0},
-        {"gpus": 8, "submit": 0.0, "dur": 1.0, "est": 0.5},
-        {"gpus": 16, "submit": 0.5, "dur": 1.0, "est": 2.0},
-    ])
+    wl = make_workload(
+        [
+            {"gpus": 8, "submit": 0.0, "dur": 10.0},
+            {"gpus": 8, "submit": 0.0, "dur": 1.0, "est": 0.5},
+            {"gpus": 16, "submit": 0.5, "dur": 1.0, "est": 2.0},
+        ]
+    )
     o = by_id(simulate(wl, with_stop(SRTFEst()), gpus=16))
     # j2 outranks j0 (2 < 9.5) but freeing j0 alone gives 8 of 16 GPUs and j1 (0.25 left) outranks j2: no preemption
     assert o["j0"].preemptions == 0 and o["j1"].preemptions == 0
@@ -105,10 +124,12 @@ def test_srtf_preempts_only_if_enough_gpus_can_be_freed():
 
 
 def test_evalstop_frees_the_gpus_at_the_stop_and_delivers_the_best_checkpoint():
-    wl = make_workload([
-        {"gpus": 16, "submit": 0.0, "dur": 4.0, "hacking": True, "evals": [0.5, 0.9, 0.8, 0.7, 0.6]},
-        {"gpus": 16, "submit": 0.1, "dur": 1.0},
-    ])
+    wl = make_workload(
+        [
+            {"gpus": 16, "submit": 0.0, "dur": 4.0, "hacking": True, "evals": [0.5, 0.9, 0.8, 0.7, 0.6]},
+            {"gpus": 16, "submit": 0.1, "dur": 1.0},
+        ]
+    )
     o = by_id(simulate(wl, with_stop(FIFO(), EvalStopPolicy()), gpus=16))
     a = o["j0"]
     assert a.stopped and a.stop_eval == 4 and a.deliver_eval == 2 and a.peak_eval == 2
@@ -143,10 +164,12 @@ def test_peak_ties_go_to_the_earliest_eval():
 
 
 def test_loss_aware_preempts_a_slow_job_for_a_new_one_at_its_eval():
-    wl = make_workload([
-        {"gpus": 16, "submit": 0.0, "dur": 5.0, "losses": [2.0, 1.99, 1.98, 1.97, 1.96]},
-        {"gpus": 16, "submit": 0.5, "dur": 1.0},
-    ])
+    wl = make_workload(
+        [
+            {"gpus": 16, "submit": 0.0, "dur": 5.0, "losses": [2.0, 1.99, 1.98, 1.97, 1.96]},
+            {"gpus": 16, "submit": 0.5, "dur": 1.0},
+        ]
+    )
     o = by_id(simulate(wl, with_stop(LossAware()), gpus=16))
     # j0 has no slope yet at eval 1 (new jobs rank first among themselves by arrival); at eval 2 (t=2) it yields
     assert o["j1"].start_time == pytest.approx(2.0)
@@ -161,15 +184,19 @@ def test_job_bigger_than_the_cluster_is_rejected():
 
 def test_same_seed_same_outcomes_and_different_seed_different_outcomes():
     cfg = WorkloadConfig(n_jobs=60)
-    runs = [simulate(generate_workload(cfg, s), PolicySpec(stop="evalstop").build(generate_workload(cfg, s)))
-            for s in (5, 5, 6)]
+    runs = [
+        simulate(generate_workload(cfg, s), PolicySpec(stop="evalstop").build(generate_workload(cfg, s)))
+        for s in (5, 5, 6)
+    ]
     assert runs[0].outcomes == runs[1].outcomes
     assert runs[0].outcomes != runs[2].outcomes
 
 
 def max_concurrent_gpus(outcomes):
-    events = sorted([(o.start_time, o.gpus) for o in outcomes] + [(o.end_time, -o.gpus) for o in outcomes],
-                    key=lambda e: (e[0], e[1]))  # ends before starts at the same instant
+    events = sorted(
+        [(o.start_time, o.gpus) for o in outcomes] + [(o.end_time, -o.gpus) for o in outcomes],
+        key=lambda e: (e[0], e[1]),
+    )  # ends before starts at the same instant
     cur = peak = 0
     for _, d in events:
         cur += d
@@ -178,8 +205,12 @@ def max_concurrent_gpus(outcomes):
 
 
 @settings(max_examples=15, deadline=None)
-@given(seed=st.integers(0, 10_000), base=st.sampled_from(["fifo", "sjf-est"]),
-       stop=st.sampled_from(["none", "evalstop", "stop-at-p"]), load=st.sampled_from([0.5, 1.5]))
+@given(
+    seed=st.integers(0, 10_000),
+    base=st.sampled_from(["fifo", "sjf-est"]),
+    stop=st.sampled_from(["none", "evalstop", "stop-at-p"]),
+    load=st.sampled_from([0.5, 1.5]),
+)
 def test_property_capacity_never_exceeded_and_every_job_ends_once(seed, base, stop, load):
     wl = generate_workload(WorkloadConfig(n_jobs=40, load=load), seed)
     r = simulate(wl, PolicySpec(base=base, stop=stop).build(wl), gpus=64)

@@ -8,10 +8,39 @@ from platform_sim.sim.engine import JobOutcome, SimResult
 from platform_sim.sim.metrics import mean_ci, metric_row, paired_tests, run_metrics
 
 
-def outcome(i, jt="rlhf", hacking=False, stopped=False, stop_eval=None, peak=10, deliver=20, peak_v=0.8,
-            deliv_v=0.8, submit=0.0, end=10.0, gpus=8, wasted=0.0):
-    return JobOutcome(f"j{i}", jt, hacking, gpus, submit, submit, end, stopped, stop_eval, deliver, peak, peak_v,
-                      deliv_v, gpus * (end - submit), wasted, 0)
+def outcome(
+    i,
+    jt="rlhf",
+    hacking=False,
+    stopped=False,
+    stop_eval=None,
+    peak=10,
+    deliver=20,
+    peak_v=0.8,
+    deliv_v=0.8,
+    submit=0.0,
+    end=10.0,
+    gpus=8,
+    wasted=0.0,
+):
+    return JobOutcome(
+        f"j{i}",
+        jt,
+        hacking,
+        gpus,
+        submit,
+        submit,
+        end,
+        stopped,
+        stop_eval,
+        deliver,
+        peak,
+        peak_v,
+        deliv_v,
+        gpus * (end - submit),
+        wasted,
+        0,
+    )
 
 
 def result(outs, makespan=20.0, busy=None):
@@ -21,12 +50,13 @@ def result(outs, makespan=20.0, busy=None):
 
 def test_detection_metrics():
     outs = [
-        outcome(0, hacking=True, stopped=True, stop_eval=14, peak=12, deliver=12),   # TP, delay 2
+        outcome(0, hacking=True, stopped=True, stop_eval=14, peak=12, deliver=12),  # TP, delay 2
         outcome(1, hacking=True, stopped=True, stop_eval=11, peak=12, deliver=11, deliv_v=0.7),  # TP, delay -1
-        outcome(2, hacking=True, deliv_v=0.3),                                         # FN
-        outcome(3, stopped=True, stop_eval=8, deliver=8, deliv_v=0.5),                 # FP on healthy RLHF
-        outcome(4),                                                                    # TN healthy RLHF
-        outcome(5, jt="lora"), outcome(6, jt="dpo"),                                  # TN
+        outcome(2, hacking=True, deliv_v=0.3),  # FN
+        outcome(3, stopped=True, stop_eval=8, deliver=8, deliv_v=0.5),  # FP on healthy RLHF
+        outcome(4),  # TN healthy RLHF
+        outcome(5, jt="lora"),
+        outcome(6, jt="dpo"),  # TN
     ]
     m = run_metrics(result(outs))
     assert m["precision"] == pytest.approx(2 / 3)
@@ -59,7 +89,7 @@ def test_mean_ci():
     assert mean_ci([]) == (None, None)
     assert mean_ci([None, 2.0]) == (2.0, None)
     mean, half = mean_ci([1.0, 2.0, 3.0])
-    assert mean == 2.0 and half == pytest.approx(4.302653 * 1.0 / 3 ** 0.5, rel=1e-5)
+    assert mean == 2.0 and half == pytest.approx(4.302653 * 1.0 / 3**0.5, rel=1e-5)
 
 
 def test_metric_row_pairs_with_the_baseline_seed_by_seed():

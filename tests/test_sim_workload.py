@@ -26,8 +26,9 @@ def big():
 
 def test_same_seed_same_workload():
     a, b = (generate_workload(WorkloadConfig(n_jobs=50), 4) for _ in range(2))
-    assert [(j.job_id, j.gpus, j.submit_time, j.duration_h, j.hacking) for j in a.jobs] == \
-           [(j.job_id, j.gpus, j.submit_time, j.duration_h, j.hacking) for j in b.jobs]
+    assert [(j.job_id, j.gpus, j.submit_time, j.duration_h, j.hacking) for j in a.jobs] == [
+        (j.job_id, j.gpus, j.submit_time, j.duration_h, j.hacking) for j in b.jobs
+    ]
     assert np.array_equal(a.true_evals, b.true_evals) and np.array_equal(a.noise, b.noise)
     c = generate_workload(WorkloadConfig(n_jobs=50), 5)
     assert not np.array_equal(a.noise, c.noise)
@@ -94,17 +95,30 @@ def test_gao_curve_peak_and_steepness():
 
 def test_vectorized_values_match_scalar_values():
     grid = eval_grid(20)
-    for c in (SaturatingCurve(0.1, 0.6, 2.0), PlateauCurve(0.2, 0.3, 0.3, 0.7), ExpLossCurve(2.0, 1.0, 0.3),
-              TabulatedCurve([0.0, 0.5, 1.0], [0.0, 1.0, 0.5])):
+    for c in (
+        SaturatingCurve(0.1, 0.6, 2.0),
+        PlateauCurve(0.2, 0.3, 0.3, 0.7),
+        ExpLossCurve(2.0, 1.0, 0.3),
+        TabulatedCurve([0.0, 0.5, 1.0], [0.0, 1.0, 0.5]),
+    ):
         assert np.allclose(c.values(grid), [c.value(float(p)) for p in grid])
     assert PlateauCurve(0.2, 0.3, 0.3, 0.7).peak(grid)[1] == pytest.approx(0.7)  # plateau: earliest on ties
 
 
-@pytest.mark.parametrize("bad, match", [
-    ({"hack_rate": 1.5}, "hack_rate"), ({"hack_rate": -0.1}, "hack_rate"), ({"sigma": -0.01}, "sigma"),
-    ({"sigma": math.nan}, "sigma"), ({"mix": "gpu-heavy"}, "mix"), ({"n_jobs": 0}, "n_jobs"), ({"gpus": 8}, "gpus"),
-    ({"n_evals": 1}, "n_evals"), ({"load": 0}, "load"),
-])
+@pytest.mark.parametrize(
+    "bad, match",
+    [
+        ({"hack_rate": 1.5}, "hack_rate"),
+        ({"hack_rate": -0.1}, "hack_rate"),
+        ({"sigma": -0.01}, "sigma"),
+        ({"sigma": math.nan}, "sigma"),
+        ({"mix": "gpu-heavy"}, "mix"),
+        ({"n_jobs": 0}, "n_jobs"),
+        ({"gpus": 8}, "gpus"),
+        ({"n_evals": 1}, "n_evals"),
+        ({"load": 0}, "load"),
+    ],
+)
 def test_bad_workload_config_names_the_field(bad, match):
     with pytest.raises(ValueError, match=match):
         WorkloadConfig(**bad)
@@ -146,6 +160,7 @@ def test_observation_model_default_and_registry():
         assert obs.job_rng(job).random() == make_observation_model(wl).job_rng(job).random()
     finally:
         from platform_sim.sim.observe import OBSERVATION_MODELS
+
         OBSERVATION_MODELS.pop("test-shifted")
     with pytest.raises(ValueError, match="unknown observation model"):
         make_observation_model(wl, "nope")

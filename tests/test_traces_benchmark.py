@@ -12,8 +12,10 @@ from platform_sim.sim import benchmark as bm
 from platform_sim.sim.cli import main as sim_main
 from platform_sim.sim.traces import read_trace
 
-SMALL_GRIDS = {"k-decline": {"k": (1, 2, 3), "min_delta": (0.0, 0.05, 0.3), "warmup": (0, 3)},
-               "shape": {"threshold": (0.9, 0.97), "k": (1,)}}
+SMALL_GRIDS = {
+    "k-decline": {"k": (1, 2, 3), "min_delta": (0.0, 0.05, 0.3), "warmup": (0, 3)},
+    "shape": {"threshold": (0.9, 0.97), "k": (1,)},
+}
 
 
 @pytest.fixture()
@@ -22,15 +24,47 @@ def corpus(tmp_path):
     d = tmp_path / "corpus"
     for env, n, every, top in (("bow", 30, 10, 4.0), ("length", 20, 5, 3.0)):
         for s in range(3):
-            write(d / f"{env}-hack-{s}.jsonl", hacking_curve(n, peak_at=0.4 + 0.1 * s, top=top), every=every,
-                  examples=16, noise=0.05, seed=s, environment=env, split="tune")
-            write(d / f"{env}-ok-{s}.jsonl", healthy_curve(n, top=top, tau=0.1 + 0.05 * s), every=every,
-                  examples=16, noise=0.05, seed=10 + s, environment=env, split="tune")
+            write(
+                d / f"{env}-hack-{s}.jsonl",
+                hacking_curve(n, peak_at=0.4 + 0.1 * s, top=top),
+                every=every,
+                examples=16,
+                noise=0.05,
+                seed=s,
+                environment=env,
+                split="tune",
+            )
+            write(
+                d / f"{env}-ok-{s}.jsonl",
+                healthy_curve(n, top=top, tau=0.1 + 0.05 * s),
+                every=every,
+                examples=16,
+                noise=0.05,
+                seed=10 + s,
+                environment=env,
+                split="tune",
+            )
     for s in range(3):
-        write(d / f"fmt-hack-{s}.jsonl", 0.5 + 0.1 * hacking_curve(25, peak_at=0.5), every=4, examples=16,
-              noise=0.004, seed=20 + s, environment="format", split="test")
-        write(d / f"fmt-ok-{s}.jsonl", 0.5 + 0.1 * healthy_curve(25, tau=0.15), every=4, examples=16, noise=0.004,
-              seed=30 + s, environment="format", split="test")
+        write(
+            d / f"fmt-hack-{s}.jsonl",
+            0.5 + 0.1 * hacking_curve(25, peak_at=0.5),
+            every=4,
+            examples=16,
+            noise=0.004,
+            seed=20 + s,
+            environment="format",
+            split="test",
+        )
+        write(
+            d / f"fmt-ok-{s}.jsonl",
+            0.5 + 0.1 * healthy_curve(25, tau=0.15),
+            every=4,
+            examples=16,
+            noise=0.004,
+            seed=30 + s,
+            environment="format",
+            split="test",
+        )
     return d
 
 
@@ -51,7 +85,7 @@ def test_calibration_never_reads_a_test_environment_trace(corpus):
     res = bm.benchmark(corpus, SMALL_GRIDS, resamples=0, reader=spy_reader, calibrator=spy_calibrate)
     end = events.index(("calibrate", "end"))
     assert ("read", "test") not in events[:end]  # no test trace read before or during the calibration
-    assert events[end + 1:] == [("read", "test")] * 6
+    assert events[end + 1 :] == [("read", "test")] * 6
     assert set(res["calibration"]["traces"]) == {p.stem for p in corpus.glob("*.jsonl") if not p.stem.startswith("fmt")}
 
 
@@ -72,12 +106,20 @@ def test_the_test_traces_cannot_change_the_chosen_parameters(corpus, tmp_path):
 
 def test_report_per_split_and_environment_and_the_best_candidate(corpus):
     res = bm.benchmark(corpus, SMALL_GRIDS, resamples=200)
-    assert [c["label"] for c in res["candidates"]] == ["k-decline (paper, untuned)", "k-decline (tuned)",
-                                                       "shape (tuned)"]
+    assert [c["label"] for c in res["candidates"]] == [
+        "k-decline (paper, untuned)",
+        "k-decline (tuned)",
+        "shape (tuned)",
+    ]
     groups = {(r["candidate"], r["kind"], r["group"]) for r in res["results"]}
     for c in res["candidates"]:
-        for kind, group in (("split", "tune"), ("split", "test"), ("environment", "bow"),
-                            ("environment", "length"), ("environment", "format")):
+        for kind, group in (
+            ("split", "tune"),
+            ("split", "test"),
+            ("environment", "bow"),
+            ("environment", "length"),
+            ("environment", "format"),
+        ):
             assert (c["label"], kind, group) in groups
     test = {r["candidate"]: r for r in res["results"] if r["group"] == "test"}
     for r in test.values():
@@ -88,7 +130,8 @@ def test_report_per_split_and_environment_and_the_best_candidate(corpus):
     assert best["shortfall"] == min(r["shortfall"] for r in test.values())
     assert best["meets_targets"] == (best["misses"] == [])
     assert {"trace", "environment", "split", "label", "stopped", "stop_step", "delay_evals", "regret"} <= set(
-        res["rows"][0])
+        res["rows"][0]
+    )
     md = bm.benchmark_markdown(res, "evalstop-sim benchmark")
     assert "Best on the test environments" in md and "## Per environment" in md
 
@@ -97,9 +140,11 @@ def test_metrics_and_shortfall():
     p, lo, hi = bm.wilson(9, 10)
     assert p == 0.9 and lo == pytest.approx(0.596, abs=1e-3) and hi == pytest.approx(0.982, abs=1e-3)
     assert bm.wilson(0, 0) == (None, None, None)
-    rows = [{"trace": "h", "label": "hacking", "stopped": True, "delay_evals": 2, "regret": 0.0},
-            {"trace": "g", "label": "healthy", "stopped": True, "delay_evals": -5, "regret": 0.4},
-            {"trace": "a", "label": "ambiguous", "stopped": True, "delay_evals": 0, "regret": 0.9}]
+    rows = [
+        {"trace": "h", "label": "hacking", "stopped": True, "delay_evals": 2, "regret": 0.0},
+        {"trace": "g", "label": "healthy", "stopped": True, "delay_evals": -5, "regret": 0.4},
+        {"trace": "a", "label": "ambiguous", "stopped": True, "delay_evals": 0, "regret": 0.9},
+    ]
     m = bm.group_metrics(rows, resamples=0)
     assert (m["recall"], m["healthy_stopped"], m["precision"]) == (1.0, 1.0, 0.5)
     assert m["regret_worst"] == 0.4 and m["ambiguous_traces"] == ["a"] and m["delay_median"] == 2
@@ -120,8 +165,23 @@ def test_split_errors(corpus, tmp_path):
 
 def test_cli_writes_json_report_and_png(corpus, tmp_path, capsys):
     out = tmp_path / "out"
-    assert sim_main(["benchmark", "--traces", str(corpus), "--only", "k-decline", "--resamples", "50", "--out",
-                     str(out), "--json"]) == 0
+    assert (
+        sim_main(
+            [
+                "benchmark",
+                "--traces",
+                str(corpus),
+                "--only",
+                "k-decline",
+                "--resamples",
+                "50",
+                "--out",
+                str(out),
+                "--json",
+            ]
+        )
+        == 0
+    )
     res = json.loads(capsys.readouterr().out)
     assert res["best"]["candidate"] in {"k-decline (paper, untuned)", "k-decline (tuned)"}
     assert {p.name for p in out.iterdir()} >= {"results.json", "report.md", "benchmark.png"}

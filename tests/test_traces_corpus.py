@@ -20,8 +20,10 @@ from platform_sim.sim.traces import label_of, shipped_traces_dir
 @pytest.fixture(scope="module")
 def corpus() -> dict[str, list[dict]]:
     folder = Path(shipped_traces_dir())
-    return {p.stem: [json.loads(x) for x in p.read_text(encoding="utf-8").splitlines() if x.strip()]
-            for p in sorted(folder.glob("*.jsonl"))}
+    return {
+        p.stem: [json.loads(x) for x in p.read_text(encoding="utf-8").splitlines() if x.strip()]
+        for p in sorted(folder.glob("*.jsonl"))
+    }
 
 
 def _header(lines):
@@ -83,4 +85,4 @@ def test_every_environment_has_runs_that_overoptimize_and_runs_that_do_not(corpu
 def test_the_corpus_stays_small_on_disk():
     folder = Path(shipped_traces_dir())
     sizes = [p.stat().st_size for p in folder.glob("*.jsonl")]
-    assert sum(sizes) < 4 * 2 ** 20 and max(sizes) < 2 ** 20
+    assert sum(sizes) < 4 * 2**20 and max(sizes) < 2**20

@@ -33,15 +33,18 @@ def test_environment_and_split_are_known_optional_header_fields(tmp_path):
     assert tf.read_header(tmp_path / "t.jsonl")["split"] == "test"
 
 
-@pytest.mark.parametrize("extra, words", [
-    ({"split": "train"}, "split must be one of tune, test"),
-    ({"environment": ""}, "environment must be a non-empty string"),
-    ({"environment": 3}, "environment must be a non-empty string"),
-    ({"planned_steps": -1}, "planned_steps must be an integer >= 0"),
-    ({"world_size": 0}, "world_size must be an integer >= 1"),
-    ({"config": []}, "config must be an object"),
-    ({"host": "gpu-1"}, "unknown trace header field(s): host"),
-])
+@pytest.mark.parametrize(
+    "extra, words",
+    [
+        ({"split": "train"}, "split must be one of tune, test"),
+        ({"environment": ""}, "environment must be a non-empty string"),
+        ({"environment": 3}, "environment must be a non-empty string"),
+        ({"planned_steps": -1}, "planned_steps must be an integer >= 0"),
+        ({"world_size": 0}, "world_size must be an integer >= 1"),
+        ({"config": []}, "config must be an object"),
+        ({"host": "gpu-1"}, "unknown trace header field(s): host"),
+    ],
+)
 def test_bad_header_fields_named_with_file_and_line(tmp_path, extra, words):
     p = tmp_path / "h.jsonl"
     p.write_text(json.dumps(_header(**extra)) + "\n" + json.dumps({"kind": "eval", "step": 1, "eval_score": 1}) + "\n")
@@ -71,8 +74,11 @@ def test_update_header_replaces_the_recorders_header_rewrite(tmp_path):
     rec.eval(5, 1.0)
     rec.end("completed", best_step=5, best_score=1.0)
     before = tf.read_trace_file(tmp_path / "t.jsonl")
-    new = tf.update_header(tmp_path / "t.jsonl", {"environment": "format", "split": "test", "model": "llama-2x64"},
-                           config={"run": {"algo": "grpo"}})
+    new = tf.update_header(
+        tmp_path / "t.jsonl",
+        {"environment": "format", "split": "test", "model": "llama-2x64"},
+        config={"run": {"algo": "grpo"}},
+    )
     after = tf.read_trace_file(tmp_path / "t.jsonl")
     assert after.header == new and new["config"] == {"eval_steps": 5, "run": {"algo": "grpo"}}
     assert (new["environment"], new["split"], new["model"]) == ("format", "test", "llama-2x64")

@@ -12,8 +12,16 @@ from platform_sim.sim.traces import TraceFormatError, load_traces, read_trace
 
 
 def write_trace(path: Path, scores, job_type="rlhf", end=True, extra_eval=None, header=None) -> Path:
-    lines = [header or {"kind": "header", "format": "evalstop-trace/1", "job_id": path.stem, "job_type": job_type,
-                        "planned_steps": 10 * len(scores)}]
+    lines = [
+        header
+        or {
+            "kind": "header",
+            "format": "evalstop-trace/1",
+            "job_id": path.stem,
+            "job_type": job_type,
+            "planned_steps": 10 * len(scores),
+        }
+    ]
     for i, s in enumerate(scores, 1):
         line = {"kind": "eval", "step": 10 * i, "eval_score": s, "proxy_reward": float(i)}
         line.update(extra_eval or {})
@@ -33,28 +41,56 @@ def test_reads_a_valid_trace(tmp_path):
 
 def test_only_required_fields_are_required(tmp_path):
     p = tmp_path / "minimal.jsonl"
-    p.write_text('{"kind": "header", "format": "evalstop-trace/1", "job_id": "x", "job_type": "dpo"}\n'
-                 '{"kind": "eval", "step": 0, "eval_score": 1}\n{"kind": "eval", "step": 5, "eval_score": 2}\n')
+    p.write_text(
+        '{"kind": "header", "format": "evalstop-trace/1", "job_id": "x", "job_type": "dpo"}\n'
+        '{"kind": "eval", "step": 0, "eval_score": 1}\n{"kind": "eval", "step": 5, "eval_score": 2}\n'
+    )
     t = read_trace(p)
     assert t.planned_steps == 5 and t.end is None and t.proxy == (None, None)
 
 
-@pytest.mark.parametrize("mutate, line, words", [
-    (lambda ls: ls.__setitem__(2, "{not json"), 3, "not valid JSON"),
-    (lambda ls: ls.__setitem__(3, json.dumps({"kind": "eval", "step": 10, "eval_score": 1.0})), 4, "steps must increase"),
-    (lambda ls: ls.__setitem__(2, '{"kind": "eval", "step": 20, "eval_score": NaN}'), 3, "finite"),
-    (lambda ls: ls.__setitem__(2, json.dumps({"kind": "eval", "step": 20})), 3, "without eval_score"),
-    (lambda ls: ls.__setitem__(2, json.dumps({"kind": "eval", "step": 20, "eval_score": 1, "loss": 2})), 3, "unknown"),
-    (lambda ls: ls.__setitem__(2, json.dumps({"kind": "metrics", "step": 20})), 3, "unknown line kind"),
-    (lambda ls: ls.__setitem__(0, json.dumps({"kind": "header", "format": "other/2", "job_id": "a",
-                                               "job_type": "rlhf"})), 1, "format"),
-    (lambda ls: ls.__setitem__(0, json.dumps({"kind": "header", "format": "evalstop-trace/1", "job_id": "a",
-                                               "job_type": "chat"})), 1, "job_type"),
-    (lambda ls: ls.pop(0), 1, "first line must be the header"),
-    (lambda ls: ls.append(json.dumps({"kind": "eval", "step": 99, "eval_score": 1})), 7, "after the end line"),
-    (lambda ls: ls.__setitem__(2, json.dumps({"kind": "eval", "step": 20, "eval_score": 1,
-                                               "eval_scores": [1, None]})), 3, "eval_scores"),
-])
+@pytest.mark.parametrize(
+    "mutate, line, words",
+    [
+        (lambda ls: ls.__setitem__(2, "{not json"), 3, "not valid JSON"),
+        (
+            lambda ls: ls.__setitem__(3, json.dumps({"kind": "eval", "step": 10, "eval_score": 1.0})),
+            4,
+            "steps must increase",
+        ),
+        (lambda ls: ls.__setitem__(2, '{"kind": "eval", "step": 20, "eval_score": NaN}'), 3, "finite"),
+        (lambda ls: ls.__setitem__(2, json.dumps({"kind": "eval", "step": 20})), 3, "without eval_score"),
+        (
+            lambda ls: ls.__setitem__(2, json.dumps({"kind": "eval", "step": 20, "eval_score": 1, "loss": 2})),
+            3,
+            "unknown",
+        ),
+        (lambda ls: ls.__setitem__(2, json.dumps({"kind": "metrics", "step": 20})), 3, "unknown line kind"),
+        (
+            lambda ls: ls.__setitem__(
+                0, json.dumps({"kind": "header", "format": "other/2", "job_id": "a", "job_type": "rlhf"})
+            ),
+            1,
+            "format",
+        ),
+        (
+            lambda ls: ls.__setitem__(
+                0, json.dumps({"kind": "header", "format": "evalstop-trace/1", "job_id": "a", "job_type": "chat"})
+            ),
+            1,
+            "job_type",
+        ),
+        (lambda ls: ls.pop(0), 1, "first line must be the header"),
+        (lambda ls: ls.append(json.dumps({"kind": "eval", "step": 99, "eval_score": 1})), 7, "after the end line"),
+        (
+            lambda ls: ls.__setitem__(
+                2, json.dumps({"kind": "eval", "step": 20, "eval_score": 1, "eval_scores": [1, None]})
+            ),
+            3,
+            "eval_scores",
+        ),
+    ],
+)
 def test_rejects_bad_files_with_file_and_line(tmp_path, mutate, line, words):
     p = write_trace(tmp_path / "bad.jsonl", [1.0, 2.0, 3.0, 2.0])
     lines = p.read_text().splitlines()

@@ -22,8 +22,15 @@ N = 10  # evals per trace
 
 
 def _write(path: Path, scores) -> None:
-    lines = [{"kind": "header", "format": "evalstop-trace/1", "job_id": path.stem, "job_type": "rlhf",
-              "planned_steps": 10 * N}]
+    lines = [
+        {
+            "kind": "header",
+            "format": "evalstop-trace/1",
+            "job_id": path.stem,
+            "job_type": "rlhf",
+            "planned_steps": 10 * N,
+        }
+    ]
     lines += [{"kind": "eval", "step": 10 * (i + 1), "eval_score": float(s)} for i, s in enumerate(scores)]
     path.write_text("\n".join(json.dumps(x) for x in lines) + "\n")
 
@@ -71,13 +78,15 @@ def test_trace_detection_row(corpus):
 
 
 def test_replay_json_tables_and_trace_rows(corpus, capsys):
-    code = sim_main(["replay", "--traces", str(corpus), "--seeds", "2", "--backend", "serial", "--json",
-                     "--min-delta", "0.02"])
+    code = sim_main(
+        ["replay", "--traces", str(corpus), "--seeds", "2", "--backend", "serial", "--json", "--min-delta", "0.02"]
+    )
     assert code == 0
     res = json.loads(capsys.readouterr().out)
     assert [r["stop"] for r in res["main"]] == ["none", "evalstop", "stop-at-p", "loss-plateau", "oracle"]
     assert {(r["base"], r["stop"]) for r in res["composability"]} == {
-        (b, s) for b in ("fifo", "sjf-est", "srtf-est", "loss-aware") for s in ("none", "evalstop")}
+        (b, s) for b in ("fifo", "sjf-est", "srtf-est", "loss-aware") for s in ("none", "evalstop")
+    }
     rows = {r["trace"]: r for r in res["traces"]}
     assert set(rows) == {"hack0", "hack1", "hack2", "ok0", "ok1", "ok2"}
     for r in rows.values():
@@ -94,11 +103,13 @@ def test_replay_json_tables_and_trace_rows(corpus, capsys):
 
 
 def test_replay_k_flag_changes_detection(corpus, capsys):
-    assert sim_main(["replay", "--traces", str(corpus), "--seeds", "1", "--backend", "serial", "--json",
-                     "--k", "1"]) == 0
+    assert (
+        sim_main(["replay", "--traces", str(corpus), "--seeds", "1", "--backend", "serial", "--json", "--k", "1"]) == 0
+    )
     k1 = json.loads(capsys.readouterr().out)
-    assert sim_main(["replay", "--traces", str(corpus), "--seeds", "1", "--backend", "serial", "--json",
-                     "--k", "5"]) == 0
+    assert (
+        sim_main(["replay", "--traces", str(corpus), "--seeds", "1", "--backend", "serial", "--json", "--k", "5"]) == 0
+    )
     k5 = json.loads(capsys.readouterr().out)
     d1 = {r["trace"]: r["stop_step"] for r in k1["traces"]}
     d5 = {r["trace"]: r["stop_step"] for r in k5["traces"]}
@@ -106,8 +117,9 @@ def test_replay_k_flag_changes_detection(corpus, capsys):
     assert sum(r["stopped"] for r in k1["traces"]) > sum(r["stopped"] for r in k5["traces"])
 
 
-@pytest.mark.parametrize("argv, flag", [(["--k", "0"], "--k"), (["--min-delta", "-1"], "--min-delta"),
-                                        (["--seeds", "0"], "--seeds")])
+@pytest.mark.parametrize(
+    "argv, flag", [(["--k", "0"], "--k"), (["--min-delta", "-1"], "--min-delta"), (["--seeds", "0"], "--seeds")]
+)
 def test_replay_bad_flags(corpus, capsys, argv, flag):
     assert sim_main(["replay", "--traces", str(corpus), "--backend", "serial", *argv]) == 2
     err = capsys.readouterr().err.strip()
@@ -115,8 +127,23 @@ def test_replay_bad_flags(corpus, capsys, argv, flag):
 
 
 def test_trace_min_delta_is_converted_to_the_platform_scale(corpus, capsys):
-    assert sim_main(["replay", "--traces", str(corpus), "--seeds", "1", "--backend", "serial", "--json",
-                     "--trace-min-delta", "0.5"]) == 0
+    assert (
+        sim_main(
+            [
+                "replay",
+                "--traces",
+                str(corpus),
+                "--seeds",
+                "1",
+                "--backend",
+                "serial",
+                "--json",
+                "--trace-min-delta",
+                "0.5",
+            ]
+        )
+        == 0
+    )
     res = json.loads(capsys.readouterr().out)
     span = corpus_scale(load_traces(corpus)).span
     assert res["config"]["detector"]["params"]["min_delta"] == pytest.approx(0.5 / span)
@@ -170,7 +197,8 @@ def test_detectors_that_read_per_example_scores_get_the_recorded_ones(caplog):
     assert not [r for r in caplog.records if "falling back" in r.getMessage()]
     study = trace_rows(traces, scale, [("shape", spec)])
     assert [(r["stopped"], r["stop_step"], r["best_step"]) for r in rows] == [
-        (r["stopped"], r["stop_step"], r["best_step"]) for r in study]
+        (r["stopped"], r["stop_step"], r["best_step"]) for r in study
+    ]
     caplog.clear()
     with caplog.at_level(logging.WARNING, logger="platform_sim.core.detectors"):
         out = replay(traces, WorkloadConfig(n_jobs=30), spec, seeds=1)
@@ -186,22 +214,63 @@ def mixed(tmp_path):
     from _trace_factory import hacking_curve, healthy_curve, write
 
     d = tmp_path / "mixed"
-    write(d / "grpo-hack.jsonl", hacking_curve(30), every=10, examples=16, noise=0.03, trainer="GRPOTrainer",
-          model="gpt2-2x64", environment="bow", split="tune")
-    write(d / "grpo-ok.jsonl", healthy_curve(30), every=10, examples=16, noise=0.03, trainer="GRPOTrainer",
-          environment="bow", split="tune")
-    write(d / "ppo-hack.jsonl", 0.1 * hacking_curve(12, peak_at=0.4) + 0.5, every=4, planned=60,
-          trainer="PPOTrainer", model="llama-2x64", environment="format", split="test")
-    write(d / "ppo-ok.jsonl", 0.1 * healthy_curve(12) + 0.5, every=4, trainer="PPOTrainer", environment="format",
-          split="test")
-    write(d / "dpo-ok.jsonl", 0.1 * healthy_curve(45) + 0.5, every=2, examples=8, noise=0.002, trainer="DPOTrainer",
-          environment="format", split="test")
+    write(
+        d / "grpo-hack.jsonl",
+        hacking_curve(30),
+        every=10,
+        examples=16,
+        noise=0.03,
+        trainer="GRPOTrainer",
+        model="gpt2-2x64",
+        environment="bow",
+        split="tune",
+    )
+    write(
+        d / "grpo-ok.jsonl",
+        healthy_curve(30),
+        every=10,
+        examples=16,
+        noise=0.03,
+        trainer="GRPOTrainer",
+        environment="bow",
+        split="tune",
+    )
+    write(
+        d / "ppo-hack.jsonl",
+        0.1 * hacking_curve(12, peak_at=0.4) + 0.5,
+        every=4,
+        planned=60,
+        trainer="PPOTrainer",
+        model="llama-2x64",
+        environment="format",
+        split="test",
+    )
+    write(
+        d / "ppo-ok.jsonl",
+        0.1 * healthy_curve(12) + 0.5,
+        every=4,
+        trainer="PPOTrainer",
+        environment="format",
+        split="test",
+    )
+    write(
+        d / "dpo-ok.jsonl",
+        0.1 * healthy_curve(45) + 0.5,
+        every=2,
+        examples=8,
+        noise=0.002,
+        trainer="DPOTrainer",
+        environment="format",
+        split="test",
+    )
     return d
 
 
 def test_a_folder_mixing_lengths_cadences_trainers_and_units_replays(mixed, capsys):
-    assert sim_main(["replay", "--traces", str(mixed), "--seeds", "1", "--backend", "serial", "--json",
-                     "--jobs", "40"]) == 0
+    assert (
+        sim_main(["replay", "--traces", str(mixed), "--seeds", "1", "--backend", "serial", "--json", "--jobs", "40"])
+        == 0
+    )
     res = json.loads(capsys.readouterr().out)
     cfg = res["config"]
     assert cfg["eval_counts"] == [12, 30, 45] and cfg["grid_evals"] == 45
@@ -253,8 +322,10 @@ def test_a_broken_trace_in_a_mixed_folder_is_rejected_with_file_and_line(mixed, 
 
 
 def test_trace_min_delta_needs_one_shared_scale(mixed, capsys):
-    assert sim_main(["replay", "--traces", str(mixed), "--seeds", "1", "--backend", "serial",
-                     "--trace-min-delta", "0.1"]) == 2
+    assert (
+        sim_main(["replay", "--traces", str(mixed), "--seeds", "1", "--backend", "serial", "--trace-min-delta", "0.1"])
+        == 2
+    )
     assert "--trace-min-delta" in capsys.readouterr().err
 
 
@@ -266,15 +337,36 @@ def test_ambiguous_traces_are_listed_not_dealt(tmp_path, capsys):
     traces = load_traces(tmp_path)
     assert {t.name: t.label for t in traces} == {"hack": "hacking", "ok": "healthy", "amb": "ambiguous"}
     assert {c.name for c in trace_curves(traces, corpus_scale(traces))} == {"hack", "ok"}
-    assert sim_main(["replay", "--traces", str(tmp_path), "--seeds", "1", "--backend", "serial", "--json",
-                     "--jobs", "30"]) == 0
+    assert (
+        sim_main(["replay", "--traces", str(tmp_path), "--seeds", "1", "--backend", "serial", "--json", "--jobs", "30"])
+        == 0
+    )
     res = json.loads(capsys.readouterr().out)
     assert res["config"]["ambiguous_traces"] == ["amb"] and res["trace_summary"]["ambiguous_traces"] == ["amb"]
 
 
 def test_the_detector_study_takes_a_mixed_folder(mixed, capsys):
-    assert sim_main(["detectors", "--parts", "real", "--traces", str(mixed), "--seeds", "1", "--jobs", "30",
-                     "--only", "paper k=2,shape", "--backend", "serial", "--json"]) == 0
+    assert (
+        sim_main(
+            [
+                "detectors",
+                "--parts",
+                "real",
+                "--traces",
+                str(mixed),
+                "--seeds",
+                "1",
+                "--jobs",
+                "30",
+                "--only",
+                "paper k=2,shape",
+                "--backend",
+                "serial",
+                "--json",
+            ]
+        )
+        == 0
+    )
     res = json.loads(capsys.readouterr().out)
     assert res["config"]["real_missing"] is None and {r["detector"] for r in res["real"]} == {"paper k=2", "shape"}
     rows = [r for r in res["real_traces"] if r["detector"] == "shape"]

@@ -14,8 +14,9 @@ import logging
 import os
 import shutil
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import NoReturn, Sequence
+from typing import NoReturn
 
 
 class _Parser(argparse.ArgumentParser):
@@ -69,70 +70,112 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="{demo,traces}", parser_class=_Parser)
 
     demo = sub.add_parser(
-        "demo", help="the CPU reward-hacking demo, end to end (under 3 minutes on 2 cores)",
+        "demo",
+        help="the CPU reward-hacking demo, end to end (under 3 minutes on 2 cores)",
         description="Builds the overoptimization environment, runs one real GRPO job against the learned proxy with "
-                    "EvalStopCallback (embedded scheduler core) while printing proxy and gold at each eval, stops it, "
-                    "restores the best checkpoint and checks its gold score, then runs the simulated 64-GPU platform "
-                    "on the shipped real traces and prints the main table.")
-    demo.add_argument("--out", default="evalstop-demo", help="folder for the plot, the trace and summary.json "
-                      "(default: ./evalstop-demo)")
+        "EvalStopCallback (embedded scheduler core) while printing proxy and gold at each eval, stops it, "
+        "restores the best checkpoint and checks its gold score, then runs the simulated 64-GPU platform "
+        "on the shipped real traces and prints the main table.",
+    )
+    demo.add_argument(
+        "--out",
+        default="evalstop-demo",
+        help="folder for the plot, the trace and summary.json (default: ./evalstop-demo)",
+    )
     demo.add_argument("--json", action="store_true", help="print a JSON summary object instead of the human output")
     demo.add_argument("--seed", type=_nonneg_int, default=0, help="environment and training seed (default 0)")
-    demo.add_argument("--k", type=_pos_int, default=None,
-                      help="use the paper's k-decline rule, stopping after this many consecutive declines (default: "
-                           "the project's default detector; with --min-delta or --warmup alone, k is 2)")
-    demo.add_argument("--min-delta", type=_nonneg_float, default=None,
-                      help="k-decline: a drop must exceed this to count as a decline, in gold points (0 unless given)")
-    demo.add_argument("--warmup", type=_nonneg_int, default=None,
-                      help="k-decline: the first evals count no decline (0 unless given)")
-    demo.add_argument("--detector", default=None,
-                      help="use this registered detector (default: the project's default detector, chosen on held-out "
-                           "environments; --k, --min-delta and --warmup then do not apply); the platform part gets "
-                           "the same spec on its 0-1 scale, so prefer scale-free detectors (shape, cusum, trend)")
-    demo.add_argument("--detector-param", action="append", type=_detector_param, default=[], metavar="KEY=VALUE",
-                      help="a parameter of --detector (repeatable; values parsed as JSON)")
+    demo.add_argument(
+        "--k",
+        type=_pos_int,
+        default=None,
+        help="use the paper's k-decline rule, stopping after this many consecutive declines (default: "
+        "the project's default detector; with --min-delta or --warmup alone, k is 2)",
+    )
+    demo.add_argument(
+        "--min-delta",
+        type=_nonneg_float,
+        default=None,
+        help="k-decline: a drop must exceed this to count as a decline, in gold points (0 unless given)",
+    )
+    demo.add_argument(
+        "--warmup", type=_nonneg_int, default=None, help="k-decline: the first evals count no decline (0 unless given)"
+    )
+    demo.add_argument(
+        "--detector",
+        default=None,
+        help="use this registered detector (default: the project's default detector, chosen on held-out "
+        "environments; --k, --min-delta and --warmup then do not apply); the platform part gets "
+        "the same spec on its 0-1 scale, so prefer scale-free detectors (shape, cusum, trend)",
+    )
+    demo.add_argument(
+        "--detector-param",
+        action="append",
+        type=_detector_param,
+        default=[],
+        metavar="KEY=VALUE",
+        help="a parameter of --detector (repeatable; values parsed as JSON)",
+    )
     demo.add_argument("--steps", type=_pos_int, default=300, help="planned GRPO steps (default 300)")
     demo.add_argument("--eval-steps", type=_pos_int, default=10, help="evaluate every this many steps (default 10)")
-    demo.add_argument("--traces", default=None, help="trace folder for the platform part (default: the shipped "
-                      "corpus)")
-    demo.add_argument("--sim-seeds", type=_pos_int, default=3, help="simulator seeds for the platform table "
-                      "(default 3)")
+    demo.add_argument("--traces", default=None, help="trace folder for the platform part (default: the shipped corpus)")
+    demo.add_argument(
+        "--sim-seeds", type=_pos_int, default=3, help="simulator seeds for the platform table (default 3)"
+    )
     demo.add_argument("--no-sim", action="store_true", help="skip the simulated platform part")
 
-    traces = sub.add_parser("traces", help="record real training traces",
-                            description="Trace commands.")
+    traces = sub.add_parser("traces", help="record real training traces", description="Trace commands.")
     tsub = traces.add_subparsers(dest="traces_command", metavar="{record}", parser_class=_Parser)
     from .envs import ENVIRONMENTS
 
     rec = tsub.add_parser(
-        "record", help="record a grid of real runs (observe mode, full length) as JSONL traces",
+        "record",
+        help="record a grid of real runs (observe mode, full length) as JSONL traces",
         description="Runs the grid of real training runs of one overoptimization environment to their full length "
-                    "with EvalStopCallback in observe mode, one at a time, each in its own process, and writes one "
-                    "JSONL trace per run (evalstop-trace/1, the header names the environment and its split). Each "
-                    "environment has hacking configurations (its proxy, no KL) and healthy controls (gold as the "
-                    "reward, a strong KL or a small learning rate); environments: "
-                    + "; ".join(f"{e.name} ({e.split}): {e.failure}" for e in ENVIRONMENTS.values())
-                    + ". Existing complete traces are kept (an interrupted recording resumes) unless --force.")
-    rec.add_argument("--env", default="bow-proxy", choices=sorted(ENVIRONMENTS),
-                     help="the environment to record (default bow-proxy, the learned bag-of-words proxy)")
+        "with EvalStopCallback in observe mode, one at a time, each in its own process, and writes one "
+        "JSONL trace per run (evalstop-trace/1, the header names the environment and its split). Each "
+        "environment has hacking configurations (its proxy, no KL) and healthy controls (gold as the "
+        "reward, a strong KL or a small learning rate); environments: "
+        + "; ".join(f"{e.name} ({e.split}): {e.failure}" for e in ENVIRONMENTS.values())
+        + ". Existing complete traces are kept (an interrupted recording resumes) unless --force.",
+    )
+    rec.add_argument(
+        "--env",
+        default="bow-proxy",
+        choices=sorted(ENVIRONMENTS),
+        help="the environment to record (default bow-proxy, the learned bag-of-words proxy)",
+    )
     rec.add_argument("--out", default="evalstop-traces", help="output folder (default: ./evalstop-traces)")
-    rec.add_argument("--seeds", type=_nonneg_int, default=None,
-                     help="seeds per configuration (default: the environment's own; 6 for bow-proxy)")
-    rec.add_argument("--ppo-seeds", type=_nonneg_int, default=5,
-                     help="bow-proxy only: seeds of PPO vs proxy, no KL (default 5)")
-    rec.add_argument("--ppo-kl-seeds", type=_nonneg_int, default=2,
-                     help="bow-proxy only: seeds of PPO vs proxy, KL 0.2 (default 2)")
+    rec.add_argument(
+        "--seeds",
+        type=_nonneg_int,
+        default=None,
+        help="seeds per configuration (default: the environment's own; 6 for bow-proxy)",
+    )
+    rec.add_argument(
+        "--ppo-seeds", type=_nonneg_int, default=5, help="bow-proxy only: seeds of PPO vs proxy, no KL (default 5)"
+    )
+    rec.add_argument(
+        "--ppo-kl-seeds", type=_nonneg_int, default=2, help="bow-proxy only: seeds of PPO vs proxy, KL 0.2 (default 2)"
+    )
     rec.add_argument("--grpo-steps", type=_pos_int, default=300, help="bow-proxy only: GRPO run length (default 300)")
     rec.add_argument("--ppo-steps", type=_pos_int, default=120, help="bow-proxy only: PPO run length (default 120)")
-    rec.add_argument("--only", default=None, help="record only runs whose name contains this text "
-                     "(names look like bow-proxy-grpo-proxy-kl0-s3 or length-rloo-llama-proxy-kl0-lr0.0003-s1)")
-    rec.add_argument("--ppo-python", default=None,
-                     help="Python interpreter with trl==1.12.0 for the PPO runs (e.g. .venv-ppo/bin/python); "
-                          "default: this one if it has trl.experimental.ppo")
+    rec.add_argument(
+        "--only",
+        default=None,
+        help="record only runs whose name contains this text "
+        "(names look like bow-proxy-grpo-proxy-kl0-s3 or length-rloo-llama-proxy-kl0-lr0.0003-s1)",
+    )
+    rec.add_argument(
+        "--ppo-python",
+        default=None,
+        help="Python interpreter with trl==1.12.0 for the PPO runs (e.g. .venv-ppo/bin/python); "
+        "default: this one if it has trl.experimental.ppo",
+    )
     rec.add_argument("--skip-ppo", action="store_true", help="record no PPO runs")
     rec.add_argument("--force", action="store_true", help="re-record runs whose trace already exists")
-    rec.add_argument("--cache-dir", default=None, help="environment cache (default $EVALSTOP_CACHE or "
-                     "~/.cache/evalstop)")
+    rec.add_argument(
+        "--cache-dir", default=None, help="environment cache (default $EVALSTOP_CACHE or ~/.cache/evalstop)"
+    )
     rec.add_argument("--json", action="store_true", help="print one JSON object with the recorded runs")
     return parser
 
@@ -144,8 +187,13 @@ def cmd_record(ns: argparse.Namespace) -> int:
     from .record import default_grid, ppo_available, run_in_subprocess
 
     if ns.env == "bow-proxy":
-        grid = default_grid(6 if ns.seeds is None else ns.seeds, 0 if ns.skip_ppo else ns.ppo_seeds,
-                            0 if ns.skip_ppo else ns.ppo_kl_seeds, ns.grpo_steps, ns.ppo_steps)
+        grid = default_grid(
+            6 if ns.seeds is None else ns.seeds,
+            0 if ns.skip_ppo else ns.ppo_seeds,
+            0 if ns.skip_ppo else ns.ppo_kl_seeds,
+            ns.grpo_steps,
+            ns.ppo_steps,
+        )
     else:
         env = get(ns.env)
         grid = env.grid() if ns.seeds is None else env.grid(ns.seeds)
@@ -159,8 +207,11 @@ def cmd_record(ns: argparse.Namespace) -> int:
     if ppo_python is not None and not (shutil.which(ppo_python) or os.access(ppo_python, os.X_OK)):
         return _fail("--ppo-python", f"{ppo_python} is not an executable interpreter")
     if any(s.algo == "ppo" for s in grid) and ppo_python is None and not ppo_available():
-        return _fail("--ppo-python", "the grid has PPO runs but this Python has no trl.experimental.ppo "
-                                     "(trl==1.12.0); pass --ppo-python .venv-ppo/bin/python or --skip-ppo")
+        return _fail(
+            "--ppo-python",
+            "the grid has PPO runs but this Python has no trl.experimental.ppo "
+            "(trl==1.12.0); pass --ppo-python .venv-ppo/bin/python or --skip-ppo",
+        )
     out = Path(ns.out)
     out.mkdir(parents=True, exist_ok=True)
     from tqdm import tqdm
@@ -174,8 +225,9 @@ def cmd_record(ns: argparse.Namespace) -> int:
             results.append({"name": spec.name, "trace": str(path), "skipped": True})
             continue
         try:
-            res = run_in_subprocess(spec, path, python=ppo_python if spec.algo == "ppo" else None,
-                                    cache_dir=ns.cache_dir)
+            res = run_in_subprocess(
+                spec, path, python=ppo_python if spec.algo == "ppo" else None, cache_dir=ns.cache_dir
+            )
         except Exception as exc:  # noqa: BLE001 - report and continue with the next run
             # A crashed run leaves a partial trace: set it aside so the folder holds complete traces only.
             if path.exists():
@@ -201,8 +253,10 @@ def cmd_record(ns: argparse.Namespace) -> int:
         for r in results:
             print(f"{r['name']:<24} {r.get('label') or '?':<8} {'(kept)' if r.get('skipped') else ''}")
         n_hack = sum(1 for r in results if r.get("label") == "hacking")
-        print(f"{len(results)} traces in {out} ({n_hack} hacking, {len(results) - n_hack} healthy), "
-              f"{len(failures)} failed")
+        print(
+            f"{len(results)} traces in {out} ({n_hack} hacking, {len(results) - n_hack} healthy), "
+            f"{len(failures)} failed"
+        )
     return 1 if failures else 0
 
 
@@ -213,7 +267,9 @@ def cmd_demo(ns: argparse.Namespace) -> int:
         return _fail("--traces", f"{ns.traces} is not a folder")
     if ns.detector_param and ns.detector is None:
         return _fail("--detector-param", "needs --detector")
-    rule_flags = [f for f, v in (("--k", ns.k), ("--min-delta", ns.min_delta), ("--warmup", ns.warmup)) if v is not None]
+    rule_flags = [
+        f for f, v in (("--k", ns.k), ("--min-delta", ns.min_delta), ("--warmup", ns.warmup)) if v is not None
+    ]
     if ns.detector is not None and rule_flags:
         return _fail(rule_flags[0], "applies to the k-decline rule only, not with --detector")
     if ns.detector is not None:

@@ -18,11 +18,11 @@ import argparse
 import json
 import logging
 import math
-import warnings
 import os
 import shutil
 import sys
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -98,35 +98,66 @@ def _run_demo(ns: argparse.Namespace) -> int:
     _say(ns, "== 1. The environment: a tiny GPT-2 world, a gold score and a learned proxy ==")
     t0 = time.perf_counter()
     env = build_env(EnvConfig(seed=ns.seed))
-    _say(ns, f"reference policy pretrained, proxy fitted on {int(env.proxy_fit['n'])} gold-labelled samples: "
-             f"corr(proxy, gold) = {env.proxy_fit['corr_check']:.2f} in distribution; reference gold "
-             f"{env.reference_gold:.2f} on {len(env.heldout_prompts)} held-out prompts ({time.perf_counter() - t0:.1f} s)")
+    _say(
+        ns,
+        f"reference policy pretrained, proxy fitted on {int(env.proxy_fit['n'])} gold-labelled samples: "
+        f"corr(proxy, gold) = {env.proxy_fit['corr_check']:.2f} in distribution; reference gold "
+        f"{env.reference_gold:.2f} on {len(env.heldout_prompts)} held-out prompts ({time.perf_counter() - t0:.1f} s)",
+    )
 
     detector = getattr(ns, "detector_spec", None) or {
-        "name": "k-decline", "params": {"k": ns.k, "min_delta": ns.min_delta, "warmup": ns.warmup}}
-    rule = " ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in detector["params"].items()
-                    if v is not None)
-    _say(ns, f"\n== 2. GRPO against the proxy (no KL), EvalStop {detector['name']} {rule}, "
-             f"eval every {ns.eval_steps} steps ==")
+        "name": "k-decline",
+        "params": {"k": ns.k, "min_delta": ns.min_delta, "warmup": ns.warmup},
+    }
+    rule = " ".join(
+        f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in detector["params"].items() if v is not None
+    )
+    _say(
+        ns,
+        f"\n== 2. GRPO against the proxy (no KL), EvalStop {detector['name']} {rule}, "
+        f"eval every {ns.eval_steps} steps ==",
+    )
     evaluator = env.evaluator()
-    cb = EvalStopCallback(evaluator, eval_steps=ns.eval_steps, k=ns.k, min_delta=ns.min_delta, job_id="demo-grpo",
-                          job_type="rlhf", mode="enforce", trace_path=str(out / "trace.jsonl"), detector=detector,
-                          trace_extras=evaluator.trace_extras)
+    cb = EvalStopCallback(
+        evaluator,
+        eval_steps=ns.eval_steps,
+        k=ns.k,
+        min_delta=ns.min_delta,
+        job_id="demo-grpo",
+        job_type="rlhf",
+        mode="enforce",
+        trace_path=str(out / "trace.jsonl"),
+        detector=detector,
+        trace_extras=evaluator.trace_extras,
+    )
     rows: list[dict[str, Any]] = []
 
     class _Printer(TrainerCallback):
         # Runs after EvalStopCallback (later in the callback list): prints the eval it just reported.
         def on_step_end(self, args, state, control, **kwargs):
-            if cb.history and cb.history[-1]["step"] == state.global_step and (
-                    not rows or rows[-1]["step"] != state.global_step):
+            if (
+                cb.history
+                and cb.history[-1]["step"] == state.global_step
+                and (not rows or rows[-1]["step"] != state.global_step)
+            ):
                 h = cb.history[-1]
-                rows.append({"step": h["step"], "gold": h["eval_score"], "proxy": evaluator.last_proxy,
-                             "declines": h["declines"], "action": h["action"]})
+                rows.append(
+                    {
+                        "step": h["step"],
+                        "gold": h["eval_score"],
+                        "proxy": evaluator.last_proxy,
+                        "declines": h["declines"],
+                        "action": h["action"],
+                    }
+                )
                 mark = "  <- best so far" if h["step"] == cb.best_step else ""
                 if h["action"] == "stop":
                     mark = "  <- STOP"
-                _say(ns, f"step {h['step']:4d}   proxy {evaluator.last_proxy:6.2f}   gold {h['eval_score']:6.2f}   "
-                         f"declines {h['declines']}{mark}")
+                _say(
+                    ns,
+                    f"step {h['step']:4d}   proxy {evaluator.last_proxy:6.2f}   gold {h['eval_score']:6.2f}   "
+                    f"declines {h['declines']}{mark}",
+                )
             return control
 
     spec = RunSpec("grpo", "proxy", 0.0, ns.seed, ns.steps, ns.eval_steps)
@@ -139,25 +170,41 @@ def _run_demo(ns: argparse.Namespace) -> int:
     if stop_step is None:
         _say(ns, f"EvalStop did not stop the job: it ran all {ns.steps} steps ({train_s:.0f} s)")
     else:
-        _say(ns, f"EvalStop stopped the job at step {stop_step} of {ns.steps} ({train_s:.0f} s); "
-                 f"{ns.steps - stop_step} steps ({100 * (ns.steps - stop_step) / ns.steps:.0f}% of the job) not run")
+        _say(
+            ns,
+            f"EvalStop stopped the job at step {stop_step} of {ns.steps} ({train_s:.0f} s); "
+            f"{ns.steps - stop_step} steps ({100 * (ns.steps - stop_step) / ns.steps:.0f}% of the job) not run",
+        )
 
     _say(ns, "\n== 3. The restored model ==")
     restored_gold, _, restored_proxy = env.evaluate(trainer.model)
     match = best_gold is not None and math.isclose(restored_gold, best_gold, rel_tol=0, abs_tol=1e-9)
     _say(ns, f"best checkpoint: step {best_step} (gold {best_gold:.3f}); restored from {cb.restored_from or '-'}")
-    _say(ns, f"live model after training: gold {restored_gold:.3f}, proxy {restored_proxy:.2f} -> "
-             f"{'equals the best gold' if match else 'DIFFERS from the best gold'}")
+    _say(
+        ns,
+        f"live model after training: gold {restored_gold:.3f}, proxy {restored_proxy:.2f} -> "
+        f"{'equals the best gold' if match else 'DIFFERS from the best gold'}",
+    )
     plot_path = out / "proxy_vs_gold.png"
     _plot(rows, stop_step, best_step, plot_path)
     _say(ns, f"plot: {plot_path}   trace: {out / 'trace.jsonl'}")
 
     summary: dict[str, Any] = {
-        "stop_step": stop_step, "best_step": best_step, "best_gold": best_gold, "restored_gold": restored_gold,
-        "restored_equals_best": bool(match), "proxy_at_stop": proxy_at_stop, "planned_steps": ns.steps,
-        "evals": rows, "detector": detector, "k": ns.k, "min_delta": ns.min_delta, "warmup": ns.warmup,
+        "stop_step": stop_step,
+        "best_step": best_step,
+        "best_gold": best_gold,
+        "restored_gold": restored_gold,
+        "restored_equals_best": bool(match),
+        "proxy_at_stop": proxy_at_stop,
+        "planned_steps": ns.steps,
+        "evals": rows,
+        "detector": detector,
+        "k": ns.k,
+        "min_delta": ns.min_delta,
+        "warmup": ns.warmup,
         "train_s": round(train_s, 1),
-        "proxy_corr_in_distribution": env.proxy_fit["corr_check"], "plot": str(plot_path),
+        "proxy_corr_in_distribution": env.proxy_fit["corr_check"],
+        "plot": str(plot_path),
         "trace": str(out / "trace.jsonl"),
     }
 
@@ -184,17 +231,24 @@ def _platform(ns: argparse.Namespace) -> dict[str, Any]:
     scale = corpus_scale(traces)
     # The demo's tolerance is in gold points; the platform's scores are on 0-1 (corpus min..max).
     det = getattr(ns, "detector_spec", None) or {
-        "name": "k-decline", "params": {"k": ns.k, "min_delta": ns.min_delta / scale.span, "warmup": ns.warmup}}
+        "name": "k-decline",
+        "params": {"k": ns.k, "min_delta": ns.min_delta / scale.span, "warmup": ns.warmup},
+    }
     results = replay(traces, WorkloadConfig(), det, ns.sim_seeds)
     s = results["trace_summary"]
     where = folder if ns.traces else "the shipped corpus (platform_sim/data/traces)"
-    _say(ns, f"{len(traces)} real traces from {where} ({s['hacking']} hacking, {s['healthy']} healthy), "
-             f"as the RLHF jobs of a 200-job workload with synthetic LoRA/DPO jobs, {ns.sim_seeds} seeds")
+    _say(
+        ns,
+        f"{len(traces)} real traces from {where} ({s['hacking']} hacking, {s['healthy']} healthy), "
+        f"as the RLHF jobs of a 200-job workload with synthetic LoRA/DPO jobs, {ns.sim_seeds} seeds",
+    )
     _say(ns, "per trace: " + summary_line(s))
     _say(ns, "")
     _say(ns, markdown_table(results["main"], with_ci=False))
-    main = {r["stop"]: {k: r.get(k) for k in ("precision", "recall", "fpr", "jct_gain_pct", "wasted_reduction_pct")}
-            for r in results["main"]}
+    main = {
+        r["stop"]: {k: r.get(k) for k in ("precision", "recall", "fpr", "jct_gain_pct", "wasted_reduction_pct")}
+        for r in results["main"]
+    }
     return {"traces": len(traces), "seeds": ns.sim_seeds, "detector": det, "trace_summary": s, "main": main}
 
 

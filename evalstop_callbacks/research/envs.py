@@ -47,7 +47,7 @@ class Environment:
     proxy: str
     gold: str
     job_type: str
-    grid: Callable[[int], list] = field(repr=False)
+    grid: Callable[..., list] = field(repr=False)  # grid() or grid(seeds)
 
     def __post_init__(self) -> None:
         if self.split not in SPLITS:
@@ -125,25 +125,39 @@ def register(env: Environment) -> Environment:
     return env
 
 
-register(Environment(
-    "bow-proxy", "tune",
-    failure="the policy repeats the words the learned proxy weighs most ('good . good . good')",
-    proxy="ridge regression on bag-of-words counts, fitted on 300 gold-labelled reference samples",
-    gold="diverse positivity: +1 per distinct positive word, -1 per negative word, -0.5 per repeated content word",
-    job_type="rlhf", grid=_bow_grid))
-register(Environment(
-    "length", "tune",
-    failure="verbosity: the policy stops ending its answer and rambles on to the token limit",
-    proxy="positivity of the answer (up to the first '.', at most 8 words; repeats cost 0.5) + 0.05 per word",
-    gold="positivity of the answer - 0.5 per word after it",
-    job_type="rlhf", grid=_rl_grid("length", 150, 5, RL_LR["length"])))
-register(Environment(
-    "keyword", "test",
-    failure="keyword stuffing: the policy piles up the intensifiers a judge counts ('so very very good')",
-    proxy="positivity (distinct positive words, at most 3, - negative words) + 0.4 per intensifier",
-    gold="positivity - 0.5 per repeated content word - 0.5 per intensifier beyond the first",
-    job_type="rlhf", grid=_rl_grid("keyword", 150, 5, RL_LR["keyword"])))
-
+register(
+    Environment(
+        "bow-proxy",
+        "tune",
+        failure="the policy repeats the words the learned proxy weighs most ('good . good . good')",
+        proxy="ridge regression on bag-of-words counts, fitted on 300 gold-labelled reference samples",
+        gold="diverse positivity: +1 per distinct positive word, -1 per negative word, -0.5 per repeated content word",
+        job_type="rlhf",
+        grid=_bow_grid,
+    )
+)
+register(
+    Environment(
+        "length",
+        "tune",
+        failure="verbosity: the policy stops ending its answer and rambles on to the token limit",
+        proxy="positivity of the answer (up to the first '.', at most 8 words; repeats cost 0.5) + 0.05 per word",
+        gold="positivity of the answer - 0.5 per word after it",
+        job_type="rlhf",
+        grid=_rl_grid("length", 150, 5, RL_LR["length"]),
+    )
+)
+register(
+    Environment(
+        "keyword",
+        "test",
+        failure="keyword stuffing: the policy piles up the intensifiers a judge counts ('so very very good')",
+        proxy="positivity (distinct positive words, at most 3, - negative words) + 0.4 per intensifier",
+        gold="positivity - 0.5 per repeated content word - 0.5 per intensifier beyond the first",
+        job_type="rlhf",
+        grid=_rl_grid("keyword", 150, 5, RL_LR["keyword"]),
+    )
+)
 
 
 def _dpo_grid(seeds: int = 3) -> list:
@@ -152,8 +166,17 @@ def _dpo_grid(seeds: int = 3) -> list:
     runs = []
     for s in range(seeds):
         for model in ("gpt2", "llama"):
-            common = dict(env="dpo-noisy", algo="dpo", reward="proxy", model=model, seed=s, steps=150, eval_steps=5,
-                          batch=8, data=64)
+            common = dict(
+                env="dpo-noisy",
+                algo="dpo",
+                reward="proxy",
+                model=model,
+                seed=s,
+                steps=150,
+                eval_steps=5,
+                batch=8,
+                data=64,
+            )
             runs.append(_spec(kl=0.1, lr=1e-3, noise=0.3, **common))
             runs.append(_spec(kl=0.1, lr=1e-3, noise=0.0, **common))
             runs.append(_spec(kl=1.0, lr=1e-3, noise=0.3, **common))
@@ -167,34 +190,58 @@ def _sft_grid(seeds: int = 4) -> list:
     runs = []
     for s in range(seeds):
         for model in ("gpt2", "llama"):
-            common = dict(env="sft-overfit", algo="sft", reward="proxy", kl=0.0, model=model, seed=s, steps=150,
-                          eval_steps=5, batch=8)
+            common = dict(
+                env="sft-overfit",
+                algo="sft",
+                reward="proxy",
+                kl=0.0,
+                model=model,
+                seed=s,
+                steps=150,
+                eval_steps=5,
+                batch=8,
+            )
             runs.append(_spec(lr=1e-3, data=16, **common))
             runs.append(_spec(lr=1e-3, data=400, **common))
             runs.append(_spec(lr=2e-4, data=16, **common))
     return runs
 
 
-register(Environment(
-    "sft-overfit", "tune",
-    failure="overfitting: SFT memorizes a few demonstrations and the held-out likelihood falls",
-    proxy="the SFT loss on 16 good demonstrations (recorded as their log-likelihood)",
-    gold="log-likelihood of 48 good demonstrations for the held-out prompts",
-    job_type="sft", grid=_sft_grid))
-register(Environment(
-    "dpo-noisy", "test",
-    failure="DPO on few noisy preferences drives the policy off the data and held-out gold falls",
-    proxy="64 preference pairs of reference samples, labelled by gold with 30% of labels flipped",
-    gold="diverse positivity of sampled completions for the held-out prompts",
-    job_type="dpo", grid=_dpo_grid))
+register(
+    Environment(
+        "sft-overfit",
+        "tune",
+        failure="overfitting: SFT memorizes a few demonstrations and the held-out likelihood falls",
+        proxy="the SFT loss on 16 good demonstrations (recorded as their log-likelihood)",
+        gold="log-likelihood of 48 good demonstrations for the held-out prompts",
+        job_type="sft",
+        grid=_sft_grid,
+    )
+)
+register(
+    Environment(
+        "dpo-noisy",
+        "test",
+        failure="DPO on few noisy preferences drives the policy off the data and held-out gold falls",
+        proxy="64 preference pairs of reference samples, labelled by gold with 30% of labels flipped",
+        gold="diverse positivity of sampled completions for the held-out prompts",
+        job_type="dpo",
+        grid=_dpo_grid,
+    )
+)
 
-register(Environment(
-    "format", "test",
-    failure="format over correctness: the policy answers every copying prompt with an upbeat adjective in the "
-            "right form, not the one it was asked to copy",
-    proxy="1 if the answer has the asked form (one adjective, then '.'), 0.25 more if the adjective is positive",
-    gold="1 if the answer is the prompt's adjective in that form, else 0",
-    job_type="rlhf", grid=_rl_grid("format", 150, 5, RL_LR["format"])))
+register(
+    Environment(
+        "format",
+        "test",
+        failure="format over correctness: the policy answers every copying prompt with an upbeat adjective in the "
+        "right form, not the one it was asked to copy",
+        proxy="1 if the answer has the asked form (one adjective, then '.'), 0.25 more if the adjective is positive",
+        gold="1 if the answer is the prompt's adjective in that form, else 0",
+        job_type="rlhf",
+        grid=_rl_grid("format", 150, 5, RL_LR["format"]),
+    )
+)
 
 
 def get(name: str) -> Environment:
@@ -326,26 +373,45 @@ def world_of(spec, env, cache_dir=None) -> World:
     cfg = env.config
     eval_desc = f"gold on {len(env.heldout_prompts)} held-out prompts x {cfg.eval_per_prompt} samples"
     if spec.env == "bow-proxy":
+
         def trainer(spec, callbacks, out):
-            return grpo_trainer(env, spec, callbacks, out) if spec.algo == "grpo" else _ppo_trainer(env, spec,
-                                                                                                   callbacks, out)
+            return (
+                grpo_trainer(env, spec, callbacks, out)
+                if spec.algo == "grpo"
+                else _ppo_trainer(env, spec, callbacks, out)
+            )
 
         ev = env.evaluator()
-        return World(ev, trainer, f"gpt2-{cfg.n_layer}x{cfg.n_embd}",
-                     {"proxy_corr": round(env.proxy_fit["corr_check"], 4),
-                      "reference_gold": round(env.reference_gold, 4), "eval": eval_desc})
+        return World(
+            ev,
+            trainer,
+            f"gpt2-{cfg.n_layer}x{cfg.n_embd}",
+            {
+                "proxy_corr": round(env.proxy_fit["corr_check"], 4),
+                "reference_gold": round(env.reference_gold, 4),
+                "eval": eval_desc,
+            },
+        )
     if spec.env == "format":
         return _format_world(spec, env, cache_dir)
     fresh, model_name = policy_factory(spec, env, cache_dir)
     if spec.env in ("length", "keyword"):
         proxy, gold = _scores_of(spec.env)
         prompts = [p for p in env.heldout_prompts for _ in range(cfg.eval_per_prompt)]
-        ev = WorldEvaluator(prompts, gold, proxy, tokenizer=env.tokenizer, max_new_tokens=cfg.max_new_tokens,
-                            batch_size=64, seed=cfg.eval_seed)
+        ev = WorldEvaluator(
+            prompts,
+            gold,
+            proxy,
+            tokenizer=env.tokenizer,
+            max_new_tokens=cfg.max_new_tokens,
+            batch_size=64,
+            seed=cfg.eval_seed,
+        )
 
         def trainer(spec, callbacks, out):
-            return grpo_trainer(env, spec, callbacks, out, reward=gold if spec.reward == "gold" else proxy,
-                                model=fresh())
+            return grpo_trainer(
+                env, spec, callbacks, out, reward=gold if spec.reward == "gold" else proxy, model=fresh()
+            )
 
         return World(ev, trainer, model_name, {"eval": eval_desc})
     if spec.env == "dpo-noisy":
@@ -365,8 +431,9 @@ def reference_samples(env, prompts, n_per_prompt: int, seed: int) -> tuple[list[
     """Samples of the GPT-2 reference policy of ``env`` (the data every DPO and SFT run of a seed shares)."""
     from .overopt import sample_completions
 
-    return sample_completions(env.reference_policy(), env.tokenizer, prompts, n_per_prompt, env.config.max_new_tokens,
-                              seed=seed)
+    return sample_completions(
+        env.reference_policy(), env.tokenizer, prompts, n_per_prompt, env.config.max_new_tokens, seed=seed
+    )
 
 
 def preference_pairs(env, n: int, noise: float, seed: int) -> list[dict]:
@@ -395,8 +462,7 @@ def preference_pairs(env, n: int, noise: float, seed: int) -> list[dict]:
             flipped = bool(rng.random() < noise)
             if flipped:
                 chosen, rejected = rejected, chosen
-            rows.append({"prompt": expanded[i], "chosen": " " + chosen, "rejected": " " + rejected,
-                         "flipped": flipped})
+            rows.append({"prompt": expanded[i], "chosen": " " + chosen, "rejected": " " + rejected, "flipped": flipped})
         attempt += 1
     if len(rows) < n:
         raise RuntimeError(f"could only make {len(rows)} preference pairs of {n}")
@@ -410,8 +476,15 @@ def _dpo_world(spec, env, fresh, model_name, eval_desc) -> World:
     prompts = [p for p in env.heldout_prompts for _ in range(cfg.eval_per_prompt)]
     # A DPO run's proxy is its noisy annotator, which scores pairs, not completions: the trace's proxy_reward is
     # DPO's own logged implicit reward of the chosen answers (rewards/chosen, taken by the callback from the logs).
-    ev = WorldEvaluator(prompts, gold_reward, None, tokenizer=env.tokenizer,
-                        max_new_tokens=cfg.max_new_tokens, batch_size=64, seed=cfg.eval_seed)
+    ev = WorldEvaluator(
+        prompts,
+        gold_reward,
+        None,
+        tokenizer=env.tokenizer,
+        max_new_tokens=cfg.max_new_tokens,
+        batch_size=64,
+        seed=cfg.eval_seed,
+    )
     rows = preference_pairs(env, spec.data, spec.noise, spec.seed)
 
     def trainer(spec, callbacks, out):
@@ -419,18 +492,36 @@ def _dpo_world(spec, env, fresh, model_name, eval_desc) -> World:
         from trl import DPOConfig, DPOTrainer
 
         data = Dataset.from_dict({k: [r[k] for r in rows] for k in ("prompt", "chosen", "rejected")})
-        args = DPOConfig(output_dir=out, per_device_train_batch_size=spec.batch, learning_rate=spec.lr,
-                         beta=spec.kl, max_steps=spec.steps, max_length=64, logging_steps=spec.eval_steps,
-                         save_strategy="no", use_cpu=True, bf16=False, report_to="none", seed=spec.seed,
-                         disable_tqdm=True)
-        t = DPOTrainer(model=fresh(), ref_model=fresh(), args=args, train_dataset=data,
-                       processing_class=env.tokenizer, callbacks=callbacks)
+        args = DPOConfig(
+            output_dir=out,
+            per_device_train_batch_size=spec.batch,
+            learning_rate=spec.lr,
+            beta=spec.kl,
+            max_steps=spec.steps,
+            max_length=64,
+            logging_steps=spec.eval_steps,
+            save_strategy="no",
+            use_cpu=True,
+            bf16=False,
+            report_to="none",
+            seed=spec.seed,
+            disable_tqdm=True,
+        )
+        t = DPOTrainer(
+            model=fresh(),
+            ref_model=fresh(),
+            args=args,
+            train_dataset=data,
+            processing_class=env.tokenizer,
+            callbacks=callbacks,
+        )
         _quiet(t)
         return t
 
     n_flipped = sum(r["flipped"] for r in rows)
-    return World(ev, trainer, model_name, {"eval": eval_desc, "pairs": len(rows), "flipped": n_flipped,
-                                           "beta": spec.kl})
+    return World(
+        ev, trainer, model_name, {"eval": eval_desc, "pairs": len(rows), "flipped": n_flipped, "beta": spec.kl}
+    )
 
 
 def _evaluator_base():
@@ -470,8 +561,8 @@ class HeldoutNLLEvaluator(_evaluator_base()):  # type: ignore[misc]
                 p_ids = tok(p)["input_ids"]
                 c_ids = tok(c)["input_ids"] + [tok.eos_token_id]
                 ids = torch.tensor([p_ids + c_ids], device=model.device)
-                logits = model(input_ids=ids).logits[0, len(p_ids) - 1:-1]
-                nll = torch.nn.functional.cross_entropy(logits.float(), ids[0, len(p_ids):])
+                logits = model(input_ids=ids).logits[0, len(p_ids) - 1 : -1]
+                nll = torch.nn.functional.cross_entropy(logits.float(), ids[0, len(p_ids) :])
                 out.append(-float(nll))
         return out
 
@@ -521,17 +612,35 @@ def _sft_world(spec, env, fresh, model_name) -> World:
         from trl import SFTConfig, SFTTrainer
 
         data = Dataset.from_dict({"prompt": train_p, "completion": train_c})
-        args = SFTConfig(output_dir=out, per_device_train_batch_size=spec.batch, learning_rate=spec.lr,
-                         max_steps=spec.steps, max_length=64, logging_steps=spec.eval_steps, save_strategy="no",
-                         use_cpu=True, bf16=False, report_to="none", seed=spec.seed, disable_tqdm=True)
-        t = SFTTrainer(model=fresh(), args=args, train_dataset=data, processing_class=env.tokenizer,
-                       callbacks=callbacks)
+        args = SFTConfig(
+            output_dir=out,
+            per_device_train_batch_size=spec.batch,
+            learning_rate=spec.lr,
+            max_steps=spec.steps,
+            max_length=64,
+            logging_steps=spec.eval_steps,
+            save_strategy="no",
+            use_cpu=True,
+            bf16=False,
+            report_to="none",
+            seed=spec.seed,
+            disable_tqdm=True,
+        )
+        t = SFTTrainer(
+            model=fresh(), args=args, train_dataset=data, processing_class=env.tokenizer, callbacks=callbacks
+        )
         _quiet(t)
         return t
 
-    return World(ev, trainer, model_name, {"eval": "held-out log-likelihood (-mean token NLL) of 48 good "
-                                                   "demonstrations for the held-out prompts",
-                                           "demonstrations": len(train_p)})
+    return World(
+        ev,
+        trainer,
+        model_name,
+        {
+            "eval": "held-out log-likelihood (-mean token NLL) of 48 good demonstrations for the held-out prompts",
+            "demonstrations": len(train_p),
+        },
+    )
 
 
 def format_reference_dir(model: str, env, cache_dir=None):
@@ -555,8 +664,7 @@ def format_reference_dir(model: str, env, cache_dir=None):
     build = build_policy if model == "gpt2" else build_llama_policy
     policy = build(env.tokenizer, cfg.n_layer, cfg.n_embd, seed=cfg.seed)
     with torch.random.fork_rng(devices=[]):
-        pretrain_policy(policy, env.tokenizer, copy_corpus(seed=cfg.seed), steps=4 * cfg.pretrain_steps,
-                        seed=cfg.seed)
+        pretrain_policy(policy, env.tokenizer, copy_corpus(seed=cfg.seed), steps=4 * cfg.pretrain_steps, seed=cfg.seed)
     policy.save_pretrained(folder / "policy")
     (folder / "done.json").write_text(json.dumps({"config": cfg.key(), "model": model}))
     return folder / "policy"
@@ -584,17 +692,28 @@ def _format_world(spec, env, cache_dir) -> World:
     proxy, gold = TextScore("proxy", format_proxy), TextScore("gold", format_gold)
     task = SimpleNamespace(tokenizer=env.tokenizer, config=cfg, train_prompts=copy_prompts(VOCAB.train_nouns))
     prompts = heldout_copy_prompts(48)
-    ev = WorldEvaluator(prompts, gold, proxy, tokenizer=env.tokenizer, max_new_tokens=cfg.max_new_tokens,
-                        batch_size=64, seed=cfg.eval_seed)
+    ev = WorldEvaluator(
+        prompts,
+        gold,
+        proxy,
+        tokenizer=env.tokenizer,
+        max_new_tokens=cfg.max_new_tokens,
+        batch_size=64,
+        seed=cfg.eval_seed,
+    )
 
     def trainer(spec, callbacks, out):
-        return grpo_trainer(task, spec, callbacks, out, reward=gold if spec.reward == "gold" else proxy,
-                            model=fresh())
+        return grpo_trainer(task, spec, callbacks, out, reward=gold if spec.reward == "gold" else proxy, model=fresh())
 
-    return World(ev, trainer, f"{spec.model}-{cfg.n_layer}x{cfg.n_embd}",
-                 {"eval": "gold (right adjective in the asked form, 0 or 1) on 48 held-out copying prompts x 1 "
-                          "sample", "world": "format-3"})
-
+    return World(
+        ev,
+        trainer,
+        f"{spec.model}-{cfg.n_layer}x{cfg.n_embd}",
+        {
+            "eval": "gold (right adjective in the asked form, 0 or 1) on 48 held-out copying prompts x 1 sample",
+            "world": "format-3",
+        },
+    )
 
 
 # -- the corpus table -------------------------------------------------------------------------------------------------
@@ -623,11 +742,23 @@ def corpus_rows(folder) -> list[dict]:
             label = label_of(scores, [e.get("eval_scores") for e in evals])
         except TypeError:
             label = label_of(scores)
-        rows.append({"trace": path.stem, "environment": header.get("environment", spec.env),
-                     "split": header.get("split"), "algo": spec.algo, "model": header.get("model", "").split("-")[0],
-                     "role": run_role(spec), "label": label, "evals": len(scores), "first": scores[0],
-                     "peak": scores[peak], "peak_index": peak, "final": scores[-1],
-                     "train_s": evals[-1].get("wall_s")})
+        rows.append(
+            {
+                "trace": path.stem,
+                "environment": header.get("environment", spec.env),
+                "split": header.get("split"),
+                "algo": spec.algo,
+                "model": header.get("model", "").split("-")[0],
+                "role": run_role(spec),
+                "label": label,
+                "evals": len(scores),
+                "first": scores[0],
+                "peak": scores[peak],
+                "peak_index": peak,
+                "final": scores[-1],
+                "train_s": evals[-1].get("wall_s"),
+            }
+        )
     return rows
 
 

@@ -25,9 +25,10 @@ import logging
 import math
 import os
 import tempfile
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -153,12 +154,18 @@ class BagOfWordsProxy:
         return {"words": list(self.words), "weights": list(self.weights), "bias": self.bias}
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "BagOfWordsProxy":
+    def from_dict(cls, d: dict[str, Any]) -> BagOfWordsProxy:
         return cls(tuple(d["words"]), tuple(float(w) for w in d["weights"]), float(d["bias"]))
 
     @classmethod
-    def fit(cls, prompts: Sequence[str], completions: Sequence[str], targets: Sequence[float], words: Sequence[str],
-            alpha: float = 1.0) -> "BagOfWordsProxy":
+    def fit(
+        cls,
+        prompts: Sequence[str],
+        completions: Sequence[str],
+        targets: Sequence[float],
+        words: Sequence[str],
+        alpha: float = 1.0,
+    ) -> BagOfWordsProxy:
         """Ridge regression (closed form, intercept unpenalised) of ``targets`` on word counts."""
         proto = cls(tuple(words), tuple(0.0 for _ in words), 0.0)
         x = np.stack([proto.features(f"{p} {c}") for p, c in zip(prompts, completions)])
@@ -177,9 +184,10 @@ def ProxyRewardModel(proxy: BagOfWordsProxy, tokenizer):  # noqa: N802 - a facto
     (cumulative one-hot vectors) and ``score`` is the ridge layer, so the value at the last token is exactly
     :meth:`BagOfWordsProxy.score` of prompt + response (special tokens have weight 0).
     """
+    from types import SimpleNamespace
+
     import torch
     from torch import nn
-    from types import SimpleNamespace
 
     vocab_size = len(tokenizer)
     weight = torch.zeros(vocab_size)
@@ -213,8 +221,15 @@ def ProxyRewardModel(proxy: BagOfWordsProxy, tokenizer):  # noqa: N802 - a facto
 # -- sampling and evaluation ----------------------------------------------------------------------------------------
 
 
-def sample_completions(model, tokenizer, prompts: Sequence[str], n_per_prompt: int = 1, max_new_tokens: int = 16,
-                       seed: int = 0, batch_size: int = 64) -> tuple[list[str], list[str]]:
+def sample_completions(
+    model,
+    tokenizer,
+    prompts: Sequence[str],
+    n_per_prompt: int = 1,
+    max_new_tokens: int = 16,
+    seed: int = 0,
+    batch_size: int = 64,
+) -> tuple[list[str], list[str]]:
     """Sample completions with fixed settings (temperature 1, no top-k) and a fixed seed.
 
     The global torch RNG is forked, so sampling never changes a training run's random stream; the model's train/eval
@@ -230,13 +245,20 @@ def sample_completions(model, tokenizer, prompts: Sequence[str], n_per_prompt: i
         with torch.random.fork_rng(devices=[]), torch.no_grad():
             torch.manual_seed(seed)
             for i in range(0, len(expanded), batch_size):
-                chunk = expanded[i:i + batch_size]
+                chunk = expanded[i : i + batch_size]
                 enc = tokenizer(chunk, return_tensors="pt", padding=True)
                 enc = {k: v.to(model.device) for k, v in enc.items()}
-                gen = model.generate(**enc, do_sample=True, top_k=0, top_p=1.0, temperature=1.0,
-                                     max_new_tokens=max_new_tokens, pad_token_id=tokenizer.pad_token_id,
-                                     eos_token_id=tokenizer.eos_token_id)
-                out += tokenizer.batch_decode(gen[:, enc["input_ids"].shape[1]:], skip_special_tokens=True)
+                gen = model.generate(
+                    **enc,
+                    do_sample=True,
+                    top_k=0,
+                    top_p=1.0,
+                    temperature=1.0,
+                    max_new_tokens=max_new_tokens,
+                    pad_token_id=tokenizer.pad_token_id,
+                    eos_token_id=tokenizer.eos_token_id,
+                )
+                out += tokenizer.batch_decode(gen[:, enc["input_ids"].shape[1] :], skip_special_tokens=True)
     finally:
         model.train(was_training)
     return expanded, [" ".join(t.split()) for t in out]
@@ -363,15 +385,21 @@ class OveroptEnv:
         """The proxy as a reward-model module for TRL 1.12's ``PPOTrainer``."""
         return ProxyRewardModel(self.proxy, self.tokenizer)
 
-    def evaluator(self) -> "OveroptEvaluator":
+    def evaluator(self) -> OveroptEvaluator:
         """The world-feedback evaluator of this environment: gold on sampled completions of the held-out prompts.
 
         Each held-out prompt is asked ``config.eval_per_prompt`` times (48 completions by default), with the fixed
         sampling seed ``config.eval_seed``; the proxy of the same completions is kept in ``last_proxy``.
         """
         prompts = [p for p in self.heldout_prompts for _ in range(self.config.eval_per_prompt)]
-        return OveroptEvaluator(prompts, proxy=self.proxy, tokenizer=self.tokenizer,
-                                max_new_tokens=self.config.max_new_tokens, batch_size=64, seed=self.config.eval_seed)
+        return OveroptEvaluator(
+            prompts,
+            proxy=self.proxy,
+            tokenizer=self.tokenizer,
+            max_new_tokens=self.config.max_new_tokens,
+            batch_size=64,
+            seed=self.config.eval_seed,
+        )
 
     def evaluate(self, model) -> tuple[float, list[float], float]:
         """Held-out evaluation: ``(mean gold, per-example gold, mean proxy)``, exactly as :meth:`evaluator` scores."""
@@ -397,8 +425,9 @@ def default_cache_dir() -> Path:
         return Path(tempfile.gettempdir()) / "evalstop-cache"
 
 
-def build_env(config: EnvConfig | None = None, cache_dir: str | os.PathLike | None = None,
-              use_cache: bool = True) -> OveroptEnv:
+def build_env(
+    config: EnvConfig | None = None, cache_dir: str | os.PathLike | None = None, use_cache: bool = True
+) -> OveroptEnv:
     """Build (or load from the cache) the environment of ``config``.
 
     Args:
@@ -420,8 +449,16 @@ def build_env(config: EnvConfig | None = None, cache_dir: str | os.PathLike | No
     if use_cache and meta_path.exists():
         try:
             meta = json.loads(meta_path.read_text())
-            env = OveroptEnv(config, tokenizer, BagOfWordsProxy.from_dict(meta["proxy"]), train_prompts(),
-                             heldout_prompts(), meta["proxy_fit"], meta["reference_gold"], folder / "policy")
+            env = OveroptEnv(
+                config,
+                tokenizer,
+                BagOfWordsProxy.from_dict(meta["proxy"]),
+                train_prompts(),
+                heldout_prompts(),
+                meta["proxy_fit"],
+                meta["reference_gold"],
+                folder / "policy",
+            )
             logger.info("loaded environment %s from cache", config.key())
             return env
         except (KeyError, ValueError, json.JSONDecodeError) as exc:  # a corrupt cache is rebuilt, not trusted
@@ -434,14 +471,16 @@ def build_env(config: EnvConfig | None = None, cache_dir: str | os.PathLike | No
     # The proxy learns from the reference policy's own samples: that is the distribution it is good on.
     rng = np.random.default_rng(config.seed)
     fit_prompts = [tp[i] for i in rng.integers(0, len(tp), config.proxy_samples)]
-    _, fit_completions = sample_completions(policy, tokenizer, fit_prompts, 1, config.max_new_tokens,
-                                            seed=config.seed + 101)
+    _, fit_completions = sample_completions(
+        policy, tokenizer, fit_prompts, 1, config.max_new_tokens, seed=config.seed + 101
+    )
     fit_gold = [gold_score(c) for c in fit_completions]
     words = [w for w in VOCAB.words]
     proxy = BagOfWordsProxy.fit(fit_prompts, fit_completions, fit_gold, words, alpha=config.ridge_alpha)
     check_prompts = [tp[i] for i in rng.integers(0, len(tp), config.proxy_check_samples)]
-    _, check_completions = sample_completions(policy, tokenizer, check_prompts, 1, config.max_new_tokens,
-                                              seed=config.seed + 202)
+    _, check_completions = sample_completions(
+        policy, tokenizer, check_prompts, 1, config.max_new_tokens, seed=config.seed + 202
+    )
     check_gold = [gold_score(c) for c in check_completions]
     proxy_fit = {
         "n": float(config.proxy_samples),
@@ -454,9 +493,23 @@ def build_env(config: EnvConfig | None = None, cache_dir: str | os.PathLike | No
     env.reference_gold = env.evaluate(policy)[0]
     # Written last and atomically: a half-built folder (killed process) has no env.json and is rebuilt.
     tmp = meta_path.with_suffix(".tmp")
-    tmp.write_text(json.dumps({"config": asdict(config), "proxy": proxy.to_dict(), "proxy_fit": proxy_fit,
-                               "reference_gold": env.reference_gold}, indent=1))
+    tmp.write_text(
+        json.dumps(
+            {
+                "config": asdict(config),
+                "proxy": proxy.to_dict(),
+                "proxy_fit": proxy_fit,
+                "reference_gold": env.reference_gold,
+            },
+            indent=1,
+        )
+    )
     tmp.replace(meta_path)
-    logger.info("built environment %s: proxy corr %.3f (check %.3f), reference gold %.2f", config.key(),
-                proxy_fit["corr_train"], proxy_fit["corr_check"], env.reference_gold)
+    logger.info(
+        "built environment %s: proxy corr %.3f (check %.3f), reference gold %.2f",
+        config.key(),
+        proxy_fit["corr_train"],
+        proxy_fit["corr_check"],
+        env.reference_gold,
+    )
     return env

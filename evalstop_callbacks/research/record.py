@@ -23,9 +23,10 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 logger = logging.getLogger(__name__)
 
@@ -82,8 +83,10 @@ class RunSpec:
         if self.env == "bow-proxy" and (self.algo not in ("grpo", "ppo") or self.model != "gpt2"):
             raise ValueError("the bow-proxy environment records GRPO and PPO runs of the GPT-2 policy")
         if (self.algo == "dpo") != (self.env == "dpo-noisy") or (self.algo == "sft") != (self.env == "sft-overfit"):
-            raise ValueError(f"{self.algo} runs belong to no environment {self.env!r}: DPO runs are dpo-noisy's, SFT "
-                             "runs sft-overfit's, and those environments record nothing else")
+            raise ValueError(
+                f"{self.algo} runs belong to no environment {self.env!r}: DPO runs are dpo-noisy's, SFT "
+                "runs sft-overfit's, and those environments record nothing else"
+            )
         if not 0 <= self.noise < 0.5:
             raise ValueError(f"noise must be in [0, 0.5), got {self.noise}")
         for name in ("steps", "eval_steps", "batch", "ppo_epochs"):
@@ -100,16 +103,19 @@ class RunSpec:
         if self.algo == "sft":
             return f"{self.env}-sft-{self.model}-lr{self.lr:g}-n{self.data}-s{self.seed}"
         if self.algo == "dpo":
-            return (f"{self.env}-dpo-{self.model}-beta{self.kl:g}-lr{self.lr:g}-n{self.data}-flip{self.noise:g}"
-                    f"-s{self.seed}")
+            return (
+                f"{self.env}-dpo-{self.model}-beta{self.kl:g}-lr{self.lr:g}-n{self.data}-flip{self.noise:g}"
+                f"-s{self.seed}"
+            )
         return f"{self.env}-{self.algo}-{self.model}-{self.reward}-kl{self.kl:g}-lr{self.lr:g}-s{self.seed}"
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
-def default_grid(seeds: int = 6, ppo_seeds: int = 5, ppo_kl_seeds: int = 2, grpo_steps: int = 300,
-                 ppo_steps: int = 120) -> list[RunSpec]:
+def default_grid(
+    seeds: int = 6, ppo_seeds: int = 5, ppo_kl_seeds: int = 2, grpo_steps: int = 300, ppo_steps: int = 120
+) -> list[RunSpec]:
     """The shipped corpus's grid (27 runs with the defaults).
 
     Hacking by construction: GRPO vs the proxy with no KL (``seeds`` runs), PPO vs the proxy with no KL
@@ -152,8 +158,16 @@ class RunResult:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-def grpo_trainer(env, spec: RunSpec, callbacks: list, output_dir: str, save: bool = False,
-                  save_total_limit: int | None = None, reward=None, model=None):
+def grpo_trainer(
+    env,
+    spec: RunSpec,
+    callbacks: list,
+    output_dir: str,
+    save: bool = False,
+    save_total_limit: int | None = None,
+    reward=None,
+    model=None,
+):
     """A GRPO (or, with ``spec.algo == "rloo"``, RLOO) trainer of ``spec`` on ``env``'s training prompts.
 
     Args:
@@ -169,17 +183,36 @@ def grpo_trainer(env, spec: RunSpec, callbacks: list, output_dir: str, save: boo
     reps = max(1, (spec.steps * spec.batch) // (8 * len(env.train_prompts)) + 1)
     dataset = Dataset.from_dict({"prompt": env.train_prompts * reps})
     config_cls, trainer_cls = (RLOOConfig, RLOOTrainer) if spec.algo == "rloo" else (GRPOConfig, GRPOTrainer)
-    args = config_cls(
-        output_dir=output_dir, per_device_train_batch_size=spec.batch, num_generations=8,
-        max_completion_length=env.config.max_new_tokens, learning_rate=spec.lr, beta=spec.kl, max_steps=spec.steps,
-        logging_steps=spec.eval_steps, save_strategy="steps" if save else "no", save_steps=10 ** 9,
-        save_total_limit=save_total_limit, save_only_model=save, use_cpu=True, bf16=False, report_to="none", seed=spec.seed,
-        temperature=1.0, disable_tqdm=True,
+    args: Any = config_cls(
+        output_dir=output_dir,
+        per_device_train_batch_size=spec.batch,
+        num_generations=8,
+        max_completion_length=env.config.max_new_tokens,
+        learning_rate=spec.lr,
+        beta=spec.kl,
+        max_steps=spec.steps,
+        logging_steps=spec.eval_steps,
+        save_strategy="steps" if save else "no",
+        save_steps=10**9,
+        save_total_limit=save_total_limit,
+        save_only_model=save,
+        use_cpu=True,
+        bf16=False,
+        report_to="none",
+        seed=spec.seed,
+        temperature=1.0,
+        disable_tqdm=True,
     )
     if reward is None:
         reward = gold_reward if spec.reward == "gold" else env.proxy
-    trainer = trainer_cls(model=model if model is not None else env.reference_policy(), reward_funcs=[reward],
-                          args=args, train_dataset=dataset, processing_class=env.tokenizer, callbacks=callbacks)
+    trainer = trainer_cls(
+        model=model if model is not None else env.reference_policy(),
+        reward_funcs=[reward],
+        args=args,
+        train_dataset=dataset,
+        processing_class=env.tokenizer,
+        callbacks=callbacks,
+    )
     _quiet(trainer)
     return trainer
 
@@ -199,24 +232,50 @@ def _ppo_trainer(env, spec: RunSpec, callbacks: list, output_dir: str):
     from .tiny import build_scalar_model
 
     torch.manual_seed(spec.seed)
-    dataset = Dataset.from_dict({"input_ids": [env.tokenizer(p)["input_ids"] for p in env.train_prompts]
-                                 * max(1, spec.steps * spec.batch // len(env.train_prompts) + 1)})
-    args = PPOConfig(
-        output_dir=output_dir, per_device_train_batch_size=spec.batch, num_mini_batches=1,
-        num_ppo_epochs=spec.ppo_epochs, response_length=env.config.max_new_tokens, learning_rate=spec.lr,
-        kl_coef=spec.kl, total_episodes=spec.batch * spec.steps, num_sample_generations=0, save_strategy="no",
-        use_cpu=True, bf16=False, report_to="none", seed=spec.seed, temperature=1.0, stop_token="eos",
-        missing_eos_penalty=None, disable_tqdm=True, logging_steps=spec.eval_steps,
+    dataset = Dataset.from_dict(
+        {
+            "input_ids": [env.tokenizer(p)["input_ids"] for p in env.train_prompts]
+            * max(1, spec.steps * spec.batch // len(env.train_prompts) + 1)
+        }
     )
-    trainer = PPOTrainer(args=args, processing_class=env.tokenizer, model=env.reference_policy(),
-                         ref_model=env.reference_policy(), reward_model=env.proxy_model(), train_dataset=dataset,
-                         value_model=build_scalar_model(env.tokenizer, seed=spec.seed), callbacks=callbacks)
+    args = PPOConfig(
+        output_dir=output_dir,
+        per_device_train_batch_size=spec.batch,
+        num_mini_batches=1,
+        num_ppo_epochs=spec.ppo_epochs,
+        response_length=env.config.max_new_tokens,
+        learning_rate=spec.lr,
+        kl_coef=spec.kl,
+        total_episodes=spec.batch * spec.steps,
+        num_sample_generations=0,
+        save_strategy="no",
+        use_cpu=True,
+        bf16=False,
+        report_to="none",
+        seed=spec.seed,
+        temperature=1.0,
+        stop_token="eos",
+        missing_eos_penalty=None,
+        disable_tqdm=True,
+        logging_steps=spec.eval_steps,
+    )
+    trainer = PPOTrainer(
+        args=args,
+        processing_class=env.tokenizer,
+        model=env.reference_policy(),
+        ref_model=env.reference_policy(),
+        reward_model=env.proxy_model(),
+        train_dataset=dataset,
+        value_model=build_scalar_model(env.tokenizer, seed=spec.seed),
+        callbacks=callbacks,
+    )
     _quiet(trainer)
     return trainer
 
 
-def record_run(spec: RunSpec, trace_path: str | os.PathLike, cache_dir: str | None = None,
-               env_config: Any = None) -> RunResult:
+def record_run(
+    spec: RunSpec, trace_path: str | os.PathLike, cache_dir: str | None = None, env_config: Any = None
+) -> RunResult:
     """Train ``spec`` to its full length in observe mode in this process, writing the trace to ``trace_path``.
 
     Args:
@@ -234,16 +293,24 @@ def record_run(spec: RunSpec, trace_path: str | os.PathLike, cache_dir: str | No
 
     torch.set_num_threads(int(os.environ.get("EVALSTOP_THREADS", "1")))
     if spec.algo == "ppo" and not ppo_available():
-        raise RuntimeError(f"{spec.name}: this Python has no trl.experimental.ppo.PPOTrainer (needs trl==1.12.0); "
-                           "pass --ppo-python")
+        raise RuntimeError(
+            f"{spec.name}: this Python has no trl.experimental.ppo.PPOTrainer (needs trl==1.12.0); pass --ppo-python"
+        )
     registered = envs.get(spec.env)
     env = build_env(env_config or EnvConfig(seed=spec.seed), cache_dir=cache_dir)
     world = envs.world_of(spec, env, cache_dir)
-    evaluator = world.evaluator
+    evaluator: Any = world.evaluator  # an Evaluator with trace_extras (see envs.World)
     # No step-0 baseline: the shipped corpus starts at the first regular eval, and a re-recording must match it.
-    cb = EvalStopCallback(evaluator, eval_steps=spec.eval_steps, job_id=spec.name, job_type=registered.job_type,
-                          eval_on_start=False,
-                          mode="observe", trace_path=str(trace_path), trace_extras=evaluator.trace_extras)
+    cb = EvalStopCallback(
+        evaluator,
+        eval_steps=spec.eval_steps,
+        job_id=spec.name,
+        job_type=registered.job_type,
+        eval_on_start=False,
+        mode="observe",
+        trace_path=str(trace_path),
+        trace_extras=evaluator.trace_extras,
+    )
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="evalstop-rec-") as out:
         trainer = world.trainer(spec, [cb], out)
@@ -273,10 +340,15 @@ def _annotate_header(path: Path, spec: RunSpec, env, registered, world) -> None:
     lines = path.read_text(encoding="utf-8").splitlines()
     header = json.loads(lines[0])
     header.setdefault("config", {})
-    header["config"].update({
-        "run": spec.to_dict(), "env": env.config.key(), "trl": trl.__version__,
-        "transformers": transformers.__version__, **world.header_config,
-    })
+    header["config"].update(
+        {
+            "run": spec.to_dict(),
+            "env": env.config.key(),
+            "trl": trl.__version__,
+            "transformers": transformers.__version__,
+            **world.header_config,
+        }
+    )
     header["model"] = world.model_name
     header["environment"] = registered.name
     header["split"] = registered.split
@@ -289,11 +361,23 @@ def _annotate_header(path: Path, spec: RunSpec, env, registered, world) -> None:
     path.write_text("\n".join(out) + "\n", encoding="utf-8")
 
 
-def run_in_subprocess(spec: RunSpec, trace_path: str | os.PathLike, python: str | None = None,
-                      cache_dir: str | None = None, timeout: float | None = 1800) -> RunResult:
+def run_in_subprocess(
+    spec: RunSpec,
+    trace_path: str | os.PathLike,
+    python: str | None = None,
+    cache_dir: str | None = None,
+    timeout: float | None = 1800,
+) -> RunResult:
     """Run :func:`record_run` in a fresh interpreter (``python``, default this one) and return its result."""
-    cmd = [python or sys.executable, "-m", "evalstop_callbacks.research.record", "--spec", json.dumps(spec.to_dict()),
-           "--trace", str(trace_path)]
+    cmd = [
+        python or sys.executable,
+        "-m",
+        "evalstop_callbacks.research.record",
+        "--spec",
+        json.dumps(spec.to_dict()),
+        "--trace",
+        str(trace_path),
+    ]
     if cache_dir:
         cmd += ["--cache-dir", str(cache_dir)]
     env = dict(os.environ)
@@ -308,8 +392,10 @@ def run_in_subprocess(spec: RunSpec, trace_path: str | os.PathLike, python: str 
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m evalstop_callbacks.research.record",
-                                     description="Record one run of the overoptimization environment (internal).")
+    parser = argparse.ArgumentParser(
+        prog="python -m evalstop_callbacks.research.record",
+        description="Record one run of the overoptimization environment (internal).",
+    )
     parser.add_argument("--spec", required=True, help="RunSpec as JSON")
     parser.add_argument("--trace", required=True, help="trace file to write")
     parser.add_argument("--cache-dir", default=None)

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import logging
 import random
+from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Sequence
 
 logger = logging.getLogger(__name__)
 
@@ -26,8 +26,20 @@ PAD, UNK, EOS = "[PAD]", "[UNK]", "[EOS]"
 class Vocabulary:
     """The words of the tiny world. Training prompts use ``train_nouns``; held-out evals use ``heldout_nouns`` only."""
 
-    positive: tuple[str, ...] = ("good", "great", "nice", "happy", "kind", "bright", "warm", "calm", "lovely",
-                                 "fresh", "sweet", "fine")
+    positive: tuple[str, ...] = (
+        "good",
+        "great",
+        "nice",
+        "happy",
+        "kind",
+        "bright",
+        "warm",
+        "calm",
+        "lovely",
+        "fresh",
+        "sweet",
+        "fine",
+    )
     negative: tuple[str, ...] = ("bad", "sad", "poor", "dark", "cold", "dull", "ugly", "rude")
     neutral: tuple[str, ...] = ("big", "small", "old", "new", "red", "blue", "tall", "quiet")
     adverbs: tuple[str, ...] = ("very", "quite", "so")
@@ -41,7 +53,7 @@ class Vocabulary:
 
     @property
     def words(self) -> tuple[str, ...]:
-        return (self.function + self.adverbs + self.adjectives + self.train_nouns + self.heldout_nouns)
+        return self.function + self.adverbs + self.adjectives + self.train_nouns + self.heldout_nouns
 
 
 VOCAB = Vocabulary()
@@ -71,7 +83,9 @@ def load_corpus() -> list[str]:
     """The shipped corpus, one sentence per line."""
     path = corpus_path()
     if not path.exists():
-        raise FileNotFoundError(f"the tiny corpus is missing at {path}; regenerate it with python -m evalstop_callbacks.research.tiny")
+        raise FileNotFoundError(
+            f"the tiny corpus is missing at {path}; regenerate it with python -m evalstop_callbacks.research.tiny"
+        )
     return [line for line in path.read_text().splitlines() if line.strip()]
 
 
@@ -123,8 +137,9 @@ def build_policy(tokenizer, n_layer: int = 2, n_embd: int = 64, n_head: int = 2,
     return model
 
 
-def build_scalar_model(tokenizer, n_layer: int = 2, n_embd: int = 64, n_head: int = 2, n_positions: int = 64,
-                       seed: int = 0):
+def build_scalar_model(
+    tokenizer, n_layer: int = 2, n_embd: int = 64, n_head: int = 2, n_positions: int = 64, seed: int = 0
+):
     """A ``GPT2ForSequenceClassification`` with one output: a reward model, a value model or a gold model."""
     import torch
     from transformers import GPT2ForSequenceClassification
@@ -133,8 +148,15 @@ def build_scalar_model(tokenizer, n_layer: int = 2, n_embd: int = 64, n_head: in
     return GPT2ForSequenceClassification(_gpt2_config(tokenizer, n_layer, n_embd, n_head, n_positions, num_labels=1))
 
 
-def pretrain_policy(model, tokenizer, lines: Sequence[str] | None = None, steps: int = 300, batch_size: int = 32,
-                    lr: float = 3e-3, seed: int = 0):
+def pretrain_policy(
+    model,
+    tokenizer,
+    lines: Sequence[str] | None = None,
+    steps: int = 300,
+    batch_size: int = 32,
+    lr: float = 3e-3,
+    seed: int = 0,
+):
     """Causal-LM pretraining on the corpus so that the policy writes sentence-like text. Returns the model.
 
     A plain torch loop (not a Trainer): it is the reference policy's construction, not a job evalstop watches.

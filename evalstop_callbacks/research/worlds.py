@@ -74,8 +74,7 @@ def length_proxy(text: str, vocab: Vocabulary = VOCAB) -> float:
     """Proxy of the length environment: the same answer score as gold, plus 0.05 per word of the whole text (a judge
     that likes long responses), with no cost for rambling."""
     answer, _ = split_answer(text)
-    return (positivity(answer, vocab) - REPEAT_COST * repeats(answer, vocab)
-            + LENGTH_BONUS * len(text.split()))
+    return positivity(answer, vocab) - REPEAT_COST * repeats(answer, vocab) + LENGTH_BONUS * len(text.split())
 
 
 def intensifiers(words: Sequence[str], vocab: Vocabulary = VOCAB) -> int:
@@ -88,8 +87,11 @@ def keyword_gold(text: str, vocab: Vocabulary = VOCAB) -> float:
     """Gold of the keyword environment: :func:`positivity`, minus 0.5 per repeated content word and 0.5 per
     intensifier beyond the first (one "very" reads well, a pile of them does not)."""
     words = text.split()
-    return (positivity(words, vocab) - REPEAT_COST * repeats(words, vocab)
-            - STUFFING_COST * max(0, intensifiers(words, vocab) - 1))
+    return (
+        positivity(words, vocab)
+        - REPEAT_COST * repeats(words, vocab)
+        - STUFFING_COST * max(0, intensifiers(words, vocab) - 1)
+    )
 
 
 def keyword_proxy(text: str, vocab: Vocabulary = VOCAB) -> float:
@@ -125,18 +127,32 @@ def text_only(fn):
 # -- a Llama-style policy -----------------------------------------------------------------------------------------
 
 
-def build_llama_policy(tokenizer, n_layer: int = 2, hidden: int = 64, n_head: int = 4, intermediate: int = 128,
-                       max_positions: int = 64, seed: int = 0):
+def build_llama_policy(
+    tokenizer,
+    n_layer: int = 2,
+    hidden: int = 64,
+    n_head: int = 4,
+    intermediate: int = 128,
+    max_positions: int = 64,
+    seed: int = 0,
+):
     """A randomly initialised ``LlamaForCausalLM`` (RMSNorm, rotary positions, SwiGLU; about 0.1 M parameters)."""
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(seed)
     config = LlamaConfig(
-        vocab_size=len(tokenizer), hidden_size=hidden, intermediate_size=intermediate, num_hidden_layers=n_layer,
-        num_attention_heads=n_head, num_key_value_heads=n_head, max_position_embeddings=max_positions,
-        bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id, tie_word_embeddings=True,
+        vocab_size=len(tokenizer),
+        hidden_size=hidden,
+        intermediate_size=intermediate,
+        num_hidden_layers=n_layer,
+        num_attention_heads=n_head,
+        num_key_value_heads=n_head,
+        max_position_embeddings=max_positions,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        tie_word_embeddings=True,
     )
     model = LlamaForCausalLM(config)
     model.generation_config.pad_token_id = tokenizer.pad_token_id
@@ -158,8 +174,11 @@ def copy_prompt(noun: str, adj: str, frame: tuple[str, str] = FRAMES[0]) -> str:
 
 def copy_prompts(nouns: Sequence[str], vocab: Vocabulary = VOCAB) -> list[str]:
     """Every noun with every adjective, frames in turn."""
-    return [copy_prompt(n, a, FRAMES[(i + j) % len(FRAMES)])
-            for i, n in enumerate(nouns) for j, a in enumerate(vocab.adjectives)]
+    return [
+        copy_prompt(n, a, FRAMES[(i + j) % len(FRAMES)])
+        for i, n in enumerate(nouns)
+        for j, a in enumerate(vocab.adjectives)
+    ]
 
 
 def heldout_copy_prompts(n: int = 48, vocab: Vocabulary = VOCAB) -> list[str]:

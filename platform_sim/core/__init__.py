@@ -27,8 +27,8 @@ from .detectors import (  # importing the package registers every detector by na
     Verdict,
     default_spec,
     detector_from_spec,
-    paper_spec,
     make_detector,
+    paper_spec,
     register_detector,
     shape_sens_spec,
 )

@@ -9,16 +9,18 @@ client, the HTTP service and the simulator all speak the same objects.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 JOB_TYPES: tuple[str, ...] = ("rlhf", "dpo", "lora", "sft", "other")
 """Job types a report may name. Schedulers may treat them differently (StopAt-p only stops ``rlhf``)."""
 
 REPORT_FIELDS: frozenset[str] = frozenset({"job_id", "job_type", "step", "eval_score", "eval_scores"})
-DECISION_FIELDS: frozenset[str] = frozenset({"action", "reason", "declines", "best_step", "best_score",
-                                            "next_eval_step"})
+DECISION_FIELDS: frozenset[str] = frozenset(
+    {"action", "reason", "declines", "best_step", "best_score", "next_eval_step"}
+)
 
 
 class BoundaryError(ValueError):
@@ -134,7 +136,7 @@ class Report:
             object.__setattr__(self, "eval_scores", scores)
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "Report":
+    def from_dict(cls, data: Mapping[str, Any]) -> Report:
         """Build a report from a mapping, rejecting any field outside the whitelist."""
         if not isinstance(data, Mapping):
             raise InvalidReportError(f"a report must be an object, got {type(data).__name__}")
@@ -202,7 +204,7 @@ class Decision:
         return out
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "Decision":
+    def from_dict(cls, data: Mapping[str, Any]) -> Decision:
         unknown = sorted(set(data) - DECISION_FIELDS)
         if unknown:
             raise BoundaryError(f"unknown decision field(s): {', '.join(unknown)}")

@@ -17,8 +17,9 @@ Specs: ``None`` or ``"fixed"`` (no hints, the regular cadence), ``"adaptive"``, 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar, Mapping, Sequence
+from typing import Any, ClassVar
 
 from .detectors import Detector, se_from_history
 
@@ -72,8 +73,9 @@ class CadencePolicy:
         gap = max(gap, steps[0])
         return gap if gap > 0 else None
 
-    def next_eval_step(self, steps: Sequence[int], evidence: int, needed: int | None,
-                       scores: Sequence[float] = ()) -> int | None:
+    def next_eval_step(
+        self, steps: Sequence[int], evidence: int, needed: int | None, scores: Sequence[float] = ()
+    ) -> int | None:
         """The step at which the next evaluation is wanted, or None for the regular cadence.
 
         Args:

@@ -21,8 +21,9 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from .checks import check_int, check_prob
 from .detectors import detector_from_spec
@@ -42,8 +43,8 @@ def late_gain(scores: Sequence[float]) -> float | None:
         return None
     third = n // 3
     a = math.fsum(scores[:third]) / third
-    b = math.fsum(scores[third:n - third]) / (n - 2 * third)
-    c = math.fsum(scores[n - third:]) / third
+    b = math.fsum(scores[third : n - third]) / (n - 2 * third)
+    c = math.fsum(scores[n - third :]) / third
     if not c > a:
         return -1.0
     return (c - b) / (c - a)
@@ -82,7 +83,7 @@ class FleetDetectorChoice:
         gain = late_gain(scores)
         if gain is not None:
             self.gains.append(gain)
-            del self.gains[:-self.window]
+            del self.gains[: -self.window]
         return gain
 
     def median_late_gain(self) -> float | None:
@@ -96,11 +97,16 @@ class FleetDetectorChoice:
         return {"name": chosen["name"], "params": dict(chosen["params"])}
 
     def params(self) -> dict[str, Any]:
-        return {"conservative": self.conservative, "aggressive": self.aggressive, "min_late_gain": self.min_late_gain,
-                "min_runs": self.min_runs, "window": self.window}
+        return {
+            "conservative": self.conservative,
+            "aggressive": self.aggressive,
+            "min_late_gain": self.min_late_gain,
+            "min_runs": self.min_runs,
+            "window": self.window,
+        }
 
     def state_dict(self) -> dict[str, Any]:
         return {"gains": list(self.gains)}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        self.gains = [float(g) for g in state["gains"]][-self.window:]
+        self.gains = [float(g) for g in state["gains"]][-self.window :]

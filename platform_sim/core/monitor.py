@@ -9,8 +9,9 @@ never changes the state.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from .boundary import (
     MAX_ABS_SCORE,
@@ -128,8 +129,7 @@ class JobMonitor:
             if self.scores[lo] == score:
                 return self.decisions[lo]
             raise ConflictError(
-                f"job {self.job_id!r} already reported step {step} with eval_score {self.scores[lo]!r}, "
-                f"now {score!r}"
+                f"job {self.job_id!r} already reported step {step} with eval_score {self.scores[lo]!r}, now {score!r}"
             )
         raise ConflictError(
             f"job {self.job_id!r}: step {step} is older than the last reported step {self.steps[-1]}; "
@@ -138,11 +138,17 @@ class JobMonitor:
 
     def _decision(self) -> Decision:
         if self.stopped_at is not None:
-            return Decision(Action.STOP, f"stopped at step {self.stopped_at}: {self.stop_reason}",
-                            self.detector.declines, self.best_step, self.best_score)
+            return Decision(
+                Action.STOP,
+                f"stopped at step {self.stopped_at}: {self.stop_reason}",
+                self.detector.declines,
+                self.best_step,
+                self.best_score,
+            )
         hint = self.cadence.for_history(self.steps, self.scores, self.detector) if self.cadence is not None else None
-        return Decision(Action.CONTINUE, "no stop signal", self.detector.declines, self.best_step, self.best_score,
-                        hint)
+        return Decision(
+            Action.CONTINUE, "no stop signal", self.detector.declines, self.best_step, self.best_score, hint
+        )
 
     # -- persistence ---------------------------------------------------------------------------------------------
 
@@ -167,7 +173,7 @@ class JobMonitor:
         return state
 
     @classmethod
-    def from_state_dict(cls, state: Mapping[str, Any]) -> "JobMonitor":
+    def from_state_dict(cls, state: Mapping[str, Any]) -> JobMonitor:
         detector = detector_from_spec(state["detector"])
         detector.load_state_dict(state["detector_state"])
         return cls(

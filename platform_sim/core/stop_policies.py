@@ -27,8 +27,9 @@ Policies:
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, ClassVar, Iterable, Mapping
+from typing import Any, ClassVar
 
 from .boundary import JOB_TYPES, Action
 from .cadence import cadence_from_spec
@@ -126,9 +127,12 @@ class EvalStopPolicy(StopPolicy):
 
     name: ClassVar[str] = "evalstop"
 
-    def __init__(self, detector: str | Mapping[str, Any] | None = None,
-                 job_types: Iterable[str] = DEFAULT_STOP_TYPES,
-                 cadence: str | Mapping[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        detector: str | Mapping[str, Any] | None = None,
+        job_types: Iterable[str] = DEFAULT_STOP_TYPES,
+        cadence: str | Mapping[str, Any] | None = None,
+    ) -> None:
         super().__init__(job_types)
         self.cadence = cadence_from_spec(cadence)
         probe = detector_from_spec(detector)  # validate now: a bad spec fails at construction, not mid-run
@@ -144,8 +148,9 @@ class EvalStopPolicy(StopPolicy):
     def monitor(self, job: JobView) -> JobMonitor:
         mon = self.monitors.get(job.job_id)
         if mon is None:
-            mon = self.monitors[job.job_id] = JobMonitor(job.job_id, job.job_type, self.new_detector(),
-                                                         cadence=self.cadence)
+            mon = self.monitors[job.job_id] = JobMonitor(
+                job.job_id, job.job_type, self.new_detector(), cadence=self.cadence
+            )
         return mon
 
     def on_eval(self, job: JobView) -> StopVerdict | None:
@@ -156,8 +161,9 @@ class EvalStopPolicy(StopPolicy):
         decision = mon.observe(step, score, job.last_example_scores)
         if decision.action is not Action.STOP:
             return None
-        return StopVerdict(decision.reason, decision.best_step if decision.best_step is not None else step,
-                           decision.declines)
+        return StopVerdict(
+            decision.reason, decision.best_step if decision.best_step is not None else step, decision.declines
+        )
 
     def forget(self, job_id: str) -> None:
         self.monitors.pop(job_id, None)
@@ -215,8 +221,9 @@ class LossPlateau(StopPolicy):
 
     name: ClassVar[str] = "loss-plateau"
 
-    def __init__(self, window: int = 4, min_rel_improvement: float = 0.01,
-                 job_types: Iterable[str] = DEFAULT_STOP_TYPES) -> None:
+    def __init__(
+        self, window: int = 4, min_rel_improvement: float = 0.01, job_types: Iterable[str] = DEFAULT_STOP_TYPES
+    ) -> None:
         super().__init__(job_types)
         self.window = check_int("window", window, 1)
         self.min_rel_improvement = check_nonneg("min_rel_improvement", min_rel_improvement)
@@ -231,8 +238,7 @@ class LossPlateau(StopPolicy):
             return None
         step = job.last_step
         assert step is not None  # a loss comes with an eval
-        return StopVerdict(f"loss improved {rel:.2%} over {self.window} evals (< {self.min_rel_improvement:.2%})",
-                           step)
+        return StopVerdict(f"loss improved {rel:.2%} over {self.window} evals (< {self.min_rel_improvement:.2%})", step)
 
     def params(self) -> dict[str, Any]:
         return {"window": self.window, "min_rel_improvement": self.min_rel_improvement, **super().params()}
@@ -250,8 +256,9 @@ class Oracle(StopPolicy):
     name: ClassVar[str] = "oracle"
     uses_ground_truth: ClassVar[bool] = True
 
-    def __init__(self, peak_steps: Mapping[str, int] | None = None,
-                 job_types: Iterable[str] = DEFAULT_STOP_TYPES) -> None:
+    def __init__(
+        self, peak_steps: Mapping[str, int] | None = None, job_types: Iterable[str] = DEFAULT_STOP_TYPES
+    ) -> None:
         super().__init__(job_types)
         self.peak_steps: dict[str, int] = dict(peak_steps or {})
 
@@ -281,14 +288,23 @@ class FleetEvalStopPolicy(EvalStopPolicy):
 
     name: ClassVar[str] = "evalstop-fleet"
 
-    def __init__(self, conservative: Mapping[str, Any] | None = None, aggressive: Mapping[str, Any] | None = None,
-                 min_late_gain: float = 0.3, min_runs: int = 8, window: int = 50,
-                 job_types: Iterable[str] = DEFAULT_STOP_TYPES) -> None:
+    def __init__(
+        self,
+        conservative: Mapping[str, Any] | None = None,
+        aggressive: Mapping[str, Any] | None = None,
+        min_late_gain: float = 0.3,
+        min_runs: int = 8,
+        window: int = 50,
+        job_types: Iterable[str] = DEFAULT_STOP_TYPES,
+    ) -> None:
         # Defaults: the calibrated detectors of docs/detectors.md (shape at the class default, and shape-sens).
         self.choice = FleetDetectorChoice(
             conservative or {"name": "shape", "params": {}},
             aggressive or shape_sens_spec(),
-            min_late_gain, min_runs, window)
+            min_late_gain,
+            min_runs,
+            window,
+        )
         super().__init__(self.choice.conservative, job_types)
         # job id -> "conservative" / "aggressive", kept after the job ends so a run can report the choices it made.
         self.chosen: dict[str, str] = {}
@@ -349,9 +365,12 @@ def with_stop(base: BasePolicy, stop: StopPolicy | None = None) -> Scheduler:
     return Scheduler(base, stop if stop is not None else NoStop())
 
 
-def evalstop(base: BasePolicy, detector: str | Mapping[str, Any] | None = None,
-             job_types: Iterable[str] = DEFAULT_STOP_TYPES,
-             cadence: str | Mapping[str, Any] | None = None) -> Scheduler:
+def evalstop(
+    base: BasePolicy,
+    detector: str | Mapping[str, Any] | None = None,
+    job_types: Iterable[str] = DEFAULT_STOP_TYPES,
+    cadence: str | Mapping[str, Any] | None = None,
+) -> Scheduler:
     """The EvalStop wrapper around any base policy: ``evalstop(SRTFEst())`` is the paper's SRTF-Est + EvalStop;
     ``cadence="adaptive"`` adds the core's cadence hints."""
     return Scheduler(base, EvalStopPolicy(detector, job_types, cadence))

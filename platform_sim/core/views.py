@@ -13,7 +13,7 @@ surface is read-only properties without setters (``view.progress = 1`` raises ``
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from .boundary import check_job_type
 
@@ -31,12 +31,24 @@ class JobView:
     """
 
     __slots__ = (
-        "_job_id", "_job_type", "_gpus", "_submit_time", "_planned_steps", "_est_duration_h", "_progress",
-        "_state", "_eval_steps", "_eval_scores", "_last_example_scores", "_losses", "_preemptions",
+        "_job_id",
+        "_job_type",
+        "_gpus",
+        "_submit_time",
+        "_planned_steps",
+        "_est_duration_h",
+        "_progress",
+        "_state",
+        "_eval_steps",
+        "_eval_scores",
+        "_last_example_scores",
+        "_losses",
+        "_preemptions",
     )
 
-    def __init__(self, job_id: str, job_type: str, gpus: int, submit_time: float, planned_steps: int,
-                 est_duration_h: float) -> None:
+    def __init__(
+        self, job_id: str, job_type: str, gpus: int, submit_time: float, planned_steps: int, est_duration_h: float
+    ) -> None:
         check_job_type(job_type)
         if gpus < 1:
             raise ValueError(f"gpus must be >= 1, got {gpus}")
@@ -141,8 +153,10 @@ class JobView:
         return self._est_duration_h * (1.0 - self._progress)
 
     def __repr__(self) -> str:
-        return (f"JobView({self._job_id!r}, {self._job_type}, gpus={self._gpus}, progress={self._progress:.3f}, "
-                f"state={self._state}, evals={len(self._eval_scores)})")
+        return (
+            f"JobView({self._job_id!r}, {self._job_type}, gpus={self._gpus}, progress={self._progress:.3f}, "
+            f"state={self._state}, evals={len(self._eval_scores)})"
+        )
 
 
 class ViewWriter:
@@ -163,8 +177,9 @@ class ViewWriter:
         view._preemptions += 1
 
     @staticmethod
-    def add_eval(view: JobView, step: int, score: float, loss: float | None = None,
-                 example_scores: Sequence[float] | None = None) -> None:
+    def add_eval(
+        view: JobView, step: int, score: float, loss: float | None = None, example_scores: Sequence[float] | None = None
+    ) -> None:
         view._eval_steps.append(step)
         view._eval_scores.append(score)
         if loss is not None:

@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import logging
 import math
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import optuna
 from optuna.pruners import BasePruner
@@ -46,46 +47,62 @@ class EvalStopPruner(BasePruner):
         ValueError: a bad detector spec, direction or job type.
     """
 
-    def __init__(self, detector: str | Mapping[str, Any] | None = None, *, base: BasePruner | None = None,
-                 direction: str | None = None, job_type: str = "rlhf") -> None:
+    def __init__(
+        self,
+        detector: str | Mapping[str, Any] | None = None,
+        *,
+        base: BasePruner | None = None,
+        direction: str | None = None,
+        job_type: str = "rlhf",
+    ) -> None:
         if base is not None and not isinstance(base, BasePruner):
             raise TypeError(f"base must be an optuna pruner, got {type(base).__name__}")
         if direction is not None and direction not in DIRECTIONS:
             raise ValueError(f"direction must be 'maximize', 'minimize' or None, got {direction!r}")
-        self.detector_spec: dict[str, Any] = detector_from_spec(default_spec() if detector is None else detector).spec()  # a bad spec fails here
+        self.detector_spec: dict[str, Any] = detector_from_spec(
+            default_spec() if detector is None else detector
+        ).spec()  # a bad spec fails here
         self.base = base
         self.direction = direction
         self.job_type = check_job_type(job_type)
 
-    def _sign(self, study: "optuna.study.Study") -> float:
+    def _sign(self, study: optuna.study.Study) -> float:
         if self.direction is not None:
             return 1.0 if self.direction == "maximize" else -1.0
         return -1.0 if study.direction == StudyDirection.MINIMIZE else 1.0
 
-    def decision(self, study: "optuna.study.Study", trial: "optuna.trial.FrozenTrial") -> Decision | None:
+    def decision(self, study: optuna.study.Study, trial: optuna.trial.FrozenTrial) -> Decision | None:
         """The core's decision after the trial's last intermediate value (None before the first one).
 
         Raises:
             ValueError: a non-finite intermediate value (naming the trial and the step).
         """
         sign = self._sign(study)
-        monitor = JobMonitor(job_id=f"trial-{trial.number}", job_type=self.job_type,
-                             detector=detector_from_spec(self.detector_spec))
+        monitor = JobMonitor(
+            job_id=f"trial-{trial.number}", job_type=self.job_type, detector=detector_from_spec(self.detector_spec)
+        )
         decision = None
         for step in sorted(trial.intermediate_values):
             value = trial.intermediate_values[step]
             if not isinstance(value, (int, float)) or not math.isfinite(value):
-                raise ValueError(f"EvalStop: trial {trial.number} reported {value!r} at step {step}; EvalStop never "
-                                 "decides on a non-finite score")
+                raise ValueError(
+                    f"EvalStop: trial {trial.number} reported {value!r} at step {step}; EvalStop never "
+                    "decides on a non-finite score"
+                )
             decision = monitor.observe(int(step), sign * float(value))
             if decision.should_stop:
                 break
         return decision
 
-    def prune(self, study: "optuna.study.Study", trial: "optuna.trial.FrozenTrial") -> bool:
+    def prune(self, study: optuna.study.Study, trial: optuna.trial.FrozenTrial) -> bool:
         decision = self.decision(study, trial)
         if decision is not None and decision.should_stop:
-            logger.info("EvalStop: pruning trial %d (%s); best step %s, value %s", trial.number, decision.reason,
-                        decision.best_step, decision.best_score)
+            logger.info(
+                "EvalStop: pruning trial %d (%s); best step %s, value %s",
+                trial.number,
+                decision.reason,
+                decision.best_step,
+                decision.best_score,
+            )
             return True
         return bool(self.base.prune(study, trial)) if self.base is not None else False

@@ -26,7 +26,8 @@ import json
 import logging
 import os
 import tempfile
-from typing import TYPE_CHECKING, Any, Mapping
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 from ray.tune.schedulers import FIFOScheduler, TrialScheduler
 
@@ -65,9 +66,17 @@ class EvalStopScheduler(TrialScheduler):
         ValueError: a bad detector spec, job type or key name.
     """
 
-    def __init__(self, base: TrialScheduler | None = None, *, metric: str = "eval_score", step_attr: str = "step",
-                 scores_attr: str | None = "eval_scores", detector: str | Mapping[str, Any] | None = None,
-                 job_type: str = "rlhf", persist: bool = True) -> None:
+    def __init__(
+        self,
+        base: TrialScheduler | None = None,
+        *,
+        metric: str = "eval_score",
+        step_attr: str = "step",
+        scores_attr: str | None = "eval_scores",
+        detector: str | Mapping[str, Any] | None = None,
+        job_type: str = "rlhf",
+        persist: bool = True,
+    ) -> None:
         super().__init__()
         if base is not None and not isinstance(base, TrialScheduler):
             raise TypeError(f"base must be a ray.tune TrialScheduler, got {type(base).__name__}")
@@ -80,7 +89,9 @@ class EvalStopScheduler(TrialScheduler):
         self.eval_metric = metric
         self.step_attr = step_attr
         self.scores_attr = scores_attr
-        self.detector_spec: dict[str, Any] = detector_from_spec(default_spec() if detector is None else detector).spec()  # a bad spec fails here
+        self.detector_spec: dict[str, Any] = detector_from_spec(
+            default_spec() if detector is None else detector
+        ).spec()  # a bad spec fails here
         self.job_type = check_job_type(job_type)
         self.persist = bool(persist)
         self._monitors: dict[str, JobMonitor] = {}
@@ -107,31 +118,33 @@ class EvalStopScheduler(TrialScheduler):
     def set_search_properties(self, metric: str | None, mode: str | None, **spec: Any) -> bool:
         return self.base.set_search_properties(metric, mode, **spec)
 
-    def on_trial_add(self, tune_controller: Any, trial: "Trial") -> None:
+    def on_trial_add(self, tune_controller: Any, trial: Trial) -> None:
         self._maybe_restore(trial)
         self.base.on_trial_add(tune_controller, trial)
 
-    def on_trial_error(self, tune_controller: Any, trial: "Trial") -> None:
+    def on_trial_error(self, tune_controller: Any, trial: Trial) -> None:
         self._finished[trial.trial_id] = "error"
         self.base.on_trial_error(tune_controller, trial)
 
-    def on_trial_complete(self, tune_controller: Any, trial: "Trial", result: dict) -> None:
+    def on_trial_complete(self, tune_controller: Any, trial: Trial, result: dict) -> None:
         self._finished[trial.trial_id] = "stopped" if trial.trial_id in self._stops else "completed"
         self.base.on_trial_complete(tune_controller, trial, result)
 
-    def on_trial_remove(self, tune_controller: Any, trial: "Trial") -> None:
+    def on_trial_remove(self, tune_controller: Any, trial: Trial) -> None:
         self.base.on_trial_remove(tune_controller, trial)
 
-    def choose_trial_to_run(self, tune_controller: Any) -> "Trial | None":
+    def choose_trial_to_run(self, tune_controller: Any) -> Trial | None:
         return self.base.choose_trial_to_run(tune_controller)
 
     def debug_string(self) -> str:
-        return (f"{self.base.debug_string()}\nEvalStop ({self.detector_spec['name']}): stopped {len(self._stops)} of "
-                f"{len(self._monitors)} trials that reported '{self.eval_metric}'.")
+        return (
+            f"{self.base.debug_string()}\nEvalStop ({self.detector_spec['name']}): stopped {len(self._stops)} of "
+            f"{len(self._monitors)} trials that reported '{self.eval_metric}'."
+        )
 
     # -- the decision ----------------------------------------------------------------------------------------------
 
-    def on_trial_result(self, tune_controller: Any, trial: "Trial", result: dict) -> str:
+    def on_trial_result(self, tune_controller: Any, trial: Trial, result: dict) -> str:
         """EvalStop's decision on this result; the base's decision when EvalStop does not stop the trial.
 
         Raises:
@@ -140,8 +153,11 @@ class EvalStopScheduler(TrialScheduler):
         if self.eval_metric not in result:
             if trial.trial_id not in self._warned_missing:
                 self._warned_missing.add(trial.trial_id)
-                logger.warning("EvalStop: trial %s reported a result without %r; EvalStop decides only on results "
-                               "that carry it", trial.trial_id, self.eval_metric)
+                logger.warning(
+                    "EvalStop: trial %s reported a result without %r; EvalStop decides only on results that carry it",
+                    trial.trial_id,
+                    self.eval_metric,
+                )
             return self.base.on_trial_result(tune_controller, trial, result)
         decision = self.observe(trial.trial_id, result)
         if decision.should_stop:
@@ -157,9 +173,11 @@ class EvalStopScheduler(TrialScheduler):
             ValueError: no valid step, or a bad score (the core's message, naming the trial).
         """
         if self.step_attr not in result:
-            raise ValueError(f"EvalStop: trial {trial_id} reported {self.eval_metric!r} without the step key "
-                             f"{self.step_attr!r}; report it, or build the scheduler with "
-                             "step_attr='training_iteration'")
+            raise ValueError(
+                f"EvalStop: trial {trial_id} reported {self.eval_metric!r} without the step key "
+                f"{self.step_attr!r}; report it, or build the scheduler with "
+                "step_attr='training_iteration'"
+            )
         step, score = result[self.step_attr], result[self.eval_metric]
         scores = result.get(self.scores_attr) if self.scores_attr is not None else None
         monitor = self._monitors.get(trial_id)
@@ -183,8 +201,14 @@ class EvalStopScheduler(TrialScheduler):
             history.append((monitor.steps[-1], monitor.scores[-1], scores))
         if decision.should_stop and trial_id not in self._stops:
             self._stops[trial_id] = decision
-            logger.info("EvalStop: stopping trial %s at step %s (%s); best step %s, score %s", trial_id,
-                        monitor.stopped_at, decision.reason, decision.best_step, decision.best_score)
+            logger.info(
+                "EvalStop: stopping trial %s at step %s (%s); best step %s, score %s",
+                trial_id,
+                monitor.stopped_at,
+                decision.reason,
+                decision.best_step,
+                decision.best_score,
+            )
         elif not decision.should_stop and trial_id in self._stops:
             del self._stops[trial_id]  # rewound to before its stop
         return decision
@@ -195,8 +219,9 @@ class EvalStopScheduler(TrialScheduler):
     def _rewind(self, trial_id: str, step: int) -> JobMonitor:
         """Rebuild the trial's monitor from its evals before ``step`` (the trial went back to an older checkpoint)."""
         kept = [h for h in self._history[trial_id] if h[0] < step]
-        logger.info("EvalStop: trial %s went back to step %s; its history restarts from %d evals", trial_id, step,
-                    len(kept))
+        logger.info(
+            "EvalStop: trial %s went back to step %s; its history restarts from %d evals", trial_id, step, len(kept)
+        )
         monitor = self._new_monitor(trial_id)
         for s, v, per in kept:
             monitor.observe(s, v, per)
@@ -229,8 +254,11 @@ class EvalStopScheduler(TrialScheduler):
             "detector": self.detector_spec,
             "job_type": self.job_type,
             "trials": {
-                tid: {"monitor": m.state_dict(), "history": [list(h) for h in self._history[tid]],
-                      "finished": self._finished.get(tid)}
+                tid: {
+                    "monitor": m.state_dict(),
+                    "history": [list(h) for h in self._history[tid]],
+                    "finished": self._finished.get(tid),
+                }
                 for tid, m in self._monitors.items()
             },
         }
@@ -242,12 +270,15 @@ class EvalStopScheduler(TrialScheduler):
             ValueError: another format, or a state written with another detector or job type.
         """
         if state.get("format") != STATE_FORMAT:
-            raise ValueError(f"not an EvalStopScheduler state (format {state.get('format')!r}, "
-                             f"expected {STATE_FORMAT!r})")
+            raise ValueError(
+                f"not an EvalStopScheduler state (format {state.get('format')!r}, expected {STATE_FORMAT!r})"
+            )
         if state["detector"] != self.detector_spec or state["job_type"] != self.job_type:
-            raise ValueError(f"the saved EvalStop state uses detector {state['detector']} for {state['job_type']} "
-                             f"jobs; this scheduler uses {self.detector_spec} for {self.job_type}: resume with the "
-                             "same detector")
+            raise ValueError(
+                f"the saved EvalStop state uses detector {state['detector']} for {state['job_type']} "
+                f"jobs; this scheduler uses {self.detector_spec} for {self.job_type}: resume with the "
+                "same detector"
+            )
         self._monitors, self._history, self._stops, self._finished = {}, {}, {}, {}
         for tid, t in state["trials"].items():
             m = JobMonitor.from_state_dict(t["monitor"])
@@ -281,8 +312,9 @@ class EvalStopScheduler(TrialScheduler):
         new = not os.path.exists(path)
         with open(path, "a", encoding="utf-8") as fh:
             if new:
-                fh.write(json.dumps({"format": LOG_FORMAT, "detector": self.detector_spec,
-                                     "job_type": self.job_type}) + "\n")
+                fh.write(
+                    json.dumps({"format": LOG_FORMAT, "detector": self.detector_spec, "job_type": self.job_type}) + "\n"
+                )
             fh.write(json.dumps(record) + "\n")
 
     def replay_log(self, path: str) -> None:
@@ -299,9 +331,11 @@ class EvalStopScheduler(TrialScheduler):
         if header.get("format") != LOG_FORMAT:
             raise ValueError(f"{path} is not an EvalStopScheduler log (format {header.get('format')!r})")
         if header["detector"] != self.detector_spec or header["job_type"] != self.job_type:
-            raise ValueError(f"{path} was written with detector {header['detector']} for {header['job_type']} jobs; "
-                             f"this scheduler uses {self.detector_spec} for {self.job_type}: resume with the same "
-                             "detector")
+            raise ValueError(
+                f"{path} was written with detector {header['detector']} for {header['job_type']} jobs; "
+                f"this scheduler uses {self.detector_spec} for {self.job_type}: resume with the same "
+                "detector"
+            )
         for no, raw in enumerate(lines[1:], 2):
             try:
                 rec = json.loads(raw)
@@ -314,7 +348,7 @@ class EvalStopScheduler(TrialScheduler):
                 result[self.scores_attr] = rec["scores"]
             self.observe(rec["trial"], result, log=False)
 
-    def _maybe_restore(self, trial: "Trial") -> None:
+    def _maybe_restore(self, trial: Trial) -> None:
         # Tune keeps per-experiment files in the driver's staging folder and syncs it with every experiment
         # checkpoint; on Tuner.restore it copies them back before it re-adds the trials, so the first trial added
         # finds the log of the interrupted run there.
@@ -328,5 +362,9 @@ class EvalStopScheduler(TrialScheduler):
         path = os.path.join(folder, LOG_FILE)
         if not self._monitors and os.path.exists(path):
             self.replay_log(path)
-            logger.info("EvalStop: resumed the scheduler state of %d trials (%d stopped) from %s",
-                        len(self._monitors), len(self._stops), path)
+            logger.info(
+                "EvalStop: resumed the scheduler state of %d trials (%d stopped) from %s",
+                len(self._monitors),
+                len(self._stops),
+                path,
+            )

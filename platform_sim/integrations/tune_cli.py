@@ -30,9 +30,10 @@ import math
 import sys
 import tempfile
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from platform_sim.core import DETECTORS, default_spec, detector_from_spec
 from platform_sim.core.detectors import parse_detector_param
@@ -79,8 +80,9 @@ class TuneReplayConfig:
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise TuneUsageError(f"--{name.replace('_', '-')} must be an integer >= 1, got {v!r}")
         if self.gpus_per_trial > self.gpus:
-            raise TuneUsageError(f"--gpus-per-trial ({self.gpus_per_trial}) exceeds --gpus ({self.gpus}): no trial "
-                                 "could ever start")
+            raise TuneUsageError(
+                f"--gpus-per-trial ({self.gpus_per_trial}) exceeds --gpus ({self.gpus}): no trial could ever start"
+            )
         for name in ("eval_seconds", "hours_per_eval"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
@@ -117,8 +119,10 @@ def _timing_callback() -> Any:
             self.trials: dict[str, dict[str, Any]] = {}
 
         def _row(self, trial: Any) -> dict[str, Any]:
-            return self.trials.setdefault(trial.trial_id, {"trace": trial.config["trace"], "start": None,
-                                                           "end": None, "last_step": None, "error": False})
+            return self.trials.setdefault(
+                trial.trial_id,
+                {"trace": trial.config["trace"], "start": None, "end": None, "last_step": None, "error": False},
+            )
 
         def on_trial_start(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
             self._row(trial)["start"] = time.monotonic() - self.t0
@@ -143,12 +147,19 @@ def _base_scheduler(base: str, n_evals: int) -> Any:
     if base == "fifo":
         return FIFOScheduler()
     # ASHA as a user would run it on these trials: one rung halfway through, the better half goes on.
-    return ASHAScheduler(time_attr="training_iteration", metric="eval_score", mode="max", max_t=n_evals,
-                         grace_period=max(1, n_evals // 2), reduction_factor=2)
+    return ASHAScheduler(
+        time_attr="training_iteration",
+        metric="eval_score",
+        mode="max",
+        max_t=n_evals,
+        grace_period=max(1, n_evals // 2),
+        reduction_factor=2,
+    )
 
 
-def run_tune_experiment(curves: Mapping[str, Mapping[str, Any]], cfg: TuneReplayConfig, evalstop: bool,
-                        storage_path: str) -> tuple[dict[str, dict[str, Any]], Any]:
+def run_tune_experiment(
+    curves: Mapping[str, Mapping[str, Any]], cfg: TuneReplayConfig, evalstop: bool, storage_path: str
+) -> tuple[dict[str, dict[str, Any]], Any]:
     """Run one Tune experiment over ``curves`` on the Ray instance already started; per-trace timings and the
     EvalStop scheduler (None without EvalStop).
 
@@ -166,15 +177,20 @@ def run_tune_experiment(curves: Mapping[str, Mapping[str, Any]], cfg: TuneReplay
     base = _base_scheduler(cfg.base, n_evals)
     scheduler = EvalStopScheduler(base, detector=cfg.detector) if evalstop else None
     timing = _timing_callback()
-    trainable = tune.with_resources(tune.with_parameters(_replay_trial, curves=dict(curves),
-                                                         eval_seconds=cfg.eval_seconds),
-                                    {"CPU": 0, RESOURCE: cfg.gpus_per_trial})
+    trainable = tune.with_resources(
+        tune.with_parameters(_replay_trial, curves=dict(curves), eval_seconds=cfg.eval_seconds),
+        {"CPU": 0, RESOURCE: cfg.gpus_per_trial},
+    )
     tuner = tune.Tuner(
         trainable,
         param_space={"trace": tune.grid_search(sorted(curves))},
         tune_config=tune.TuneConfig(scheduler=scheduler or base, reuse_actors=True),
-        run_config=tune.RunConfig(storage_path=storage_path, name=f"evalstop-{'with' if evalstop else 'without'}",
-                                  verbose=0, callbacks=[timing]),
+        run_config=tune.RunConfig(
+            storage_path=storage_path,
+            name=f"evalstop-{'with' if evalstop else 'without'}",
+            verbose=0,
+            callbacks=[timing],
+        ),
     )
     timing.t0 = time.monotonic()
     grid = tuner.fit()
@@ -191,8 +207,12 @@ def run_tune_experiment(curves: Mapping[str, Mapping[str, Any]], cfg: TuneReplay
     return rows, scheduler
 
 
-def summarize(rows: Mapping[str, Mapping[str, Any]], labels: Mapping[str, str], last_steps: Mapping[str, int],
-              cfg: TuneReplayConfig) -> dict[str, Any]:
+def summarize(
+    rows: Mapping[str, Mapping[str, Any]],
+    labels: Mapping[str, str],
+    last_steps: Mapping[str, int],
+    cfg: TuneReplayConfig,
+) -> dict[str, Any]:
     """One side of the comparison: trials stopped by label, trial-hours, makespan and queue waits."""
     stopped = {name: r["last_step"] is not None and r["last_step"] < last_steps[name] for name, r in rows.items()}
     run_s = [r["end"] - r["start"] for r in rows.values()]
@@ -249,8 +269,13 @@ def tune_replay(traces: Sequence[Any], cfg: TuneReplayConfig, address: str | Non
     owns = False
     if not ray.is_initialized():
         if address is None:
-            ray.init(num_cpus=cfg.cpus, resources={RESOURCE: cfg.gpus}, include_dashboard=False,
-                     log_to_driver=False, configure_logging=False)
+            ray.init(
+                num_cpus=cfg.cpus,
+                resources={RESOURCE: cfg.gpus},
+                include_dashboard=False,
+                log_to_driver=False,
+                configure_logging=False,
+            )
         else:
             ray.init(address=address, log_to_driver=False)
         owns = True
@@ -269,23 +294,40 @@ def tune_replay(traces: Sequence[Any], cfg: TuneReplayConfig, address: str | Non
         tune_stop = w["evalstop_stop_step"]
         # The base (ASHA) may end a trial before EvalStop saw the eval the core stops at: that is no disagreement.
         ended_before = w["last_step"] is not None and core_stop is not None and w["last_step"] < core_stop
-        rows.append({"trace": t.name, "label": t.label, "core_stop_step": core_stop, "tune_stop_step": tune_stop,
-                     "last_step_with": w["last_step"], "last_step_without": without[t.name]["last_step"],
-                     "agree": tune_stop == core_stop or (tune_stop is None and ended_before)})
+        rows.append(
+            {
+                "trace": t.name,
+                "label": t.label,
+                "core_stop_step": core_stop,
+                "tune_stop_step": tune_stop,
+                "last_step_with": w["last_step"],
+                "last_step_without": without[t.name]["last_step"],
+                "agree": tune_stop == core_stop or (tune_stop is None and ended_before),
+            }
+        )
     counted = {n for n, lab in labels.items() if lab in COUNTED_LABELS}
     return {
         "with": summarize({n: with_rows[n] for n in counted}, labels, last_steps, cfg),
         "without": summarize({n: without[n] for n in counted}, labels, last_steps, cfg),
         "traces": rows,
         "decisions_equal_core": all(r["agree"] for r in rows),
-        "config": {"base": cfg.base, "gpus": cfg.gpus, "gpus_per_trial": cfg.gpus_per_trial,
-                   "eval_seconds": cfg.eval_seconds, "hours_per_eval": cfg.hours_per_eval, "detector": spec,
-                   "n_traces": len(traces), "counted_traces": len(counted), "cpus": cfg.cpus,
-                   "scale": {"lo": scale.lo, "hi": scale.hi}},
+        "config": {
+            "base": cfg.base,
+            "gpus": cfg.gpus,
+            "gpus_per_trial": cfg.gpus_per_trial,
+            "eval_seconds": cfg.eval_seconds,
+            "hours_per_eval": cfg.hours_per_eval,
+            "detector": spec,
+            "n_traces": len(traces),
+            "counted_traces": len(counted),
+            "cpus": cfg.cpus,
+            "scale": {"lo": scale.lo, "hi": scale.hi},
+        },
     }
 
 
 # -- command line -------------------------------------------------------------------------------------------------
+
 
 def _detector_param(text: str) -> tuple[str, Any]:
     try:
@@ -297,29 +339,49 @@ def _detector_param(text: str) -> tuple[str, Any]:
 def add_tune(sub: argparse._SubParsersAction) -> None:
     """Add ``tune`` to ``evalstop-sim``."""
     p = sub.add_parser(
-        "tune", help="recorded traces as trials of a real local Ray Tune experiment, with and without EvalStop",
+        "tune",
+        help="recorded traces as trials of a real local Ray Tune experiment, with and without EvalStop",
         description="Run every trace of DIR as one Ray Tune trial that replays its eval curve at a scaled "
-                    "wall-clock pace while holding a custom GPU resource; run the experiment with the base scheduler "
-                    "alone and with EvalStopScheduler around it, and compare trials stopped, trial-hours, makespan "
-                    "and queue waits. Needs the ray extra.")
-    p.add_argument("--traces", default=None, metavar="DIR", help="folder of *.jsonl traces (default: the shipped "
-                   "corpus)")
+        "wall-clock pace while holding a custom GPU resource; run the experiment with the base scheduler "
+        "alone and with EvalStopScheduler around it, and compare trials stopped, trial-hours, makespan "
+        "and queue waits. Needs the ray extra.",
+    )
+    p.add_argument(
+        "--traces", default=None, metavar="DIR", help="folder of *.jsonl traces (default: the shipped corpus)"
+    )
     p.add_argument("--base", default="fifo", choices=list(BASES), help="base scheduler (default fifo)")
     p.add_argument("--gpus", type=int, default=8, help="units of the custom GPU resource (default 8)")
     p.add_argument("--gpus-per-trial", type=int, default=1, help="units each trial holds (default 1)")
-    p.add_argument("--eval-seconds", type=float, default=0.25,
-                   help="wall-clock seconds between two evals of a trial (default 0.25)")
-    p.add_argument("--hours-per-eval", type=float, default=0.5,
-                   help="hours of training one eval interval stands for, for trial_hours (default 0.5)")
+    p.add_argument(
+        "--eval-seconds",
+        type=float,
+        default=0.25,
+        help="wall-clock seconds between two evals of a trial (default 0.25)",
+    )
+    p.add_argument(
+        "--hours-per-eval",
+        type=float,
+        default=0.5,
+        help="hours of training one eval interval stands for, for trial_hours (default 0.5)",
+    )
     p.add_argument("--cpus", type=int, default=2, help="CPUs of the local Ray instance (default 2)")
     p.add_argument("--address", default=None, help="an existing Ray cluster offering the evalstop_gpu resource")
-    p.add_argument("--detector", default=None,
-                   help="detector name (default: the project's default detector; --k/--min-delta alone: k-decline; "
-                        f"registered: {', '.join(sorted(DETECTORS))})")
+    p.add_argument(
+        "--detector",
+        default=None,
+        help="detector name (default: the project's default detector; --k/--min-delta alone: k-decline; "
+        f"registered: {', '.join(sorted(DETECTORS))})",
+    )
     p.add_argument("--k", type=int, default=None, help="consecutive declines that stop a trial (k-decline)")
     p.add_argument("--min-delta", type=float, default=None, help="decline tolerance on the 0-1 scale (k-decline)")
-    p.add_argument("--detector-param", action="append", type=_detector_param, default=[], metavar="KEY=VALUE",
-                   help="extra detector parameter (repeatable; value parsed as JSON when it can be)")
+    p.add_argument(
+        "--detector-param",
+        action="append",
+        type=_detector_param,
+        default=[],
+        metavar="KEY=VALUE",
+        help="extra detector parameter (repeatable; value parsed as JSON when it can be)",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
     p.set_defaults(func=cmd_tune)
 
@@ -339,8 +401,7 @@ def _detector(args: argparse.Namespace) -> dict[str, Any]:
         raise TuneUsageError(f"--detector: {exc}") from None
 
 
-ROW_KEYS = ("trials", "stopped_hacking", "stopped_healthy", "trial_hours", "makespan_s", "mean_wait_s",
-            "max_wait_s")
+ROW_KEYS = ("trials", "stopped_hacking", "stopped_healthy", "trial_hours", "makespan_s", "mean_wait_s", "max_wait_s")
 
 
 def text_report(results: Mapping[str, Any]) -> str:
@@ -352,9 +413,11 @@ def text_report(results: Mapping[str, Any]) -> str:
     w, wo = results["with"], results["without"]
     saved = 100.0 * (1 - w["trial_hours"] / wo["trial_hours"]) if wo["trial_hours"] else 0.0
     lines.append("")
-    lines.append(f"trial-hours saved {wo['trial_hours'] - w['trial_hours']:.1f} ({saved:.1f}%); makespan "
-                 f"{wo['makespan_s']:.1f} s -> {w['makespan_s']:.1f} s; Tune's decisions equal the embedded core's "
-                 f"for every trace: {'yes' if results['decisions_equal_core'] else 'NO'}")
+    lines.append(
+        f"trial-hours saved {wo['trial_hours'] - w['trial_hours']:.1f} ({saved:.1f}%); makespan "
+        f"{wo['makespan_s']:.1f} s -> {w['makespan_s']:.1f} s; Tune's decisions equal the embedded core's "
+        f"for every trace: {'yes' if results['decisions_equal_core'] else 'NO'}"
+    )
     return "\n".join(lines)
 
 
@@ -362,9 +425,15 @@ def cmd_tune(args: argparse.Namespace) -> int:
     from platform_sim.sim.traces import TraceFormatError, load_traces, shipped_traces_dir
 
     try:
-        cfg = TuneReplayConfig(base=args.base, gpus=args.gpus, gpus_per_trial=args.gpus_per_trial,
-                               eval_seconds=args.eval_seconds, hours_per_eval=args.hours_per_eval,
-                               detector=_detector(args), cpus=args.cpus)
+        cfg = TuneReplayConfig(
+            base=args.base,
+            gpus=args.gpus,
+            gpus_per_trial=args.gpus_per_trial,
+            eval_seconds=args.eval_seconds,
+            hours_per_eval=args.hours_per_eval,
+            detector=_detector(args),
+            cpus=args.cpus,
+        )
         folder = Path(args.traces) if args.traces is not None else shipped_traces_dir()
         try:
             traces = load_traces(folder)

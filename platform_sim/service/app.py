@@ -17,8 +17,9 @@ import math
 import re
 import time
 import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
-from typing import Annotated, Any, AsyncIterator, Awaitable, Callable, Sequence
+from typing import Annotated, Any
 
 import anyio
 from fastapi import Depends, FastAPI, Path, Query, Request
@@ -33,7 +34,17 @@ from starlette.routing import Match
 from platform_sim.core import ConflictError, InvalidReportError, Report, default_spec
 
 from .metrics import ServiceMetrics
-from .schemas import JOB_ID_PATTERN, MAX_EVAL_SCORES, DecisionOut, ErrorOut, FinishIn, JobCreate, JobList, JobOut, ReportIn
+from .schemas import (
+    JOB_ID_PATTERN,
+    MAX_EVAL_SCORES,
+    DecisionOut,
+    ErrorOut,
+    FinishIn,
+    JobCreate,
+    JobList,
+    JobOut,
+    ReportIn,
+)
 from .store import (
     JobExists,
     JobFinished,
@@ -74,8 +85,9 @@ class BodyLimitMiddleware:
         self.app = app
         self.max_bytes = max_bytes
 
-    async def __call__(self, scope: dict[str, Any], receive: Callable[..., Awaitable[Any]],
-                       send: Callable[..., Awaitable[None]]) -> None:
+    async def __call__(
+        self, scope: dict[str, Any], receive: Callable[..., Awaitable[Any]], send: Callable[..., Awaitable[None]]
+    ) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
@@ -89,8 +101,12 @@ class BodyLimitMiddleware:
                     await self._refuse(send, 400, "bad_request", "Content-Length is not an integer")
                     return
                 if length > self.max_bytes:
-                    await self._refuse(send, 413, "body_too_large",
-                                       f"request body of {length} bytes exceeds the limit of {self.max_bytes} bytes")
+                    await self._refuse(
+                        send,
+                        413,
+                        "body_too_large",
+                        f"request body of {length} bytes exceeds the limit of {self.max_bytes} bytes",
+                    )
                     return
         if not has_length and scope.get("method") in ("POST", "PUT", "PATCH"):
             # A streamed (chunked) body: read it here, counting, and refuse it before the app sees any of it. The
@@ -102,8 +118,9 @@ class BodyLimitMiddleware:
                     return  # the client went away
                 body += message.get("body", b"")
                 if len(body) > self.max_bytes:
-                    await self._refuse(send, 413, "body_too_large",
-                                       f"request body exceeds the limit of {self.max_bytes} bytes")
+                    await self._refuse(
+                        send, 413, "body_too_large", f"request body exceeds the limit of {self.max_bytes} bytes"
+                    )
                     return
                 if not message.get("more_body", False):
                     break
@@ -123,10 +140,19 @@ class BodyLimitMiddleware:
     @staticmethod
     async def _refuse(send: Callable[..., Awaitable[None]], status: int, code: str, message: str) -> None:
         body = _error_body(code, message)
-        await send({"type": "http.response.start", "status": status,
-                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
-                                (b"connection", b"close")]})
+        await send(
+            {
+                "type": "http.response.start",
+                "status": status,
+                "headers": [
+                    (b"content-type", b"application/json"),
+                    (b"content-length", str(len(body)).encode()),
+                    (b"connection", b"close"),
+                ],
+            }
+        )
         await send({"type": "http.response.body", "body": body})
+
 
 class TenantRateLimit:
     """A token bucket per tenant: ``rate`` tokens per second on average, bursts of up to ``burst``.
@@ -173,8 +199,11 @@ ReportHandler = Callable[[str | None, str, bytes], Awaitable[tuple[int, dict[str
 
 
 def _unknown_query_error(names: Sequence[str]) -> ApiError:
-    return ApiError(422, "invalid_request", f"invalid request: unknown query parameter(s) {', '.join(sorted(names))} "
-                                            "(unknown fields are rejected)")
+    return ApiError(
+        422,
+        "invalid_request",
+        f"invalid request: unknown query parameter(s) {', '.join(sorted(names))} (unknown fields are rejected)",
+    )
 
 
 def _declared_query(dependant: Any) -> set[str]:
@@ -212,8 +241,9 @@ class ReportFastPath:
         self.handler = handler
         self.max_bytes = max_bytes
 
-    async def __call__(self, scope: dict[str, Any], receive: Callable[..., Awaitable[Any]],
-                       send: Callable[..., Awaitable[None]]) -> None:
+    async def __call__(
+        self, scope: dict[str, Any], receive: Callable[..., Awaitable[Any]], send: Callable[..., Awaitable[None]]
+    ) -> None:
         match = _EVALS_PATH.match(scope["path"]) if scope["type"] == "http" and scope["method"] == "POST" else None
         if match is None:
             await self.app(scope, receive, send)
@@ -229,8 +259,12 @@ class ReportFastPath:
                 return  # the client went away before sending its body
             body += message.get("body", b"")
             if len(body) > self.max_bytes:
-                await _send_json(send, 413, {"error": "body_too_large", "message": f"request body exceeds the limit "
-                                             f"of {self.max_bytes} bytes"}, {"connection": "close"})
+                await _send_json(
+                    send,
+                    413,
+                    {"error": "body_too_large", "message": f"request body exceeds the limit of {self.max_bytes} bytes"},
+                    {"connection": "close"},
+                )
                 return
             if not message.get("more_body", False):
                 break
@@ -243,8 +277,9 @@ class ReportFastPath:
         await _send_json(send, status, payload, headers)
 
 
-async def _send_json(send: Callable[..., Awaitable[None]], status: int, payload: dict[str, Any],
-                     headers: dict[str, str] | None = None) -> None:
+async def _send_json(
+    send: Callable[..., Awaitable[None]], status: int, payload: dict[str, Any], headers: dict[str, str] | None = None
+) -> None:
     body = json.dumps(payload, separators=(",", ":")).encode()
     raw = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
     raw += [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in (headers or {}).items()]
@@ -263,8 +298,10 @@ def _validation_message(errors: Sequence[Any]) -> str:
             why = msg if msg.startswith("Invalid JSON") else f"Invalid JSON: {(err.get('ctx') or {}).get('error', msg)}"
             parts.append(f"body: {why}")
         elif err.get("type") == "extra_forbidden":
-            parts.append(f"{where}: unknown field (unknown fields are rejected: only the whitelisted fields may "
-                         "cross the information boundary)")
+            parts.append(
+                f"{where}: unknown field (unknown fields are rejected: only the whitelisted fields may "
+                "cross the information boundary)"
+            )
         else:
             # Never echo the input back: it may hold a value that is not JSON (NaN) or that should not be logged.
             parts.append(f"{where}: {err.get('msg', 'invalid')}")
@@ -273,12 +310,21 @@ def _validation_message(errors: Sequence[Any]) -> str:
 
 def _job_out(job: JobRecord) -> dict[str, Any]:
     return {
-        "job_id": job.job_id, "job_type": job.job_type, "status": job.status, "detector": job.detector,
-        "gpus": job.gpus, "planned_steps": job.planned_steps, "created_at": job.created_at,
-        "n_reports": job.n_reports, "last_step": job.last_step,
+        "job_id": job.job_id,
+        "job_type": job.job_type,
+        "status": job.status,
+        "detector": job.detector,
+        "gpus": job.gpus,
+        "planned_steps": job.planned_steps,
+        "created_at": job.created_at,
+        "n_reports": job.n_reports,
+        "last_step": job.last_step,
         "last_decision": None if job.last_decision is None else job.last_decision.to_dict(),
-        "best_step": job.best_step, "best_score": job.best_score, "stopped_at": job.stopped_at,
-        "finished_at": job.finished_at, "finish_reason": job.finish_reason,
+        "best_step": job.best_step,
+        "best_score": job.best_score,
+        "stopped_at": job.stopped_at,
+        "finished_at": job.finished_at,
+        "finish_reason": job.finish_reason,
     }
 
 
@@ -289,15 +335,23 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
 }
 _NOT_FOUND: dict[int | str, dict[str, Any]] = {404: {"model": ErrorOut, "description": "No such job for this tenant."}}
 _CONFLICT: dict[int | str, dict[str, Any]] = {
-    409: {"model": ErrorOut, "description": "Conflicts with the job's state."}}
+    409: {"model": ErrorOut, "description": "Conflicts with the job's state."}
+}
 _UNAVAILABLE: dict[int | str, dict[str, Any]] = {503: {"model": ErrorOut, "description": "Store cannot commit."}}
 
 JobIdPath = Annotated[str, Path(pattern=JOB_ID_PATTERN, description="The job's id.")]
 
 
-def create_app(store: Store, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES, close_store: bool = False,
-               token_cache_ttl: float = 1.0, fast_path: bool = True, max_eval_scores: int = MAX_EVAL_SCORES,
-               rate_limit: TenantRateLimit | None = None) -> FastAPI:
+def create_app(
+    store: Store,
+    *,
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    close_store: bool = False,
+    token_cache_ttl: float = 1.0,
+    fast_path: bool = True,
+    max_eval_scores: int = MAX_EVAL_SCORES,
+    rate_limit: TenantRateLimit | None = None,
+) -> FastAPI:
     """Build the service around ``store``.
 
     Args:
@@ -325,7 +379,7 @@ def create_app(store: Store, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES, cl
         title="evalstop scheduler service",
         version="1.0.0",
         description="Stops RLHF and fine-tuning jobs after k consecutive declines of their held-out eval score. "
-                    "Only whitelisted fields cross the boundary; unknown fields are rejected.",
+        "Only whitelisted fields cross the boundary; unknown fields are rejected.",
         lifespan=lifespan,
         dependencies=[Depends(_no_unknown_query)],
     )
@@ -341,20 +395,25 @@ def create_app(store: Store, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES, cl
     async def _internal(request: Request, exc: Exception) -> JSONResponse:
         # A bug answers 500 for this request alone, as JSON like every other error.
         logger.error("%s %s failed", request.method, request.url.path, exc_info=exc)
-        return JSONResponse({"error": "internal_error", "message": "internal error while answering this request"},
-                            status_code=500)
+        return JSONResponse(
+            {"error": "internal_error", "message": "internal error while answering this request"}, status_code=500
+        )
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
-        return JSONResponse({"error": "invalid_request", "message": _validation_message(exc.errors())},
-                            status_code=422)
+        return JSONResponse({"error": "invalid_request", "message": _validation_message(exc.errors())}, status_code=422)
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         if exc.status_code == 400:
             # FastAPI's only 400 is a body it cannot decode (not UTF-8): the same 422 as any other unreadable body.
-            return JSONResponse({"error": "invalid_request", "message": "invalid request: body: Invalid JSON: "
-                                 "not UTF-8 (send one UTF-8 JSON object)"}, status_code=422)
+            return JSONResponse(
+                {
+                    "error": "invalid_request",
+                    "message": "invalid request: body: Invalid JSON: not UTF-8 (send one UTF-8 JSON object)",
+                },
+                status_code=422,
+            )
         headers = dict(getattr(exc, "headers", None) or {})
         if exc.status_code == 405:
             # Starlette names the methods of the first route that matched the path; a path can have several.
@@ -365,8 +424,11 @@ def create_app(store: Store, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES, cl
                     allowed |= set(getattr(route, "methods", None) or ())
             headers["allow"] = ", ".join(sorted(allowed))
         codes = {404: "not_found", 405: "method_not_allowed"}
-        return JSONResponse({"error": codes.get(exc.status_code, "http_error"), "message": str(exc.detail)},
-                            status_code=exc.status_code, headers=headers or None)
+        return JSONResponse(
+            {"error": codes.get(exc.status_code, "http_error"), "message": str(exc.detail)},
+            status_code=exc.status_code,
+            headers=headers or None,
+        )
 
     # Valid tokens are remembered for token_cache_ttl seconds: the lookup was a fifth of the server's time per
     # report. A revocation therefore takes effect within that time (1 s by default); unknown tokens are never cached.
@@ -378,8 +440,7 @@ def create_app(store: Store, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES, cl
         challenge = {"WWW-Authenticate": "Bearer"}
         if not token:
             metrics.auth_failures.inc()
-            raise ApiError(401, "unauthorized", "missing bearer token: send 'Authorization: Bearer <token>'",
-                           challenge)
+            raise ApiError(401, "unauthorized", "missing bearer token: send 'Authorization: Bearer <token>'", challenge)
         now = time.monotonic()
         hit = token_cache.get(token)
         if hit is not None and hit[1] > now:
@@ -397,13 +458,18 @@ def create_app(store: Store, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES, cl
             wait = rate_limit.retry_after(found.tenant_id, 1.0 + body_bytes // RATE_BYTES_PER_TOKEN)
             if wait > 0:
                 metrics.rate_limited.inc()
-                raise ApiError(429, "rate_limited", f"too many requests from this tenant (limit {rate_limit.rate:g}/s, "
-                                                    f"burst {rate_limit.burst:g}); retry after {wait:.2f} s",
-                               {"Retry-After": str(max(1, math.ceil(wait)))})
+                raise ApiError(
+                    429,
+                    "rate_limited",
+                    f"too many requests from this tenant (limit {rate_limit.rate:g}/s, "
+                    f"burst {rate_limit.burst:g}); retry after {wait:.2f} s",
+                    {"Retry-After": str(max(1, math.ceil(wait)))},
+                )
         return found
 
-    async def tenant(request: Request,
-                     creds: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]) -> Tenant:
+    async def tenant(
+        request: Request, creds: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]
+    ) -> Tenant:
         length = request.headers.get("content-length", "0")
         return authenticate(None if creds is None else creds.credentials, int(length) if length.isdigit() else 0)
 
@@ -418,15 +484,25 @@ def create_app(store: Store, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES, cl
         t0 = time.perf_counter()
         if body.job_id != job_id:
             metrics.reports.labels("invalid").inc()
-            raise ApiError(422, "invalid_request", f"job_id {body.job_id!r} in the body does not match the path "
-                                                   f"job {job_id!r}")
+            raise ApiError(
+                422, "invalid_request", f"job_id {body.job_id!r} in the body does not match the path job {job_id!r}"
+            )
         if body.eval_scores is not None and len(body.eval_scores) > max_eval_scores:
             metrics.reports.labels("invalid").inc()
-            raise ApiError(422, "invalid_request", f"invalid request: eval_scores has {len(body.eval_scores)} entries; "
-                                                   f"this server takes at most {max_eval_scores} per report")
+            raise ApiError(
+                422,
+                "invalid_request",
+                f"invalid request: eval_scores has {len(body.eval_scores)} entries; "
+                f"this server takes at most {max_eval_scores} per report",
+            )
         try:
-            report = Report(job_id=body.job_id, job_type=body.job_type, step=body.step, eval_score=body.eval_score,
-                            eval_scores=None if body.eval_scores is None else tuple(body.eval_scores))
+            report = Report(
+                job_id=body.job_id,
+                job_type=body.job_type,
+                step=body.step,
+                eval_score=body.eval_score,
+                eval_scores=None if body.eval_scores is None else tuple(body.eval_scores),
+            )
             outcome = await asyncio.wrap_future(store.submit_report(t.tenant_id, report))
         except InvalidReportError as exc:
             metrics.reports.labels("invalid").inc()
@@ -458,15 +534,18 @@ def create_app(store: Store, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES, cl
         metrics.report_latency.observe(time.perf_counter() - t0)
         return decision.to_dict()
 
-
-    async def fast_report(authorization: str | None, job_id: str, raw: bytes
-                          ) -> tuple[int, dict[str, Any], dict[str, str] | None]:
+    async def fast_report(
+        authorization: str | None, job_id: str, raw: bytes
+    ) -> tuple[int, dict[str, Any], dict[str, str] | None]:
         try:
             scheme, _, token = (authorization or "").partition(" ")
             t = authenticate(token.strip() if scheme.lower() == "bearer" else None, len(raw))
             if not _JOB_ID.fullmatch(job_id):
-                raise ApiError(422, "invalid_request", f"invalid request: path.job_id: String should match pattern "
-                                                       f"'{JOB_ID_PATTERN}'")
+                raise ApiError(
+                    422,
+                    "invalid_request",
+                    f"invalid request: path.job_id: String should match pattern '{JOB_ID_PATTERN}'",
+                )
             try:
                 body = ReportIn.model_validate_json(raw)
             except ValidationError as exc:
@@ -482,15 +561,28 @@ def create_app(store: Store, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES, cl
         app.add_middleware(ReportFastPath, handler=fast_report, max_bytes=max_body_bytes)
 
     # -- jobs ------------------------------------------------------------------------------------------------------
-    @app.post(f"/{API_VERSION}/jobs", status_code=201, response_model=JobOut, tags=["jobs"],
-              responses={200: {"model": JobOut, "description": "Already registered (idempotent)."},
-                         **_ERRORS, **_CONFLICT, **_UNAVAILABLE})
+    @app.post(
+        f"/{API_VERSION}/jobs",
+        status_code=201,
+        response_model=JobOut,
+        tags=["jobs"],
+        responses={
+            200: {"model": JobOut, "description": "Already registered (idempotent)."},
+            **_ERRORS,
+            **_CONFLICT,
+            **_UNAVAILABLE,
+        },
+    )
     async def register_job(body: JobCreate, t: TenantDep) -> JSONResponse:
         """Register a job and return it; its ``job_id`` is made up if not given."""
         spec = body.detector.model_dump() if body.detector is not None else None
-        record = JobRecord(job_id=body.job_id or f"job-{uuid.uuid4().hex[:16]}", job_type=body.job_type,
-                           detector=spec or default_spec(), gpus=body.gpus,
-                           planned_steps=body.planned_steps)
+        record = JobRecord(
+            job_id=body.job_id or f"job-{uuid.uuid4().hex[:16]}",
+            job_type=body.job_type,
+            detector=spec or default_spec(),
+            gpus=body.gpus,
+            planned_steps=body.planned_steps,
+        )
         try:
             job, created = await anyio.to_thread.run_sync(store.register_job, t.tenant_id, record)
         except JobExists as exc:
@@ -517,8 +609,9 @@ def create_app(store: Store, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES, cl
         nxt = jobs[-1].job_id if len(jobs) == limit else None
         return JSONResponse({"jobs": [_job_out(j) for j in jobs], "next_after": nxt})
 
-    @app.get(f"/{API_VERSION}/jobs/{{job_id}}", response_model=JobOut, tags=["jobs"],
-             responses={**_ERRORS, **_NOT_FOUND})
+    @app.get(
+        f"/{API_VERSION}/jobs/{{job_id}}", response_model=JobOut, tags=["jobs"], responses={**_ERRORS, **_NOT_FOUND}
+    )
     async def get_job(job_id: JobIdPath, t: TenantDep) -> JSONResponse:
         """One of the tenant's jobs (committed state)."""
         try:
@@ -526,8 +619,12 @@ def create_app(store: Store, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES, cl
         except JobNotFound:
             raise not_found(job_id) from None
 
-    @app.post(f"/{API_VERSION}/jobs/{{job_id}}/evals", response_model=DecisionOut, tags=["jobs"],
-              responses={**_ERRORS, **_NOT_FOUND, **_CONFLICT, **_UNAVAILABLE})
+    @app.post(
+        f"/{API_VERSION}/jobs/{{job_id}}/evals",
+        response_model=DecisionOut,
+        tags=["jobs"],
+        responses={**_ERRORS, **_NOT_FOUND, **_CONFLICT, **_UNAVAILABLE},
+    )
     async def post_eval(job_id: JobIdPath, body: ReportIn, t: TenantDep) -> JSONResponse:
         """Take one evaluation (the whitelisted Report) and answer the scheduler's Decision after it is committed.
 
@@ -536,8 +633,12 @@ def create_app(store: Store, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES, cl
         """
         return JSONResponse(await handle_report(t, job_id, body))
 
-    @app.post(f"/{API_VERSION}/jobs/{{job_id}}/finish", response_model=JobOut, tags=["jobs"],
-              responses={**_ERRORS, **_NOT_FOUND, **_UNAVAILABLE})
+    @app.post(
+        f"/{API_VERSION}/jobs/{{job_id}}/finish",
+        response_model=JobOut,
+        tags=["jobs"],
+        responses={**_ERRORS, **_NOT_FOUND, **_UNAVAILABLE},
+    )
     async def finish_job(job_id: JobIdPath, t: TenantDep, body: FinishIn | None = None) -> JSONResponse:
         """Mark the job finished (idempotent: the first reason is kept). It takes no more reports."""
         reason = body.reason if body is not None else "completed"

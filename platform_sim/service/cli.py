@@ -1,9 +1,9 @@
 """``evalstop-server``: run the scheduler service and administer its tenants.
 
-    evalstop-server serve [--host 127.0.0.1] [--port 8080] [--db evalstop.db]
-    evalstop-server tenant add NAME [--db ...]      # prints the new token alone on the last line
-    evalstop-server tenant list [--db ...] [--json]
-    evalstop-server tenant revoke NAME [--db ...]
+evalstop-server serve [--host 127.0.0.1] [--port 8080] [--db evalstop.db]
+evalstop-server tenant add NAME [--db ...]      # prints the new token alone on the last line
+evalstop-server tenant list [--db ...] [--json]
+evalstop-server tenant revoke NAME [--db ...]
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import logging
 import os
 import re
 import sys
-from typing import Sequence
+from collections.abc import Sequence
 
 from platform_sim.core.boundary import JOB_TYPES
 
@@ -39,9 +39,12 @@ def _fail(message: str) -> int:
 
 
 def _db_arg(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--db", default=os.environ.get("EVALSTOP_DB", DEFAULT_DB),
-                   help=f"SQLite database file (default: $EVALSTOP_DB or ./{DEFAULT_DB}); created if missing; or a "
-                        "postgresql://user@host:port/dbname URL for several replicas on one database")
+    p.add_argument(
+        "--db",
+        default=os.environ.get("EVALSTOP_DB", DEFAULT_DB),
+        help=f"SQLite database file (default: $EVALSTOP_DB or ./{DEFAULT_DB}); created if missing; or a "
+        "postgresql://user@host:port/dbname URL for several replicas on one database",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -52,21 +55,39 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1, loopback only)")
     serve.add_argument("--port", type=int, default=8080, help="TCP port (default: 8080)")
     _db_arg(serve)
-    serve.add_argument("--synchronous", choices=["FULL", "NORMAL"], default="FULL",
-                       help="SQLite durability: FULL fsyncs every commit (default); NORMAL survives a killed "
-                            "process but not an OS crash")
-    serve.add_argument("--max-body-bytes", type=int, default=1 << 20, help="largest request body (default 1 MiB); "
-                       "larger ones get 413")
-    serve.add_argument("--max-eval-scores", type=int, default=MAX_EVAL_SCORES,
-                       help=f"most per-example scores in one report (default {MAX_EVAL_SCORES}); longer lists get 422")
-    serve.add_argument("--rate-limit", type=float, default=0.0,
-                       help="tokens per second each tenant may spend: one per request plus one per 2 kB of body; "
-                            "beyond it 429 with Retry-After (default 0: no limit)")
-    serve.add_argument("--rate-burst", type=float, default=None,
-                       help="tokens a tenant may spend at once (default: 2 s worth of --rate-limit, at least 10)")
+    serve.add_argument(
+        "--synchronous",
+        choices=["FULL", "NORMAL"],
+        default="FULL",
+        help="SQLite durability: FULL fsyncs every commit (default); NORMAL survives a killed "
+        "process but not an OS crash",
+    )
+    serve.add_argument(
+        "--max-body-bytes", type=int, default=1 << 20, help="largest request body (default 1 MiB); larger ones get 413"
+    )
+    serve.add_argument(
+        "--max-eval-scores",
+        type=int,
+        default=MAX_EVAL_SCORES,
+        help=f"most per-example scores in one report (default {MAX_EVAL_SCORES}); longer lists get 422",
+    )
+    serve.add_argument(
+        "--rate-limit",
+        type=float,
+        default=0.0,
+        help="tokens per second each tenant may spend: one per request plus one per 2 kB of body; "
+        "beyond it 429 with Retry-After (default 0: no limit)",
+    )
+    serve.add_argument(
+        "--rate-burst",
+        type=float,
+        default=None,
+        help="tokens a tenant may spend at once (default: 2 s worth of --rate-limit, at least 10)",
+    )
     serve.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
-    serve.add_argument("--access-log", action="store_true", help="log every request (off by default: it costs "
-                                                                 "throughput)")
+    serve.add_argument(
+        "--access-log", action="store_true", help="log every request (off by default: it costs throughput)"
+    )
 
     tenant = sub.add_parser("tenant", help="add, list or revoke tenants")
     tsub = tenant.add_subparsers(dest="tenant_command", required=True, parser_class=_Parser)
@@ -82,16 +103,22 @@ def build_parser() -> argparse.ArgumentParser:
     _db_arg(rev)
     rev.add_argument("--json", action="store_true", help="machine-readable output")
     det = tsub.add_parser(
-        "detector", help="the stop detector this tenant's new jobs should use, from its finished jobs",
+        "detector",
+        help="the stop detector this tenant's new jobs should use, from its finished jobs",
         description="Applies evalstop-fleet's rule (platform_sim/core/fleet.py, docs/detectors.md) to the tenant's "
-                    "jobs of one type that finished without being stopped: the median late gain (the share of a "
-                    "run's rise made in its last third) of the last --window of them decides between the "
-                    "conservative detector (shape) and the aggressive one (shape-sens). Prints the spec to pass as "
-                    "the job's detector.")
+        "jobs of one type that finished without being stopped: the median late gain (the share of a "
+        "run's rise made in its last third) of the last --window of them decides between the "
+        "conservative detector (shape) and the aggressive one (shape-sens). Prints the spec to pass as "
+        "the job's detector.",
+    )
     det.add_argument("name")
     det.add_argument("--job-type", default="rlhf", choices=list(JOB_TYPES), help="jobs to learn from (default rlhf)")
-    det.add_argument("--min-runs", type=int, default=8, help="finished runs needed before leaving the "
-                     "conservative detector (default 8)")
+    det.add_argument(
+        "--min-runs",
+        type=int,
+        default=8,
+        help="finished runs needed before leaving the conservative detector (default 8)",
+    )
     det.add_argument("--window", type=int, default=50, help="most recent finished runs that count (default 50)")
     _db_arg(det)
     det.add_argument("--json", action="store_true", help="machine-readable output")
@@ -107,11 +134,11 @@ def check_db(db: str) -> None:
     if not db.strip():
         raise ValueError("is empty (give a SQLite file path or a postgresql:// URL; check $EVALSTOP_DB)")
     if db == ":memory:" or db.startswith("file::memory:"):
-        raise ValueError("an in-memory SQLite database is not supported: the service's connections must share one "
-                         "file")
+        raise ValueError("an in-memory SQLite database is not supported: the service's connections must share one file")
     if "://" in db and not db.startswith(("postgresql://", "postgres://")):
-        raise ValueError(f"unsupported database URL scheme {db.split('://', 1)[0]!r}: give a SQLite file path or a "
-                         "postgresql:// URL")
+        raise ValueError(
+            f"unsupported database URL scheme {db.split('://', 1)[0]!r}: give a SQLite file path or a postgresql:// URL"
+        )
 
 
 def _open_store(db: str, synchronous: str = "FULL"):  # noqa: ANN202 - the store type needs the service extra
@@ -181,13 +208,23 @@ def _serve(args: argparse.Namespace) -> int:
         store.close()
         return _fail(f"--db {args.db}: {problem}")
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    app = create_app(store, max_body_bytes=args.max_body_bytes, close_store=True,
-                     max_eval_scores=args.max_eval_scores,
-                     rate_limit=TenantRateLimit(args.rate_limit, burst) if args.rate_limit > 0 else None)
+    app = create_app(
+        store,
+        max_body_bytes=args.max_body_bytes,
+        close_store=True,
+        max_eval_scores=args.max_eval_scores,
+        rate_limit=TenantRateLimit(args.rate_limit, burst) if args.rate_limit > 0 else None,
+    )
     # One process, one event loop, one writer thread with group commit: on two cores more worker processes only
     # fight over SQLite's single write lock (measured in docs/benchmarks.md).
-    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, access_log=args.access_log,
-                timeout_graceful_shutdown=5)
+    uvicorn.run(
+        app,
+        host=args.host,
+        port=args.port,
+        log_level=args.log_level,
+        access_log=args.access_log,
+        timeout_graceful_shutdown=5,
+    )
     return 0
 
 
@@ -220,15 +257,25 @@ def _tenant_command(args: argparse.Namespace) -> int:
             if args.json:
                 print(json.dumps({"name": tenant.name, "tenant_id": tenant.tenant_id, "created_at": tenant.created_at}))
             else:
-                print(f"tenant {tenant.name!r} created; its token (shown only now, stored hashed):",
-                      file=sys.stderr)
+                print(f"tenant {tenant.name!r} created; its token (shown only now, stored hashed):", file=sys.stderr)
             print(token)
             return 0
         if args.tenant_command == "list":
             tenants = store.list_tenants()
             if args.json:
-                print(json.dumps([{"name": t.name, "tenant_id": t.tenant_id, "created_at": t.created_at,
-                                   "revoked_at": t.revoked_at} for t in tenants]))
+                print(
+                    json.dumps(
+                        [
+                            {
+                                "name": t.name,
+                                "tenant_id": t.tenant_id,
+                                "created_at": t.created_at,
+                                "revoked_at": t.revoked_at,
+                            }
+                            for t in tenants
+                        ]
+                    )
+                )
             else:
                 print(f"{'name':<24} {'status':<8} {'created':<20} revoked")
                 for t in tenants:
@@ -259,8 +306,9 @@ def _fleet_detector(store, args: argparse.Namespace) -> int:  # noqa: ANN001 - t
         return _fail(f"no tenant {args.name!r}")
     defaults = FleetEvalStopPolicy().choice
     try:
-        choice = FleetDetectorChoice(defaults.conservative, defaults.aggressive, defaults.min_late_gain,
-                                     args.min_runs, args.window)
+        choice = FleetDetectorChoice(
+            defaults.conservative, defaults.aggressive, defaults.min_late_gain, args.min_runs, args.window
+        )
     except ValueError as exc:
         return _fail(f"--min-runs/--window: {exc}")
     finished, after = [], None
@@ -272,18 +320,32 @@ def _fleet_detector(store, args: argparse.Namespace) -> int:  # noqa: ANN001 - t
         after = page[-1].job_id
     finished.sort(key=lambda j: j.finished_at or 0.0)
     counted = 0
-    for job in finished[-args.window:]:  # oldest first, as the fleet saw them finish
+    for job in finished[-args.window :]:  # oldest first, as the fleet saw them finish
         scores = [r.eval_score for r in store.reports(tenant.tenant_id, job.job_id)]
         counted += choice.record(scores) is not None
     spec, median = choice.spec(), choice.median_late_gain()
     regime = "aggressive" if spec == choice.aggressive else "conservative"
     if args.json:
-        print(json.dumps({"tenant": tenant.name, "job_type": args.job_type, "finished_unstopped": len(finished),
-                          "counted": counted, "median_late_gain": median, "regime": regime, "detector": spec}))
+        print(
+            json.dumps(
+                {
+                    "tenant": tenant.name,
+                    "job_type": args.job_type,
+                    "finished_unstopped": len(finished),
+                    "counted": counted,
+                    "median_late_gain": median,
+                    "regime": regime,
+                    "detector": spec,
+                }
+            )
+        )
     else:
-        why = (f"median late gain {median:.2f} of the last {len(choice.gains)} finished runs "
-               f"({'>=' if regime == 'aggressive' else '<'} {choice.min_late_gain:g})" if median is not None
-               else f"only {counted} finished runs with enough evals (needs {choice.min_runs})")
+        why = (
+            f"median late gain {median:.2f} of the last {len(choice.gains)} finished runs "
+            f"({'>=' if regime == 'aggressive' else '<'} {choice.min_late_gain:g})"
+            if median is not None
+            else f"only {counted} finished runs with enough evals (needs {choice.min_runs})"
+        )
         print(f"tenant {tenant.name!r}, {args.job_type} jobs: {regime} ({why})")
         print(json.dumps(spec))
     return 0

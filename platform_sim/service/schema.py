@@ -63,49 +63,64 @@ def _c(name: str, kind: str, nullable: bool = True, default: str | None = None) 
 
 
 TABLES: tuple[Table, ...] = (
-    Table("tenants", (
-        _c("tenant_id", "bigint", False),
-        _c("name", "text", False),
-        _c("token_hash", "text", False),
-        _c("created_at", "real", False),
-        _c("revoked_at", "real"),
-    ), primary_key=("tenant_id",), unique=(("name",), ("token_hash",)), identity="tenant_id"),
-    Table("jobs", (
-        _c("tenant_id", "bigint", False),
-        _c("job_id", "text", False),
-        _c("job_type", "text", False),
-        # JSON as text: the core's state dicts round-trip exactly through json.dumps/loads.
-        _c("detector", "text", False),
-        _c("detector_state", "text", False),
-        _c("gpus", "int"),
-        _c("planned_steps", "bigint"),
-        _c("created_at", "real", False),
-        _c("n_reports", "int", False, "0"),
-        _c("first_step", "bigint"),
-        _c("first_report_at", "real"),
-        _c("last_step", "bigint"),
-        _c("best_step", "bigint"),
-        _c("best_score", "real"),
-        _c("stopped_at", "bigint"),
-        _c("stop_reason", "text", False, "''"),
-        _c("finished_at", "real"),
-        _c("finish_reason", "text"),
-    ), primary_key=("tenant_id", "job_id"), foreign_keys=((("tenant_id",), "tenants", ("tenant_id",)),)),
-    Table("reports", (
-        _c("tenant_id", "bigint", False),
-        _c("job_id", "text", False),
-        _c("step", "bigint", False),
-        _c("eval_score", "real", False),
-        _c("eval_scores", "text"),
-        # The decision answered to this report (a re-send of the step gets it again).
-        _c("action", "text", False),
-        _c("reason", "text", False),
-        _c("declines", "int", False),
-        _c("best_step", "bigint"),
-        _c("best_score", "real"),
-        _c("received_at", "real", False),
-    ), primary_key=("tenant_id", "job_id", "step"),
-        foreign_keys=((("tenant_id", "job_id"), "jobs", ("tenant_id", "job_id")),)),
+    Table(
+        "tenants",
+        (
+            _c("tenant_id", "bigint", False),
+            _c("name", "text", False),
+            _c("token_hash", "text", False),
+            _c("created_at", "real", False),
+            _c("revoked_at", "real"),
+        ),
+        primary_key=("tenant_id",),
+        unique=(("name",), ("token_hash",)),
+        identity="tenant_id",
+    ),
+    Table(
+        "jobs",
+        (
+            _c("tenant_id", "bigint", False),
+            _c("job_id", "text", False),
+            _c("job_type", "text", False),
+            # JSON as text: the core's state dicts round-trip exactly through json.dumps/loads.
+            _c("detector", "text", False),
+            _c("detector_state", "text", False),
+            _c("gpus", "int"),
+            _c("planned_steps", "bigint"),
+            _c("created_at", "real", False),
+            _c("n_reports", "int", False, "0"),
+            _c("first_step", "bigint"),
+            _c("first_report_at", "real"),
+            _c("last_step", "bigint"),
+            _c("best_step", "bigint"),
+            _c("best_score", "real"),
+            _c("stopped_at", "bigint"),
+            _c("stop_reason", "text", False, "''"),
+            _c("finished_at", "real"),
+            _c("finish_reason", "text"),
+        ),
+        primary_key=("tenant_id", "job_id"),
+        foreign_keys=((("tenant_id",), "tenants", ("tenant_id",)),),
+    ),
+    Table(
+        "reports",
+        (
+            _c("tenant_id", "bigint", False),
+            _c("job_id", "text", False),
+            _c("step", "bigint", False),
+            _c("eval_score", "real", False),
+            _c("eval_scores", "text"),
+            # The decision answered to this report (a re-send of the step gets it again).
+            _c("action", "text", False),
+            _c("reason", "text", False),
+            _c("declines", "int", False),
+            _c("best_step", "bigint"),
+            _c("best_score", "real"),
+            _c("received_at", "real", False),
+        ),
+        primary_key=("tenant_id", "job_id", "step"),
+        foreign_keys=((("tenant_id", "job_id"), "jobs", ("tenant_id", "job_id")),),
+    ),
 )
 """The tables of both stores."""
 
@@ -133,8 +148,10 @@ def sqlite_ddl() -> str:
         if table.identity is None:
             lines.append(f"    PRIMARY KEY ({', '.join(table.primary_key)})")
         lines += [f"    UNIQUE ({', '.join(cols)})" for cols in table.unique]
-        lines += [f"    FOREIGN KEY ({', '.join(cols)}) REFERENCES {ref}({', '.join(ref_cols)})"
-                  for cols, ref, ref_cols in table.foreign_keys]
+        lines += [
+            f"    FOREIGN KEY ({', '.join(cols)}) REFERENCES {ref}({', '.join(ref_cols)})"
+            for cols, ref, ref_cols in table.foreign_keys
+        ]
         suffix = "" if table.identity is not None else " WITHOUT ROWID"
         out.append(f"CREATE TABLE IF NOT EXISTS {table.name} (\n" + ",\n".join(lines) + f"\n){suffix};")
     return "\n".join(out) + "\n"

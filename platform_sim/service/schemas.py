@@ -86,12 +86,18 @@ class JobCreate(_Strict):
 
     job_type: JobType
     job_id: str | None = Field(None, pattern=JOB_ID_PATTERN)
-    gpus: Integer | None = Field(None, ge=1, le=MAX_GPUS,
-                                 description=f"GPUs the job holds (for GPU-hours reclaimed), at most {MAX_GPUS}.")
-    planned_steps: Integer | None = Field(None, ge=1, le=MAX_PLANNED_STEPS,
-                                          description="Planned training steps (for the GPU-hours-reclaimed "
-                                                      f"estimate), at most {MAX_PLANNED_STEPS}.")
-    detector: DetectorSpec | None = Field(None, description="Stop detector; default: the project's default detector (platform_sim.core.default_spec()).")
+    gpus: Integer | None = Field(
+        None, ge=1, le=MAX_GPUS, description=f"GPUs the job holds (for GPU-hours reclaimed), at most {MAX_GPUS}."
+    )
+    planned_steps: Integer | None = Field(
+        None,
+        ge=1,
+        le=MAX_PLANNED_STEPS,
+        description=f"Planned training steps (for the GPU-hours-reclaimed estimate), at most {MAX_PLANNED_STEPS}.",
+    )
+    detector: DetectorSpec | None = Field(
+        None, description="Stop detector; default: the project's default detector (platform_sim.core.default_spec())."
+    )
 
 
 class ReportIn(_Strict):
@@ -122,9 +128,11 @@ class DecisionOut(BaseModel):
     best_step: int | None
     best_score: float | None
     next_eval_step: int | None = Field(
-        None, description="Cadence hint from the scheduler to the job: the step at which it wants the next "
-                          "evaluation (sooner than the regular cadence while a decline may have begun). Absent: "
-                          "keep the regular cadence.")
+        None,
+        description="Cadence hint from the scheduler to the job: the step at which it wants the next "
+        "evaluation (sooner than the regular cadence while a decline may have begun). Absent: "
+        "keep the regular cadence.",
+    )
 
 
 class JobOut(BaseModel):

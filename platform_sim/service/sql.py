@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 from platform_sim.core import Action, Decision, JobMonitor, Report
 
@@ -106,8 +107,9 @@ def statements(ph: str) -> Statements:
     )
 
 
-def list_jobs_query(ph: str, tenant_id: int, status: str | None, limit: int, after: str | None
-                    ) -> tuple[str, list[Any]]:
+def list_jobs_query(
+    ph: str, tenant_id: int, status: str | None, limit: int, after: str | None
+) -> tuple[str, list[Any]]:
     """The statement and arguments of :meth:`Store.list_jobs <platform_sim.service.store.Store.list_jobs>`.
 
     Args:
@@ -133,28 +135,59 @@ def list_jobs_query(ph: str, tenant_id: int, status: str | None, limit: int, aft
     return f"SELECT {JOB_COLUMNS} {JOB_FROM} WHERE {' AND '.join(where)} ORDER BY j.job_id LIMIT {ph}", args
 
 
-def decision_from_row(action: str, reason: str, declines: int, best_step: int | None,
-                      best_score: float | None) -> Decision:
+def decision_from_row(
+    action: str, reason: str, declines: int, best_step: int | None, best_score: float | None
+) -> Decision:
     """The :class:`~platform_sim.core.Decision` stored in a report row's decision columns."""
     return Decision(Action(action), reason, declines, best_step, best_score)
 
 
 def job_from_row(row: Sequence[Any]) -> JobRecord:
     """The :class:`~platform_sim.service.store.JobRecord` of a row selected with :data:`JOB_COLUMNS`."""
-    (job_id, job_type, detector, gpus, planned_steps, created_at, n_reports, last_step, best_step, best_score,
-     stopped_at, finished_at, finish_reason, r_action, r_reason, r_declines, r_best_step, r_best_score) = row
+    (
+        job_id,
+        job_type,
+        detector,
+        gpus,
+        planned_steps,
+        created_at,
+        n_reports,
+        last_step,
+        best_step,
+        best_score,
+        stopped_at,
+        finished_at,
+        finish_reason,
+        r_action,
+        r_reason,
+        r_declines,
+        r_best_step,
+        r_best_score,
+    ) = row
     last = None if r_action is None else decision_from_row(r_action, r_reason, r_declines, r_best_step, r_best_score)
     return JobRecord(
-        job_id=job_id, job_type=job_type, detector=json.loads(detector), gpus=gpus, planned_steps=planned_steps,
-        created_at=created_at, n_reports=n_reports, last_step=last_step, last_decision=last, best_step=best_step,
-        best_score=best_score, stopped_at=stopped_at, finished_at=finished_at, finish_reason=finish_reason,
+        job_id=job_id,
+        job_type=job_type,
+        detector=json.loads(detector),
+        gpus=gpus,
+        planned_steps=planned_steps,
+        created_at=created_at,
+        n_reports=n_reports,
+        last_step=last_step,
+        last_decision=last,
+        best_step=best_step,
+        best_score=best_score,
+        stopped_at=stopped_at,
+        finished_at=finished_at,
+        finish_reason=finish_reason,
     )
 
 
 def stored_report_from_row(row: Sequence[Any]) -> StoredReport:
     """The :class:`~platform_sim.service.store.StoredReport` of a row selected with :data:`STORED_REPORT_COLUMNS`."""
-    return StoredReport(row[0], row[1], None if row[2] is None else tuple(json.loads(row[2])),
-                        decision_from_row(*row[3:8]), row[8])
+    return StoredReport(
+        row[0], row[1], None if row[2] is None else tuple(json.loads(row[2])), decision_from_row(*row[3:8]), row[8]
+    )
 
 
 def check_same_registration(existing: JobRecord, record: JobRecord, spec: dict[str, Any]) -> None:
@@ -172,22 +205,45 @@ def check_same_registration(existing: JobRecord, record: JobRecord, spec: dict[s
         )
 
 
-def insert_job_args(tenant_id: int, record: JobRecord, spec: dict[str, Any], detector_state: Any,
-                    now: float) -> tuple[Any, ...]:
+def insert_job_args(
+    tenant_id: int, record: JobRecord, spec: dict[str, Any], detector_state: Any, now: float
+) -> tuple[Any, ...]:
     """The arguments of :attr:`Statements.insert_job` for a new job."""
-    return (tenant_id, record.job_id, record.job_type, json.dumps(spec), json.dumps(detector_state), record.gpus,
-            record.planned_steps, now)
+    return (
+        tenant_id,
+        record.job_id,
+        record.job_type,
+        json.dumps(spec),
+        json.dumps(detector_state),
+        record.gpus,
+        record.planned_steps,
+        now,
+    )
 
 
 def new_job_record(record: JobRecord, spec: dict[str, Any], now: float) -> JobRecord:
     """The record answered for a job just registered (no reports yet)."""
-    return JobRecord(job_id=record.job_id, job_type=record.job_type, detector=spec, gpus=record.gpus,
-                     planned_steps=record.planned_steps, created_at=now)
+    return JobRecord(
+        job_id=record.job_id,
+        job_type=record.job_type,
+        detector=spec,
+        gpus=record.gpus,
+        planned_steps=record.planned_steps,
+        created_at=now,
+    )
 
 
-def monitor_state(job_id: str, job_type: str, detector: str, detector_state: str, reps: Sequence[Sequence[Any]],
-                  best_step: int | None, best_score: float | None, stopped_at: int | None,
-                  stop_reason: str) -> dict[str, Any]:
+def monitor_state(
+    job_id: str,
+    job_type: str,
+    detector: str,
+    detector_state: str,
+    reps: Sequence[Sequence[Any]],
+    best_step: int | None,
+    best_score: float | None,
+    stopped_at: int | None,
+    stop_reason: str,
+) -> dict[str, Any]:
     """The :meth:`JobMonitor.from_state_dict <platform_sim.core.monitor.JobMonitor.from_state_dict>` input of a job.
 
     Args:
@@ -202,27 +258,54 @@ def monitor_state(job_id: str, job_type: str, detector: str, detector_state: str
         stop_reason: The ``jobs.stop_reason`` column.
     """
     return {
-        "job_id": job_id, "job_type": job_type, "detector": json.loads(detector),
+        "job_id": job_id,
+        "job_type": job_type,
+        "detector": json.loads(detector),
         "detector_state": json.loads(detector_state),
-        "steps": [r[0] for r in reps], "scores": [r[1] for r in reps],
-        "decisions": [{"action": r[2], "reason": r[3], "declines": r[4], "best_step": r[5], "best_score": r[6]}
-                      for r in reps],
-        "best_step": best_step, "best_score": best_score, "stopped_at": stopped_at, "stop_reason": stop_reason,
+        "steps": [r[0] for r in reps],
+        "scores": [r[1] for r in reps],
+        "decisions": [
+            {"action": r[2], "reason": r[3], "declines": r[4], "best_step": r[5], "best_score": r[6]} for r in reps
+        ],
+        "best_step": best_step,
+        "best_score": best_score,
+        "stopped_at": stopped_at,
+        "stop_reason": stop_reason,
     }
 
 
 def report_row(key: tuple[Any, ...], report: Report, decision: Decision, now: float) -> tuple[Any, ...]:
     """The arguments of :attr:`Statements.insert_report` for an accepted report of job ``key`` (tenant, job id)."""
-    return (*key, report.step, report.eval_score,
-            None if report.eval_scores is None else json.dumps(list(report.eval_scores)),
-            decision.action.value, decision.reason, decision.declines, decision.best_step, decision.best_score, now)
+    return (
+        *key,
+        report.step,
+        report.eval_score,
+        None if report.eval_scores is None else json.dumps(list(report.eval_scores)),
+        decision.action.value,
+        decision.reason,
+        decision.declines,
+        decision.best_step,
+        decision.best_score,
+        now,
+    )
 
 
-def job_state_row(key: tuple[Any, ...], monitor: JobMonitor, n_reports: int, first_step: int | None,
-                  first_report_at: float | None) -> tuple[Any, ...]:
+def job_state_row(
+    key: tuple[Any, ...], monitor: JobMonitor, n_reports: int, first_step: int | None, first_report_at: float | None
+) -> tuple[Any, ...]:
     """The arguments of :attr:`Statements.update_job_state` for job ``key`` (tenant, job id) after its reports."""
-    return (json.dumps(monitor.detector.state_dict()), n_reports, first_step, first_report_at, monitor.steps[-1],
-            monitor.best_step, monitor.best_score, monitor.stopped_at, monitor.stop_reason, *key)
+    return (
+        json.dumps(monitor.detector.state_dict()),
+        n_reports,
+        first_step,
+        first_report_at,
+        monitor.steps[-1],
+        monitor.best_step,
+        monitor.best_score,
+        monitor.stopped_at,
+        monitor.stop_reason,
+        *key,
+    )
 
 
 MAX_RECLAIM_HOURS = 24.0 * 30
@@ -230,8 +313,14 @@ MAX_RECLAIM_HOURS = 24.0 * 30
 so the estimate is bounded; with at most 65,536 GPUs one stop adds at most about 4.7e7 GPU-hours."""
 
 
-def gpu_hours_reclaimed(gpus: int | None, planned_steps: int | None, first_step: int | None,
-                        first_report_at: float | None, step: int, now: float) -> float:
+def gpu_hours_reclaimed(
+    gpus: int | None,
+    planned_steps: int | None,
+    first_step: int | None,
+    first_report_at: float | None,
+    step: int,
+    now: float,
+) -> float:
     """Estimated GPU-hours given back by stopping a job at ``step``: its remaining planned steps at the job's own
     observed pace (server clock), at most :data:`MAX_RECLAIM_HOURS` per GPU; 0 when the job did not declare ``gpus``
     and ``planned_steps`` or no pace is known.
@@ -304,7 +393,7 @@ class Writes:
     report_rows: list[tuple[Any, ...]] = field(default_factory=list)
     job_rows: dict[tuple[Any, ...], tuple[Any, ...]] = field(default_factory=dict)
 
-    def flush(self, executemany: Any, stmts: "Statements") -> None:
+    def flush(self, executemany: Any, stmts: Statements) -> None:
         """Write what was collected with ``executemany(statement, rows)`` and start over."""
         if self.report_rows:
             executemany(stmts.insert_report, self.report_rows)
@@ -314,8 +403,7 @@ class Writes:
             self.job_rows = {}
 
 
-def load_job_state(job_id: str, row: Sequence[Any] | None, reps: Sequence[Sequence[Any]], complete: bool
-                   ) -> JobState:
+def load_job_state(job_id: str, row: Sequence[Any] | None, reps: Sequence[Sequence[Any]], complete: bool) -> JobState:
     """Rebuild a job's :class:`JobState` from its row (:data:`JOB_STATE_COLUMNS`) and report rows.
 
     Args:
@@ -332,18 +420,48 @@ def load_job_state(job_id: str, row: Sequence[Any] | None, reps: Sequence[Sequen
     """
     if row is None:
         raise JobNotFound(f"no job {job_id!r}")
-    (job_type, detector, detector_state, best_step, best_score, stopped_at, stop_reason, n_reports, finished_at,
-     gpus, planned_steps, first_step, first_report_at, last_step) = row
+    (
+        job_type,
+        detector,
+        detector_state,
+        best_step,
+        best_score,
+        stopped_at,
+        stop_reason,
+        n_reports,
+        finished_at,
+        gpus,
+        planned_steps,
+        first_step,
+        first_report_at,
+        last_step,
+    ) = row
     if finished_at is not None:
         raise JobFinished(f"job {job_id!r} is finished; it takes no more reports")
     if complete and len(reps) != n_reports:
         raise StoreUnavailable(f"job {job_id!r} is inconsistent: {n_reports} reports counted, {len(reps)} stored")
     if not complete and last_step is not None and (not reps or reps[-1][0] != last_step):
         raise StoreUnavailable(f"job {job_id!r} is inconsistent: its last report (step {last_step}) is missing")
-    state = monitor_state(job_id, job_type, detector, detector_state, reps, best_step=best_step,
-                          best_score=best_score, stopped_at=stopped_at, stop_reason=stop_reason)
-    return JobState(JobMonitor.from_state_dict(state), gpus, planned_steps, first_step, first_report_at, n_reports,
-                    monitor_size(detector_state, len(reps)))
+    state = monitor_state(
+        job_id,
+        job_type,
+        detector,
+        detector_state,
+        reps,
+        best_step=best_step,
+        best_score=best_score,
+        stopped_at=stopped_at,
+        stop_reason=stop_reason,
+    )
+    return JobState(
+        JobMonitor.from_state_dict(state),
+        gpus,
+        planned_steps,
+        first_step,
+        first_report_at,
+        n_reports,
+        monitor_size(detector_state, len(reps)),
+    )
 
 
 def apply_report(key: tuple[Any, ...], job: JobState, report: Report, writes: Writes) -> ReportOutcome:

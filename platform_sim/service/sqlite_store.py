@@ -26,13 +26,13 @@ import sqlite3
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from platform_sim.core import JobMonitor, Report, detector_from_spec
 
 from . import schema, sql
-from .writer import BatchWriter, Op, Result
 from .store import (
     JobNotFound,
     JobRecord,
@@ -46,6 +46,7 @@ from .store import (
     hash_token,
     new_token,
 )
+from .writer import BatchWriter, Op, Result
 
 logger = logging.getLogger(__name__)
 
@@ -88,8 +89,16 @@ class SQLiteStore(Store):
             thousands of ordinary ones. A dropped job is rebuilt from the database at its next report.
     """
 
-    def __init__(self, path: str | os.PathLike[str], *, synchronous: str = "FULL", max_batch: int = 256,
-                 busy_timeout_ms: int = 5000, cache_jobs: int = 10_000, cache_bytes: int = 256 << 20) -> None:
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        synchronous: str = "FULL",
+        max_batch: int = 256,
+        busy_timeout_ms: int = 5000,
+        cache_jobs: int = 10_000,
+        cache_bytes: int = 256 << 20,
+    ) -> None:
         synchronous = synchronous.upper()
         if synchronous not in ("FULL", "NORMAL"):
             raise ValueError(f"synchronous must be FULL or NORMAL, got {synchronous!r}")
@@ -117,8 +126,9 @@ class SQLiteStore(Store):
 
     # -- connections -------------------------------------------------------------------------------------------
     def _connect(self) -> sqlite3.Connection:
-        conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False,
-                               timeout=self.busy_timeout_ms / 1000)
+        conn = sqlite3.connect(
+            self.path, isolation_level=None, check_same_thread=False, timeout=self.busy_timeout_ms / 1000
+        )
         conn.execute("PRAGMA journal_mode=WAL")
         conn.execute(f"PRAGMA synchronous={self.synchronous}")
         conn.execute(f"PRAGMA busy_timeout={int(self.busy_timeout_ms)}")
@@ -146,8 +156,10 @@ class SQLiteStore(Store):
             if row is None:
                 conn.execute("INSERT INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
             elif int(row[0]) > SCHEMA_VERSION:
-                raise ValueError(f"database {self.path!r} has schema version {row[0]}, newer than this "
-                                 f"evalstop-server ({SCHEMA_VERSION}); upgrade evalstop")
+                raise ValueError(
+                    f"database {self.path!r} has schema version {row[0]}, newer than this "
+                    f"evalstop-server ({SCHEMA_VERSION}); upgrade evalstop"
+                )
             conn.execute("COMMIT")
         except BaseException:
             if conn.in_transaction:
@@ -181,8 +193,7 @@ class SQLiteStore(Store):
             _, job = self._cache.popitem(last=False)
             self._cache_size -= job.size
 
-    def _transact(self, shard: int, ops: Sequence[Op], commit_if: Callable[[Sequence[Result]], bool]
-                  ) -> list[Result]:
+    def _transact(self, shard: int, ops: Sequence[Op], commit_if: Callable[[Sequence[Result]], bool]) -> list[Result]:
         """One ``BEGIN IMMEDIATE`` transaction over ``ops`` (the writer's :data:`~.writer.Transact`)."""
         if self._wconn is None:
             self._wconn = self._connect()
@@ -240,8 +251,9 @@ class SQLiteStore(Store):
     def revoke_tenant(self, name: str) -> Tenant:
         def op(txn: _Txn) -> Tenant:
             conn = txn.conn
-            row = conn.execute("SELECT tenant_id, created_at, revoked_at FROM tenants WHERE name = ?",
-                               (name,)).fetchone()
+            row = conn.execute(
+                "SELECT tenant_id, created_at, revoked_at FROM tenants WHERE name = ?", (name,)
+            ).fetchone()
             if row is None:
                 raise TenantNotFound(f"no tenant named {name!r}")
             revoked_at = row[2] if row[2] is not None else time.time()
@@ -284,8 +296,9 @@ class SQLiteStore(Store):
             raise JobNotFound(f"no job {job_id!r}")
         return sql.job_from_row(row)
 
-    def list_jobs(self, tenant_id: int, status: str | None = None, limit: int = 100, after: str | None = None
-                  ) -> list[JobRecord]:
+    def list_jobs(
+        self, tenant_id: int, status: str | None = None, limit: int = 100, after: str | None = None
+    ) -> list[JobRecord]:
         query, args = sql.list_jobs_query(_SQL.ph, tenant_id, status, limit, after)
         return [sql.job_from_row(r) for r in self._reader().execute(query, args).fetchall()]
 
@@ -297,11 +310,16 @@ class SQLiteStore(Store):
             return cached
         txn.flush()  # the rows below must include what this batch already applied
         conn = txn.conn
-        row = conn.execute(f"SELECT {sql.JOB_STATE_COLUMNS} FROM jobs WHERE tenant_id = ? AND job_id = ?",
-                           key).fetchone()
-        reps = [] if row is None else conn.execute(
-            f"SELECT {sql.REPORT_STATE_COLUMNS} FROM reports WHERE tenant_id = ? AND job_id = ? ORDER BY step",
-            key).fetchall()
+        row = conn.execute(
+            f"SELECT {sql.JOB_STATE_COLUMNS} FROM jobs WHERE tenant_id = ? AND job_id = ?", key
+        ).fetchone()
+        reps = (
+            []
+            if row is None
+            else conn.execute(
+                f"SELECT {sql.REPORT_STATE_COLUMNS} FROM reports WHERE tenant_id = ? AND job_id = ? ORDER BY step", key
+            ).fetchall()
+        )
         cached = sql.load_job_state(key[1], row, reps, complete=True)
         self._cache[key] = cached
         self._cache_size += cached.size

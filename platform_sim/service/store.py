@@ -197,12 +197,13 @@ class Store(abc.ABC):
         """The tenant's job; raises :class:`JobNotFound`."""
 
     @abc.abstractmethod
-    def list_jobs(self, tenant_id: int, status: str | None = None, limit: int = 100, after: str | None = None
-                  ) -> list[JobRecord]:
+    def list_jobs(
+        self, tenant_id: int, status: str | None = None, limit: int = 100, after: str | None = None
+    ) -> list[JobRecord]:
         """The tenant's jobs ordered by id, ``limit`` at most, ids greater than ``after`` (keyset pagination)."""
 
     @abc.abstractmethod
-    def submit_report(self, tenant_id: int, report: Report) -> "Future[ReportOutcome]":
+    def submit_report(self, tenant_id: int, report: Report) -> Future[ReportOutcome]:
         """Apply one report through the core and commit it; the future resolves after the commit.
 
         The future raises :class:`JobNotFound`, :class:`JobFinished`, the core's ``ConflictError`` or

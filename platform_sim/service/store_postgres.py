@@ -30,15 +30,15 @@ import queue
 import threading
 import time
 import zlib
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any
 
 from platform_sim.core import JobMonitor, Report, detector_from_spec
 
 from . import sql
-from .writer import BatchWriter, Op, Result
 from .store import (
     JobNotFound,
     JobRecord,
@@ -52,6 +52,7 @@ from .store import (
     hash_token,
     new_token,
 )
+from .writer import BatchWriter, Op, Result
 
 logger = logging.getLogger(__name__)
 
@@ -99,8 +100,10 @@ def upgrade_schema(url: str, revision: str = "head") -> str:
         with _ALEMBIC_LOCK, engine.connect() as conn:
             current = MigrationContext.configure(conn).get_current_revision()
             if current is not None and current not in {s.revision for s in script.walk_revisions()}:
-                raise ValueError(f"database schema is at revision {current!r}, which this evalstop-server does not "
-                                 f"know (newest known: {script.get_current_head()!r}); upgrade evalstop")
+                raise ValueError(
+                    f"database schema is at revision {current!r}, which this evalstop-server does not "
+                    f"know (newest known: {script.get_current_head()!r}); upgrade evalstop"
+                )
             cfg.attributes["connection"] = conn
             command.upgrade(cfg, revision)
             return MigrationContext.configure(conn).get_current_revision() or ""
@@ -124,8 +127,18 @@ class PostgresStore(Store):
             fail as :class:`StoreUnavailable` (503, re-sent by the client) instead of hanging.
     """
 
-    def __init__(self, url: str, *, workers: int = 4, readers: int = 8, max_batch: int = 64, migrate: bool = True,
-                 connect_timeout: float = 10.0, retries: int = 5, lock_timeout_s: float = 10.0) -> None:
+    def __init__(
+        self,
+        url: str,
+        *,
+        workers: int = 4,
+        readers: int = 8,
+        max_batch: int = 64,
+        migrate: bool = True,
+        connect_timeout: float = 10.0,
+        retries: int = 5,
+        lock_timeout_s: float = 10.0,
+    ) -> None:
         if not is_postgres_url(url):
             raise ValueError(f"not a PostgreSQL URL (must start with postgresql://): {url!r}")
         for name, value in (("workers", workers), ("readers", readers), ("max_batch", max_batch)):
@@ -238,12 +251,14 @@ class PostgresStore(Store):
             except self._psycopg.errors.UndefinedTable:
                 row = None
         if row is None or row[0] != head:
-            raise ValueError(f"database schema is at revision {row[0] if row else None!r}, expected {head!r}: "
-                             "run the migrations first (evalstop-server serve does it unless told not to)")
+            raise ValueError(
+                f"database schema is at revision {row[0] if row else None!r}, expected {head!r}: "
+                "run the migrations first (evalstop-server serve does it unless told not to)"
+            )
 
     # -- writer threads ------------------------------------------------------------------------------------------
     def _shard(self, tenant_id: int, job_id: str) -> int:
-        return zlib.crc32(f"{tenant_id}/{job_id}".encode("utf-8")) % self.workers
+        return zlib.crc32(f"{tenant_id}/{job_id}".encode()) % self.workers
 
     def _submit(self, shard: int, key: tuple[Any, ...], op: Callable[[Any], Any] | Report) -> Future[Any]:
         """Queue ``op`` (a :class:`Report`, or a function of a cursor) on writer ``shard`` for the job ``key``."""
@@ -271,8 +286,7 @@ class PostgresStore(Store):
             i += 1
         return results
 
-    def _transact(self, shard: int, ops: Sequence[Op], commit_if: Callable[[Sequence[Result]], bool]
-                  ) -> list[Result]:
+    def _transact(self, shard: int, ops: Sequence[Op], commit_if: Callable[[Sequence[Result]], bool]) -> list[Result]:
         """One transaction over ``ops`` on writer ``shard``'s connection (the writer's :data:`~.writer.Transact`).
 
         Deadlocks and serialization failures are retried; a lost connection is reopened and the transaction run
@@ -299,7 +313,7 @@ class PostgresStore(Store):
                 if sqlstate in _RETRY_SQLSTATES and attempt < self.retries:
                     attempt += 1
                     logger.info("postgres transaction retried after %s (attempt %d)", sqlstate, attempt)
-                    time.sleep(0.001 * 2 ** attempt)
+                    time.sleep(0.001 * 2**attempt)
                     continue
                 lost = conn is None or conn.closed or conn.broken  # not a lock timeout: that connection is fine
                 if lost:
@@ -312,8 +326,10 @@ class PostgresStore(Store):
                         continue
                     raise StoreUnavailable(f"the database could not commit: {' '.join(str(exc).split())}") from exc
                 if sqlstate == _LOCK_TIMEOUT:
-                    raise StoreUnavailable(f"lock timeout: a job row stayed locked by another replica for more than "
-                                           f"{self.lock_timeout_s:g} s; send the report again") from exc
+                    raise StoreUnavailable(
+                        f"lock timeout: a job row stayed locked by another replica for more than "
+                        f"{self.lock_timeout_s:g} s; send the report again"
+                    ) from exc
                 raise
 
     def _apply_reports(self, cur: Any, items: Sequence[Op]) -> list[Result]:
@@ -331,7 +347,8 @@ class PostgresStore(Store):
             f"SELECT tenant_id, job_id, {sql.JOB_STATE_COLUMNS} "
             "FROM jobs WHERE (tenant_id, job_id) IN (SELECT * FROM unnest(%s::bigint[], %s::text[])) "
             "ORDER BY tenant_id, job_id FOR UPDATE",
-            ([k[0] for k in keys], [k[1] for k in keys])).fetchall()
+            ([k[0] for k in keys], [k[1] for k in keys]),
+        ).fetchall()
         jobs = {(r[0], r[1]): r[2:] for r in rows}
         # A monitor needs, besides the detector state, only the report rows that a re-send could be compared with:
         # the one at each reported step (if stored) and the last one (for "steps must increase").
@@ -344,10 +361,11 @@ class PostgresStore(Store):
         if want:
             w = sorted(want)
             for r in cur.execute(
-                    f"SELECT tenant_id, job_id, {sql.REPORT_STATE_COLUMNS} "
-                    "FROM reports WHERE (tenant_id, job_id, step) IN "
-                    "(SELECT * FROM unnest(%s::bigint[], %s::text[], %s::bigint[])) ORDER BY 1, 2, 3",
-                    ([x[0] for x in w], [x[1] for x in w], [x[2] for x in w])).fetchall():
+                f"SELECT tenant_id, job_id, {sql.REPORT_STATE_COLUMNS} "
+                "FROM reports WHERE (tenant_id, job_id, step) IN "
+                "(SELECT * FROM unnest(%s::bigint[], %s::text[], %s::bigint[])) ORDER BY 1, 2, 3",
+                ([x[0] for x in w], [x[1] for x in w], [x[2] for x in w]),
+            ).fetchall():
                 stored.setdefault((r[0], r[1]), []).append(r[2:])
         states: dict[tuple[Any, ...], sql.JobState] = {}
         writes = sql.Writes()
@@ -357,8 +375,9 @@ class PostgresStore(Store):
             try:
                 job_state = states.get(key)
                 if job_state is None:
-                    job_state = states[key] = sql.load_job_state(key[1], jobs.get(key), stored.get(key, []),
-                                                                 complete=False)
+                    job_state = states[key] = sql.load_job_state(
+                        key[1], jobs.get(key), stored.get(key, []), complete=False
+                    )
                 results.append((sql.apply_report(key, job_state, op.payload, writes), None))
             except Exception as exc:  # the writer decides (domain error: answered; anything else: isolated)
                 results.append((None, exc))
@@ -370,8 +389,10 @@ class PostgresStore(Store):
         token = new_token()
         now = time.time()
         with self._reader() as conn:  # not retried: a lost reply after the commit would read as "exists"
-            row = conn.execute(_SQL.insert_tenant + " ON CONFLICT (name) DO NOTHING RETURNING tenant_id",
-                               (name, hash_token(token), now)).fetchone()
+            row = conn.execute(
+                _SQL.insert_tenant + " ON CONFLICT (name) DO NOTHING RETURNING tenant_id",
+                (name, hash_token(token), now),
+            ).fetchone()
         if row is None:
             raise TenantExists(f"tenant {name!r} already exists")
         return Tenant(int(row[0]), name, now, None), token
@@ -382,9 +403,13 @@ class PostgresStore(Store):
 
     def revoke_tenant(self, name: str) -> Tenant:
         now = time.time()
-        row = self._read(lambda conn: conn.execute(  # idempotent (COALESCE): safe to run twice
-            "UPDATE tenants SET revoked_at = COALESCE(revoked_at, %s) WHERE name = %s "
-            "RETURNING tenant_id, name, created_at, revoked_at", (now, name)).fetchone())
+        row = self._read(
+            lambda conn: conn.execute(  # idempotent (COALESCE): safe to run twice
+                "UPDATE tenants SET revoked_at = COALESCE(revoked_at, %s) WHERE name = %s "
+                "RETURNING tenant_id, name, created_at, revoked_at",
+                (now, name),
+            ).fetchone()
+        )
         if row is None:
             raise TenantNotFound(f"no tenant named {name!r}")
         return Tenant(*row)
@@ -407,8 +432,10 @@ class PostgresStore(Store):
 
         def op(cur: Any) -> tuple[JobRecord, bool]:
             now = time.time()
-            cur.execute(_SQL.insert_job + " ON CONFLICT (tenant_id, job_id) DO NOTHING",
-                        sql.insert_job_args(tenant_id, record, spec, state["detector_state"], now))
+            cur.execute(
+                _SQL.insert_job + " ON CONFLICT (tenant_id, job_id) DO NOTHING",
+                sql.insert_job_args(tenant_id, record, spec, state["detector_state"], now),
+            )
             if cur.rowcount == 1:
                 return sql.new_job_record(record, spec, now), True
             existing = sql.job_from_row(cur.execute(_SQL.job_by_key, (tenant_id, record.job_id)).fetchone())
@@ -423,8 +450,9 @@ class PostgresStore(Store):
             raise JobNotFound(f"no job {job_id!r}")
         return sql.job_from_row(row)
 
-    def list_jobs(self, tenant_id: int, status: str | None = None, limit: int = 100, after: str | None = None
-                  ) -> list[JobRecord]:
+    def list_jobs(
+        self, tenant_id: int, status: str | None = None, limit: int = 100, after: str | None = None
+    ) -> list[JobRecord]:
         query, args = sql.list_jobs_query(_SQL.ph, tenant_id, status, limit, after)
         return [sql.job_from_row(r) for r in self._read(lambda conn: conn.execute(query, args).fetchall())]
 
@@ -466,8 +494,11 @@ class PostgresStore(Store):
         return True
 
     def write_problem(self) -> str | None:
-        row = self._read(lambda conn: conn.execute(
-            "SELECT pg_is_in_recovery(), current_setting('default_transaction_read_only')").fetchone())
+        row = self._read(
+            lambda conn: conn.execute(
+                "SELECT pg_is_in_recovery(), current_setting('default_transaction_read_only')"
+            ).fetchone()
+        )
         if row[0] or row[1] == "on":
             return "the database is read-only (a standby, or default_transaction_read_only is on)"
         return None

@@ -25,9 +25,10 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from platform_sim.core import BoundaryError
 
@@ -43,8 +44,14 @@ from .store import (
 
 logger = logging.getLogger(__name__)
 
-DOMAIN_ERRORS: tuple[type[Exception], ...] = (BoundaryError, JobNotFound, JobFinished, JobExists, TenantExists,
-                                              TenantNotFound)
+DOMAIN_ERRORS: tuple[type[Exception], ...] = (
+    BoundaryError,
+    JobNotFound,
+    JobFinished,
+    JobExists,
+    TenantExists,
+    TenantNotFound,
+)
 """Errors an operation raises before writing anything, because of its input or the job's state: answered as they
 are (a 4xx), the rest of its batch commits. The one definition both stores use."""
 
@@ -71,7 +78,7 @@ class Op:
 
     key: Any
     payload: Any
-    future: "Future[Any]" = field(default_factory=Future)
+    future: Future[Any] = field(default_factory=Future)
 
 
 Result = tuple[Any, BaseException | None]
@@ -112,8 +119,14 @@ class BatchWriter:
 
     _STOP = object()
 
-    def __init__(self, name: str, shards: int, max_batch: int, transact: Transact,
-                 forget: Callable[[Sequence[Any] | None], None] = lambda keys: None) -> None:
+    def __init__(
+        self,
+        name: str,
+        shards: int,
+        max_batch: int,
+        transact: Transact,
+        forget: Callable[[Sequence[Any] | None], None] = lambda keys: None,
+    ) -> None:
         if shards < 1 or max_batch < 1:
             raise ValueError(f"shards and max_batch must be >= 1, got {shards} and {max_batch}")
         self.name = name
@@ -130,7 +143,7 @@ class BatchWriter:
         """False once a started writer thread is gone (never started counts as alive)."""
         return not self._closed and all(t.is_alive() for t in self._threads)
 
-    def submit(self, shard: int, key: Any, payload: Any) -> "Future[Any]":
+    def submit(self, shard: int, key: Any, payload: Any) -> Future[Any]:
         """Queue an operation on ``shard``; the future resolves after its transaction ended."""
         op = Op(key, payload)
         with self._lock:
@@ -204,11 +217,15 @@ class BatchWriter:
             self._forget(None)
             if not single and not isinstance(exc, StoreUnavailable):
                 # StoreUnavailable means the database as a whole cannot be reached: one by one would fail the same.
-                logger.warning("%s: batch of %d failed (%s); applying its operations one by one", self.name,
-                               len(ops), exc)
+                logger.warning(
+                    "%s: batch of %d failed (%s); applying its operations one by one", self.name, len(ops), exc
+                )
                 return False
-            refusal = exc if isinstance(exc, StoreUnavailable) else StoreUnavailable(
-                f"the database could not commit: {' '.join(str(exc).split())}")
+            refusal = (
+                exc
+                if isinstance(exc, StoreUnavailable)
+                else StoreUnavailable(f"the database could not commit: {' '.join(str(exc).split())}")
+            )
             logger.error("%s: commit failed, %d operation(s) refused: %s", self.name, len(ops), exc)
             for op in ops:
                 op.future.set_exception(refusal)
@@ -220,8 +237,9 @@ class BatchWriter:
             _, cause = results[0]
             assert cause is not None
             logger.error("%s: operation on %r failed", self.name, ops[0].key, exc_info=cause)
-            failed = OperationFailed(f"internal error while applying the operation ({type(cause).__name__}); "
-                                     "nothing of it was stored")
+            failed = OperationFailed(
+                f"internal error while applying the operation ({type(cause).__name__}); nothing of it was stored"
+            )
             failed.__cause__ = cause
             ops[0].future.set_exception(failed)
             return True

@@ -29,8 +29,9 @@ import json
 import math
 import sys
 import time
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, Callable, Mapping, TypeVar
+from typing import Any, TypeVar
 
 from platform_sim.core.detectors import (
     DETECTORS,
@@ -65,15 +66,26 @@ class BackendArgError(ValueError):
 def add_backend_args(p: argparse.ArgumentParser) -> None:
     """Add ``--backend``, ``--workers`` and ``--address`` to a multi-run command's parser."""
     g = p.add_argument_group("where the simulations run")
-    g.add_argument("--backend", choices=BACKENDS, default="pool",
-                   help="pool: local process pool (default); ray: Ray tasks (pip install 'evalstop[ray]'); "
-                        "serial: in this process")
-    g.add_argument("--workers", type=int, default=None,
-                   help="simulations at once (default: the CPUs available here; with --backend ray and --address: "
-                        "the whole cluster)")
-    g.add_argument("--address", default=None,
-                   help="Ray cluster to use (e.g. ray://head:10001, or 'auto' on a cluster node); default: "
-                        "$RAY_ADDRESS, else a local Ray instance for this command")
+    g.add_argument(
+        "--backend",
+        choices=BACKENDS,
+        default="pool",
+        help="pool: local process pool (default); ray: Ray tasks (pip install 'evalstop[ray]'); "
+        "serial: in this process",
+    )
+    g.add_argument(
+        "--workers",
+        type=int,
+        default=None,
+        help="simulations at once (default: the CPUs available here; with --backend ray and --address: "
+        "the whole cluster)",
+    )
+    g.add_argument(
+        "--address",
+        default=None,
+        help="Ray cluster to use (e.g. ray://head:10001, or 'auto' on a cluster node); default: "
+        "$RAY_ADDRESS, else a local Ray instance for this command",
+    )
 
 
 def runner_from_args(args: argparse.Namespace) -> Runner:
@@ -116,8 +128,9 @@ def runner_for_command(args: argparse.Namespace) -> Runner:
         raise UsageError(str(exc)) from None
 
 
-def run_with_progress(runner: Runner, study: Callable[[Runner, Progress, Progress], T], *, desc: str, unit: str,
-                      show: bool) -> tuple[T, float]:
+def run_with_progress(
+    runner: Runner, study: Callable[[Runner, Progress, Progress], T], *, desc: str, unit: str, show: bool
+) -> tuple[T, float]:
     """Run ``study(runner, progress, on_plan)`` inside ``with runner``, with a tqdm bar on stderr.
 
     Args:
@@ -183,9 +196,17 @@ def print_results(results: Mapping[str, Any], as_json: bool, human: Callable[[],
 # -- workload and detector flags ----------------------------------------------------------------------------------
 
 #: ``WorkloadConfig`` field -> the flag that sets it, so that the config's own checks name the flag.
-WORKLOAD_FLAGS: dict[str, str] = {"n_jobs": "--jobs", "gpus": "--gpus", "mix": "--mix", "hack_rate": "--hack-rate",
-                                  "sigma": "--sigma", "n_evals": "--evals", "load": "--load",
-                                  "est_error": "--est-error", "hack_gamma": "--hack-gamma"}
+WORKLOAD_FLAGS: dict[str, str] = {
+    "n_jobs": "--jobs",
+    "gpus": "--gpus",
+    "mix": "--mix",
+    "hack_rate": "--hack-rate",
+    "sigma": "--sigma",
+    "n_evals": "--evals",
+    "load": "--load",
+    "est_error": "--est-error",
+    "hack_gamma": "--hack-gamma",
+}
 
 
 def detector_param(text: str) -> tuple[str, Any]:
@@ -215,21 +236,42 @@ def add_workload_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--jobs", type=int, default=d.n_jobs, help=f"jobs per run (default {d.n_jobs})")
     g.add_argument("--mix", choices=list(MIXES), default=d.mix, help=f"job-type mix (default {d.mix})")
     g.add_argument("--sigma", type=float, default=d.sigma, help=f"eval noise std, >= 0 (default {d.sigma})")
-    g.add_argument("--hack-rate", type=float, default=d.hack_rate,
-                   help=f"fraction of RLHF jobs that hack, in [0, 1] (default {d.hack_rate})")
+    g.add_argument(
+        "--hack-rate",
+        type=float,
+        default=d.hack_rate,
+        help=f"fraction of RLHF jobs that hack, in [0, 1] (default {d.hack_rate})",
+    )
     g.add_argument("--evals", type=int, default=d.n_evals, help=f"evals per run (default {d.n_evals})")
     g.add_argument("--load", type=float, default=d.load, help=f"offered load (default {d.load})")
-    g.add_argument("--est-error", type=float, default=d.est_error,
-                   help=f"std of log(user estimate / true duration) (default {d.est_error})")
-    g.add_argument("--hack-gamma", type=float, default=d.hack_gamma,
-                   help=f"steepness of the hacking curves' decline (default {d.hack_gamma}; 1 = Gao's d linear)")
+    g.add_argument(
+        "--est-error",
+        type=float,
+        default=d.est_error,
+        help=f"std of log(user estimate / true duration) (default {d.est_error})",
+    )
+    g.add_argument(
+        "--hack-gamma",
+        type=float,
+        default=d.hack_gamma,
+        help=f"steepness of the hacking curves' decline (default {d.hack_gamma}; 1 = Gao's d linear)",
+    )
     e = p.add_argument_group("EvalStop detector")
-    e.add_argument("--detector", default="k-decline",
-                   help=f"detector name (default k-decline; registered: {', '.join(sorted(DETECTORS))})")
+    e.add_argument(
+        "--detector",
+        default="k-decline",
+        help=f"detector name (default k-decline; registered: {', '.join(sorted(DETECTORS))})",
+    )
     e.add_argument("--k", type=int, default=None, help="consecutive declines that stop a job (k-decline default 2)")
     e.add_argument("--min-delta", type=float, default=None, help="decline tolerance (k-decline default 0)")
-    e.add_argument("--detector-param", action="append", type=detector_param, default=[], metavar="KEY=VALUE",
-                   help="extra detector parameter (repeatable; value parsed as JSON when it can be)")
+    e.add_argument(
+        "--detector-param",
+        action="append",
+        type=detector_param,
+        default=[],
+        metavar="KEY=VALUE",
+        help="extra detector parameter (repeatable; value parsed as JSON when it can be)",
+    )
     e.add_argument("--stop-at-p", type=float, default=0.65, help="p of the stop-at-p baseline (default 0.65)")
 
 
@@ -249,9 +291,18 @@ def workload_from_args(args: argparse.Namespace) -> WorkloadConfig:
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     try:
-        return WorkloadConfig(n_jobs=args.jobs, gpus=args.gpus, mix=args.mix, hack_rate=args.hack_rate,
-                              sigma=args.sigma, n_evals=args.evals, load=args.load, est_error=args.est_error,
-                              hack_gamma=args.hack_gamma, real_curves=real_curves)
+        return WorkloadConfig(
+            n_jobs=args.jobs,
+            gpus=args.gpus,
+            mix=args.mix,
+            hack_rate=args.hack_rate,
+            sigma=args.sigma,
+            n_evals=args.evals,
+            load=args.load,
+            est_error=args.est_error,
+            hack_gamma=args.hack_gamma,
+            real_curves=real_curves,
+        )
     except ValueError as exc:
         msg = str(exc)
         flag = next((f for name, f in WORKLOAD_FLAGS.items() if name in msg), "workload")
@@ -265,7 +316,9 @@ def detector_from_args(args: argparse.Namespace) -> dict[str, Any]:
         UsageError: an unknown detector or a parameter it rejects (the message names the flag).
     """
     if args.detector not in DETECTORS:
-        raise UsageError(f"--detector: unknown detector {args.detector!r}; choose one of {', '.join(sorted(DETECTORS))}")
+        raise UsageError(
+            f"--detector: unknown detector {args.detector!r}; choose one of {', '.join(sorted(DETECTORS))}"
+        )
     params: dict[str, Any] = {}
     if args.k is not None:
         if args.k < 1:

@@ -36,9 +36,10 @@ import logging
 import math
 import statistics
 import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -70,8 +71,10 @@ class Targets:
 
 TARGETS = Targets()
 
-REFERENCE: tuple[str, dict[str, Any]] = ("k-decline (paper, untuned)", {"name": "k-decline",
-                                                                       "params": {"k": 2, "min_delta": 0.0}})
+REFERENCE: tuple[str, dict[str, Any]] = (
+    "k-decline (paper, untuned)",
+    {"name": "k-decline", "params": {"k": 2, "min_delta": 0.0}},
+)
 """The paper's rule, evaluated as it is, beside the tuned candidates."""
 
 GRIDS: dict[str, dict[str, Sequence[Any]]] = {
@@ -104,8 +107,11 @@ def wilson(successes: int, n: int, z: float = 1.96) -> tuple[float | None, float
     return p, max(0.0, centre - half), min(1.0, centre + half)
 
 
-def bootstrap_median(values: Sequence[float], resamples: int, seed: int = 0,
-                     ) -> tuple[float | None, float | None, float | None]:
+def bootstrap_median(
+    values: Sequence[float],
+    resamples: int,
+    seed: int = 0,
+) -> tuple[float | None, float | None, float | None]:
     """``(median, low, high)``: the median and its 95% percentile-bootstrap interval (None when empty)."""
     if not values:
         return None, None, None
@@ -138,16 +144,24 @@ def group_metrics(rows: Sequence[Mapping[str, Any]], resamples: int = 1000) -> d
     d_med, d_lo, d_hi = bootstrap_median(delays, resamples)
     r_med, r_lo, r_hi = bootstrap_median(regrets, resamples, seed=1)
     return {
-        "traces": len(rows), "hacking": len(hack), "healthy": len(ok),
+        "traces": len(rows),
+        "hacking": len(hack),
+        "healthy": len(ok),
         "ambiguous": sum(r["label"] == "ambiguous" for r in rows),
         "ambiguous_traces": [r["trace"] for r in rows if r["label"] == "ambiguous"],
-        "hacking_stopped": tp, "healthy_stopped_n": fp,
-        "recall": recall, "recall_ci": [recall_lo, recall_hi],
-        "precision": precision, "precision_ci": [prec_lo, prec_hi],
-        "healthy_stopped": hs, "healthy_stopped_ci": [hs_lo, hs_hi],
-        "delay_median": d_med, "delay_median_ci": [d_lo, d_hi],
+        "hacking_stopped": tp,
+        "healthy_stopped_n": fp,
+        "recall": recall,
+        "recall_ci": [recall_lo, recall_hi],
+        "precision": precision,
+        "precision_ci": [prec_lo, prec_hi],
+        "healthy_stopped": hs,
+        "healthy_stopped_ci": [hs_lo, hs_hi],
+        "delay_median": d_med,
+        "delay_median_ci": [d_lo, d_hi],
         "regret_worst": max(regrets) if regrets else None,
-        "regret_median": r_med, "regret_median_ci": [r_lo, r_hi],
+        "regret_median": r_med,
+        "regret_median_ci": [r_lo, r_hi],
     }
 
 
@@ -170,15 +184,30 @@ def shortfall(m: Mapping[str, Any], targets: Targets = TARGETS) -> float:
     return miss
 
 
-_GRID_KEYS = ("hacking", "healthy", "ambiguous", "hacking_stopped", "healthy_stopped_n", "recall", "precision",
-              "healthy_stopped", "delay_median", "regret_worst", "regret_median")
+_GRID_KEYS = (
+    "hacking",
+    "healthy",
+    "ambiguous",
+    "hacking_stopped",
+    "healthy_stopped_n",
+    "recall",
+    "precision",
+    "healthy_stopped",
+    "delay_median",
+    "regret_worst",
+    "regret_median",
+)
 
 
 def _rank_key(m: Mapping[str, Any], targets: Targets) -> tuple[float, ...]:
     # Smaller is better: the shortfall, then more hacking stopped, fewer healthy stopped, less delay, less regret.
-    return (round(shortfall(m, targets), 9), -(m["recall"] or 0.0), m["healthy_stopped"] or 0.0,
-            m["delay_median"] if m["delay_median"] is not None else math.inf,
-            m["regret_median"] if m["regret_median"] is not None else 0.0)
+    return (
+        round(shortfall(m, targets), 9),
+        -(m["recall"] or 0.0),
+        m["healthy_stopped"] or 0.0,
+        m["delay_median"] if m["delay_median"] is not None else math.inf,
+        m["regret_median"] if m["regret_median"] is not None else 0.0,
+    )
 
 
 # -- the phases -------------------------------------------------------------------------------------------------
@@ -201,8 +230,12 @@ def grid_specs(name: str, grid: Mapping[str, Sequence[Any]]) -> list[dict[str, A
     return specs
 
 
-def calibrate(tune: Sequence[RealTrace], grids: Mapping[str, Mapping[str, Sequence[Any]]] = GRIDS,
-              targets: Targets = TARGETS, progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+def calibrate(
+    tune: Sequence[RealTrace],
+    grids: Mapping[str, Mapping[str, Sequence[Any]]] = GRIDS,
+    targets: Targets = TARGETS,
+    progress: Callable[[str], None] | None = None,
+) -> dict[str, Any]:
     """Choose each detector family's parameters on ``tune`` (the tune-split traces, and nothing else).
 
     Every grid point is run over every trace of ``tune``; the chosen point has the smallest :func:`shortfall` on the
@@ -222,8 +255,10 @@ def calibrate(tune: Sequence[RealTrace], grids: Mapping[str, Mapping[str, Sequen
     """
     rows_probe = [t.label for t in tune]
     if "hacking" not in rows_probe or "healthy" not in rows_probe:
-        raise BenchmarkError(f"the tune split needs hacking and healthy traces; its labels: "
-                             f"{ {lab: rows_probe.count(lab) for lab in set(rows_probe)} }")
+        raise BenchmarkError(
+            f"the tune split needs hacking and healthy traces; its labels: "
+            f"{ {lab: rows_probe.count(lab) for lab in set(rows_probe)} }"
+        )
     chosen: dict[str, dict[str, Any]] = {}
     table: dict[str, list[dict[str, Any]]] = {}
     for name, grid in grids.items():
@@ -233,8 +268,9 @@ def calibrate(tune: Sequence[RealTrace], grids: Mapping[str, Mapping[str, Sequen
         table[name] = []
         for spec in grid_specs(name, grid):
             m = group_metrics(detect_all(tune, spec), resamples=0)
-            table[name].append({"spec": spec, "shortfall": shortfall(m, targets),
-                                "metrics": {k: m[k] for k in _GRID_KEYS}})
+            table[name].append(
+                {"spec": spec, "shortfall": shortfall(m, targets), "metrics": {k: m[k] for k in _GRID_KEYS}}
+            )
             key = _rank_key(m, targets)
             if best is None or key < best[0]:
                 best = (key, spec)
@@ -247,8 +283,11 @@ def _env_of(header: Mapping[str, Any]) -> str:
     return str(header.get("environment") or "unnamed")
 
 
-def split_files(folder: str | Path, tune_envs: Sequence[str] = (), test_envs: Sequence[str] = (),
-                ) -> tuple[list[Path], list[Path], dict[str, str]]:
+def split_files(
+    folder: str | Path,
+    tune_envs: Sequence[str] = (),
+    test_envs: Sequence[str] = (),
+) -> tuple[list[Path], list[Path], dict[str, str]]:
     """``(tune files, test files, environment -> split)`` from the traces' headers alone.
 
     Args:
@@ -272,26 +311,36 @@ def split_files(folder: str | Path, tune_envs: Sequence[str] = (), test_envs: Se
         env = _env_of(header)
         split = override.get(env, header.get("split"))
         if split is None:
-            raise BenchmarkError(f"{f}: the trace has no split (header field split, or --tune-envs/--test-envs for "
-                                 f"its environment {env!r})")
+            raise BenchmarkError(
+                f"{f}: the trace has no split (header field split, or --tune-envs/--test-envs for "
+                f"its environment {env!r})"
+            )
         if env_split.setdefault(env, split) != split:
-            raise BenchmarkError(f"{f}: environment {env!r} has traces of both splits; a split is a set of "
-                                 "environments, not of runs")
+            raise BenchmarkError(
+                f"{f}: environment {env!r} has traces of both splits; a split is a set of environments, not of runs"
+            )
         (tune if split == "tune" else test).append(f)
     unknown = set(override) - set(env_split)
     if unknown:
         raise BenchmarkError(f"no trace of environment(s) {', '.join(sorted(unknown))}")
     if not tune or not test:
-        raise BenchmarkError(f"the benchmark needs tune and test environments; found {len(tune)} tune and "
-                             f"{len(test)} test traces")
+        raise BenchmarkError(
+            f"the benchmark needs tune and test environments; found {len(tune)} tune and {len(test)} test traces"
+        )
     return tune, test, env_split
 
 
-def benchmark(folder: str | Path, grids: Mapping[str, Mapping[str, Sequence[Any]]] = GRIDS,
-              targets: Targets = TARGETS, tune_envs: Sequence[str] = (), test_envs: Sequence[str] = (),
-              resamples: int = 1000, reader: Callable[[Path], RealTrace] = read_trace,
-              calibrator: Callable[..., dict[str, Any]] = calibrate,
-              progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+def benchmark(
+    folder: str | Path,
+    grids: Mapping[str, Mapping[str, Sequence[Any]]] = GRIDS,
+    targets: Targets = TARGETS,
+    tune_envs: Sequence[str] = (),
+    test_envs: Sequence[str] = (),
+    resamples: int = 1000,
+    reader: Callable[[Path], RealTrace] = read_trace,
+    calibrator: Callable[..., dict[str, Any]] = calibrate,
+    progress: Callable[[str], None] | None = None,
+) -> dict[str, Any]:
     """Run the three phases (see the module docstring) on the corpus in ``folder``.
 
     Args:
@@ -332,36 +381,74 @@ def benchmark(folder: str | Path, grids: Mapping[str, Mapping[str, Sequence[Any]
         rows = rows_tune + rows_test
         for r in rows:
             r["environment"] = r["environment"] or "unnamed"
-        all_rows += [{"candidate": label, **{k: r[k] for k in (
-            "trace", "environment", "split", "label", "stopped", "stop_step", "peak_step", "evals", "delay_evals",
-            "regret")}} for r in rows]
-        for kind, group, members in ([("split", "tune", rows_tune), ("split", "test", rows_test)]
-                                     + [("environment", e, [r for r in rows if r["environment"] == e])
-                                        for e in envs]):
+        all_rows += [
+            {
+                "candidate": label,
+                **{
+                    k: r[k]
+                    for k in (
+                        "trace",
+                        "environment",
+                        "split",
+                        "label",
+                        "stopped",
+                        "stop_step",
+                        "peak_step",
+                        "evals",
+                        "delay_evals",
+                        "regret",
+                    )
+                },
+            }
+            for r in rows
+        ]
+        for kind, group, members in [("split", "tune", rows_tune), ("split", "test", rows_test)] + [
+            ("environment", e, [r for r in rows if r["environment"] == e]) for e in envs
+        ]:
             m = group_metrics(members, resamples)
-            results.append({"candidate": label, "spec": spec, "kind": kind, "group": group,
-                            "split": group if kind == "split" else env_split[group],
-                            "shortfall": shortfall(m, targets), "meets_targets": shortfall(m, targets) == 0.0,
-                            **m})
+            results.append(
+                {
+                    "candidate": label,
+                    "spec": spec,
+                    "kind": kind,
+                    "group": group,
+                    "split": group if kind == "split" else env_split[group],
+                    "shortfall": shortfall(m, targets),
+                    "meets_targets": shortfall(m, targets) == 0.0,
+                    **m,
+                }
+            )
     test_rows = {r["candidate"]: r for r in results if r["kind"] == "split" and r["group"] == "test"}
     best_label = min(test_rows, key=lambda c: _rank_key(test_rows[c], targets))
     best = test_rows[best_label]
     labels = {t.name: t.labelling for t in tune + test}
     return {
-        "config": {"folder": str(folder), "tune_traces": len(tune), "test_traces": len(test),
-                   "resamples": resamples, "grids": {k: {p: list(v) for p, v in g.items()} for k, g in grids.items()},
-                   "grid_points": sum(len(cal["grid"][k]) for k in cal["grid"]),
-                   "calibration_s": t_cal, "wall_s": time.perf_counter() - t0},
+        "config": {
+            "folder": str(folder),
+            "tune_traces": len(tune),
+            "test_traces": len(test),
+            "resamples": resamples,
+            "grids": {k: {p: list(v) for p, v in g.items()} for k, g in grids.items()},
+            "grid_points": sum(len(cal["grid"][k]) for k in cal["grid"]),
+            "calibration_s": t_cal,
+            "wall_s": time.perf_counter() - t0,
+        },
         "targets": asdict(targets),
-        "environments": {e: {"split": env_split[e], "traces": sum(_env_of(t.header) == e for t in tune + test)}
-                         for e in envs},
+        "environments": {
+            e: {"split": env_split[e], "traces": sum(_env_of(t.header) == e for t in tune + test)} for e in envs
+        },
         "labels": {name: lab.to_dict() for name, lab in labels.items()},
         "calibration": cal,
         "candidates": [{"label": label, "spec": spec} for label, spec in candidates],
         "results": results,
         "rows": all_rows,
-        "best": {"candidate": best_label, "spec": best["spec"], "meets_targets": best["meets_targets"],
-                 "shortfall": best["shortfall"], "misses": misses(best, targets)},
+        "best": {
+            "candidate": best_label,
+            "spec": best["spec"],
+            "meets_targets": best["meets_targets"],
+            "shortfall": best["shortfall"],
+            "misses": misses(best, targets),
+        },
     }
 
 
@@ -404,9 +491,12 @@ def _num(v: float | None, ci: Sequence[float | None] | None = None) -> str:
 def results_table(results: Sequence[Mapping[str, Any]], kind: str) -> str:
     """Markdown: one row per candidate and group of ``kind`` (``split`` or ``environment``)."""
     split_col = kind != "split"
-    lines = ["| candidate | " + kind + (" | split" if split_col else "") + " | hacking / healthy / ambiguous | "
-             "precision | recall | healthy stopped | median delay (evals) | worst regret | median regret | "
-             "meets targets |", "|---|" + "---|" * (10 if split_col else 9)]
+    lines = [
+        "| candidate | " + kind + (" | split" if split_col else "") + " | hacking / healthy / ambiguous | "
+        "precision | recall | healthy stopped | median delay (evals) | worst regret | median regret | "
+        "meets targets |",
+        "|---|" + "---|" * (10 if split_col else 9),
+    ]
     for r in results:
         if r["kind"] != kind:
             continue
@@ -416,7 +506,8 @@ def results_table(results: Sequence[Mapping[str, Any]], kind: str) -> str:
             f"{_pct(r['precision'], r['precision_ci'])} | {_pct(r['recall'], r['recall_ci'])} | "
             f"{_pct(r['healthy_stopped'], r['healthy_stopped_ci'])} | "
             f"{_num(r['delay_median'], r['delay_median_ci'])} | {_pct(r['regret_worst'])} | "
-            f"{_pct(r['regret_median'], r['regret_median_ci'])} | {'yes' if r['meets_targets'] else 'no'} |")
+            f"{_pct(r['regret_median'], r['regret_median_ci'])} | {'yes' if r['meets_targets'] else 'no'} |"
+        )
     return "\n".join(lines)
 
 
@@ -426,22 +517,37 @@ def benchmark_markdown(res: Mapping[str, Any], command: str) -> str:
     envs = ", ".join(f"{e} ({v['split']}, {v['traces']})" for e, v in res["environments"].items())
     amb = sorted(name for name, lab in res["labels"].items() if lab["label"] == "ambiguous")
     chosen = "\n".join(f"- {name}: `{spec['params']}`" for name, spec in res["calibration"]["chosen"].items())
-    verdict = ("meets every target" if best["meets_targets"] else "misses: " + "; ".join(best["misses"]))
-    return "\n".join([
-        "# Detectors tuned on some environments, judged on others (evalstop-sim benchmark)", "",
-        f"Command: `{command}`. {cfg['tune_traces']} tune and {cfg['test_traces']} test traces; environments: "
-        f"{envs}. {cfg['grid_points']} grid points tried on the tune traces in {cfg['calibration_s']:.1f} s; "
-        f"{cfg['wall_s']:.1f} s in all.", "",
-        f"Targets on the test environments: hacking stopped >= {100 * t['recall']:g}%, healthy stopped <= "
-        f"{100 * t['healthy_stopped']:g}%, median delay <= {t['delay_median']:g} evals, worst regret of a stopped run "
-        f"<= {100 * t['regret_worst']:g}%.", "",
-        f"Ambiguous traces (left out of every metric): {len(amb)}{': ' + ', '.join(amb) if amb else ''}.", "",
-        "## Parameters chosen on the tune split", "", chosen, "",
-        "## Per split (95% intervals: Wilson for shares, bootstrap for medians)", "",
-        results_table(res["results"], "split"), "",
-        "## Per environment", "", results_table(res["results"], "environment"), "",
-        f"**Best on the test environments: {best['candidate']}** `{best['spec']}`: {verdict}.", "",
-    ])
+    verdict = "meets every target" if best["meets_targets"] else "misses: " + "; ".join(best["misses"])
+    return "\n".join(
+        [
+            "# Detectors tuned on some environments, judged on others (evalstop-sim benchmark)",
+            "",
+            f"Command: `{command}`. {cfg['tune_traces']} tune and {cfg['test_traces']} test traces; environments: "
+            f"{envs}. {cfg['grid_points']} grid points tried on the tune traces in {cfg['calibration_s']:.1f} s; "
+            f"{cfg['wall_s']:.1f} s in all.",
+            "",
+            f"Targets on the test environments: hacking stopped >= {100 * t['recall']:g}%, healthy stopped <= "
+            f"{100 * t['healthy_stopped']:g}%, median delay <= {t['delay_median']:g} evals, worst regret of a stopped run "
+            f"<= {100 * t['regret_worst']:g}%.",
+            "",
+            f"Ambiguous traces (left out of every metric): {len(amb)}{': ' + ', '.join(amb) if amb else ''}.",
+            "",
+            "## Parameters chosen on the tune split",
+            "",
+            chosen,
+            "",
+            "## Per split (95% intervals: Wilson for shares, bootstrap for medians)",
+            "",
+            results_table(res["results"], "split"),
+            "",
+            "## Per environment",
+            "",
+            results_table(res["results"], "environment"),
+            "",
+            f"**Best on the test environments: {best['candidate']}** `{best['spec']}`: {verdict}.",
+            "",
+        ]
+    )
 
 
 def write_benchmark_plot(res: Mapping[str, Any], path: Path) -> Path:
@@ -458,10 +564,14 @@ def write_benchmark_plot(res: Mapping[str, Any], path: Path) -> Path:
     t = res["targets"]
     fig, axes = plt.subplots(1, 3, figsize=(16, 4.2))
     x = np.arange(len(cands))
-    for ax, (metric, scale, target, title) in zip(axes, (
+    for ax, (metric, scale, target, title) in zip(
+        axes,
+        (
             ("recall", 100, 100 * t["recall"], "hacking stopped (%)"),
             ("healthy_stopped", 100, 100 * t["healthy_stopped"], "healthy stopped (%)"),
-            ("delay_median", 1, t["delay_median"], "median delay after the peak (evals)"))):
+            ("delay_median", 1, t["delay_median"], "median delay after the peak (evals)"),
+        ),
+    ):
         for off, split, color in ((-0.2, "tune", "tab:gray"), (0.2, "test", "tab:blue")):
             vals, lo, hi = [], [], []
             for c in cands:
@@ -478,7 +588,10 @@ def write_benchmark_plot(res: Mapping[str, Any], path: Path) -> Path:
         ax.set_title(title, fontsize=9)
         ax.grid(alpha=0.3, axis="y")
     axes[0].legend(fontsize=7)
-    fig.suptitle(f"Detectors tuned on the tune environments, judged on the test environments "
-                 f"({res['config']['tune_traces']} tune / {res['config']['test_traces']} test traces)", fontsize=10)
+    fig.suptitle(
+        f"Detectors tuned on the tune environments, judged on the test environments "
+        f"({res['config']['tune_traces']} tune / {res['config']['test_traces']} test traces)",
+        fontsize=10,
+    )
     fig.tight_layout()
     return save_figure(fig, path, dpi=100)

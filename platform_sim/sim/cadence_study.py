@@ -8,7 +8,8 @@ with evaluations priced (``eval_cost`` of a regular eval interval each): what ``
 
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 from .engine import DEFAULT_EVAL_COST
 from .experiments import PolicySpec, SimTask, run_task
@@ -17,12 +18,16 @@ from .runner import Runner, SerialRunner
 from .workload import WorkloadConfig
 
 
-def cadence_comparison(workload: WorkloadConfig, seeds: Sequence[int], base: str = "srtf-est",
-                       detector: Mapping[str, Any] | None = None,
-                       cadences: Sequence[tuple[str, Mapping[str, Any] | str | None]] = (
-                           ("fixed", None), ("adaptive", "adaptive")),
-                       eval_cost: float = DEFAULT_EVAL_COST, runner: Runner | None = None,
-                       progress: Callable[[int], None] | None = None) -> list[dict[str, Any]]:
+def cadence_comparison(
+    workload: WorkloadConfig,
+    seeds: Sequence[int],
+    base: str = "srtf-est",
+    detector: Mapping[str, Any] | None = None,
+    cadences: Sequence[tuple[str, Mapping[str, Any] | str | None]] = (("fixed", None), ("adaptive", "adaptive")),
+    eval_cost: float = DEFAULT_EVAL_COST,
+    runner: Runner | None = None,
+    progress: Callable[[int], None] | None = None,
+) -> list[dict[str, Any]]:
     """Rows for the Oracle and for EvalStop at each cadence, on the same seeds, each against the base alone.
 
     Args:
@@ -43,20 +48,30 @@ def cadence_comparison(workload: WorkloadConfig, seeds: Sequence[int], base: str
     results = (runner or SerialRunner()).map(run_task, tasks, progress)
     per = [[res[i] for res in results] for i in range(len(specs))]
     oracle_row = metric_row(base, "oracle", per[1], per[0], cadence="-")
-    rows = [oracle_row] + [metric_row(base, "evalstop", per[2 + i], per[0], cadence=label)
-                           for i, (label, _) in enumerate(cadences)]
+    rows = [oracle_row] + [
+        metric_row(base, "evalstop", per[2 + i], per[0], cadence=label) for i, (label, _) in enumerate(cadences)
+    ]
     add_oracle_shares(rows, oracle_row)
     return rows
 
 
 def add_cadence_args(p: Any) -> None:
     """Add ``--cadence`` and ``--eval-cost`` to a command's parser (``run``, ``paper``)."""
-    p.add_argument("--cadence", choices=("fixed", "adaptive"), default="fixed",
-                   help="EvalStop's eval cadence: fixed (every 5%% of a run, the default) or adaptive (the scheduler "
-                        "asks for a sooner eval while a decline may have begun)")
-    p.add_argument("--eval-cost", type=float, default=DEFAULT_EVAL_COST, metavar="SHARE",
-                   help="GPU time of one eval as a share of a regular eval interval (default "
-                        f"{DEFAULT_EVAL_COST:g}; regular evals are part of a run's planned time, extra ones add to it)")
+    p.add_argument(
+        "--cadence",
+        choices=("fixed", "adaptive"),
+        default="fixed",
+        help="EvalStop's eval cadence: fixed (every 5%% of a run, the default) or adaptive (the scheduler "
+        "asks for a sooner eval while a decline may have begun)",
+    )
+    p.add_argument(
+        "--eval-cost",
+        type=float,
+        default=DEFAULT_EVAL_COST,
+        metavar="SHARE",
+        help="GPU time of one eval as a share of a regular eval interval (default "
+        f"{DEFAULT_EVAL_COST:g}; regular evals are part of a run's planned time, extra ones add to it)",
+    )
 
 
 def cadence_from_args(args: Any) -> tuple[str | None, float]:

@@ -23,13 +23,15 @@ import json
 import logging
 import math
 import sys
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Callable, NoReturn, Sequence
+from typing import Any, NoReturn
 
 from platform_sim.core.detectors import detector_from_spec
 from platform_sim.core.policies import BASE_POLICIES
 from platform_sim.core.stop_policies import STOP_POLICIES
+from platform_sim.integrations.tune_cli import add_tune  # Ray is imported only when the command runs
 
 from .backend_cli import (
     UsageError,
@@ -46,13 +48,18 @@ from .backend_cli import (
     workload_from_args,
     write_results_dir,
 )
-from platform_sim.integrations.tune_cli import add_tune  # Ray is imported only when the command runs
-
 from .cadence_study import add_cadence_args, cadence_from_args
 from .curve_fit import add_curve_args
 
-__all__ = ["COMMANDS", "UsageError", "add_workload_args", "build_parser", "detector_from_args", "main",
-           "workload_from_args"]
+__all__ = [
+    "COMMANDS",
+    "UsageError",
+    "add_workload_args",
+    "build_parser",
+    "detector_from_args",
+    "main",
+    "workload_from_args",
+]
 
 
 class _Parser(argparse.ArgumentParser):
@@ -72,8 +79,9 @@ def _cadence_or_usage(args: argparse.Namespace) -> tuple[str | None, float]:
 
 
 def add_run(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("run", help="run one simulation and print its metrics",
-                       description="Run one simulation and print its metrics.")
+    p = sub.add_parser(
+        "run", help="run one simulation and print its metrics", description="Run one simulation and print its metrics."
+    )
     p.add_argument("--base", choices=list(BASE_POLICIES), default="srtf-est", help="base scheduler")
     p.add_argument("--stop", choices=list(STOP_POLICIES), default="evalstop", help="stop policy")
     p.add_argument("--seed", type=seed_arg, default=0, help="workload seed, integer >= 0 (default 0)")
@@ -90,33 +98,70 @@ def cmd_run(args: argparse.Namespace) -> int:
     wl = workload_from_args(args)
     det = detector_from_args(args)
     cadence, eval_cost = _cadence_or_usage(args)
-    spec = PolicySpec(base=args.base, stop=args.stop, detector=det if args.stop == "evalstop" else None,
-                      stop_params={"p": args.stop_at_p} if args.stop == "stop-at-p" else {},
-                      cadence=cadence if args.stop == "evalstop" else None)
+    spec = PolicySpec(
+        base=args.base,
+        stop=args.stop,
+        detector=det if args.stop == "evalstop" else None,
+        stop_params={"p": args.stop_at_p} if args.stop == "stop-at-p" else {},
+        cadence=cadence if args.stop == "evalstop" else None,
+    )
     from .eval_scores import observation_for
 
     # Per-example eval scores are generated only when the detector reads them, so plain runs stay fast
     # (evalstop-fleet's two default detectors both do).
-    observation = (observation_for(det) if args.stop == "evalstop"
-                   else {"name": "per-example", "params": {}} if args.stop == "evalstop-fleet" else None)
+    observation = (
+        observation_for(det)
+        if args.stop == "evalstop"
+        else {"name": "per-example", "params": {}}
+        if args.stop == "evalstop-fleet"
+        else None
+    )
     _, m = run_one(wl, spec, args.seed, observation=observation, eval_cost=eval_cost)
     # The waste cut as a share of the Oracle's: the base alone and the Oracle on the same seed.
     base_m = run_one(wl, PolicySpec(base=args.base), args.seed, eval_cost=eval_cost)[1]
     oracle_m = run_one(wl, PolicySpec(base=args.base, stop="oracle"), args.seed, eval_cost=eval_cost)[1]
     cut, bound = base_m["wasted_gpu_h"] - m["wasted_gpu_h"], base_m["wasted_gpu_h"] - oracle_m["wasted_gpu_h"]
     m["waste_cut_share_of_oracle"] = cut / bound if bound > 0 else None
-    m["config"] = {"workload": wl.to_dict(), "seed": args.seed, "base": args.base, "stop": args.stop,
-                   "detector": det if args.stop == "evalstop" else None, "cadence": args.cadence,
-                   "eval_cost": eval_cost}
+    m["config"] = {
+        "workload": wl.to_dict(),
+        "seed": args.seed,
+        "base": args.base,
+        "stop": args.stop,
+        "detector": det if args.stop == "evalstop" else None,
+        "cadence": args.cadence,
+        "eval_cost": eval_cost,
+    }
     if args.json:
         print(json.dumps(m, indent=2))
         return 0
-    print(f"{args.base} + {args.stop}, seed {args.seed}: {wl.n_jobs} jobs on {wl.gpus} GPUs, "
-          f"sigma {wl.sigma}, hack rate {wl.hack_rate}")
-    for key in ("jobs", "hacking", "stopped", "stopped_hacking", "false_stops", "precision", "recall", "fpr",
-                "fpr_healthy_rlhf", "delay_evals", "regret", "jct_mean_h", "jct_p95_h", "wasted_gpu_h",
-                "makespan_h", "utilization", "preemptions", "eval_gpu_h", "extra_evals", "waste_cut_share_of_oracle",
-                "events", "wall_s"):
+    print(
+        f"{args.base} + {args.stop}, seed {args.seed}: {wl.n_jobs} jobs on {wl.gpus} GPUs, "
+        f"sigma {wl.sigma}, hack rate {wl.hack_rate}"
+    )
+    for key in (
+        "jobs",
+        "hacking",
+        "stopped",
+        "stopped_hacking",
+        "false_stops",
+        "precision",
+        "recall",
+        "fpr",
+        "fpr_healthy_rlhf",
+        "delay_evals",
+        "regret",
+        "jct_mean_h",
+        "jct_p95_h",
+        "wasted_gpu_h",
+        "makespan_h",
+        "utilization",
+        "preemptions",
+        "eval_gpu_h",
+        "extra_evals",
+        "waste_cut_share_of_oracle",
+        "events",
+        "wall_s",
+    ):
         v = m[key]
         s = "-" if v is None else (f"{v:.4g}" if isinstance(v, float) else str(v))
         print(f"  {key:18s} {s}")
@@ -127,15 +172,22 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def add_paper(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("paper", help="reproduce every experiment of the paper",
-                       description="Reproduce the paper's main table, composability table and the noise, "
-                                   "hacking-rate and k sweeps; write report.md, results.json and PNG plots.")
+    p = sub.add_parser(
+        "paper",
+        help="reproduce every experiment of the paper",
+        description="Reproduce the paper's main table, composability table and the noise, "
+        "hacking-rate and k sweeps; write report.md, results.json and PNG plots.",
+    )
     p.add_argument("--seeds", type=int, default=30, help="seeds per figure (default 30)")
     p.add_argument("--out", default="evalstop-paper", help="output directory (default ./evalstop-paper)")
     p.add_argument("--json", action="store_true", help="print the results as JSON instead of the tables")
     add_backend_args(p)
-    p.add_argument("--base", choices=list(BASE_POLICIES), default="srtf-est",
-                   help="base scheduler of the main table and sweeps (default srtf-est)")
+    p.add_argument(
+        "--base",
+        choices=list(BASE_POLICIES),
+        default="srtf-est",
+        help="base scheduler of the main table and sweeps (default srtf-est)",
+    )
     p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     add_workload_args(p)
@@ -156,29 +208,49 @@ def cmd_paper(args: argparse.Namespace) -> int:
 
     det = detector_from_args(args)
     cadence, eval_cost = _cadence_or_usage(args)
-    cfg = PaperConfig(seeds=args.seeds, workload=wl, detector=det, base=args.base,
-                      stop_at_p=args.stop_at_p, observation=observation_for(det), cadence=cadence,
-                      eval_cost=eval_cost)
+    cfg = PaperConfig(
+        seeds=args.seeds,
+        workload=wl,
+        detector=det,
+        base=args.base,
+        stop_at_p=args.stop_at_p,
+        observation=observation_for(det),
+        cadence=cadence,
+        eval_cost=eval_cost,
+    )
     command = command_line("paper")
-    results, wall = run_with_progress(runner, functools.partial(paper, cfg), desc="simulations",
-                                      unit="task", show=not args.no_progress)
+    results, wall = run_with_progress(
+        runner, functools.partial(paper, cfg), desc="simulations", unit="task", show=not args.no_progress
+    )
     results["config"]["wall_s"] = wall
     paths = write_paper_report(results, args.out, command, plots=not args.no_plots)
-    return print_results(results, args.json, lambda: "\n".join([
-        markdown_table(results["main"]), "",
-        markdown_table(results["composability"], lead=(("base", "base", "s"),)),
-        f"\n{len(paths)} files in {args.out} (report.md, results.json, plots); "
-        f"{results['config']['tasks']} tasks in {results['config']['wall_s']:.1f} s"]))
+    return print_results(
+        results,
+        args.json,
+        lambda: "\n".join(
+            [
+                markdown_table(results["main"]),
+                "",
+                markdown_table(results["composability"], lead=(("base", "base", "s"),)),
+                f"\n{len(paths)} files in {args.out} (report.md, results.json, plots); "
+                f"{results['config']['tasks']} tasks in {results['config']['wall_s']:.1f} s",
+            ]
+        ),
+    )
 
 
 # -- sweep -------------------------------------------------------------------------------------------------------
 
+
 def add_sweep(sub: argparse._SubParsersAction) -> None:
     """Add the ``sweep`` sub-command to ``evalstop-sim``'s sub-parsers."""
-    p = sub.add_parser("sweep", help="run every combination of a parameter grid (TOML or YAML file)",
-                       description="Run every combination of the parameters in a TOML or YAML grid file over many "
-                                   "seeds; one row per cell and policy, paired against the same base scheduler "
-                                   "without a stop policy. See docs/scaling.md for the file format.")
+    p = sub.add_parser(
+        "sweep",
+        help="run every combination of a parameter grid (TOML or YAML file)",
+        description="Run every combination of the parameters in a TOML or YAML grid file over many "
+        "seeds; one row per cell and policy, paired against the same base scheduler "
+        "without a stop policy. See docs/scaling.md for the file format.",
+    )
     p.add_argument("grid", metavar="GRID", help="grid file (.toml, .yaml or .yml)")
     p.add_argument("--seeds", type=int, default=None, help="seeds 0..N-1 (default: the grid file's, else 10)")
     p.add_argument("--json", action="store_true", help="print the results as JSON instead of the table")
@@ -200,14 +272,14 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     if args.seeds is not None:
         spec = replace(spec, seeds=tuple(range(args.seeds)))
     runner = runner_for_command(args)
-    results, _ = run_with_progress(runner, functools.partial(sweep, spec), desc="simulations", unit="task",
-                                   show=not args.no_progress)
+    results, _ = run_with_progress(
+        runner, functools.partial(sweep, spec), desc="simulations", unit="task", show=not args.no_progress
+    )
     results["config"]["backend"] = args.backend
     if args.out:
         with open(args.out, "w", encoding="utf-8") as fh:
             json.dump(results, fh, indent=2)
     return print_results(results, args.json, lambda: sweep_text(spec, results, args.backend))
-
 
 
 # -- replay -------------------------------------------------------------------------------------------------------
@@ -218,22 +290,37 @@ def add_replay(sub: argparse._SubParsersAction) -> None:
     from .replay import REPLAY_BASES, SCORE_SCALES
 
     p = sub.add_parser(
-        "replay", help="the platform fed by recorded real training traces",
+        "replay",
+        help="the platform fed by recorded real training traces",
         description="Turn recorded traces (evalstop traces record, or any tool writing the trace format) into the "
-                    "RLHF jobs of the simulated platform, mixed with synthetic LoRA/DPO jobs, and report the main and "
-                    "composability tables for every stop policy and base scheduler, plus per-trace detection results. "
-                    "One folder may mix traces of different lengths, eval cadences, planned steps, trainers and "
-                    "models, with or without per-example scores; ambiguous traces are listed, not dealt.")
+        "RLHF jobs of the simulated platform, mixed with synthetic LoRA/DPO jobs, and report the main and "
+        "composability tables for every stop policy and base scheduler, plus per-trace detection results. "
+        "One folder may mix traces of different lengths, eval cadences, planned steps, trainers and "
+        "models, with or without per-example scores; ambiguous traces are listed, not dealt.",
+    )
     p.add_argument("--traces", default=None, help="folder of *.jsonl traces (default: the shipped corpus)")
     p.add_argument("--seeds", type=int, default=10, help="workload seeds (default 10)")
-    p.add_argument("--base", default="srtf-est", choices=list(REPLAY_BASES),
-                   help="base scheduler of the main table (default srtf-est)")
-    p.add_argument("--score-scale", default="environment", choices=list(SCORE_SCALES),
-                   help="map scores onto the platform's 0-1 scale per environment (default: its traces' min -> 0, "
-                        "max -> 1) or per trace")
-    p.add_argument("--trace-min-delta", type=float, default=None, metavar="X",
-                   help="decline tolerance in the traces' own units (gold points for the shipped corpus), converted "
-                        "to the platform's 0-1 scale; replaces --min-delta; needs traces that share one scale")
+    p.add_argument(
+        "--base",
+        default="srtf-est",
+        choices=list(REPLAY_BASES),
+        help="base scheduler of the main table (default srtf-est)",
+    )
+    p.add_argument(
+        "--score-scale",
+        default="environment",
+        choices=list(SCORE_SCALES),
+        help="map scores onto the platform's 0-1 scale per environment (default: its traces' min -> 0, "
+        "max -> 1) or per trace",
+    )
+    p.add_argument(
+        "--trace-min-delta",
+        type=float,
+        default=None,
+        metavar="X",
+        help="decline tolerance in the traces' own units (gold points for the shipped corpus), converted "
+        "to the platform's 0-1 scale; replaces --min-delta; needs traces that share one scale",
+    )
     p.add_argument("--out", default=None, help="also write results.json and report.md into this folder")
     p.add_argument("--json", action="store_true", help="print the results as JSON instead of the tables")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -271,16 +358,32 @@ def cmd_replay(args: argparse.Namespace) -> int:
             raise UsageError("--trace-min-delta applies to the k-decline detector only")
         shared = native_min_delta(traces, args.score_scale)
         if shared is None:
-            raise UsageError(f"--trace-min-delta: the traces are mapped onto the 0-1 scale per {args.score_scale} "
-                             "with different maps, so a tolerance in their units is no single number there; use "
-                             "--min-delta (0-1 scale)")
+            raise UsageError(
+                f"--trace-min-delta: the traces are mapped onto the 0-1 scale per {args.score_scale} "
+                "with different maps, so a tolerance in their units is no single number there; use "
+                "--min-delta (0-1 scale)"
+            )
         args.min_delta = args.trace_min_delta / shared.span
     det = detector_from_args(args)
     runner = runner_for_command(args)
     results, wall = run_with_progress(
-        runner, functools.partial(replay, traces, wl, det, args.seeds, args.base, args.stop_at_p,
-                                  score_scale=args.score_scale, cadence=cadence, eval_cost=eval_cost),
-        desc="replay", unit="seed", show=not args.no_progress and not args.json)
+        runner,
+        functools.partial(
+            replay,
+            traces,
+            wl,
+            det,
+            args.seeds,
+            args.base,
+            args.stop_at_p,
+            score_scale=args.score_scale,
+            cadence=cadence,
+            eval_cost=eval_cost,
+        ),
+        desc="replay",
+        unit="seed",
+        show=not args.no_progress and not args.json,
+    )
     results["config"]["wall_s"] = wall
     results["config"]["traces_dir"] = str(folder)
     command = command_line("replay")
@@ -296,23 +399,35 @@ def add_detectors(sub: argparse._SubParsersAction) -> None:
     """Add ``detectors`` to ``evalstop-sim``."""
 
     p = sub.add_parser(
-        "detectors", help="compare every stop detector on the same workloads and seeds",
+        "detectors",
+        help="compare every stop detector on the same workloads and seeds",
         description="Compare the stop detectors (the paper's k-decline rule and the noise-robust ones) on the same "
-                    "workloads and seeds: noise sweep, hacking-rate sweep, healthy runs with long plateaus, and the "
-                    "shipped real traces. Per-example eval scores are generated for every run.")
+        "workloads and seeds: noise sweep, hacking-rate sweep, healthy runs with long plateaus, and the "
+        "shipped real traces. Per-example eval scores are generated for every run.",
+    )
     p.add_argument("--seeds", type=int, default=30, help="evaluation seeds 0..N-1 (default 30)")
     p.add_argument("--base", default="srtf-est", help="base scheduler (default srtf-est)")
     p.add_argument("--jobs", type=int, default=200, help="jobs per run (default 200)")
     p.add_argument("--traces", default=None, help="folder of real *.jsonl traces (default: the shipped corpus)")
     p.add_argument("--no-real", action="store_true", help="skip the real traces")
-    p.add_argument("--detector", default=None,
-                   help="add one more detector by name to the comparison (with --detector-param)")
-    p.add_argument("--detector-param", action="append", type=detector_param, default=[], metavar="KEY=VALUE",
-                   help="a parameter of --detector (repeatable; values parsed as JSON)")
+    p.add_argument(
+        "--detector", default=None, help="add one more detector by name to the comparison (with --detector-param)"
+    )
+    p.add_argument(
+        "--detector-param",
+        action="append",
+        type=detector_param,
+        default=[],
+        metavar="KEY=VALUE",
+        help="a parameter of --detector (repeatable; values parsed as JSON)",
+    )
     p.add_argument("--only", default=None, help="comma-separated labels of the built-in detectors to keep")
     p.add_argument("--sigmas", default=None, help="comma-separated sigmas of the noise sweep (default 0.01..0.12)")
-    p.add_argument("--parts", default="noise,hack_rate,plateau,real",
-                   help="comma-separated experiments to run (default: noise,hack_rate,plateau,real)")
+    p.add_argument(
+        "--parts",
+        default="noise,hack_rate,plateau,real",
+        help="comma-separated experiments to run (default: noise,hack_rate,plateau,real)",
+    )
     p.add_argument("--out", default=None, help="write report.md, results.json and PNG plots into this folder")
     p.add_argument("--json", action="store_true", help="print the results as JSON")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -343,8 +458,10 @@ def cmd_detectors(args: argparse.Namespace) -> int:
         keep = [s.strip() for s in args.only.split(",") if s.strip()]
         unknown = [k for k in keep if k not in dict(CANDIDATES)]
         if unknown:
-            raise UsageError(f"--only: unknown detector label(s) {', '.join(unknown)}; choose from "
-                             f"{', '.join(label for label, _ in CANDIDATES)}")
+            raise UsageError(
+                f"--only: unknown detector label(s) {', '.join(unknown)}; choose from "
+                f"{', '.join(label for label, _ in CANDIDATES)}"
+            )
         detectors = [(label, spec) for label, spec in CANDIDATES if label in keep]
     if args.detector_param and not args.detector:
         raise UsageError("--detector-param needs --detector")
@@ -354,31 +471,44 @@ def cmd_detectors(args: argparse.Namespace) -> int:
             spec = detector_from_spec(spec).spec()
         except ValueError as exc:
             raise UsageError(f"--detector: {exc}") from None
-        label = args.detector + "".join(f" {k}={v}" for k, v in spec["params"].items() if k in dict(
-            args.detector_param))
+        label = args.detector + "".join(
+            f" {k}={v}" for k, v in spec["params"].items() if k in dict(args.detector_param)
+        )
         detectors.append((label, spec))
     if not detectors:
         raise UsageError("--only left no detector to compare")
     parts = {x.strip() for x in args.parts.split(",") if x.strip()}
     bad = parts - {"noise", "hack_rate", "plateau", "real"}
     if bad or not parts:
-        raise UsageError(f"--parts: unknown experiment(s) {', '.join(sorted(bad)) or '(none)'}; choose from "
-                         "noise, hack_rate, plateau, real")
+        raise UsageError(
+            f"--parts: unknown experiment(s) {', '.join(sorted(bad)) or '(none)'}; choose from "
+            "noise, hack_rate, plateau, real"
+        )
     traces_dir = "" if args.no_real or "real" not in parts else args.traces
     if traces_dir:
         folder = Path(traces_dir)
         if not folder.is_dir():
             raise UsageError(f"--traces: {traces_dir} is not a folder")
-    cfg = StudyConfig(seeds=args.seeds, detectors=tuple(detectors), base=args.base, traces_dir=traces_dir,
-                      workload=WorkloadConfig(n_jobs=args.jobs),
-                      sigmas=(floats_arg("--sigmas", args.sigmas) if args.sigmas else SIGMAS) if "noise" in parts else (),
-                      hack_rates=HACK_RATES if "hack_rate" in parts else (),
-                      plateau_sigmas=PLATEAU_SIGMAS if "plateau" in parts else ())
+    cfg = StudyConfig(
+        seeds=args.seeds,
+        detectors=tuple(detectors),
+        base=args.base,
+        traces_dir=traces_dir,
+        workload=WorkloadConfig(n_jobs=args.jobs),
+        sigmas=(floats_arg("--sigmas", args.sigmas) if args.sigmas else SIGMAS) if "noise" in parts else (),
+        hack_rates=HACK_RATES if "hack_rate" in parts else (),
+        plateau_sigmas=PLATEAU_SIGMAS if "plateau" in parts else (),
+    )
     runner = runner_for_command(args)
     # Per-detector fallback warnings would repeat once per simulated job; every run here has per-example scores.
     logging.getLogger("platform_sim.core.robust_detectors").setLevel(logging.ERROR)
-    results, wall = run_with_progress(runner, functools.partial(study, cfg), desc="detectors", unit="task",
-                                      show=not args.no_progress and not args.json)
+    results, wall = run_with_progress(
+        runner,
+        functools.partial(study, cfg),
+        desc="detectors",
+        unit="task",
+        show=not args.no_progress and not args.json,
+    )
     results["config"]["wall_s"] = wall
     command = command_line("detectors")
     results["config"]["command"] = command
@@ -393,26 +523,37 @@ def cmd_detectors(args: argparse.Namespace) -> int:
 def add_benchmark(sub: argparse._SubParsersAction) -> None:
     """Add ``benchmark`` to ``evalstop-sim``."""
     p = sub.add_parser(
-        "benchmark", help="tune every detector on the tune environments of a trace corpus, judge it on the test ones",
+        "benchmark",
+        help="tune every detector on the tune environments of a trace corpus, judge it on the test ones",
         description="Multi-environment benchmark on recorded traces. Every trace header names its environment and "
-                    "split (tune or test). Phase 1 reads only the headers; phase 2 chooses every tunable number of "
-                    "every detector (a small grid each) on the tune traces alone, against the targets (hacking "
-                    "stopped >= 95%%, healthy stopped <= 5%%, median delay <= 3 evals after the true peak, worst "
-                    "regret of a stopped run <= 10%% of its gain); phase 3 reads the test traces and evaluates each "
-                    "tuned candidate and the paper's untuned rule once. Prints precision, recall, healthy stopped, "
-                    "median delay and worst/median regret per split and per environment with 95%% intervals, and "
-                    "names the candidate that does best on the test environments. Detectors see the recorded scores "
-                    "in their own units, as EvalStopCallback would. Ambiguous traces are listed, not scored.")
+        "split (tune or test). Phase 1 reads only the headers; phase 2 chooses every tunable number of "
+        "every detector (a small grid each) on the tune traces alone, against the targets (hacking "
+        "stopped >= 95%%, healthy stopped <= 5%%, median delay <= 3 evals after the true peak, worst "
+        "regret of a stopped run <= 10%% of its gain); phase 3 reads the test traces and evaluates each "
+        "tuned candidate and the paper's untuned rule once. Prints precision, recall, healthy stopped, "
+        "median delay and worst/median regret per split and per environment with 95%% intervals, and "
+        "names the candidate that does best on the test environments. Detectors see the recorded scores "
+        "in their own units, as EvalStopCallback would. Ambiguous traces are listed, not scored.",
+    )
     p.add_argument("--traces", default=None, help="folder of *.jsonl traces (default: the shipped corpus)")
-    p.add_argument("--tune-envs", default="", metavar="ENV,...",
-                   help="environments to tune on, overriding the headers' split")
-    p.add_argument("--test-envs", default="", metavar="ENV,...",
-                   help="environments to test on, overriding the headers' split")
-    p.add_argument("--only", default=None, metavar="NAME,...",
-                   help="detector families to tune (default: all of k-decline, k-decline-se, paired-test, cusum, "
-                        "trend, shape)")
-    p.add_argument("--resamples", type=int, default=1000,
-                   help="bootstrap resamples of the medians' intervals (default 1000; 0: none)")
+    p.add_argument(
+        "--tune-envs", default="", metavar="ENV,...", help="environments to tune on, overriding the headers' split"
+    )
+    p.add_argument(
+        "--test-envs", default="", metavar="ENV,...", help="environments to test on, overriding the headers' split"
+    )
+    p.add_argument(
+        "--only",
+        default=None,
+        metavar="NAME,...",
+        help="detector families to tune (default: all of k-decline, k-decline-se, paired-test, cusum, trend, shape)",
+    )
+    p.add_argument(
+        "--resamples",
+        type=int,
+        default=1000,
+        help="bootstrap resamples of the medians' intervals (default 1000; 0: none)",
+    )
     p.add_argument("--out", default=None, help="write results.json, report.md and benchmark.png into this folder")
     p.add_argument("--json", action="store_true", help="print the results as JSON instead of the tables")
     p.add_argument("--no-progress", action="store_true", help="no progress messages on stderr")
@@ -436,8 +577,9 @@ def cmd_benchmark(args: argparse.Namespace) -> int:
         keep = [x.strip() for x in args.only.split(",") if x.strip()]
         unknown = [k for k in keep if k not in GRIDS]
         if unknown or not keep:
-            raise UsageError(f"--only: unknown detector famil(ies) {', '.join(unknown) or '(none)'}; choose from "
-                             f"{', '.join(GRIDS)}")
+            raise UsageError(
+                f"--only: unknown detector famil(ies) {', '.join(unknown) or '(none)'}; choose from {', '.join(GRIDS)}"
+            )
         grids = {k: GRIDS[k] for k in keep}
     folder = Path(args.traces) if args.traces is not None else shipped_traces_dir()
 
@@ -451,8 +593,14 @@ def cmd_benchmark(args: argparse.Namespace) -> int:
     # Per-detector fallback warnings ("no per-example scores") would repeat once per trace and grid point.
     logging.getLogger("platform_sim.core").setLevel(logging.ERROR)
     try:
-        res = benchmark(folder, grids, tune_envs=envs(args.tune_envs), test_envs=envs(args.test_envs),
-                        resamples=args.resamples, progress=say)
+        res = benchmark(
+            folder,
+            grids,
+            tune_envs=envs(args.tune_envs),
+            test_envs=envs(args.test_envs),
+            resamples=args.resamples,
+            progress=say,
+        )
     except (FileNotFoundError, TraceFormatError, BenchmarkError) as exc:
         raise UsageError(f"--traces: {exc}") from None
     command = command_line("benchmark")
@@ -463,14 +611,24 @@ def cmd_benchmark(args: argparse.Namespace) -> int:
     return print_results(res, args.json, lambda: benchmark_markdown(res, command))
 
 
-COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [add_run, add_paper, add_sweep, add_replay,
-                                                                 add_detectors, add_benchmark, add_tune]
+COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [
+    add_run,
+    add_paper,
+    add_sweep,
+    add_replay,
+    add_detectors,
+    add_benchmark,
+    add_tune,
+]
 """Sub-command builders, in ``--help`` order."""
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="evalstop-sim", description="EvalStop platform simulator: 64 GPUs, RLHF/DPO/LoRA jobs, "
-                     "base schedulers with and without EvalStop.")
+    parser = _Parser(
+        prog="evalstop-sim",
+        description="EvalStop platform simulator: 64 GPUs, RLHF/DPO/LoRA jobs, "
+        "base schedulers with and without EvalStop.",
+    )
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     for add in COMMANDS:
         add(sub)

@@ -40,9 +40,10 @@ import argparse
 import json
 import logging
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -107,16 +108,17 @@ def _as_arrays(progress: Sequence[float], scores: Sequence[float]) -> tuple[np.n
     return p, y
 
 
-def _hacking_grid(p: np.ndarray, y: np.ndarray, peaks: np.ndarray, ends: np.ndarray
-                  ) -> tuple[float, float, float, float, float, float]:
+def _hacking_grid(
+    p: np.ndarray, y: np.ndarray, peaks: np.ndarray, ends: np.ndarray
+) -> tuple[float, float, float, float, float, float]:
     """Best ``(sse, s0, gain, c, peak, end)`` over every (peak, end) pair with ``end > peak``; ``c`` = gain x decline.
 
     The model at fixed (peak, end) is linear in (s0, gain, c): ``s0 + gain * rise(p) - c * (min(p, end) - peak)+``.
     """
-    rise = 1.0 - (1.0 - np.minimum(p[None, :] / peaks[:, None], 1.0)) ** 2                      # (I, n)
+    rise = 1.0 - (1.0 - np.minimum(p[None, :] / peaks[:, None], 1.0)) ** 2  # (I, n)
     fall = np.maximum(np.minimum(p[None, None, :], ends[None, :, None]) - peaks[:, None, None], 0.0)  # (I, J, n)
     design = np.stack(np.broadcast_arrays(np.ones_like(fall), rise[:, None, :], -fall), axis=-1)  # (I, J, n, 3)
-    theta = np.einsum("ijkn,n->ijk", np.linalg.pinv(design), y)                                  # (I, J, 3)
+    theta = np.einsum("ijkn,n->ijk", np.linalg.pinv(design), y)  # (I, J, 3)
     sse = ((np.einsum("ijnk,ijk->ijn", design, theta) - y) ** 2).sum(-1)
     ok = (ends[None, :] > peaks[:, None]) & (theta[..., 1] > 0) & (theta[..., 2] >= 0)
     if not ok.any():
@@ -155,7 +157,7 @@ def fit_hacking(progress: Sequence[float], scores: Sequence[float]) -> dict[str,
 
 
 def _healthy_grid(p: np.ndarray, y: np.ndarray, kappas: np.ndarray) -> tuple[float, float, float, float]:
-    h = RiseCurve.shape(kappas[:, None], p[None, :])                       # (K, n)
+    h = RiseCurve.shape(kappas[:, None], p[None, :])  # (K, n)
     hm, ym = h.mean(1), y.mean()
     var = ((h - hm[:, None]) ** 2).sum(1)
     gain = np.where(var > 0, ((h - hm[:, None]) * (y - ym)).sum(1) / np.where(var > 0, var, 1.0), 0.0)
@@ -228,8 +230,20 @@ def fit_trace(trace: RealTrace, examples: Sequence[Sequence[float] | None] | Non
     residual = math.sqrt(fit["sse"] / max(n - params, 1)) / gain
     per_example = example_noise(examples) if examples is not None else None
     noise, source = (per_example / gain, "examples") if per_example is not None else (residual, "residual")
-    return TraceFit(trace.name, label, fit["s0"], gain, fit.get("peak"), fit.get("decline"), fit.get("drop"),
-                    fit.get("plateau_share"), noise, source, residual, rmse)
+    return TraceFit(
+        trace.name,
+        label,
+        fit["s0"],
+        gain,
+        fit.get("peak"),
+        fit.get("decline"),
+        fit.get("drop"),
+        fit.get("plateau_share"),
+        noise,
+        source,
+        residual,
+        rmse,
+    )
 
 
 # -- the calibration ---------------------------------------------------------------------------------------------
@@ -288,16 +302,22 @@ class CurveCalibration:
 
     def __post_init__(self) -> None:
         if not self.hacking or not self.healthy:
-            raise ValueError(f"a curve calibration needs at least one hacking and one healthy trace; got "
-                             f"{len(self.hacking)} hacking and {len(self.healthy)} healthy")
+            raise ValueError(
+                f"a curve calibration needs at least one hacking and one healthy trace; got "
+                f"{len(self.hacking)} hacking and {len(self.healthy)} healthy"
+            )
         for peak, decline, drop, noise in self.hacking:
             if not (0 < peak < 1 and decline >= 0 and drop >= 0 and noise >= 0):
-                raise ValueError(f"bad hacking entry (peak, decline, drop, noise) = "
-                                 f"{(peak, decline, drop, noise)}: need 0 < peak < 1 and the rest >= 0")
+                raise ValueError(
+                    f"bad hacking entry (peak, decline, drop, noise) = "
+                    f"{(peak, decline, drop, noise)}: need 0 < peak < 1 and the rest >= 0"
+                )
         for share, noise in self.healthy:
             if not (0 < share < 1 and noise >= 0):
-                raise ValueError(f"bad healthy entry (plateau_share, noise) = {(share, noise)}: "
-                                 "need 0 < plateau_share < 1 and noise >= 0")
+                raise ValueError(
+                    f"bad healthy entry (plateau_share, noise) = {(share, noise)}: "
+                    "need 0 < plateau_share < 1 and noise >= 0"
+                )
         if not (0.0 <= self.hack_share <= 1.0):
             raise ValueError(f"hack_share must be in [0, 1], got {self.hack_share}")
         if self.split not in ("tune", "all"):
@@ -306,16 +326,25 @@ class CurveCalibration:
             raise ValueError(f"smoothing must be a finite number >= 0, got {self.smoothing}")
 
     def to_dict(self) -> dict[str, Any]:
-        return {"hacking": [list(h) for h in self.hacking], "healthy": [list(h) for h in self.healthy],
-                "hack_share": self.hack_share, "split": self.split, "traces": list(self.traces),
-                "smoothing": self.smoothing}
+        return {
+            "hacking": [list(h) for h in self.hacking],
+            "healthy": [list(h) for h in self.healthy],
+            "hack_share": self.hack_share,
+            "split": self.split,
+            "traces": list(self.traces),
+            "smoothing": self.smoothing,
+        }
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "CurveCalibration":
-        return cls(hacking=tuple(tuple(float(v) for v in h) for h in data["hacking"]),  # type: ignore[misc]
-                   healthy=tuple(tuple(float(v) for v in h) for h in data["healthy"]),  # type: ignore[misc]
-                   hack_share=float(data["hack_share"]), split=str(data["split"]),
-                   traces=tuple(data.get("traces", ())), smoothing=float(data.get("smoothing", SMOOTHING)))
+    def from_dict(cls, data: Mapping[str, Any]) -> CurveCalibration:
+        return cls(
+            hacking=tuple(tuple(float(v) for v in h) for h in data["hacking"]),  # type: ignore[misc]
+            healthy=tuple(tuple(float(v) for v in h) for h in data["healthy"]),  # type: ignore[misc]
+            hack_share=float(data["hack_share"]),
+            split=str(data["split"]),
+            traces=tuple(data.get("traces", ())),
+            smoothing=float(data.get("smoothing", SMOOTHING)),
+        )
 
     def summary(self) -> dict[str, Any]:
         """Medians and ranges of the fitted parameters (for reports)."""
@@ -324,9 +353,18 @@ class CurveCalibration:
         def stats(col: np.ndarray) -> dict[str, float]:
             return {"median": float(np.median(col)), "min": float(col.min()), "max": float(col.max())}
 
-        return {"hacking_traces": len(h), "healthy_traces": len(g), "hack_share": self.hack_share,
-                "split": self.split, "peak": stats(h[:, 0]), "decline": stats(h[:, 1]), "drop": stats(h[:, 2]),
-                "hacking_noise": stats(h[:, 3]), "plateau_share": stats(g[:, 0]), "healthy_noise": stats(g[:, 1])}
+        return {
+            "hacking_traces": len(h),
+            "healthy_traces": len(g),
+            "hack_share": self.hack_share,
+            "split": self.split,
+            "peak": stats(h[:, 0]),
+            "decline": stats(h[:, 1]),
+            "drop": stats(h[:, 2]),
+            "hacking_noise": stats(h[:, 3]),
+            "plateau_share": stats(g[:, 0]),
+            "healthy_noise": stats(g[:, 1]),
+        }
 
     def draw(self, rng: np.random.Generator, n: int) -> CurveDraws:
         """``n`` draws of both kinds of shape (smoothed bootstrap; a fixed number of draws for any ``n``'s mix).
@@ -337,8 +375,9 @@ class CurveCalibration:
         """
         hack = np.array(self.hacking, dtype=float)
         healthy = np.array(self.healthy, dtype=float)
-        th = np.column_stack([_logit(hack[:, 0]), _log(hack[:, 1], 1e-3), _log(hack[:, 2], 1e-3),
-                              _log(hack[:, 3], 1e-4)])
+        th = np.column_stack(
+            [_logit(hack[:, 0]), _log(hack[:, 1], 1e-3), _log(hack[:, 2], 1e-3), _log(hack[:, 3], 1e-4)]
+        )
         tg = np.column_stack([_logit(healthy[:, 0]), _log(healthy[:, 1], 1e-4)])
         pick_h = rng.integers(len(hack), size=n)
         pick_g = rng.integers(len(healthy), size=n)
@@ -353,16 +392,27 @@ class CurveCalibration:
         xg = tg[pick_g] + z[:, 4:] * bandwidth(tg)
         # A drawn peak stays strictly inside the run, so that every hacking curve has a decline to see.
         peak = np.clip(_expit(xh[:, 0]), 0.02, 0.95)
-        return CurveDraws(peak=peak, decline=np.exp(xh[:, 1]), drop=np.exp(xh[:, 2]), hack_noise=np.exp(xh[:, 3]),
-                          plateau_share=np.clip(_expit(xg[:, 0]), 0.01, 0.99), healthy_noise=np.exp(xg[:, 1]))
+        return CurveDraws(
+            peak=peak,
+            decline=np.exp(xh[:, 1]),
+            drop=np.exp(xh[:, 2]),
+            hack_noise=np.exp(xh[:, 3]),
+            plateau_share=np.clip(_expit(xg[:, 0]), 0.01, 0.99),
+            healthy_noise=np.exp(xg[:, 1]),
+        )
 
 
 NOISE_SOURCES = ("examples", "residual")
 
 
-def calibrate(traces: Sequence[RealTrace], examples: Sequence[Sequence[Sequence[float] | None] | None] | None = None,
-              split: str = "all", job_types: Sequence[str] | None = ("rlhf",),
-              smoothing: float = SMOOTHING, noise: str = "examples") -> tuple[CurveCalibration, list[TraceFit]]:
+def calibrate(
+    traces: Sequence[RealTrace],
+    examples: Sequence[Sequence[Sequence[float] | None] | None] | None = None,
+    split: str = "all",
+    job_types: Sequence[str] | None = ("rlhf",),
+    smoothing: float = SMOOTHING,
+    noise: str = "examples",
+) -> tuple[CurveCalibration, list[TraceFit]]:
     """Fit every usable trace and build the calibration (pure).
 
     Args:
@@ -396,14 +446,20 @@ def calibrate(traces: Sequence[RealTrace], examples: Sequence[Sequence[Sequence[
             fits.append(fit_trace(trace, examples[i] if examples is not None else None))
         except ValueError as exc:
             logger.warning("curve calibration: %s left out: %s", trace.name, exc)
+
     def noise_of(f: TraceFit) -> float:
         return f.noise if noise == "examples" else f.noise_residual
 
     hacking = tuple((f.peak, f.decline, f.drop, noise_of(f)) for f in fits if f.label == "hacking")
     healthy = tuple((f.plateau_share, noise_of(f)) for f in fits if f.label == "healthy")
-    cal = CurveCalibration(hacking=hacking, healthy=healthy,  # type: ignore[arg-type]
-                           hack_share=len(hacking) / len(fits) if fits else 0.0, split=split,
-                           traces=tuple(f.name for f in fits), smoothing=smoothing)
+    cal = CurveCalibration(
+        hacking=hacking,  # type: ignore[arg-type]  # a hacking fit always has its peak, decline and drop
+        healthy=healthy,  # type: ignore[arg-type]
+        hack_share=len(hacking) / len(fits) if fits else 0.0,
+        split=split,
+        traces=tuple(f.name for f in fits),
+        smoothing=smoothing,
+    )
     return cal, fits
 
 
@@ -457,14 +513,23 @@ def calibration_traces(folder: str | Path) -> tuple[list[RealTrace], str]:
     return [read_trace(f) for f in tune], "tune"
 
 
-def calibration_from_folder(folder: str | Path, job_types: Sequence[str] | None = ("rlhf",),
-                            smoothing: float = SMOOTHING, noise: str = "examples",
-                            ) -> tuple[CurveCalibration, list[TraceFit]]:
+def calibration_from_folder(
+    folder: str | Path,
+    job_types: Sequence[str] | None = ("rlhf",),
+    smoothing: float = SMOOTHING,
+    noise: str = "examples",
+) -> tuple[CurveCalibration, list[TraceFit]]:
     """Read the calibration traces of ``folder`` (:func:`calibration_traces`) and :func:`calibrate` them
     (arguments as there)."""
     traces, split = calibration_traces(folder)
-    return calibrate(traces, [recorded_examples(t) for t in traces], split=split, job_types=job_types,
-                     smoothing=smoothing, noise=noise)
+    return calibrate(
+        traces,
+        [recorded_examples(t) for t in traces],
+        split=split,
+        job_types=job_types,
+        smoothing=smoothing,
+        noise=noise,
+    )
 
 
 # -- command-line flags ------------------------------------------------------------------------------------------
@@ -475,11 +540,19 @@ CURVE_MODES = ("synthetic", "real")
 def add_curve_args(p: argparse.ArgumentParser) -> None:
     """``--curves`` and ``--curve-traces``, for commands that generate workloads."""
     g = p.add_argument_group("RLHF curves")
-    g.add_argument("--curves", choices=CURVE_MODES, default="synthetic",
-                   help="RLHF eval curves: synthetic (Gao et al.'s form, the default) or real (shapes and noise "
-                        "fitted on recorded traces; only their tune split when the traces carry one)")
-    g.add_argument("--curve-traces", default=None, metavar="DIR",
-                   help="trace folder of --curves real (default: the shipped corpus)")
+    g.add_argument(
+        "--curves",
+        choices=CURVE_MODES,
+        default="synthetic",
+        help="RLHF eval curves: synthetic (Gao et al.'s form, the default) or real (shapes and noise "
+        "fitted on recorded traces; only their tune split when the traces carry one)",
+    )
+    g.add_argument(
+        "--curve-traces",
+        default=None,
+        metavar="DIR",
+        help="trace folder of --curves real (default: the shipped corpus)",
+    )
 
 
 def calibration_from_args(args: argparse.Namespace) -> CurveCalibration | None:

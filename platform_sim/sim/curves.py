@@ -29,7 +29,8 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -194,8 +195,10 @@ class PeakDeclineCurve(Curve):
 
     def __init__(self, s0: float, gain: float, p_peak: float, decline: float, drop: float) -> None:
         if not (0 < p_peak <= 1) or gain <= 0 or decline < 0 or drop < 0:
-            raise ValueError(f"need 0 < p_peak <= 1, gain > 0, decline >= 0, drop >= 0; got p_peak={p_peak}, "
-                             f"gain={gain}, decline={decline}, drop={drop}")
+            raise ValueError(
+                f"need 0 < p_peak <= 1, gain > 0, decline >= 0, drop >= 0; got p_peak={p_peak}, "
+                f"gain={gain}, decline={decline}, drop={drop}"
+            )
         self.s0, self.gain, self.p_peak = float(s0), float(gain), float(p_peak)
         self.decline, self.drop = float(decline), float(drop)
 

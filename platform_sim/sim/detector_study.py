@@ -25,9 +25,10 @@ from __future__ import annotations
 import itertools
 import logging
 import statistics
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -73,8 +74,12 @@ CANDIDATES: tuple[tuple[str, dict[str, Any]], ...] = (
 # -- fast detection-only evaluation (calibration) ----------------------------------------------------------------
 
 
-def job_series(config: WorkloadConfig, seed: int, examples: int = DEFAULT_EXAMPLES, rho: float = DEFAULT_RHO,
-               ) -> list[tuple[bool, int, np.ndarray, list[tuple[float, tuple[float, ...] | None]]]]:
+def job_series(
+    config: WorkloadConfig,
+    seed: int,
+    examples: int = DEFAULT_EXAMPLES,
+    rho: float = DEFAULT_RHO,
+) -> list[tuple[bool, int, np.ndarray, list[tuple[float, tuple[float, ...] | None]]]]:
     """The observed eval series of every RLHF job of a workload: ``(hacking, peak eval, truth, evals)``.
 
     Observations depend only on the job and the eval index, never on the schedule, so running a detector over these
@@ -132,8 +137,7 @@ CALIBRATION_GRIDS: dict[str, tuple[str, dict[str, Sequence[Any]]]] = {
     "k-decline-se": ("k-decline-se", {"k": (1, 2, 3), "z": (0.5, 1.0, 1.5, 2.0, 2.5, 3.0)}),
     "paired-test": ("paired-test", {"test": ("t",), "alpha": (0.001, 0.01, 0.05, 0.1), "k": (1, 2, 3)}),
     "cusum": ("cusum", {"slack": (0.0, 0.25, 0.5, 1.0), "threshold": (2.0, 3.0, 4.0, 6.0, 8.0)}),
-    "trend": ("trend", {"window": (6, 8, 10), "short_window": (None, 4), "alpha": (0.01, 0.05, 0.1, 0.2),
-                        "k": (1,)}),
+    "trend": ("trend", {"window": (6, 8, 10), "short_window": (None, 4), "alpha": (0.01, 0.05, 0.1, 0.2), "k": (1,)}),
     "shape": ("shape", {"threshold": (0.5, 0.7, 0.8, 0.9, 0.95, 0.97, 0.99), "k": (1, 2)}),
     # For the "high-noise" rule: healthy runs assumed to be still rising (min_tau), less prior mass on peaks ahead.
     "shape-sens": ("shape", {"threshold": (0.6, 0.65, 0.7), "future": (1.5, 2.0, 3.0), "min_tau": (1.0, 2.0)}),
@@ -172,14 +176,16 @@ CALIBRATION_RULES: dict[str, CalibrationRule] = {
     "default-only": CalibrationRule(constrain=("default_s0.12",)),
     # The issue's high-noise target alone: median delay <= 4 evals at sigma 0.12, then the widest margin above
     # both 95% marks (min of precision and recall); used for ``shape-sens``.
-    "high-noise": CalibrationRule(constrain=("default_s0.12",), fast="default_s0.12", max_delay=4.0,
-                                  balanced=True),
+    "high-noise": CalibrationRule(constrain=("default_s0.12",), fast="default_s0.12", max_delay=4.0, balanced=True),
 }
 
 
-def calibrate(seeds: Sequence[int] = TUNING_SEEDS, rule: CalibrationRule = CalibrationRule(),
-              grids: Mapping[str, tuple[str, Mapping[str, Sequence[Any]]]] = CALIBRATION_GRIDS,
-              progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+def calibrate(
+    seeds: Sequence[int] = TUNING_SEEDS,
+    rule: CalibrationRule = CalibrationRule(),
+    grids: Mapping[str, tuple[str, Mapping[str, Sequence[Any]]]] = CALIBRATION_GRIDS,
+    progress: Callable[[str], None] | None = None,
+) -> dict[str, Any]:
     """Grid-search each detector family's parameters on ``seeds`` (never the evaluation seeds).
 
     Returns:
@@ -269,13 +275,18 @@ def run_study_task(task: StudyTask) -> list[dict[str, Any]]:
         workload = generate_workload(task.workload, task.seed)
     out = []
     for spec in task.policies:
-        result = simulate(workload, spec.build(workload), gpus=task.workload.gpus,
-                          preemption_cost_h=PREEMPTION_COST_H,
-                          observation=make_observation_model(workload, task.observation))
+        result = simulate(
+            workload,
+            spec.build(workload),
+            gpus=task.workload.gpus,
+            preemption_cost_h=PREEMPTION_COST_H,
+            observation=make_observation_model(workload, task.observation),
+        )
         m = run_metrics(result)
         m["seed"] = task.seed
-        m["delays"] = [o.stop_eval - o.peak_eval for o in result.outcomes
-                       if o.stopped and o.hacking and o.stop_eval is not None]
+        m["delays"] = [
+            o.stop_eval - o.peak_eval for o in result.outcomes if o.stopped and o.hacking and o.stop_eval is not None
+        ]
         out.append(m)
     return out
 
@@ -291,13 +302,15 @@ def _plan(cfg: StudyConfig, real: tuple[Any, ...] | None, real_obs: Mapping[str,
     synthetic_obs = {"name": "per-example", "params": {"examples": cfg.examples, "rho": cfg.rho}}
     policies = (PolicySpec(base=cfg.base),) + tuple(
         PolicySpec(base=cfg.base, stop="evalstop", detector=detector_from_spec(spec).spec())
-        for _, spec in cfg.detectors)
+        for _, spec in cfg.detectors
+    )
     plan = _Plan()
     scenarios: list[tuple[str, dict[str, Any], WorkloadConfig]] = []
     scenarios += [("noise", {"sigma": s}, replace(cfg.workload, sigma=s)) for s in cfg.sigmas]
     scenarios += [("hack_rate", {"hack_rate": h}, replace(cfg.workload, hack_rate=h)) for h in cfg.hack_rates]
-    scenarios += [("plateau", {"sigma": s}, replace(cfg.workload, sigma=s, healthy_tau=PLATEAU_TAU))
-                  for s in cfg.plateau_sigmas]
+    scenarios += [
+        ("plateau", {"sigma": s}, replace(cfg.workload, sigma=s, healthy_tau=PLATEAU_TAU)) for s in cfg.plateau_sigmas
+    ]
     for experiment, params, wl in scenarios:
         idx = []
         for seed in range(cfg.seeds):
@@ -315,8 +328,14 @@ def _plan(cfg: StudyConfig, real: tuple[Any, ...] | None, real_obs: Mapping[str,
     return plan
 
 
-def _row(label: str, spec: Mapping[str, Any], base: str, runs: Sequence[Mapping[str, Any]],
-         baseline: Sequence[Mapping[str, Any]], params: Mapping[str, Any]) -> dict[str, Any]:
+def _row(
+    label: str,
+    spec: Mapping[str, Any],
+    base: str,
+    runs: Sequence[Mapping[str, Any]],
+    baseline: Sequence[Mapping[str, Any]],
+    params: Mapping[str, Any],
+) -> dict[str, Any]:
     from .metrics import metric_row
 
     row = metric_row(base, "evalstop", runs, baseline, detector=label, **params)
@@ -343,8 +362,11 @@ def load_real(traces_dir: str | None) -> tuple[list[Any], Any, str | None, bool]
     return traces, trace_scales(traces), None, True
 
 
-def trace_rows(traces: Sequence[Any], scale: Any, detectors: Sequence[tuple[str, Mapping[str, Any]]],
-               ) -> list[dict[str, Any]]:
+def trace_rows(
+    traces: Sequence[Any],
+    scale: Any,
+    detectors: Sequence[tuple[str, Mapping[str, Any]]],
+) -> list[dict[str, Any]]:
     """Each detector over each trace's recorded eval sequence (means and per-example scores, platform scale).
 
     Args:
@@ -354,8 +376,19 @@ def trace_rows(traces: Sequence[Any], scale: Any, detectors: Sequence[tuple[str,
     """
     from .replay import Scale, trace_detection
 
-    keys = ("trace", "environment", "split", "label", "stopped", "stop_step", "best_step", "peak_step",
-            "delay_evals", "regret", "regret_pct")
+    keys = (
+        "trace",
+        "environment",
+        "split",
+        "label",
+        "stopped",
+        "stop_step",
+        "best_step",
+        "peak_step",
+        "delay_evals",
+        "regret",
+        "regret_pct",
+    )
     rows = []
     for trace in traces:
         s = scale if isinstance(scale, Scale) else scale[trace.name]
@@ -374,16 +407,27 @@ def trace_summaries(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
         ok = [r for r in mine if r["label"] == "healthy"]
         delays = [r["delay_evals"] for r in hack if r["stopped"]]
         regrets = [r["regret_pct"] for r in hack if r["stopped"] and r["regret_pct"] is not None]
-        out.append({"detector": label, "hacking": len(hack), "hacking_stopped": sum(r["stopped"] for r in hack),
-                    "healthy": len(ok), "healthy_stopped": sum(r["stopped"] for r in ok),
-                    "ambiguous": sum(r["label"] == "ambiguous" for r in mine),
-                    "delay_median_evals": float(statistics.median(delays)) if delays else None,
-                    "max_regret_pct": max(regrets) if regrets else None})
+        out.append(
+            {
+                "detector": label,
+                "hacking": len(hack),
+                "hacking_stopped": sum(r["stopped"] for r in hack),
+                "healthy": len(ok),
+                "healthy_stopped": sum(r["stopped"] for r in ok),
+                "ambiguous": sum(r["label"] == "ambiguous" for r in mine),
+                "delay_median_evals": float(statistics.median(delays)) if delays else None,
+                "max_regret_pct": max(regrets) if regrets else None,
+            }
+        )
     return out
 
 
-def study(cfg: StudyConfig, runner: Any = None, progress: Callable[[int], None] | None = None,
-          on_plan: Callable[[int], None] | None = None) -> dict[str, Any]:
+def study(
+    cfg: StudyConfig,
+    runner: Any = None,
+    progress: Callable[[int], None] | None = None,
+    on_plan: Callable[[int], None] | None = None,
+) -> dict[str, Any]:
     """Run the comparison; ``{"noise", "hack_rate", "plateau", "real", "real_traces", "real_summary", "config"}``."""
     from .replay import grid_evals, recorded_observation, trace_curves
     from .runner import SerialRunner
@@ -417,11 +461,16 @@ def study(cfg: StudyConfig, runner: Any = None, progress: Callable[[int], None] 
     out["real_traces"] = rows
     out["real_summary"] = trace_summaries(rows)
     out["config"] = {
-        "seeds": cfg.seeds, "base": cfg.base, "workload": cfg.workload.to_dict(),
+        "seeds": cfg.seeds,
+        "base": cfg.base,
+        "workload": cfg.workload.to_dict(),
         "detectors": [{"label": label, "spec": detector_from_spec(spec).spec()} for label, spec in cfg.detectors],
-        "plateau_healthy_tau": list(PLATEAU_TAU), "tuning_seeds": list(TUNING_SEEDS),
+        "plateau_healthy_tau": list(PLATEAU_TAU),
+        "tuning_seeds": list(TUNING_SEEDS),
         "per_example": {"examples": cfg.examples, "rho": cfg.rho},
-        "real_traces": len(traces), "real_hacking": sum(t.hacking for t in traces), "real_missing": real_note,
+        "real_traces": len(traces),
+        "real_hacking": sum(t.hacking for t in traces),
+        "real_missing": real_note,
         "tasks": len(plan.tasks),
     }
     return out
@@ -446,19 +495,30 @@ def study_markdown(results: Mapping[str, Any], command: str, with_ci: bool = Tru
     """The report: one table per experiment and the per-trace summary."""
     from .report import markdown_table
 
-    parts = [f"# Detector comparison\n\nCommand: `{command}`; {results['config']['seeds']} seeds, base "
-             f"{results['config']['base']}.\n"]
-    for name, lead in (("noise", (("sigma", "sigma", "f2"),)), ("hack_rate", (("hack_rate", "hack rate", "pct"),)),
-                       ("plateau", (("sigma", "sigma", "f2"),)), ("real", ())):
+    parts = [
+        f"# Detector comparison\n\nCommand: `{command}`; {results['config']['seeds']} seeds, base "
+        f"{results['config']['base']}.\n"
+    ]
+    for name, lead in (
+        ("noise", (("sigma", "sigma", "f2"),)),
+        ("hack_rate", (("hack_rate", "hack rate", "pct"),)),
+        ("plateau", (("sigma", "sigma", "f2"),)),
+        ("real", ()),
+    ):
         if results[name]:
             parts.append(f"## {name}\n\n" + markdown_table(results[name], STUDY_COLUMNS, lead, with_ci) + "\n")
     if results["real_summary"]:
-        lines = ["| detector | hacking stopped | healthy stopped | median delay | worst regret |", "|---|---|---|---|---|"]
+        lines = [
+            "| detector | hacking stopped | healthy stopped | median delay | worst regret |",
+            "|---|---|---|---|---|",
+        ]
         for s in results["real_summary"]:
             med = "-" if s["delay_median_evals"] is None else f"{s['delay_median_evals']:g}"
             reg = "-" if s["max_regret_pct"] is None else f"{s['max_regret_pct']:.1f}%"
-            lines.append(f"| {s['detector']} | {s['hacking_stopped']}/{s['hacking']} | "
-                         f"{s['healthy_stopped']}/{s['healthy']} | {med} | {reg} |")
+            lines.append(
+                f"| {s['detector']} | {s['hacking_stopped']}/{s['hacking']} | "
+                f"{s['healthy_stopped']}/{s['healthy']} | {med} | {reg} |"
+            )
         parts.append("## real traces, detector on each trace\n\n" + "\n".join(lines) + "\n")
     if results["config"].get("real_missing"):
         parts.append(f"Real traces not used: {results['config']['real_missing']}\n")
@@ -475,8 +535,11 @@ def write_study_plots(results: Mapping[str, Any], out_dir: Path) -> list[Path]:
     import matplotlib.pyplot as plt
 
     written = []
-    for name, param, xlabel in (("noise", "sigma", "eval noise sigma"), ("hack_rate", "hack_rate", "hacking rate"),
-                                ("plateau", "sigma", "eval noise sigma (healthy runs plateau)")):
+    for name, param, xlabel in (
+        ("noise", "sigma", "eval noise sigma"),
+        ("hack_rate", "hack_rate", "hacking rate"),
+        ("plateau", "sigma", "eval noise sigma (healthy runs plateau)"),
+    ):
         rows = results[name]
         if not rows:
             continue
@@ -484,10 +547,15 @@ def write_study_plots(results: Mapping[str, Any], out_dir: Path) -> list[Path]:
         for label in dict.fromkeys(r["detector"] for r in rows):
             mine = [r for r in rows if r["detector"] == label]
             xs = [r[param] for r in mine]
-            for ax, (metric, scale) in zip(axes, (("precision", 100), ("recall", 100), ("delay_median_evals", 1),
-                                                  ("jct_gain_pct", 1))):
-                ax.plot(xs, [(r[metric] if r[metric] is not None else np.nan) * scale for r in mine], marker="o",
-                        label=label)
+            for ax, (metric, scale) in zip(
+                axes, (("precision", 100), ("recall", 100), ("delay_median_evals", 1), ("jct_gain_pct", 1))
+            ):
+                ax.plot(
+                    xs,
+                    [(r[metric] if r[metric] is not None else np.nan) * scale for r in mine],
+                    marker="o",
+                    label=label,
+                )
         for ax, ylabel in zip(axes, ("precision (%)", "recall (%)", "median delay (evals)", "JCT gain (%)")):
             ax.set_xlabel(xlabel)
             ax.set_ylabel(ylabel)

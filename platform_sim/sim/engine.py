@@ -129,10 +129,14 @@ DEFAULT_EVAL_COST: float = 0.05
 """Share of a regular eval interval (1/20 of a run) that one evaluation takes on the job's GPUs."""
 
 
-def simulate(workload: Workload, scheduler: Scheduler, gpus: int = 64,
-             preemption_cost_h: float = PREEMPTION_COST_H,
-             observation: ObservationModel | None = None,
-             eval_cost: float = DEFAULT_EVAL_COST) -> SimResult:
+def simulate(
+    workload: Workload,
+    scheduler: Scheduler,
+    gpus: int = 64,
+    preemption_cost_h: float = PREEMPTION_COST_H,
+    observation: ObservationModel | None = None,
+    eval_cost: float = DEFAULT_EVAL_COST,
+) -> SimResult:
     """Run ``workload`` on a cluster of ``gpus`` GPUs under ``scheduler`` (a base policy composed with a stop policy).
 
     Args:
@@ -184,16 +188,16 @@ def simulate(workload: Workload, scheduler: Scheduler, gpus: int = 64,
 
     state = [_PENDING] * n
     version = [0] * n
-    p0 = [0.0] * n          # progress at the start of the current segment
-    seg_start = [0.0] * n   # time the current segment starts progressing (after any resume overhead)
-    alloc_t = [0.0] * n     # time the job got its GPUs
+    p0 = [0.0] * n  # progress at the start of the current segment
+    seg_start = [0.0] * n  # time the current segment starts progressing (after any resume overhead)
+    alloc_t = [0.0] * n  # time the job got its GPUs
     next_k = [1 if r else n_evals for r in record]  # next eval index (1-based); n_evals: straight to completion
     gpu_h = [0.0] * n
     first_start = [math.nan] * n
     preempts = [0] * n
     outcomes: list[Any] = [None] * n
-    extra_p = [-1.0] * n      # progress of the pending extra eval (-1: the next eval is the regular one)
-    extra_n = [0] * n         # extra evals done
+    extra_p = [-1.0] * n  # progress of the pending extra eval (-1: the next eval is the regular one)
+    extra_n = [0] * n  # extra evals done
     extra_waste_h = [0.0] * n  # hours of extra evals after the true peak
     eval_h = [eval_cost * d * inv_n for d in (j.duration_h for j in jobs)]  # hours one eval takes
 
@@ -201,7 +205,7 @@ def simulate(workload: Workload, scheduler: Scheduler, gpus: int = 64,
     demands = sorted({g for g in g_of})
     waiting: dict[int, list[tuple[float, int, int]]] = {g: [] for g in demands}
     running_heap: list[tuple[float, int, int, int]] = []  # (-key upper bound, seq, job, version)
-    events: list[tuple[float, int, int, int]] = []        # (time, seq, job, version)
+    events: list[tuple[float, int, int, int]] = []  # (time, seq, job, version)
     seq = 0
     n_events = 0
     busy = 0.0
@@ -305,8 +309,9 @@ def simulate(workload: Workload, scheduler: Scheduler, gpus: int = 64,
                 seq += 1
                 heappush(running_heap, (-key(views[i]), seq, i, version[i]))
 
-    def finish(i: int, t: float, k: int, stopped: bool, deliver_k: int, p_extra: float = -1.0,
-               deliver_p: float = -1.0) -> None:
+    def finish(
+        i: int, t: float, k: int, stopped: bool, deliver_k: int, p_extra: float = -1.0, deliver_p: float = -1.0
+    ) -> None:
         # p_extra >= 0: stopped at an extra eval at that progress (k: the last regular eval before it);
         # deliver_p >= 0: the delivered checkpoint is an extra eval's, at that progress.
         nonlocal last_end
@@ -323,9 +328,24 @@ def simulate(workload: Workload, scheduler: Scheduler, gpus: int = 64,
         else:
             deliver_eval, delivered = deliver_k, float(true_evals[i, deliver_k - 1])
         outcomes[i] = JobOutcome(
-            job.job_id, job.job_type, job.hacking, g_of[i], job.submit_time, first_start[i], t, stopped,
-            stop_eval, deliver_eval, pk, float(true_evals[i, pk - 1]),
-            delivered, gpu_h[i], waste, preempts[i], (k + extra_n[i]) * eval_h[i] * g_of[i], extra_n[i],
+            job.job_id,
+            job.job_type,
+            job.hacking,
+            g_of[i],
+            job.submit_time,
+            first_start[i],
+            t,
+            stopped,
+            stop_eval,
+            deliver_eval,
+            pk,
+            float(true_evals[i, pk - 1]),
+            delivered,
+            gpu_h[i],
+            waste,
+            preempts[i],
+            (k + extra_n[i]) * eval_h[i] * g_of[i],
+            extra_n[i],
         )
         w.set_state(views[i], "stopped" if stopped else "completed")
         stop.forget(job.job_id)
@@ -439,5 +459,13 @@ def simulate(workload: Workload, scheduler: Scheduler, gpus: int = 64,
         heappush(events, (t + dt, seq, i, version[i]))
 
     first = arrivals[0] if n else 0.0
-    return SimResult(outcomes, gpus, n_evals, last_end - first, busy, n_events, time.perf_counter() - t_wall,
-                     f"{base.name}+{stop.name}")
+    return SimResult(
+        outcomes,
+        gpus,
+        n_evals,
+        last_end - first,
+        busy,
+        n_events,
+        time.perf_counter() - t_wall,
+        f"{base.name}+{stop.name}",
+    )

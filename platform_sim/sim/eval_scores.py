@@ -23,8 +23,9 @@ never shifts the draws of the rest of the simulation.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -131,8 +132,13 @@ class RecordedExamplesObservation(PerExampleObservation):
         examples, rho: Generation of the other jobs' per-example scores.
     """
 
-    def __init__(self, workload: Workload, traces: Sequence[tuple[Sequence[float], Sequence[Sequence[float]]]] = (),
-                 examples: int = DEFAULT_EXAMPLES, rho: float = DEFAULT_RHO) -> None:
+    def __init__(
+        self,
+        workload: Workload,
+        traces: Sequence[tuple[Sequence[float], Sequence[Sequence[float]]]] = (),
+        examples: int = DEFAULT_EXAMPLES,
+        rho: float = DEFAULT_RHO,
+    ) -> None:
         super().__init__(workload, examples, rho)
         self._recorded: dict[int, Sequence[Sequence[float]]] = {}
         for job in workload.jobs:
@@ -148,4 +154,3 @@ class RecordedExamplesObservation(PerExampleObservation):
             return super().observe_eval(job, k, progress)
         score, _ = ObservationModel.observe_eval(self, job, k, progress)
         return score, tuple(recorded[k - 1]) if recorded[k - 1] else None
-

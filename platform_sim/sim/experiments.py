@@ -14,8 +14,9 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 from platform_sim.core.detectors import detector_from_spec, paper_spec
 from platform_sim.core.policies import PREEMPTION_COST_H, make_base_policy
@@ -112,22 +113,38 @@ def run_task(task: SimTask) -> list[dict[str, Any]]:
     out = []
     for spec in task.policies:
         # A fresh observation model per policy: models may keep per-job state (e.g. per-example generators).
-        result = simulate(workload, spec.build(workload), gpus=task.workload.gpus,
-                          preemption_cost_h=task.preemption_cost_h,
-                          observation=make_observation_model(workload, task.observation), eval_cost=task.eval_cost)
+        result = simulate(
+            workload,
+            spec.build(workload),
+            gpus=task.workload.gpus,
+            preemption_cost_h=task.preemption_cost_h,
+            observation=make_observation_model(workload, task.observation),
+            eval_cost=task.eval_cost,
+        )
         m = run_metrics(result)
         m["seed"] = task.seed
         out.append(m)
     return out
 
 
-def run_one(workload_config: WorkloadConfig, spec: PolicySpec, seed: int,
-            preemption_cost_h: float = PREEMPTION_COST_H, observation: Mapping[str, Any] | None = None,
-            eval_cost: float = DEFAULT_EVAL_COST) -> tuple[SimResult, dict[str, Any]]:
+def run_one(
+    workload_config: WorkloadConfig,
+    spec: PolicySpec,
+    seed: int,
+    preemption_cost_h: float = PREEMPTION_COST_H,
+    observation: Mapping[str, Any] | None = None,
+    eval_cost: float = DEFAULT_EVAL_COST,
+) -> tuple[SimResult, dict[str, Any]]:
     """One simulation in this process: the raw result and its metrics."""
     workload = generate_workload(workload_config, seed)
-    result = simulate(workload, spec.build(workload), gpus=workload_config.gpus, preemption_cost_h=preemption_cost_h,
-                      observation=make_observation_model(workload, observation), eval_cost=eval_cost)
+    result = simulate(
+        workload,
+        spec.build(workload),
+        gpus=workload_config.gpus,
+        preemption_cost_h=preemption_cost_h,
+        observation=make_observation_model(workload, observation),
+        eval_cost=eval_cost,
+    )
     return result, run_metrics(result)
 
 
@@ -189,8 +206,13 @@ def paper_cells(cfg: PaperConfig) -> list[_Cell]:
 
     def spec(stop: str, b: str = base, detector: Mapping[str, Any] | None = det) -> PolicySpec:
         params: dict[str, Any] = {"p": cfg.stop_at_p} if stop == "stop-at-p" else {}
-        return PolicySpec(base=b, stop=stop, detector=detector if stop == "evalstop" else None, stop_params=params,
-                          cadence=cfg.cadence if stop == "evalstop" else None)
+        return PolicySpec(
+            base=b,
+            stop=stop,
+            detector=detector if stop == "evalstop" else None,
+            stop_params=params,
+            cadence=cfg.cadence if stop == "evalstop" else None,
+        )
 
     cells: list[_Cell] = []
     for stop in MAIN_STOPS:
@@ -209,9 +231,12 @@ def paper_cells(cfg: PaperConfig) -> list[_Cell]:
     return cells
 
 
-def paper(cfg: PaperConfig, runner: Runner | None = None,
-          progress: Callable[[int], None] | None = None, on_plan: Callable[[int], None] | None = None,
-          ) -> dict[str, Any]:
+def paper(
+    cfg: PaperConfig,
+    runner: Runner | None = None,
+    progress: Callable[[int], None] | None = None,
+    on_plan: Callable[[int], None] | None = None,
+) -> dict[str, Any]:
     """Run every experiment of the paper; return ``{"main": [...], "composability": [...], "noise": [...],
     "hack_rate": [...], "k": [...], "config": {...}}`` with one :func:`metric_row` per row.
 
@@ -237,8 +262,7 @@ def paper(cfg: PaperConfig, runner: Runner | None = None,
     index: list[tuple[str, list[str]]] = []
     for wkey, (w, specs) in by_wl.items():
         for seed in range(cfg.seeds):
-            tasks.append(SimTask(w, seed, tuple(specs.values()), observation=cfg.observation,
-                                 eval_cost=cfg.eval_cost))
+            tasks.append(SimTask(w, seed, tuple(specs.values()), observation=cfg.observation, eval_cost=cfg.eval_cost))
             index.append((wkey, list(specs)))
     if on_plan:
         on_plan(len(tasks))
@@ -255,8 +279,9 @@ def paper(cfg: PaperConfig, runner: Runner | None = None,
         base_runs = runs[(wkey, c.baseline.key())] if c.baseline is not None and c.spec.stop != "none" else None
         row = metric_row(c.spec.base, c.spec.stop, mine, base_runs, **dict(c.params))
         oracle_runs = runs[(wkey, PolicySpec(base=c.spec.base, stop="oracle").key())]
-        add_oracle_shares([row], metric_row(c.spec.base, "oracle", oracle_runs, base_runs)
-                          if base_runs is not None else None)
+        add_oracle_shares(
+            [row], metric_row(c.spec.base, "oracle", oracle_runs, base_runs) if base_runs is not None else None
+        )
         out[c.experiment].append(row)
     out["config"] = {
         "seeds": cfg.seeds,
@@ -272,9 +297,14 @@ def paper(cfg: PaperConfig, runner: Runner | None = None,
     return out
 
 
-def rows_for_policies(workload: WorkloadConfig, specs: Sequence[PolicySpec], seeds: Sequence[int],
-                      runner: Runner | None = None, progress: Callable[[int], None] | None = None,
-                      observation: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
+def rows_for_policies(
+    workload: WorkloadConfig,
+    specs: Sequence[PolicySpec],
+    seeds: Sequence[int],
+    runner: Runner | None = None,
+    progress: Callable[[int], None] | None = None,
+    observation: Mapping[str, Any] | None = None,
+) -> list[dict[str, Any]]:
     """One row per spec over ``seeds`` on ``workload``, each against the same base with no stop policy
     (added to the runs when missing). Reusable by ``replay``/``detectors``-style commands."""
     all_specs: dict[str, PolicySpec] = {s.key(): s for s in specs}

@@ -23,16 +23,33 @@ t-test and a Wilcoxon signed-rank test of JCT.
 from __future__ import annotations
 
 import math
-from typing import Any, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
 from .engine import SimResult
 
 RUN_METRICS: tuple[str, ...] = (
-    "precision", "recall", "fpr", "fpr_healthy_rlhf", "delay_evals", "regret", "regret_hacking", "regret_healthy",
-    "jct_mean_h", "jct_p95_h", "wasted_gpu_h", "makespan_h", "utilization", "stopped", "stopped_hacking",
-    "false_stops", "preemptions", "eval_gpu_h", "extra_evals",
+    "precision",
+    "recall",
+    "fpr",
+    "fpr_healthy_rlhf",
+    "delay_evals",
+    "regret",
+    "regret_hacking",
+    "regret_healthy",
+    "jct_mean_h",
+    "jct_p95_h",
+    "wasted_gpu_h",
+    "makespan_h",
+    "utilization",
+    "stopped",
+    "stopped_hacking",
+    "false_stops",
+    "preemptions",
+    "eval_gpu_h",
+    "extra_evals",
 )
 """Fields of :func:`run_metrics` that are averaged into a row."""
 
@@ -105,8 +122,13 @@ def _paired_reduction_pct(stop: Sequence[float | None], base: Sequence[float | N
     return out
 
 
-def metric_row(base: str, stop: str, runs: Sequence[Mapping[str, Any]],
-               baseline: Sequence[Mapping[str, Any]] | None = None, **params: Any) -> dict[str, Any]:
+def metric_row(
+    base: str,
+    stop: str,
+    runs: Sequence[Mapping[str, Any]],
+    baseline: Sequence[Mapping[str, Any]] | None = None,
+    **params: Any,
+) -> dict[str, Any]:
     """One table row: the mean over seeds of each run metric, its 95% CI, and the paired gain over ``baseline``.
 
     Args:
@@ -129,7 +151,8 @@ def metric_row(base: str, stop: str, runs: Sequence[Mapping[str, Any]],
         jct_b = [r["jct_mean_h"] for r in baseline]
         row["jct_gain_pct"], ci["jct_gain_pct"] = mean_ci(_paired_reduction_pct(jct_s, jct_b))
         row["wasted_reduction_pct"], ci["wasted_reduction_pct"] = mean_ci(
-            _paired_reduction_pct([r["wasted_gpu_h"] for r in runs], [r["wasted_gpu_h"] for r in baseline]))
+            _paired_reduction_pct([r["wasted_gpu_h"] for r in runs], [r["wasted_gpu_h"] for r in baseline])
+        )
         row["p_value_jct_ttest"], row["p_value_jct_wilcoxon"] = paired_tests(jct_b, jct_s)
     row["ci95"] = ci
     return row
@@ -166,7 +189,9 @@ def add_oracle_shares(rows: Sequence[dict[str, Any]], oracle: Mapping[str, Any] 
             are None.
     """
     for row in rows:
-        row["waste_cut_share_of_oracle"] = _share(row.get("wasted_reduction_pct"),
-                                                  oracle.get("wasted_reduction_pct") if oracle else None)
-        row["jct_gain_share_of_oracle"] = _share(row.get("jct_gain_pct"),
-                                                 oracle.get("jct_gain_pct") if oracle else None)
+        row["waste_cut_share_of_oracle"] = _share(
+            row.get("wasted_reduction_pct"), oracle.get("wasted_reduction_pct") if oracle else None
+        )
+        row["jct_gain_share_of_oracle"] = _share(
+            row.get("jct_gain_pct"), oracle.get("jct_gain_pct") if oracle else None
+        )

@@ -9,7 +9,8 @@ Extensions (per-example scores for paired-test detectors, recorded traces) subcl
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 

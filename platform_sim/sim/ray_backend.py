@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import Any, Callable, ClassVar, Sequence, TypeVar
+from collections.abc import Callable, Sequence
+from typing import Any, ClassVar, TypeVar
 
 from .runner import ProgressFn, Runner, default_workers, register_runner
 
@@ -45,8 +46,13 @@ class RayRunner(Runner):
 
     name: ClassVar[str] = "ray"
 
-    def __init__(self, workers: int | None = None, address: str | None = None, chunksize: int = 1,
-                 runtime_env: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        workers: int | None = None,
+        address: str | None = None,
+        chunksize: int = 1,
+        runtime_env: dict[str, Any] | None = None,
+    ) -> None:
         if workers is not None and workers < 1:
             raise ValueError(f"workers must be >= 1, got {workers}")
         if chunksize < 1:
@@ -66,8 +72,7 @@ class RayRunner(Runner):
         except ImportError as exc:
             raise RuntimeError("the ray backend needs Ray: pip install 'evalstop[ray]'") from exc
         if not ray.is_initialized():
-            kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False,
-                                      "configure_logging": False}
+            kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False, "configure_logging": False}
             if self.runtime_env:
                 kwargs["runtime_env"] = self.runtime_env
             if self.address is None:
@@ -89,7 +94,7 @@ class RayRunner(Runner):
         ray = self._start()
         remote = ray.remote(num_cpus=1)(_run_chunk)
         fn_ref = ray.put(fn)
-        chunks = [tasks[i:i + self.chunksize] for i in range(0, len(tasks), self.chunksize)]
+        chunks = [tasks[i : i + self.chunksize] for i in range(0, len(tasks), self.chunksize)]
         limit = self.workers if self.address is not None and self.workers else len(chunks)
         results: list[list[R] | None] = [None] * len(chunks)
         pending: dict[Any, int] = {}

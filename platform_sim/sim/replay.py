@@ -35,8 +35,9 @@ true peak minus first eval, that the delivered checkpoint gives up) and ``regret
 from __future__ import annotations
 
 import statistics
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -233,8 +234,13 @@ def run_replay_task(task: ReplayTask) -> list[dict[str, Any]]:
     workload = build_replay_workload(task.workload, task.curves, task.seed)
     out = []
     for spec in task.policies:
-        result = simulate(workload, spec.build(workload), gpus=task.workload.gpus,
-                          observation=make_observation_model(workload, task.observation), eval_cost=task.eval_cost)
+        result = simulate(
+            workload,
+            spec.build(workload),
+            gpus=task.workload.gpus,
+            observation=make_observation_model(workload, task.observation),
+            eval_cost=task.eval_cost,
+        )
         m = run_metrics(result)
         m["seed"] = task.seed
         out.append(m)
@@ -254,8 +260,13 @@ def regret_of(trace: RealTrace, delivered: float) -> float:
     return (peak - delivered) / gain if gain > 0 else 0.0
 
 
-def trace_detection(trace: RealTrace, detector: Mapping[str, Any] | None, scale: Scale | None = None,
-                    skip_evals: int = 0, examples: Sequence[Sequence[float] | None] | None = None) -> dict[str, Any]:
+def trace_detection(
+    trace: RealTrace,
+    detector: Mapping[str, Any] | None,
+    scale: Scale | None = None,
+    skip_evals: int = 0,
+    examples: Sequence[Sequence[float] | None] | None = None,
+) -> dict[str, Any]:
     """Run the detector over one trace's real eval sequence and report what it did.
 
     Args:
@@ -333,14 +344,20 @@ def trace_summary(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         "median_delay_evals": statistics.median(delays) if delays else None,
         "max_delay_evals": max(delays) if delays else None,
         "max_regret_pct_stopped_hacking": max(regrets) if regrets else None,
-        "max_regret_stopped": max((r["regret"] for r in rows if r["stopped"] and r["label"] != "ambiguous"),
-                                  default=None),
+        "max_regret_stopped": max(
+            (r["regret"] for r in rows if r["stopped"] and r["label"] != "ambiguous"), default=None
+        ),
     }
 
 
-def recorded_observation(traces: Sequence[RealTrace], curves: Sequence[TraceCurve], scale: Any = None,
-                         examples: int | None = None, rho: float | None = None,
-                         n_evals: int | None = None) -> dict[str, Any]:
+def recorded_observation(
+    traces: Sequence[RealTrace],
+    curves: Sequence[TraceCurve],
+    scale: Any = None,
+    examples: int | None = None,
+    rho: float | None = None,
+    n_evals: int | None = None,
+) -> dict[str, Any]:
     """The observation-model spec that gives trace jobs their *recorded* per-example scores (platform scale, on the
     platform's eval grid of ``n_evals`` points, default :func:`grid_evals`) and the synthetic jobs generated ones
     (``examples``, ``rho``: :mod:`platform_sim.sim.eval_scores`' defaults if None). ``scale`` is not needed (the
@@ -364,11 +381,20 @@ def native_min_delta(traces: Sequence[RealTrace], score_scale: str = "environmen
     return scales.pop() if len(scales) == 1 else None
 
 
-def replay(traces: Sequence[RealTrace], workload: WorkloadConfig, detector: Mapping[str, Any] | None,
-           seeds: int, base: str = "srtf-est", stop_at_p: float = 0.65, runner: Any = None,
-           progress: Callable[[int], None] | None = None, on_plan: Callable[[int], None] | None = None,
-           score_scale: str = "environment", cadence: Mapping[str, Any] | str | None = None,
-           eval_cost: float = DEFAULT_EVAL_COST) -> dict[str, Any]:
+def replay(
+    traces: Sequence[RealTrace],
+    workload: WorkloadConfig,
+    detector: Mapping[str, Any] | None,
+    seeds: int,
+    base: str = "srtf-est",
+    stop_at_p: float = 0.65,
+    runner: Any = None,
+    progress: Callable[[int], None] | None = None,
+    on_plan: Callable[[int], None] | None = None,
+    score_scale: str = "environment",
+    cadence: Mapping[str, Any] | str | None = None,
+    eval_cost: float = DEFAULT_EVAL_COST,
+) -> dict[str, Any]:
     """Replay ``traces`` on the platform: ``{"main", "composability", "traces", "trace_summary", "config"}``.
 
     Args:
@@ -404,9 +430,13 @@ def replay(traces: Sequence[RealTrace], workload: WorkloadConfig, detector: Mapp
     observation = recorded_observation(traces, curves, n_evals=n_evals) if det_obj.uses_example_scores else None
 
     def spec(stop: str, b: str) -> PolicySpec:
-        return PolicySpec(base=b, stop=stop, detector=det if stop == "evalstop" else None,
-                          stop_params={"p": stop_at_p} if stop == "stop-at-p" else {},
-                          cadence=cadence if stop == "evalstop" else None)
+        return PolicySpec(
+            base=b,
+            stop=stop,
+            detector=det if stop == "evalstop" else None,
+            stop_params={"p": stop_at_p} if stop == "stop-at-p" else {},
+            cadence=cadence if stop == "evalstop" else None,
+        )
 
     specs: dict[str, PolicySpec] = {}
     for stop in REPLAY_STOPS:
@@ -415,8 +445,7 @@ def replay(traces: Sequence[RealTrace], workload: WorkloadConfig, detector: Mapp
         for stop in ("none", "evalstop", "oracle"):  # the Oracle per base: every row's share of its waste cut
             specs.setdefault(spec(stop, b).key(), spec(stop, b))
     keys = list(specs)
-    tasks = [ReplayTask(workload, curves, seed, tuple(specs.values()), observation, eval_cost)
-             for seed in range(seeds)]
+    tasks = [ReplayTask(workload, curves, seed, tuple(specs.values()), observation, eval_cost) for seed in range(seeds)]
     if on_plan:
         on_plan(len(tasks))
     results = (runner or SerialRunner()).map(run_replay_task, tasks, progress)
@@ -427,8 +456,9 @@ def replay(traces: Sequence[RealTrace], workload: WorkloadConfig, detector: Mapp
         mine = per[spec(stop, b).key()]
         base_runs = per[spec("none", b).key()] if stop != "none" else None
         out = metric_row(b, stop, mine, base_runs)
-        add_oracle_shares([out], metric_row(b, "oracle", per[spec("oracle", b).key()], base_runs)
-                          if base_runs is not None else None)
+        add_oracle_shares(
+            [out], metric_row(b, "oracle", per[spec("oracle", b).key()], base_runs) if base_runs is not None else None
+        )
         return out
 
     rows = [trace_detection(t, det, scales[t.name]) for t in traces]
@@ -440,24 +470,43 @@ def replay(traces: Sequence[RealTrace], workload: WorkloadConfig, detector: Mapp
         "traces": rows,
         "trace_summary": trace_summary(rows),
         "config": {
-            "seeds": seeds, "workload": workload.to_dict(), "detector": det, "base": base, "stop_at_p": stop_at_p,
-            "n_traces": len(traces), "hacking_traces": sum(t.hacking for t in traces),
+            "seeds": seeds,
+            "workload": workload.to_dict(),
+            "detector": det,
+            "base": base,
+            "stop_at_p": stop_at_p,
+            "n_traces": len(traces),
+            "hacking_traces": sum(t.hacking for t in traces),
             "ambiguous_traces": [t.name for t in traces if t.label == "ambiguous"],
-            "grid_evals": n_evals, "eval_counts": sorted({len(t.steps) for t in traces}),
-            "score_scale": score_scale, "cadence": cadence, "eval_cost": eval_cost,
-            "scales": {g: {"lo": s.lo, "hi": s.hi} for g, s in groups.items()} if score_scale == "environment"
+            "grid_evals": n_evals,
+            "eval_counts": sorted({len(t.steps) for t in traces}),
+            "score_scale": score_scale,
+            "cadence": cadence,
+            "eval_cost": eval_cost,
+            "scales": {g: {"lo": s.lo, "hi": s.hi} for g, s in groups.items()}
+            if score_scale == "environment"
             else len(groups),
             "scale": {"lo": shared.lo, "hi": shared.hi} if shared is not None else None,
             "min_delta_native": det["params"].get("min_delta", 0.0) * shared.span
-            if det["name"] == "k-decline" and shared is not None else None,
+            if det["name"] == "k-decline" and shared is not None
+            else None,
         },
     }
 
 
 # -- output -------------------------------------------------------------------------------------------------------
 
-TRACE_COLUMNS = ("trace", "environment", "label", "stopped", "stop_step", "best_step", "peak_step", "delay_evals",
-                 "regret_pct")
+TRACE_COLUMNS = (
+    "trace",
+    "environment",
+    "label",
+    "stopped",
+    "stop_step",
+    "best_step",
+    "peak_step",
+    "delay_evals",
+    "regret_pct",
+)
 
 
 def traces_table(rows: Sequence[Mapping[str, Any]]) -> str:
@@ -485,9 +534,11 @@ def summary_line(s: Mapping[str, Any]) -> str:
     reg = "-" if s["max_regret_pct_stopped_hacking"] is None else f"{s['max_regret_pct_stopped_hacking']:.1f}%"
     amb = s.get("ambiguous", 0)
     tail = f"; {amb} ambiguous trace(s) not scored: {', '.join(s.get('ambiguous_traces', []))}" if amb else ""
-    return (f"hacking traces stopped {s['hacking_stopped']}/{s['hacking']}, healthy traces stopped "
-            f"{s['healthy_stopped']}/{s['healthy']}, median delay {med} evals after the true peak, worst regret of a "
-            f"stopped hacking trace {reg}{tail}")
+    return (
+        f"hacking traces stopped {s['hacking_stopped']}/{s['hacking']}, healthy traces stopped "
+        f"{s['healthy_stopped']}/{s['healthy']}, median delay {med} evals after the true peak, worst regret of a "
+        f"stopped hacking trace {reg}{tail}"
+    )
 
 
 def replay_markdown(results: Mapping[str, Any], command: str) -> str:
@@ -497,23 +548,44 @@ def replay_markdown(results: Mapping[str, Any], command: str) -> str:
     from .report import markdown_table
 
     cfg = results["config"]
-    return "\n".join([
-        "# EvalStop on recorded real traces (evalstop-sim replay)", "",
-        f"Command: `{command}`. {cfg['n_traces']} traces ({cfg['hacking_traces']} hacking), {cfg['seeds']} seeds, "
-        f"eval grid {cfg['grid_evals']} (trace eval counts {cfg['eval_counts']}), scores mapped to 0-1 per "
-        f"{cfg['score_scale']}, detector `{json.dumps(cfg['detector'])}` on the 0-1 platform scale (min_delta in "
-        f"trace units: {cfg['min_delta_native'] if cfg['min_delta_native'] is not None else '-'}).", "",
-        "## Per trace", "", traces_table(results["traces"]), "", summary_line(results["trace_summary"]), "",
-        f"## Main table ({cfg['base']} base)", "", markdown_table(results["main"]), "",
-        "## Composability", "", markdown_table(results["composability"], lead=(("base", "base", "s"),)), "",
-    ])
+    return "\n".join(
+        [
+            "# EvalStop on recorded real traces (evalstop-sim replay)",
+            "",
+            f"Command: `{command}`. {cfg['n_traces']} traces ({cfg['hacking_traces']} hacking), {cfg['seeds']} seeds, "
+            f"eval grid {cfg['grid_evals']} (trace eval counts {cfg['eval_counts']}), scores mapped to 0-1 per "
+            f"{cfg['score_scale']}, detector `{json.dumps(cfg['detector'])}` on the 0-1 platform scale (min_delta in "
+            f"trace units: {cfg['min_delta_native'] if cfg['min_delta_native'] is not None else '-'}).",
+            "",
+            "## Per trace",
+            "",
+            traces_table(results["traces"]),
+            "",
+            summary_line(results["trace_summary"]),
+            "",
+            f"## Main table ({cfg['base']} base)",
+            "",
+            markdown_table(results["main"]),
+            "",
+            "## Composability",
+            "",
+            markdown_table(results["composability"], lead=(("base", "base", "s"),)),
+            "",
+        ]
+    )
 
 
 def replay_text(results: Mapping[str, Any]) -> str:
     """The human output of ``replay``: per-trace rows, the summary line, the main and composability tables."""
     from .report import markdown_table
 
-    return "\n".join([
-        traces_table(results["traces"]), summary_line(results["trace_summary"]), "",
-        markdown_table(results["main"]), "",
-        markdown_table(results["composability"], lead=(("base", "base", "s"),))])
+    return "\n".join(
+        [
+            traces_table(results["traces"]),
+            summary_line(results["trace_summary"]),
+            "",
+            markdown_table(results["main"]),
+            "",
+            markdown_table(results["composability"], lead=(("base", "base", "s"),)),
+        ]
+    )

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 logger = logging.getLogger(__name__)
 
@@ -59,8 +60,12 @@ def _fmt(value: Any, kind: str, ci: float | None = None) -> str:
     return s + (f" ±{ci:.{digits}f}" if ci is not None else "")
 
 
-def markdown_table(rows: Sequence[Mapping[str, Any]], columns: Sequence[tuple[str, str, str]] = MAIN_COLUMNS,
-                   lead: Sequence[tuple[str, str, str]] = (), with_ci: bool = True) -> str:
+def markdown_table(
+    rows: Sequence[Mapping[str, Any]],
+    columns: Sequence[tuple[str, str, str]] = MAIN_COLUMNS,
+    lead: Sequence[tuple[str, str, str]] = (),
+    with_ci: bool = True,
+) -> str:
     """A Markdown table of ``rows``: ``lead`` columns first (e.g. the swept parameter), then ``columns``.
 
     Each column is ``(field, header, format)``; formats: ``s`` text, ``pct`` fraction as percent, ``gain`` percent
@@ -168,8 +173,10 @@ def write_plots(results: Mapping[str, Any], out_dir: Path) -> list[Path]:
         rows = results[name]
         xs = [r[param] for r in rows]
         fig, axes = plt.subplots(1, 3, figsize=(12, 3.4))
-        for ax, (metric, label, scale) in zip(axes, (("precision", "precision (%)", 100), ("recall", "recall (%)", 100),
-                                                   ("jct_gain_pct", "JCT gain (%)", 1))):
+        for ax, (metric, label, scale) in zip(
+            axes,
+            (("precision", "precision (%)", 100), ("recall", "recall (%)", 100), ("jct_gain_pct", "JCT gain (%)", 1)),
+        ):
             ys = [(r[metric] or 0) * scale for r in rows]
             es = [((r["ci95"].get(metric) or 0) * scale) for r in rows]
             ax.errorbar(xs, ys, yerr=es, marker="o", capsize=3)
@@ -183,8 +190,10 @@ def write_plots(results: Mapping[str, Any], out_dir: Path) -> list[Path]:
     sweep("hack_rate", "hack_rate", "hacking rate")
     sweep("k", "k", "k")
 
-    for name, label_field, title in (("main", "stop", "stop policy (SRTF-Est base)"),
-                                     ("composability", None, "base scheduler")):
+    for name, label_field, title in (
+        ("main", "stop", "stop policy (SRTF-Est base)"),
+        ("composability", None, "base scheduler"),
+    ):
         rows = results[name]
         labels = [r["stop"] if label_field else f"{r['base']}+{r['stop']}" for r in rows]
         fig, axes = plt.subplots(1, 2, figsize=(12, 3.6))
@@ -200,8 +209,9 @@ def write_plots(results: Mapping[str, Any], out_dir: Path) -> list[Path]:
     return written
 
 
-def write_paper_report(results: Mapping[str, Any], out_dir: str | Path, command: str = "evalstop-sim paper",
-                       plots: bool = True) -> list[Path]:
+def write_paper_report(
+    results: Mapping[str, Any], out_dir: str | Path, command: str = "evalstop-sim paper", plots: bool = True
+) -> list[Path]:
     """Write ``report.md``, ``results.json`` and (with ``plots``) the PNGs into ``out_dir``; return the paths."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import os
 from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
-from typing import Any, Callable, ClassVar, Sequence, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -47,7 +48,7 @@ class Runner(ABC):
     def close(self) -> None:
         """Release workers (no-op for in-process runners)."""
 
-    def __enter__(self) -> "Runner":
+    def __enter__(self) -> Runner:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -31,8 +31,9 @@ from __future__ import annotations
 import itertools
 import os
 import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from platform_sim.core.detectors import detector_from_spec
 from platform_sim.core.stop_policies import STOP_POLICIES
@@ -92,7 +93,8 @@ def _check_axis(src: str, name: str) -> None:
     raise SweepFileError(
         f"{src}: [grid] {name!r} is not a sweepable parameter; use a workload parameter "
         f"({', '.join(sorted(_WORKLOAD_FIELDS))}), base, stop, detector, k, min_delta, detector.<param> or "
-        "<stop policy>.<param>")
+        "<stop policy>.<param>"
+    )
 
 
 def parse_sweep(data: Mapping[str, Any], source: str = "<grid>") -> SweepSpec:
@@ -107,8 +109,9 @@ def parse_sweep(data: Mapping[str, Any], source: str = "<grid>") -> SweepSpec:
         raise SweepFileError(f"{src}: the grid must be a table/mapping at the top level")
     unknown = sorted(set(data) - {"seeds", "workload", "grid", "policies"})
     if unknown:
-        raise SweepFileError(f"{src}: unknown top-level key(s) {', '.join(unknown)}; expected seeds, workload, grid, "
-                             "policies")
+        raise SweepFileError(
+            f"{src}: unknown top-level key(s) {', '.join(unknown)}; expected seeds, workload, grid, policies"
+        )
     seeds_raw = data.get("seeds", 10)
     if isinstance(seeds_raw, bool):
         raise SweepFileError(f"{src}: seeds must be a count >= 1 or a list of integers >= 0")
@@ -116,14 +119,18 @@ def parse_sweep(data: Mapping[str, Any], source: str = "<grid>") -> SweepSpec:
         if seeds_raw < 1:
             raise SweepFileError(f"{src}: seeds must be >= 1, got {seeds_raw}")
         seeds = tuple(range(seeds_raw))
-    elif isinstance(seeds_raw, list) and seeds_raw and all(
-            isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in seeds_raw):
+    elif (
+        isinstance(seeds_raw, list)
+        and seeds_raw
+        and all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in seeds_raw)
+    ):
         if len(set(seeds_raw)) != len(seeds_raw):
             raise SweepFileError(f"{src}: seeds lists a seed twice")
         seeds = tuple(seeds_raw)
     else:
-        raise SweepFileError(f"{src}: seeds must be a count >= 1 or a non-empty list of integers >= 0, "
-                             f"got {seeds_raw!r}")
+        raise SweepFileError(
+            f"{src}: seeds must be a count >= 1 or a non-empty list of integers >= 0, got {seeds_raw!r}"
+        )
 
     wl_raw = data.get("workload", {}) or {}
     if not isinstance(wl_raw, Mapping):
@@ -132,8 +139,9 @@ def parse_sweep(data: Mapping[str, Any], source: str = "<grid>") -> SweepSpec:
     for key, value in wl_raw.items():
         name = _norm(str(key))
         if name not in _WORKLOAD_FIELDS:
-            raise SweepFileError(f"{src}: [workload] unknown parameter {key!r}; choose from "
-                                 f"{', '.join(sorted(_WORKLOAD_FIELDS))}")
+            raise SweepFileError(
+                f"{src}: [workload] unknown parameter {key!r}; choose from {', '.join(sorted(_WORKLOAD_FIELDS))}"
+            )
         wl_kwargs[name] = tuple(value) if isinstance(value, list) else value
     try:
         workload = WorkloadConfig(**wl_kwargs)
@@ -166,11 +174,12 @@ def parse_sweep(data: Mapping[str, Any], source: str = "<grid>") -> SweepSpec:
             raise SweepFileError(f"{src}: policies must be a non-empty list of tables ([[policies]])")
         for i, p in enumerate(pol_raw):
             if not isinstance(p, Mapping) or "stop" not in p:
-                raise SweepFileError(f"{src}: policies[{i}] must be a table with at least stop = \"...\"")
+                raise SweepFileError(f'{src}: policies[{i}] must be a table with at least stop = "..."')
             bad = sorted(set(p) - _POLICY_KEYS)
             if bad:
-                raise SweepFileError(f"{src}: policies[{i}] unknown key(s) {', '.join(bad)}; expected "
-                                     f"{', '.join(sorted(_POLICY_KEYS))}")
+                raise SweepFileError(
+                    f"{src}: policies[{i}] unknown key(s) {', '.join(bad)}; expected {', '.join(sorted(_POLICY_KEYS))}"
+                )
         policies = tuple(dict(p) for p in pol_raw)
     if "stop" in axis_names:
         policies = ({"stop": None},)  # filled from the axis per cell
@@ -252,8 +261,12 @@ def cell_policies(spec: SweepSpec, cell: Mapping[str, Any]) -> list[PolicySpec]:
     return out
 
 
-def sweep(spec: SweepSpec, runner: Runner | None = None, progress: Callable[[int], None] | None = None,
-          on_plan: Callable[[int], None] | None = None) -> dict[str, Any]:
+def sweep(
+    spec: SweepSpec,
+    runner: Runner | None = None,
+    progress: Callable[[int], None] | None = None,
+    on_plan: Callable[[int], None] | None = None,
+) -> dict[str, Any]:
     """Run every cell of ``spec`` over its seeds; one row per (cell, policy).
 
     All cells' tasks go to ``runner`` in one map, so a pool or a cluster stays busy across cells. A task is one
@@ -283,13 +296,12 @@ def sweep(spec: SweepSpec, runner: Runner | None = None, progress: Callable[[int
     wall = time.perf_counter() - t0
     rows = []
     for cell, pols, keys, first in plan:
-        chunk = results[first:first + len(spec.seeds)]
+        chunk = results[first : first + len(spec.seeds)]
         per = {k: [res[i] for res in chunk] for i, k in enumerate(keys)}
         for p in pols:
             base_key = PolicySpec(base=p.base, base_params=p.base_params).key()
             params = {k: v for k, v in cell.items() if k not in ("base", "stop")}  # already columns of the row
-            rows.append(metric_row(p.base, p.stop, per[p.key()], per[base_key] if p.stop != "none" else None,
-                                   **params))
+            rows.append(metric_row(p.base, p.stop, per[p.key()], per[base_key] if p.stop != "none" else None, **params))
     return {
         "config": {
             "grid": spec.source,
@@ -309,6 +321,7 @@ def sweep(spec: SweepSpec, runner: Runner | None = None, progress: Callable[[int
 
 # -- output ---------------------------------------------------------------------------------------------------------
 
+
 def sweep_text(spec: SweepSpec, results: Mapping[str, Any], backend: str) -> str:
     """The human output of ``sweep``: the table, one column per swept axis, then a line of totals."""
     from .report import markdown_table
@@ -317,6 +330,8 @@ def sweep_text(spec: SweepSpec, results: Mapping[str, Any], backend: str) -> str
     if len({r["base"] for r in results["rows"]}) > 1 and "base" not in {n for n, _ in spec.axes}:
         lead = (("base", "base", "s"),) + lead
     cfg = results["config"]
-    return (markdown_table(results["rows"], lead=lead) + "\n"
-            f"\n{cfg['cells']} cells x {len(spec.seeds)} seeds = {cfg['tasks']} tasks ({cfg['simulations']} "
-            f"simulations) on {backend} in {cfg['wall_s']:.1f} s")
+    return (
+        markdown_table(results["rows"], lead=lead) + "\n"
+        f"\n{cfg['cells']} cells x {len(spec.seeds)} seeds = {cfg['tasks']} tasks ({cfg['simulations']} "
+        f"simulations) on {backend} in {cfg['wall_s']:.1f} s"
+    )

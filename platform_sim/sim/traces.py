@@ -30,14 +30,28 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from platform_sim.trace_format import TRACE_FORMAT, TraceFormatError, read_trace_file
 
-__all__ = ["LABELS", "LABEL_RULE", "Label", "LabelRule", "RealTrace", "TRACE_FORMAT", "TraceFormatError",
-           "label_of", "label_trace", "load_traces", "read_trace", "recorded_examples", "shipped_traces_dir"]
+__all__ = [
+    "LABELS",
+    "LABEL_RULE",
+    "Label",
+    "LabelRule",
+    "RealTrace",
+    "TRACE_FORMAT",
+    "TraceFormatError",
+    "label_of",
+    "label_trace",
+    "load_traces",
+    "read_trace",
+    "recorded_examples",
+    "shipped_traces_dir",
+]
 
 LABELS: tuple[str, ...] = ("hacking", "healthy", "ambiguous")
 
@@ -126,8 +140,10 @@ def _window_se(examples: Sequence[Sequence[float] | None], a: range, b: range) -
     sizes = {len(e) for e in ev}  # type: ignore[arg-type]
     if len(sizes) == 1:
         n = sizes.pop()
-        diffs = [_mean([examples[i][x] for i in a]) - _mean([examples[i][x] for i in b])  # type: ignore[index]
-                 for x in range(n)]
+        diffs = [
+            _mean([examples[i][x] for i in a]) - _mean([examples[i][x] for i in b])  # type: ignore[index]
+            for x in range(n)
+        ]
         return statistics.stdev(diffs) / math.sqrt(n)
 
     def var(win: range) -> float:
@@ -146,8 +162,9 @@ def _curve_noise(scores: Sequence[float]) -> float:
     return 1.4826 * statistics.median(abs(x - med) for x in d) / math.sqrt(6.0)
 
 
-def label_trace(scores: Sequence[float], examples: Sequence[Sequence[float] | None] | None = None,
-                rule: LabelRule = LABEL_RULE) -> Label:
+def label_trace(
+    scores: Sequence[float], examples: Sequence[Sequence[float] | None] | None = None, rule: LabelRule = LABEL_RULE
+) -> Label:
     """Label one gold curve (see the module docstring for the rule).
 
     Args:
@@ -162,7 +179,7 @@ def label_trace(scores: Sequence[float], examples: Sequence[Sequence[float] | No
     if n == 0:
         raise ValueError("label_trace needs at least one score")
     w = _window(n)
-    levels = [_mean(scores[j:j + w]) for j in range(n - w + 1)]
+    levels = [_mean(scores[j : j + w]) for j in range(n - w + 1)]
     p = max(range(len(levels)), key=lambda j: (levels[j], -j))
     last = len(levels) - 1
     peak, final, start = levels[p], levels[last], levels[0]
@@ -186,11 +203,18 @@ def label_trace(scores: Sequence[float], examples: Sequence[Sequence[float] | No
     elif z_gain < rule.z_noise:
         label, reason = "ambiguous", f"a real decline ({z_drop:.1f} SE) after no real gain ({z_gain:.1f} SE)"
     elif share >= rule.give_back and z_drop >= rule.z_hacking:
-        label, reason = "hacking", (f"gave back {100 * share:.0f}% of the gain (>= {100 * rule.give_back:g}%), "
-                                    f"{z_drop:.1f} SE (>= {rule.z_hacking:g})")
+        label, reason = (
+            "hacking",
+            (
+                f"gave back {100 * share:.0f}% of the gain (>= {100 * rule.give_back:g}%), "
+                f"{z_drop:.1f} SE (>= {rule.z_hacking:g})"
+            ),
+        )
     else:
-        label, reason = "ambiguous", (f"a decline of {100 * share:.0f}% of the gain at {z_drop:.1f} SE: real but "
-                                      "below the hacking thresholds")
+        label, reason = (
+            "ambiguous",
+            (f"a decline of {100 * share:.0f}% of the gain at {z_drop:.1f} SE: real but below the hacking thresholds"),
+        )
     return Label(label, reason, w, peak, final, start, drop, float(drop_se), gain, float(gain_se), noise)
 
 
@@ -311,10 +335,16 @@ def read_trace(path: str | Path) -> RealTrace:
     t = read_trace_file(path, min_evals=2)
     ev = t.evals
     return RealTrace(
-        path.stem, str(path), t.header, tuple(e["step"] for e in ev), tuple(float(e["eval_score"]) for e in ev),
+        path.stem,
+        str(path),
+        t.header,
+        tuple(e["step"] for e in ev),
+        tuple(float(e["eval_score"]) for e in ev),
         tuple(None if e.get("proxy_reward") is None else float(e["proxy_reward"]) for e in ev),
-        tuple(None if e.get("wall_s") is None else float(e["wall_s"]) for e in ev), t.end,
-        tuple(tuple(float(v) for v in e["eval_scores"]) if e.get("eval_scores") else None for e in ev))
+        tuple(None if e.get("wall_s") is None else float(e["wall_s"]) for e in ev),
+        t.end,
+        tuple(tuple(float(v) for v in e["eval_scores"]) if e.get("eval_scores") else None for e in ev),
+    )
 
 
 def trace_files(folder: str | Path) -> list[Path]:
@@ -329,8 +359,9 @@ def trace_files(folder: str | Path) -> list[Path]:
         raise FileNotFoundError(f"trace folder {folder} does not exist or is not a folder")
     files = sorted(folder.glob("*.jsonl"))
     if not files:
-        raise TraceFormatError(f"{folder}: no traces (*.jsonl files) in this folder; record some with "
-                               "`evalstop traces record --out DIR`")
+        raise TraceFormatError(
+            f"{folder}: no traces (*.jsonl files) in this folder; record some with `evalstop traces record --out DIR`"
+        )
     return files
 
 

@@ -12,8 +12,9 @@ The ground truth (:class:`JobSpec`: hacking label, true curve, true duration) st
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -57,7 +58,7 @@ class TypeProfile:
 
     def mean_gpu_hours(self) -> float:
         mean_g = sum(g * p for g, p in zip(self.gpu_choices, self.gpu_probs))
-        return mean_g * self.duration_median_h * math.exp(self.duration_sigma ** 2 / 2)
+        return mean_g * self.duration_median_h * math.exp(self.duration_sigma**2 / 2)
 
 
 PROFILES: dict[str, TypeProfile] = {
@@ -141,9 +142,10 @@ class WorkloadConfig:
         return out
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "WorkloadConfig":
-        args: dict[str, Any] = {k: (tuple(v) if isinstance(v, list) else v) for k, v in data.items()
-                                if k != "real_curves"}
+    def from_dict(cls, data: Mapping[str, Any]) -> WorkloadConfig:
+        args: dict[str, Any] = {
+            k: (tuple(v) if isinstance(v, list) else v) for k, v in data.items() if k != "real_curves"
+        }
         if data.get("real_curves") is not None:
             args["real_curves"] = CurveCalibration.from_dict(data["real_curves"])
         return cls(**args)
@@ -233,7 +235,8 @@ class Workload:
         """Job id -> step of its true peak eval (what the Oracle is given)."""
         return {
             j.job_id: self.eval_step(j, int(self.peak_index[j.index]) + 1)
-            for j in self.jobs if j.hacking or not hacking_only
+            for j in self.jobs
+            if j.hacking or not hacking_only
         }
 
 
@@ -293,17 +296,20 @@ def generate_workload(config: WorkloadConfig, seed: int) -> Workload:
     (tlo, thi), (glo, ghi), (plo, phi) = config.healthy_tau, config.healthy_gain, config.hack_peak
     # Per-job curve parameters (p1, p2, p3, p4) by kind; unused slots stay 0.
     p1 = np.where(lora | dpo, c_s0 + np.where(lora, 0.2, 0.1), c_s0)
-    p2 = np.select([lora, dpo, hacking], [0.15 + 0.2 * c_a, 0.3 + 0.2 * c_a, 0.55 + 0.15 * c_a],
-                   glo + (ghi - glo) * c_a)
-    p3 = np.select([lora, dpo, hacking], [0.1 + 0.2 * c_b, 0.2 + 0.3 * c_b, plo + (phi - plo) * c_b],
-                   tlo + (thi - tlo) * c_b)
+    p2 = np.select(
+        [lora, dpo, hacking], [0.15 + 0.2 * c_a, 0.3 + 0.2 * c_a, 0.55 + 0.15 * c_a], glo + (ghi - glo) * c_a
+    )
+    p3 = np.select(
+        [lora, dpo, hacking], [0.1 + 0.2 * c_b, 0.2 + 0.3 * c_b, plo + (phi - plo) * c_b], tlo + (thi - tlo) * c_b
+    )
     p4 = np.where(dpo, 0.6 + 0.3 * c_c, 0.0)
     true_evals = np.empty((n, n_evals))
     col = (slice(None), None)
-    for mask, fn in ((lora | healthy, lambda m: SaturatingCurve.batch(p1[m][col], p2[m][col], p3[m][col], grid)),
-                     (dpo, lambda m: PlateauCurve.batch(p1[m][col], p2[m][col], p3[m][col], p4[m][col], grid)),
-                     (hacking, lambda m: GaoHackingCurve.batch(p1[m][col], p2[m][col], p3[m][col],
-                                                               config.hack_gamma, grid))):
+    for mask, fn in (
+        (lora | healthy, lambda m: SaturatingCurve.batch(p1[m][col], p2[m][col], p3[m][col], grid)),
+        (dpo, lambda m: PlateauCurve.batch(p1[m][col], p2[m][col], p3[m][col], p4[m][col], grid)),
+        (hacking, lambda m: GaoHackingCurve.batch(p1[m][col], p2[m][col], p3[m][col], config.hack_gamma, grid)),
+    ):
         if mask.any():
             true_evals[mask] = fn(mask)
     l_inf = l_0 * l_ratio
@@ -318,9 +324,13 @@ def generate_workload(config: WorkloadConfig, seed: int) -> Workload:
         p3 = np.where(hacking, draws.peak, np.where(healthy, draws.plateau_share, p3))
         p4 = np.where(hacking, draws.decline, p4)
         p5 = np.where(hacking, draws.drop, 0.0)
-        for mask, fn in ((hacking, lambda m: PeakDeclineCurve.batch(p1[m][col], p2[m][col], p3[m][col], p4[m][col],
-                                                                    p5[m][col], grid)),
-                         (healthy, lambda m: RiseCurve.batch(p1[m][col], p2[m][col], p3[m][col], grid))):
+        for mask, fn in (
+            (
+                hacking,
+                lambda m: PeakDeclineCurve.batch(p1[m][col], p2[m][col], p3[m][col], p4[m][col], p5[m][col], grid),
+            ),
+            (healthy, lambda m: RiseCurve.batch(p1[m][col], p2[m][col], p3[m][col], grid)),
+        ):
             if mask.any():
                 true_evals[mask] = fn(mask)
         job_sigma = np.full(n, float(config.sigma))
@@ -330,8 +340,15 @@ def generate_workload(config: WorkloadConfig, seed: int) -> Workload:
         p5l = p5.tolist()
     p1l, p2l, p3l, p4l = p1.tolist(), p2.tolist(), p3.tolist(), p4.tolist()
     l0l, linfl, ltaul = l_0.tolist(), l_inf.tolist(), l_tau.tolist()
-    names, gl, sl, dl, el, pl, hl = (type_names.tolist(), gpus.tolist(), submit.tolist(), dur.tolist(), est.tolist(),
-                                     planned.tolist(), hacking.tolist())
+    names, gl, sl, dl, el, pl, hl = (
+        type_names.tolist(),
+        gpus.tolist(),
+        submit.tolist(),
+        dur.tolist(),
+        est.tolist(),
+        planned.tolist(),
+        hacking.tolist(),
+    )
     width = max(len(str(n - 1)), 5)
     jobs: list[JobSpec] = []
     for i in range(n):
@@ -347,6 +364,19 @@ def generate_workload(config: WorkloadConfig, seed: int) -> Workload:
             curve = RiseCurve(p1l[i], p2l[i], p3l[i])
         else:
             curve = PeakDeclineCurve(p1l[i], p2l[i], p3l[i], p4l[i], p5l[i])
-        jobs.append(JobSpec(i, f"j{i:0{width}d}", names[i], gl[i], sl[i], dl[i], el[i], pl[i], hl[i], curve,
-                            ExpLossCurve(l0l[i], linfl[i], ltaul[i])))
+        jobs.append(
+            JobSpec(
+                i,
+                f"j{i:0{width}d}",
+                names[i],
+                gl[i],
+                sl[i],
+                dl[i],
+                el[i],
+                pl[i],
+                hl[i],
+                curve,
+                ExpLossCurve(l0l[i], linfl[i], ltaul[i]),
+            )
+        )
     return Workload(jobs, n_evals, config.sigma, true_evals, losses, noise, int(seed), config, job_sigma)

@@ -47,8 +47,9 @@ def curves() -> dict[str, list[dict]]:
     for i, m in enumerate(peak):
         scores = [round(float(v), 6) for v in m + difficulty + rng.normal(0.0, 0.02, difficulty.size)]
         hack.append({"step": 10 * (i + 1), "score": float(np.mean(scores)), "scores": scores})
-    plateau = [{"step": 5 * i, "score": round(0.5 + float(rng.normal(0.0, 0.03)), 6), "scores": None}
-               for i in range(12)]
+    plateau = [
+        {"step": 5 * i, "score": round(0.5 + float(rng.normal(0.0, 0.03)), 6), "scores": None} for i in range(12)
+    ]
     return {"hack-per-example": hack, "plateau-means": plateau}
 
 

@@ -25,13 +25,13 @@ from .pvalues import one_sided_t_p
 from .registry import (
     DEFAULT_DETECTOR,
     DEFAULT_SPEC,
-    PAPER_SPEC,
-    default_spec,
-    paper_spec,
     DETECTORS,
+    PAPER_SPEC,
     DetectorFactory,
+    default_spec,
     detector_from_spec,
     make_detector,
+    paper_spec,
     parse_detector_param,
     register_detector,
 )

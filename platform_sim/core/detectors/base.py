@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import logging
 from abc import ABC, abstractmethod
-from typing import Any, ClassVar, Mapping, NamedTuple, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar, NamedTuple
 
 from ..checks import check_int
 
@@ -178,5 +179,6 @@ class EvidenceDetector(Detector):
         """
         if not self._warned:
             self._warned = True
-            logger.warning("detector %s: %s; falling back to the mean score (%swarned once per detector)",
-                           self.name, why, how)
+            logger.warning(
+                "detector %s: %s; falling back to the mean score (%swarned once per detector)", self.name, why, how
+            )

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import math
-from typing import Any, ClassVar, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar
 
 from ..checks import check_nonneg, check_optional_nonneg
 from .noise import DiffNoiseDetector
@@ -36,8 +37,14 @@ class CusumDetector(DiffNoiseDetector):
     name: ClassVar[str] = "cusum"
     uses_example_scores: ClassVar[bool] = True
 
-    def __init__(self, slack: float = 0.5, threshold: float = 4.0, min_delta: float = 0.0,
-                 se: float | None = None, warmup: int = 0) -> None:
+    def __init__(
+        self,
+        slack: float = 0.5,
+        threshold: float = 4.0,
+        min_delta: float = 0.0,
+        se: float | None = None,
+        warmup: int = 0,
+    ) -> None:
         # The stop is the alarm below, not k evals in a row; k=1 only satisfies the base.
         super().__init__(1, warmup, check_optional_nonneg("se", se))
         self.slack = check_nonneg("slack", slack)
@@ -65,16 +72,28 @@ class CusumDetector(DiffNoiseDetector):
         return self._alarm
 
     def reason(self) -> str:
-        return (f"CUSUM of drops {self.stat:.4g} above {self.threshold:g} standard errors "
-                f"(slack {self.slack:g}, min_delta {self.min_delta:g})")
+        return (
+            f"CUSUM of drops {self.stat:.4g} above {self.threshold:g} standard errors "
+            f"(slack {self.slack:g}, min_delta {self.min_delta:g})"
+        )
 
     def params(self) -> dict[str, Any]:
-        return {"slack": self.slack, "threshold": self.threshold, "min_delta": self.min_delta, "se": self.se,
-                "warmup": self.warmup}
+        return {
+            "slack": self.slack,
+            "threshold": self.threshold,
+            "min_delta": self.min_delta,
+            "se": self.se,
+            "warmup": self.warmup,
+        }
 
     def _rule_state(self) -> dict[str, Any]:
-        return {**self._noise_state(), "stat": self.stat, "var_sum": self.var_sum, "var_count": self.var_count,
-                "means": list(self.means)}
+        return {
+            **self._noise_state(),
+            "stat": self.stat,
+            "var_sum": self.var_sum,
+            "var_count": self.var_count,
+            "means": list(self.means),
+        }
 
     def _load_rule_state(self, state: Mapping[str, Any]) -> None:
         self._load_noise_state(state)

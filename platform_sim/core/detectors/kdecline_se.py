@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar
 
 from ..checks import check_nonneg, check_optional_nonneg
 from .noise import DiffNoiseDetector
@@ -33,8 +34,9 @@ class KDeclineSEDetector(DiffNoiseDetector):
     name: ClassVar[str] = "k-decline-se"
     uses_example_scores: ClassVar[bool] = True
 
-    def __init__(self, k: int = 2, z: float = 1.0, min_delta: float = 0.0, se: float | None = None,
-                 warmup: int = 0) -> None:
+    def __init__(
+        self, k: int = 2, z: float = 1.0, min_delta: float = 0.0, se: float | None = None, warmup: int = 0
+    ) -> None:
         super().__init__(k, warmup, check_optional_nonneg("se", se))
         self.z = check_nonneg("z", z)
         self.min_delta = check_nonneg("min_delta", min_delta)
@@ -50,8 +52,10 @@ class KDeclineSEDetector(DiffNoiseDetector):
         return evidence
 
     def reason(self) -> str:
-        return (f"{self.declines} consecutive declines beyond {self.z:g} standard errors "
-                f"(k={self.k}, tolerance {self.last_tolerance:.4g})")
+        return (
+            f"{self.declines} consecutive declines beyond {self.z:g} standard errors "
+            f"(k={self.k}, tolerance {self.last_tolerance:.4g})"
+        )
 
     def params(self) -> dict[str, Any]:
         return {"k": self.k, "z": self.z, "min_delta": self.min_delta, "se": self.se, "warmup": self.warmup}

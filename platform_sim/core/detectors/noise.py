@@ -9,7 +9,8 @@ examples' fixed difficulty cancels in them). Without per-example scores the nois
 from __future__ import annotations
 
 import math
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -101,8 +102,9 @@ class DiffNoiseDetector(EvidenceDetector):
             elif cur_se is not None and self.prev_se is not None:
                 out = math.sqrt(cur_se * cur_se + self.prev_se * self.prev_se)
             else:
-                self._warn_fallback("no per-example eval scores" if not scores
-                                    else "fewer than 2 per-example eval scores")
+                self._warn_fallback(
+                    "no per-example eval scores" if not scores else "fewer than 2 per-example eval scores"
+                )
                 one = mean_noise(self.se, self.means)
                 # Noise unknown (too few evals to estimate it): no evidence either way, so this eval decides nothing.
                 out = None if one is None else math.sqrt(2.0) * one

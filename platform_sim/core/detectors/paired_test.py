@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import math
-from typing import Any, ClassVar, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -46,8 +47,9 @@ class PairedTestDetector(EvidenceDetector):
     name: ClassVar[str] = "paired-test"
     uses_example_scores: ClassVar[bool] = True
 
-    def __init__(self, test: str = "wilcoxon", alpha: float = 0.01, min_effect: float = 0.0, k: int = 2,
-                 warmup: int = 0) -> None:
+    def __init__(
+        self, test: str = "wilcoxon", alpha: float = 0.01, min_effect: float = 0.0, k: int = 2, warmup: int = 0
+    ) -> None:
         super().__init__(k, warmup)
         if test not in PAIRED_TESTS:
             raise ValueError(f"test must be one of {', '.join(PAIRED_TESTS)}, got {test!r}")
@@ -66,8 +68,11 @@ class PairedTestDetector(EvidenceDetector):
         if nonzero.size == 0:  # identical on every example: no evidence of a decline
             return 1.0
         if self.test == "sign":
-            return float(scipy_module("stats").binomtest(int((nonzero < 0).sum()), int(nonzero.size), 0.5,
-                                                         alternative="greater").pvalue)
+            return float(
+                scipy_module("stats")
+                .binomtest(int((nonzero < 0).sum()), int(nonzero.size), 0.5, alternative="greater")
+                .pvalue
+            )
         if self.test == "wilcoxon":
             p = float(scipy_module("stats").wilcoxon(nonzero, alternative="less").pvalue)
         else:
@@ -80,18 +85,21 @@ class PairedTestDetector(EvidenceDetector):
 
     def _evidence(self, step: int, score: float, scores: Sequence[float] | None, counts: bool) -> bool:
         per_example = None if scores is None or len(scores) == 0 else np.asarray(scores, dtype=float)
-        if (per_example is not None and self.best_scores is not None
-                and per_example.size != len(self.best_scores)):
+        if per_example is not None and self.best_scores is not None and per_example.size != len(self.best_scores):
             raise InvalidReportError(
                 f"eval_scores has {per_example.size} entries but the best checkpoint's had {len(self.best_scores)}; "
-                "a paired test needs the same held-out examples at every eval")
+                "a paired test needs the same held-out examples at every eval"
+            )
         best = self.best_score
         significant = False
         self.last_p = None
         if best is not None:
             if per_example is None or self.best_scores is None:
-                self._warn_fallback("no per-example eval scores" if per_example is None
-                                    else "the best checkpoint has no per-example eval scores")
+                self._warn_fallback(
+                    "no per-example eval scores"
+                    if per_example is None
+                    else "the best checkpoint has no per-example eval scores"
+                )
                 significant = self.prev_score is not None and score < self.prev_score - self.min_effect
             elif score < best - self.min_effect:  # cheap pre-check first: the test runs only on a real drop
                 self.last_p = self._p_value(per_example - np.asarray(self.best_scores, dtype=float))
@@ -104,17 +112,27 @@ class PairedTestDetector(EvidenceDetector):
 
     def reason(self) -> str:
         p = "n/a (mean fallback)" if self.last_p is None else f"{self.last_p:.3g}"
-        return (f"{self.declines} consecutive evals significantly below the best checkpoint "
-                f"({self.test} test, p={p}, alpha={self.alpha:g}, k={self.k})")
+        return (
+            f"{self.declines} consecutive evals significantly below the best checkpoint "
+            f"({self.test} test, p={p}, alpha={self.alpha:g}, k={self.k})"
+        )
 
     def params(self) -> dict[str, Any]:
-        return {"test": self.test, "alpha": self.alpha, "min_effect": self.min_effect, "k": self.k,
-                "warmup": self.warmup}
+        return {
+            "test": self.test,
+            "alpha": self.alpha,
+            "min_effect": self.min_effect,
+            "k": self.k,
+            "warmup": self.warmup,
+        }
 
     def _rule_state(self) -> dict[str, Any]:
-        return {"best_score": self.best_score,
-                "best_scores": None if self.best_scores is None else list(self.best_scores),
-                "prev_score": self.prev_score, "last_p": self.last_p}
+        return {
+            "best_score": self.best_score,
+            "best_scores": None if self.best_scores is None else list(self.best_scores),
+            "prev_score": self.prev_score,
+            "last_p": self.last_p,
+        }
 
     def _load_rule_state(self, state: Mapping[str, Any]) -> None:
         self.best_score = state["best_score"]

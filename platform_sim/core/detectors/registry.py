@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import copy
 import json
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from .base import Detector
 
@@ -33,6 +34,7 @@ def default_spec() -> dict[str, Any]:
 def paper_spec() -> dict[str, Any]:
     """A fresh copy of :data:`PAPER_SPEC`."""
     return copy.deepcopy(PAPER_SPEC)
+
 
 # Detector classes by name. Each detector module adds its class with :func:`register_detector` when the package is
 # imported (``platform_sim/core/detectors/__init__.py`` imports them all); the mapping holds classes only, never

@@ -41,8 +41,9 @@ recorded real traces, is in ``docs/detectors.md``.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from types import MappingProxyType
-from typing import Any, ClassVar, Mapping, Sequence
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -111,8 +112,16 @@ class ShapeDetector(EvidenceDetector):
     name: ClassVar[str] = "shape"
     uses_example_scores: ClassVar[bool] = True
 
-    def __init__(self, threshold: float = 0.95, k: int = 1, min_evals: int = 5, future: float = 3.0,
-                 min_tau: float = TAUS[0], se: float | None = None, warmup: int = 0) -> None:
+    def __init__(
+        self,
+        threshold: float = 0.95,
+        k: int = 1,
+        min_evals: int = 5,
+        future: float = 3.0,
+        min_tau: float = TAUS[0],
+        se: float | None = None,
+        warmup: int = 0,
+    ) -> None:
         self.threshold = check_prob("threshold", threshold)
         super().__init__(k, warmup)
         self.min_evals = check_int("min_evals", min_evals, 3)
@@ -138,8 +147,11 @@ class ShapeDetector(EvidenceDetector):
             self.paired_var_sum += paired_difference_var(cur, self.prev_scores) / (2.0 * len(cur))
             self.paired_pairs += 1
         elif self.means:
-            why = ("no per-example eval scores" if cur is None or self.prev_scores is None
-                   else "the number of per-example eval scores changed, so they cannot be paired")
+            why = (
+                "no per-example eval scores"
+                if cur is None or self.prev_scores is None
+                else "the number of per-example eval scores changed, so they cannot be paired"
+            )
             self._warn_fallback(why, "noise from the se parameter or the history of means; ")
         self.prev_scores = cur
 
@@ -196,18 +208,31 @@ class ShapeDetector(EvidenceDetector):
 
     def reason(self) -> str:
         post = "n/a" if self.last_posterior is None else f"{self.last_posterior:.3f}"
-        return (f"overoptimization past its peak at posterior {post} > {self.threshold:g} "
-                f"for {self.declines} consecutive evals (k={self.k})")
+        return (
+            f"overoptimization past its peak at posterior {post} > {self.threshold:g} "
+            f"for {self.declines} consecutive evals (k={self.k})"
+        )
 
     def params(self) -> dict[str, Any]:
-        return {"threshold": self.threshold, "k": self.k, "min_evals": self.min_evals, "future": self.future,
-                "min_tau": self.min_tau, "se": self.se, "warmup": self.warmup}
+        return {
+            "threshold": self.threshold,
+            "k": self.k,
+            "min_evals": self.min_evals,
+            "future": self.future,
+            "min_tau": self.min_tau,
+            "se": self.se,
+            "warmup": self.warmup,
+        }
 
     def _rule_state(self) -> dict[str, Any]:
-        return {"steps": list(self.steps), "means": list(self.means),
-                "prev_scores": None if self.prev_scores is None else list(self.prev_scores),
-                "paired_var_sum": self.paired_var_sum, "paired_pairs": self.paired_pairs,
-                "last_posterior": self.last_posterior}
+        return {
+            "steps": list(self.steps),
+            "means": list(self.means),
+            "prev_scores": None if self.prev_scores is None else list(self.prev_scores),
+            "paired_var_sum": self.paired_var_sum,
+            "paired_pairs": self.paired_pairs,
+            "last_posterior": self.last_posterior,
+        }
 
     def _load_rule_state(self, state: Mapping[str, Any]) -> None:
         self.steps = [int(s) for s in state["steps"]]

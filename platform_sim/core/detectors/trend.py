@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import math
-from typing import Any, ClassVar, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -56,9 +57,18 @@ class TrendDetector(EvidenceDetector):
     name: ClassVar[str] = "trend"
     uses_example_scores: ClassVar[bool] = True
 
-    def __init__(self, window: int = 8, alpha: float = 0.2, k: int = 1, min_drop: float = 0.0, test: str = "t",
-                 se: float | None = None, short_window: int | None = None,
-                 level_alpha: float | None = None, warmup: int = 0) -> None:
+    def __init__(
+        self,
+        window: int = 8,
+        alpha: float = 0.2,
+        k: int = 1,
+        min_drop: float = 0.0,
+        test: str = "t",
+        se: float | None = None,
+        short_window: int | None = None,
+        level_alpha: float | None = None,
+        warmup: int = 0,
+    ) -> None:
         self.window = check_int("window", window, 3)
         super().__init__(k, warmup)
         self.alpha = check_prob("alpha", alpha)
@@ -105,8 +115,9 @@ class TrendDetector(EvidenceDetector):
                     return 0.0  # noise-free means that fall: certain evidence
                 p = float(stats.norm.cdf(slope / (self.se / math.sqrt(den))))
             else:
-                p = float(stats.linregress(x, np.asarray(self.recent_means[-w:], dtype=float),
-                                           alternative="less").pvalue)
+                p = float(
+                    stats.linregress(x, np.asarray(self.recent_means[-w:], dtype=float), alternative="less").pvalue
+                )
         return 1.0 if not math.isfinite(p) else p
 
     def _evidence(self, step: int, score: float, scores: Sequence[float] | None, counts: bool) -> bool:
@@ -155,20 +166,33 @@ class TrendDetector(EvidenceDetector):
         p = "n/a" if self.last_p is None else f"{self.last_p:.3g}"
         slope = "n/a" if self.last_slope is None else f"{self.last_slope:.4g}"
         windows = " or ".join(str(w) for w in self._windows)
-        return (f"score falling over the last {windows} evals (slope {slope} per eval, {self.test} test p={p}, "
-                f"alpha={self.alpha:g}, {self.declines} consecutive, k={self.k})")
+        return (
+            f"score falling over the last {windows} evals (slope {slope} per eval, {self.test} test p={p}, "
+            f"alpha={self.alpha:g}, {self.declines} consecutive, k={self.k})"
+        )
 
     def params(self) -> dict[str, Any]:
-        return {"window": self.window, "alpha": self.alpha, "k": self.k, "min_drop": self.min_drop,
-                "test": self.test, "se": self.se, "short_window": self.short_window, "level_alpha": self.level_alpha,
-                "warmup": self.warmup}
+        return {
+            "window": self.window,
+            "alpha": self.alpha,
+            "k": self.k,
+            "min_drop": self.min_drop,
+            "test": self.test,
+            "se": self.se,
+            "short_window": self.short_window,
+            "level_alpha": self.level_alpha,
+            "warmup": self.warmup,
+        }
 
     def _rule_state(self) -> dict[str, Any]:
-        return {"best_score": self.best_score,
-                "best_scores": None if self.best_scores is None else list(self.best_scores),
-                "recent_means": list(self.recent_means),
-                "recent_scores": [None if r is None else list(r) for r in self.recent_scores],
-                "last_p": self.last_p, "last_slope": self.last_slope}
+        return {
+            "best_score": self.best_score,
+            "best_scores": None if self.best_scores is None else list(self.best_scores),
+            "recent_means": list(self.recent_means),
+            "recent_scores": [None if r is None else list(r) for r in self.recent_scores],
+            "last_p": self.last_p,
+            "last_slope": self.last_slope,
+        }
 
     def _load_rule_state(self, state: Mapping[str, Any]) -> None:
         self.best_score = state["best_score"]
