@@ -269,7 +269,11 @@ async def _drive(
     import httpx
 
     headers = {"Authorization": f"Bearer {token}"}
-    async with httpx.AsyncClient(headers=headers, timeout=60, limits=httpx.Limits(max_connections=200)) as client:
+    # No kept-alive connections: under load a pooled connection can sit past uvicorn's keep-alive timeout, and the
+    # server's close then reaches the next request as a ReadError (seen once in CI); a fresh connection each time is
+    # what 64 separate trainers would open anyway.
+    limits = httpx.Limits(max_connections=200, max_keepalive_connections=0)
+    async with httpx.AsyncClient(headers=headers, timeout=60, limits=limits) as client:
 
         async def post(url: str, report: Report) -> tuple[int, dict]:
             r = await client.post(f"{url}/v1/jobs/{report.job_id}/evals", json=report.to_dict())
