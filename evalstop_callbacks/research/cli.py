@@ -18,6 +18,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import NoReturn
 
+from platform_sim.sim.backend_cli import detector_param  # the simulator's --detector-param type, shared
+
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:  # one line, exit 2 (argparse prints usage first, which is noise here)
@@ -44,15 +46,6 @@ def _pos_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
     return value
-
-
-def _detector_param(text: str) -> tuple[str, object]:
-    from platform_sim.core.detectors import parse_detector_param
-
-    try:
-        return parse_detector_param(text)
-    except ValueError as exc:  # argparse prints an ArgumentTypeError's own message
-        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _nonneg_float(text: str) -> float:
@@ -110,7 +103,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument(
         "--detector-param",
         action="append",
-        type=_detector_param,
+        type=detector_param,
         default=[],
         metavar="KEY=VALUE",
         help="a parameter of --detector (repeatable; values parsed as JSON)",
