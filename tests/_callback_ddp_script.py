@@ -16,7 +16,7 @@ import torch
 sys.path.insert(0, os.path.dirname(__file__))
 torch.set_num_threads(1)
 
-from _callback_helpers import HELDOUT_PROMPTS, TRAIN_PROMPTS, anti_gold, gold  # noqa: E402
+from _callback_helpers import HELDOUT_PROMPTS, TRAIN_PROMPTS, anti_gold, end_distributed_script, gold  # noqa: E402
 from datasets import Dataset  # noqa: E402
 from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: E402
 from trl import GRPOConfig, GRPOTrainer  # noqa: E402
@@ -125,6 +125,7 @@ def main() -> None:
             },
             fh,
         )
+    end_distributed_script()
 
 
 if __name__ == "__main__":

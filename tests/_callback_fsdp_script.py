@@ -19,7 +19,7 @@ import torch.distributed as dist
 sys.path.insert(0, os.path.dirname(__file__))
 torch.set_num_threads(1)
 
-from _callback_helpers import HELDOUT_PROMPTS, gold  # noqa: E402
+from _callback_helpers import HELDOUT_PROMPTS, end_distributed_script, gold  # noqa: E402
 from torch.distributed.device_mesh import init_device_mesh  # noqa: E402
 from torch.distributed.fsdp import fully_shard  # noqa: E402
 from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: E402
@@ -59,7 +59,7 @@ def main() -> None:
             },
             fh,
         )
-    dist.destroy_process_group()
+    end_distributed_script()
 
 
 if __name__ == "__main__":

@@ -82,3 +82,23 @@ def best_weights_steps(output_dir) -> list[int]:
     from pathlib import Path
 
     return sorted(int(p.name.rsplit("-", 1)[1]) for p in Path(output_dir).glob("evalstop-best-*") if p.is_dir())
+
+
+def end_distributed_script() -> None:
+    """End a torchrun test script: wait for every rank, destroy the process group, and leave without finalizing.
+
+    Why: gloo's worker threads can still hold work (and tensors with Python references) when the interpreter tears
+    down, and destroying them then aborts the process ("terminate called without an active exception", SIGABRT) now
+    and then on a loaded machine, after every result was written. The barrier makes no rank leave while another still
+    talks to it; ``os._exit`` skips the finalization that races with those threads.
+    """
+    import sys
+
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
