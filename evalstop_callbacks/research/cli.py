@@ -15,6 +15,7 @@ import os
 import shutil
 import sys
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import NoReturn
 
@@ -164,6 +165,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="Python interpreter with trl==1.12.0 for the PPO runs (e.g. .venv-ppo/bin/python); "
         "default: this one if it has trl.experimental.ppo",
     )
+    rec.add_argument(
+        "--eval-every",
+        type=_pos_int,
+        default=None,
+        help="evaluate every this many steps instead of the grid's cadence (a dense recording, for replaying cadence "
+        "hints); the trace names end in -every<N>",
+    )
     rec.add_argument("--skip-ppo", action="store_true", help="record no PPO runs")
     rec.add_argument("--force", action="store_true", help="re-record runs whose trace already exists")
     rec.add_argument(
@@ -192,6 +200,8 @@ def cmd_record(ns: argparse.Namespace) -> int:
         grid = env.grid() if ns.seeds is None else env.grid(ns.seeds)
         if ns.skip_ppo:
             grid = [s for s in grid if s.algo != "ppo"]
+    if ns.eval_every is not None:
+        grid = [replace(s, eval_steps=ns.eval_every, dense=True) for s in grid]
     if ns.only:
         grid = [s for s in grid if ns.only in s.name]
     if not grid:

@@ -53,6 +53,9 @@ class RunSpec:
         model: Policy shape: ``gpt2`` (2 layers, width 64) or ``llama`` (a Llama-style config of the same size).
         data: Training examples of a DPO or SFT run (preference pairs, demonstrations); 0 for RL.
         noise: Fraction of flipped preference labels (DPO only).
+        dense: Recorded at a denser eval cadence than its environment's grid (``evalstop traces record
+            --eval-every``); the name then ends in ``-every<eval_steps>``, so that a dense trace never takes the
+            place of the regular one.
     """
 
     algo: str
@@ -68,6 +71,7 @@ class RunSpec:
     model: str = "gpt2"
     data: int = 0
     noise: float = 0.0
+    dense: bool = False
 
     def __post_init__(self) -> None:
         if self.algo not in ALGOS:
@@ -97,7 +101,12 @@ class RunSpec:
 
     @property
     def name(self) -> str:
-        """The trace's name, prefixed by its environment (``bow-proxy-grpo-proxy-kl0-s3``)."""
+        """The trace's name, prefixed by its environment (``bow-proxy-grpo-proxy-kl0-s3``), suffixed by its cadence
+        when dense (``keyword-grpo-gpt2-proxy-kl0-lr0.0005-s0-every1``)."""
+        return self._base_name + (f"-every{self.eval_steps}" if self.dense else "")
+
+    @property
+    def _base_name(self) -> str:
         if self.env == "bow-proxy":  # the shipped names, kept
             return f"bow-proxy-{self.algo}-{self.reward}-kl{self.kl:g}-s{self.seed}"
         if self.algo == "sft":
