@@ -11,7 +11,8 @@ the trial and frees its resources. The answer this client gives the callback is 
 best step so far (highest score, earliest on ties), so that the callback keeps saving and protecting the best
 checkpoint as it does with any other client.
 
-Checkpoints: the callback saves the checkpoint of a new best step right after the evaluation that found it, i.e. after
+Checkpoints: the callback saves the checkpoint of a new best step (the Trainer's ``checkpoint-<step>`` when that step is
+saved anyway, else its weights-only ``evalstop-best-<step>``) right after the evaluation that found it, i.e. after
 that report was sent. So the client attaches the best checkpoint to the *next* report (or to a last re-send of the
 final eval when training ends), with two extra keys that Tune's checkpoint manager can rank by:
 ``evalstop_checkpoint_step`` and ``evalstop_checkpoint_score`` (the checkpoint's own eval score). With
@@ -29,6 +30,8 @@ from typing import Any
 
 from platform_sim.core import Action, Decision, Report
 from platform_sim.core.boundary import check_job_type
+
+from .checkpoints import best_weights_dir, checkpoint_dir
 
 logger = logging.getLogger(__name__)
 
@@ -114,8 +117,14 @@ class TuneClient:
     def _checkpoint_path(self) -> str | None:
         if self.output_dir is None or self.best_step is None or self.best_step in self.sent_checkpoints:
             return None
-        path = os.path.join(self.output_dir, f"checkpoint-{self.best_step}")
-        return path if os.path.isdir(path) else None
+        # The Trainer's full folder when the best step was saved anyway, else the callback's weights-only one.
+        for path in (
+            checkpoint_dir(self.output_dir, self.best_step),
+            best_weights_dir(self.output_dir, self.best_step),
+        ):
+            if os.path.isdir(path):
+                return path
+        return None
 
     def _send(self, report: Report) -> None:
         from ray import tune
