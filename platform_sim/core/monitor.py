@@ -100,7 +100,7 @@ class JobMonitor:
             scores = check_finite_scores(scores)
             if not scores:
                 raise InvalidReportError("eval_scores must not be empty when given")
-        stop_now = self.detector.observe(step, score, scores)
+        verdict = self.detector.update(step, score, scores)
         self.steps.append(step)
         self.scores.append(score)
         # A stopped job's best is the checkpoint that exists: the best among the evaluations up to and including the
@@ -108,9 +108,9 @@ class JobMonitor:
         # move the best, so best_step always names a checkpoint taken before the stop.
         if self.stopped_at is None and (self.best_score is None or score > self.best_score):
             self.best_step, self.best_score = step, score
-        if self.stopped_at is None and stop_now:
+        if self.stopped_at is None and verdict.stop:
             self.stopped_at = step
-            self.stop_reason = self.detector.reason()
+            self.stop_reason = verdict.reason
         decision = self._decision()
         self.decisions.append(decision)
         return decision
