@@ -113,6 +113,33 @@ def test_runspec_rejects_combinations_no_environment_has(bad):
         RunSpec(**args)
 
 
+def test_a_dense_recording_has_its_own_name_and_its_cadence():
+    from dataclasses import replace
+
+    spec = envs.get("keyword").grid(1)[0]
+    dense = replace(spec, eval_steps=1, dense=True)
+    assert dense.name == spec.name + "-every1" and dense.eval_steps == 1
+    assert RunSpec(**dense.to_dict()) == dense  # what the recorder subprocess rebuilds from the JSON
+
+
+def test_record_refuses_a_cadence_below_one_step(capsys):
+    from evalstop_callbacks.research.cli import main
+
+    with pytest.raises(SystemExit) as exc:
+        main(["traces", "record", "--env", "keyword", "--eval-every", "0"])
+    assert exc.value.code == 2 and "--eval-every" in capsys.readouterr().err
+
+
+def test_a_tiny_dense_recording_evaluates_every_step(tmp_path, small_env):
+    from dataclasses import replace
+
+    spec = replace(RunSpec("grpo", "proxy", 0.0, 0, steps=4, eval_steps=2, env="keyword", batch=16), eval_steps=1)
+    spec = replace(spec, dense=True)
+    lines = _record(spec, tmp_path / f"{spec.name}.jsonl", small_env)
+    assert lines[0]["job_id"].endswith("-every1")
+    assert [e["step"] for e in lines[1:-1]] in ([1, 2, 3, 4], [0, 1, 2, 3, 4])
+
+
 # -- tiny recordings, end to end --------------------------------------------------------------------------------------
 
 
