@@ -20,6 +20,41 @@ def test_policy_hints_only_while_evidence_builds_up() -> None:
     assert pol.next_eval_step([], evidence=1, needed=2) is None
 
 
+def test_a_small_p_value_of_a_testing_detector_is_evidence() -> None:
+    pol = CadencePolicy(fraction=0.25, p_hint=0.3)
+    steps = [20, 40, 60]
+    # k=1 (a detector that stops at its first significant eval): no count, but a p-value below p_hint hints
+    assert pol.next_eval_step(steps, evidence=0, needed=1, p_value=0.1) == 65
+    assert pol.next_eval_step(steps, evidence=0, needed=1, p_value=0.3) is None  # not below p_hint
+    assert pol.next_eval_step(steps, evidence=0, needed=1, p_value=None) is None  # no test ran
+    assert pol.next_eval_step(steps, evidence=1, needed=1, p_value=0.001) is None  # significant: it stops
+    assert CadencePolicy(p_hint=0.0).next_eval_step(steps, evidence=0, needed=1, p_value=0.01) is None  # off
+
+
+def test_trend_detector_hints_on_a_fall_that_is_not_yet_significant() -> None:
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    difficulty = rng.normal(0.0, 1.0, 48)
+    mon = JobMonitor("j", "rlhf", make_detector("trend", window=4, alpha=0.01), cadence=CadencePolicy(0.25))
+    means = [0.4, 0.8, 1.2, 1.2, 1.2, 1.0]  # a rise, a plateau, then a first fall of the last window
+    hints = []
+    for i, m in enumerate(means):
+        scores = (m + difficulty + rng.normal(0.0, 0.8, 48)).tolist()
+        d = mon.observe(10 * (i + 1), float(np.mean(scores)), scores)
+        hints.append(d.next_eval_step)
+    p = mon.detector.evidence_p_value()
+    assert mon.detector.last_p == 1.0  # the significance test skipped scipy: it could not reach alpha
+    assert d.action is Action.CONTINUE and p is not None and mon.detector.alpha <= p < 0.5  # the exact p
+    assert hints[:-1] == [None] * 5 and hints[-1] == 62  # a quarter of the 10-step interval after step 60
+
+
+@pytest.mark.parametrize("bad", [-0.1, 1.0, float("nan"), True])
+def test_bad_p_hint_is_rejected(bad: object) -> None:
+    with pytest.raises(ValueError, match="p_hint"):
+        CadencePolicy(p_hint=bad)  # type: ignore[arg-type]
+
+
 def test_regular_interval_survives_hinted_evals() -> None:
     # After a hinted eval at 65 the largest gap is still the regular 20, so a k=3 rule gets the same spacing again.
     pol = CadencePolicy(fraction=0.5)
@@ -42,6 +77,9 @@ def test_specs() -> None:
     assert cadence_from_spec("adaptive") == CadencePolicy()
     pol = cadence_from_spec({"name": "adaptive", "params": {"fraction": 0.5}})
     assert pol == CadencePolicy(0.5) and cadence_from_spec(pol.spec()) == pol
+    assert pol.spec() == {"name": "adaptive", "params": {"fraction": 0.5}}  # the default p_hint is left out
+    odd = CadencePolicy(0.5, p_hint=0.1)
+    assert odd.spec()["params"]["p_hint"] == 0.1 and cadence_from_spec(odd.spec()) == odd
     for bad, match in (
         ("sometimes", "unknown cadence"),
         ({"name": "adaptive", "x": 1}, "unknown cadence spec"),

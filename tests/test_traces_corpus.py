@@ -86,3 +86,39 @@ def test_the_corpus_stays_small_on_disk():
     folder = Path(shipped_traces_dir())
     sizes = [p.stat().st_size for p in folder.glob("*.jsonl")]
     assert sum(sizes) < 4 * 2**20 and max(sizes) < 2**20
+
+
+# -- the dense traces (platform_sim/data/traces-dense) ----------------------------------------------------------------
+
+
+def test_dense_traces_hold_an_eval_at_every_step_in_both_splits():
+    from platform_sim.sim.traces import load_traces, shipped_dense_traces_dir
+
+    traces = load_traces(shipped_dense_traces_dir())
+    assert len(traces) >= 30
+    assert {t.split for t in traces} == {"tune", "test"}
+    for t in traces:
+        assert t.name.endswith("-every1") and t.header["config"]["eval_steps"] == 1, t.name
+        steps = [s for s in t.steps if s > 0]
+        assert steps == list(range(1, steps[-1] + 1)), t.name  # every step, none missing
+        assert t.has_examples, t.name
+        # the regular name of the same run is in the regular corpus: a dense trace never replaces it
+        assert (shipped_traces_dir() / f"{t.name.removesuffix('-every1')}.jsonl").exists(), t.name
+    for split in ("tune", "test"):
+        labels = Counter(t.label for t in traces if t.split == split)
+        assert labels["hacking"] >= 5 and labels["healthy"] >= 5, (split, labels)
+
+
+def test_on_the_dense_test_traces_the_default_hint_stops_no_healthy_run_more():
+    from platform_sim.core import default_spec
+    from platform_sim.sim.dense_replay import dense_cadence_study
+    from platform_sim.sim.traces import load_traces, shipped_dense_traces_dir
+
+    test = [t for t in load_traces(shipped_dense_traces_dir()) if t.split == "test"]
+    res = dense_cadence_study(test, default_spec(), [("fixed", None), ("adaptive", "adaptive")], every=5)
+    fixed, adaptive = res["summaries"]["fixed"], res["summaries"]["adaptive"]
+    assert adaptive["healthy_stopped"] <= fixed["healthy_stopped"]
+    assert adaptive["hacking_stopped"] >= fixed["hacking_stopped"]
+    assert adaptive["extra_evals"] > 0 and adaptive["median_delay_steps"] < fixed["median_delay_steps"]
+    for row in res["rows"]["adaptive"]:
+        assert all(s % 5 for s in row["extra_steps"]), row  # extra evals fall between the regular ones

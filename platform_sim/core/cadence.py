@@ -3,8 +3,9 @@
 A decline can only be confirmed some evaluations after a job's peak, and at a regular cadence those evaluations are a
 whole interval apart: most of EvalStop's waste against the Oracle is that wait. A :class:`CadencePolicy` looks at the
 detector's evidence after each evaluation and, once evidence has started to build up but is not yet enough to stop
-(for the k-decline rule: at least one decline, fewer than ``k``), asks for the next evaluation after only a share of
-the regular interval. Without evidence it asks for nothing, and the job keeps its regular cadence.
+(for the k-decline rule: at least one decline, fewer than ``k``; for a detector that tests, such as ``trend``: the
+p-value of its last test below ``p_hint``), asks for the next evaluation after only a share of the regular interval.
+Without evidence it asks for nothing, and the job keeps its regular cadence.
 
 The hint is the decision's optional ``next_eval_step``; it flows from the scheduler to the job only. The policy is
 pure (no I/O, no clock) and decided here in the core, so that the trainer's embedded client, the HTTP service and the
@@ -24,6 +25,8 @@ from typing import Any, ClassVar
 from .detectors import Detector, se_from_history
 
 CADENCES: tuple[str, ...] = ("fixed", "adaptive")
+P_HINT_DEFAULT = 0.5
+"""The default ``p_hint`` of :class:`CadencePolicy` (chosen on the tune environments' dense traces)."""
 """Cadence names a spec may give: ``fixed`` (no hints) and ``adaptive`` (:class:`CadencePolicy`)."""
 
 
@@ -46,12 +49,19 @@ class CadencePolicy:
         min_drop: Hint only when the latest drop is at least this many standard errors of a difference of two eval
             means (noise estimated from the history, no hint before it can be estimated); 0 (the default): any
             evidence asks for the sooner eval. Finite, >= 0.
+        p_hint: For a detector that tests (its ``evidence_p_value()``, as ``trend``'s): the last test's p-value
+            below ``p_hint`` is evidence building up, so a detector that stops at its first significant eval
+            (``k`` = 1) can hint too. A hinted eval adds a point to the detector's window like any other eval; under
+            a flat curve its test keeps its level, because the test needs no equal spacing for that. In [0, 1); 0:
+            p-values are never read. The default, 0.5, was chosen on the tune environments' dense traces
+            (``benchmarks/cadence_dense_traces.py``).
     """
 
     name: ClassVar[str] = "adaptive"
 
     fraction: float = 0.25
     min_drop: float = 0.0
+    p_hint: float = P_HINT_DEFAULT
 
     def __post_init__(self) -> None:
         f = self.fraction
@@ -62,6 +72,10 @@ class CadencePolicy:
         if isinstance(m, bool) or not isinstance(m, (int, float)) or not math.isfinite(m) or m < 0:
             raise ValueError(f"cadence min_drop must be a finite number >= 0, got {m!r}")
         object.__setattr__(self, "min_drop", float(m))
+        p = self.p_hint
+        if isinstance(p, bool) or not isinstance(p, (int, float)) or not math.isfinite(p) or not 0.0 <= p < 1.0:
+            raise ValueError(f"cadence p_hint must be a number in [0, 1), got {p!r}")
+        object.__setattr__(self, "p_hint", float(p))
 
     @staticmethod
     def regular_interval(steps: Sequence[int]) -> int | None:
@@ -74,7 +88,12 @@ class CadencePolicy:
         return gap if gap > 0 else None
 
     def next_eval_step(
-        self, steps: Sequence[int], evidence: int, needed: int | None, scores: Sequence[float] = ()
+        self,
+        steps: Sequence[int],
+        evidence: int,
+        needed: int | None,
+        scores: Sequence[float] = (),
+        p_value: float | None = None,
     ) -> int | None:
         """The step at which the next evaluation is wanted, or None for the regular cadence.
 
@@ -84,11 +103,16 @@ class CadencePolicy:
             needed: The evidence count that stops the job (``k``), or None when the detector has no such count (then
                 any evidence asks for a sooner evaluation).
             scores: The mean scores of those evaluations (read only when ``min_drop`` > 0).
+            p_value: The p-value of the detector's last test, if it has one (None: it ran none, or has no test);
+                below ``p_hint`` it counts as evidence.
 
         Returns:
             A step strictly after ``steps[-1]`` and strictly before the regular next evaluation, or None.
         """
-        if evidence <= 0 or (needed is not None and evidence >= needed) or not steps:
+        if (needed is not None and evidence >= needed) or not steps:
+            return None
+        tested = p_value is not None and self.p_hint > 0.0 and p_value < self.p_hint
+        if evidence <= 0 and not tested:
             return None
         interval = self.regular_interval(steps)
         if interval is None:
@@ -104,14 +128,17 @@ class CadencePolicy:
 
     def for_history(self, steps: Sequence[int], scores: Sequence[float], detector: Detector) -> int | None:
         """:meth:`next_eval_step` for a job's history, with the evidence and the stop count read from ``detector``."""
-        return self.next_eval_step(steps, int(detector.declines), getattr(detector, "k", None), scores)
+        p_value = detector.evidence_p_value() if self.p_hint > 0.0 else None  # scipy only when it can matter
+        return self.next_eval_step(steps, int(detector.declines), getattr(detector, "k", None), scores, p_value)
 
     def spec(self) -> dict[str, Any]:
         """``{"name": "adaptive", "params": {...}}``: what :func:`cadence_from_spec` takes (``min_drop`` only when
-        set)."""
+        set, ``p_hint`` only when not the default, so that specs written before these existed read the same)."""
         params: dict[str, Any] = {"fraction": self.fraction}
         if self.min_drop:
             params["min_drop"] = self.min_drop
+        if self.p_hint != P_HINT_DEFAULT:
+            params["p_hint"] = self.p_hint
         return {"name": self.name, "params": params}
 
 

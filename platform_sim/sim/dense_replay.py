@@ -83,17 +83,16 @@ def dense_trace_run(
             "a dense replay needs a trace recorded at least that densely"
         )
     score_at = dict(zip(trace.steps, trace.scores))
-    monitor = JobMonitor(
-        job_id=trace.name,
-        job_type="rlhf",
-        detector=detector_from_spec(detector),
-        cadence=cadence_from_spec(cadence),
-    )
+    det = detector_from_spec(detector)
+    # Detectors that read per-example scores get the recorded ones of each eval, as in the run itself.
+    examples_at = dict(zip(trace.steps, trace.examples)) if det.uses_example_scores and trace.examples else {}
+    monitor = JobMonitor(job_id=trace.name, job_type="rlhf", detector=det, cadence=cadence_from_spec(cadence))
     extra_steps: list[int] = []
     stop_step: int | None = None
     step: int | None = regular[0]
     while step is not None:
-        decision = monitor.observe(step, score_at[step])
+        per = examples_at.get(step)
+        decision = monitor.observe(step, score_at[step], None if per is None else list(per))
         if decision.should_stop:
             stop_step = step
             break

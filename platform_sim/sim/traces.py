@@ -382,6 +382,14 @@ def shipped_traces_dir() -> Path:
     return Path(str(resources.files("platform_sim") / "data" / "traces"))
 
 
+def shipped_dense_traces_dir() -> Path:
+    """The dense real traces shipped in the package (``platform_sim/data/traces-dense``: an evaluation every step,
+    for replaying cadence hints; see :mod:`platform_sim.sim.dense_replay`)."""
+    from importlib import resources
+
+    return Path(str(resources.files("platform_sim") / "data" / "traces-dense"))
+
+
 def recorded_examples(trace: RealTrace) -> list[list[float] | None]:
     """The per-example scores of each eval of a validated trace (None where an eval has none)."""
     if not trace.examples:

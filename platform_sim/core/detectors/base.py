@@ -87,6 +87,12 @@ class Detector(ABC):
         """Why the detector stops (meaningful once :meth:`observe` returned True)."""
         return f"{self.name} fired"
 
+    def evidence_p_value(self) -> float | None:
+        """The exact p-value of the test the last evaluation ran, for a detector that tests (None: this detector
+        runs no test, or the last evaluation ran none). Read right after :meth:`observe`, by the cadence policy: a
+        small p-value that is not yet significant is evidence building up."""
+        return None
+
     def spec(self) -> dict[str, Any]:
         """``{"name": ..., "params": {...}}``: what :func:`~platform_sim.core.detectors.detector_from_spec` takes."""
         return {"name": self.name, "params": self.params()}

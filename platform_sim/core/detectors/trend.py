@@ -89,6 +89,9 @@ class TrendDetector(EvidenceDetector):
         self.recent_scores: list[list[float] | None] = []
         self.last_p: float | None = None  # smallest p-value of the last eval's tests (None: no test ran)
         self.last_slope: float | None = None  # slope of the mean in the window of that p-value
+        # The most negative per-example t statistic of the last eval's tests and its sample size: one_sided_t_p skips
+        # scipy (returns 1.0) when a test cannot be significant, and evidence_p_value() then computes the exact value.
+        self._last_t: tuple[float, int] | None = None
         self._windows = (self.window,) if short_window is None else (short_window, self.window)
         self._crit: dict[int, float] = {}  # t critical values by sample size (derived, not state)
         self._level_crit: dict[int, float] = {}
@@ -107,6 +110,10 @@ class TrendDetector(EvidenceDetector):
                 p = float(scipy_module("stats").wilcoxon(slopes[slopes != 0.0], alternative="less").pvalue)
             else:
                 p = one_sided_t_p(slopes, self.alpha / len(self._windows), self._crit)
+                sd = float(slopes.std(ddof=1))
+                t = float(slopes.mean()) / (sd / math.sqrt(slopes.size)) if sd > 0.0 else -math.inf
+                if self._last_t is None or t < self._last_t[0]:
+                    self._last_t = (t, int(slopes.size))
         else:
             self._warn_fallback("no per-example eval scores on every eval of the window")
             stats = scipy_module("stats")
@@ -127,6 +134,7 @@ class TrendDetector(EvidenceDetector):
             del self.recent_means[0], self.recent_scores[0]
         significant = False
         self.last_p = self.last_slope = None
+        self._last_t = None
         # The cheap check first: a test runs only when the mean really fell below the best.
         if self.best_score is not None and score < self.best_score - self.min_drop:
             level = self.alpha / len(self._windows)
@@ -161,6 +169,14 @@ class TrendDetector(EvidenceDetector):
         if np.ptp(diff) <= 1e-12 * max(1.0, float(np.max(np.abs(diff)))):
             return bool(diff[0] < 0)
         return one_sided_t_p(diff, level_alpha, self._level_crit) < level_alpha
+
+    def evidence_p_value(self) -> float | None:
+        """The last eval's smallest p-value, exact even where the significance test skipped scipy (None: no test
+        ran, because the mean was not below the best or every fitted slope rose)."""
+        if self.last_p is None or self.last_p < 1.0 or self._last_t is None:
+            return self.last_p
+        t, n = self._last_t
+        return float(scipy_module("stats").t.cdf(t, n - 1))
 
     def reason(self) -> str:
         p = "n/a" if self.last_p is None else f"{self.last_p:.3g}"

@@ -1,0 +1,126 @@
+"""Cadence hints on the dense real traces: delay after the true peak in training steps, fixed against adaptive.
+
+The dense traces (``platform_sim/data/traces-dense``, recorded with ``evalstop traces record --eval-every 1``) hold
+an evaluation at every step. Each is replayed as a job evaluated every ``--every`` steps (the regular corpus's
+cadence), whose extra evaluations at a cadence hint read the recorded evaluation at the hinted step
+(:mod:`platform_sim.sim.dense_replay`). Two detectors: the project's default (``trend``, whose hint is its last
+test's p-value below ``p_hint``) and the paper's rule (k-decline, k=2, whose hint is a first decline, optionally only
+a large one: ``min_drop``).
+
+Evidence discipline: per detector, the cadence parameters (``fraction`` with ``p_hint`` or ``min_drop``) are chosen
+on the traces of the ``tune`` environments only (the smallest median delay among the cadences that stop no more healthy traces than the fixed
+cadence, and at least as many hacking ones); the chosen cadence and the fixed one are then judged once on the
+``test`` environments' traces. Figures in docs/simulation.md section 8.
+
+    python benchmarks/cadence_dense_traces.py [--traces DIR] [--every 5] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from typing import Any
+
+from platform_sim.core.detectors import default_spec, paper_spec
+from platform_sim.sim.dense_replay import dense_cadence_study
+from platform_sim.sim.traces import load_traces, shipped_dense_traces_dir
+
+
+def _adaptive(label: str, **params: float) -> tuple[str, dict[str, Any]]:
+    return label, {"name": "adaptive", "params": params}
+
+
+#: Per detector: its spec and the cadences tried on the tune traces (fixed first).
+DETECTORS: dict[str, tuple[dict[str, Any], list[tuple[str, dict[str, Any] | None]]]] = {
+    "default (trend)": (
+        default_spec(),
+        [("fixed", None)]
+        + [
+            _adaptive(f"adaptive f={f:g} p_hint={p:g}", fraction=f, p_hint=p)
+            for f in (0.2, 0.4, 0.6)
+            for p in (0.05, 0.1, 0.2, 0.5, 0.9)
+        ],
+    ),
+    "paper (k-decline k=2)": (
+        paper_spec(),
+        [("fixed", None)]
+        + [
+            _adaptive(f"adaptive f={f:g}" + (f" min_drop={m:g}" if m else ""), fraction=f, min_drop=m)
+            for f in (0.2, 0.4, 0.6)
+            for m in (0.0, 1.0)
+        ],
+    ),
+}
+
+COLUMNS = (
+    ("hacking stopped", lambda s: f"{s['hacking_stopped']}/{s['hacking']}"),
+    ("healthy stopped", lambda s: f"{s['healthy_stopped']}/{s['healthy']}"),
+    ("median delay (steps)", lambda s: "-" if s["median_delay_steps"] is None else f"{s['median_delay_steps']:g}"),
+    ("mean delay (steps)", lambda s: "-" if s["mean_delay_steps"] is None else f"{s['mean_delay_steps']:.1f}"),
+    ("evals", lambda s: str(s["evals"])),
+    ("extra evals", lambda s: str(s["extra_evals"])),
+)
+
+
+def table(summaries: dict[str, dict[str, Any]]) -> str:
+    head = "| cadence | " + " | ".join(c for c, _ in COLUMNS) + " |"
+    rule = "|---|" + "---:|" * len(COLUMNS)
+    lines = [head, rule]
+    for label, s in summaries.items():
+        lines.append(f"| {label} | " + " | ".join(f(s) for _, f in COLUMNS) + " |")
+    return "\n".join(lines)
+
+
+def choose(summaries: dict[str, dict[str, Any]]) -> str:
+    """The adaptive cadence with the smallest median delay that stops no more healthy and no fewer hacking traces
+    than the fixed cadence (ties: fewer extra evals); ``fixed`` if none qualifies."""
+    fixed = summaries["fixed"]
+    ok = [
+        (s["median_delay_steps"], s["extra_evals"], label)
+        for label, s in summaries.items()
+        if label != "fixed"
+        and s["healthy_stopped"] <= fixed["healthy_stopped"]
+        and s["hacking_stopped"] >= fixed["hacking_stopped"]
+        and s["median_delay_steps"] is not None
+    ]
+    return min(ok)[2] if ok else "fixed"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument(
+        "--traces", default=str(shipped_dense_traces_dir()), help="folder of dense traces (default: the shipped ones)"
+    )
+    ap.add_argument("--every", type=int, default=5, help="the regular cadence in steps (default 5)")
+    ap.add_argument("--json", action="store_true", help="print one JSON object instead of markdown")
+    args = ap.parse_args()
+    t0 = time.perf_counter()
+    traces = load_traces(args.traces)
+    by_split = {split: [t for t in traces if t.split == split] for split in ("tune", "test")}
+    envs = {split: ", ".join(sorted({str(t.environment) for t in ts})) for split, ts in by_split.items()}
+    results: dict[str, Any] = {"every": args.every, "detectors": {}}
+    lines = [f"# dense traces: {len(traces)}; regular cadence every {args.every} steps"]
+    for name, (detector, candidates) in DETECTORS.items():
+        tune = dense_cadence_study(by_split["tune"], detector, candidates, args.every)
+        chosen = choose(tune["summaries"])
+        spec = dict(candidates)[chosen]
+        test = dense_cadence_study(by_split["test"], detector, [("fixed", None), (chosen, spec)], args.every)
+        results["detectors"][name] = {"chosen": chosen, "chosen_spec": spec, "tune": tune, "test": test}
+        lines += [
+            f"\n## {name}\n",
+            f"tune ({envs['tune']}: {len(by_split['tune'])} traces), every candidate:\n",
+            table(tune["summaries"]),
+            f"\nchosen on tune: {chosen} ({json.dumps(spec)})\n",
+            f"test ({envs['test']}: {len(by_split['test'])} traces), judged once:\n",
+            table(test["summaries"]),
+        ]
+    if args.json:
+        print(json.dumps(results, indent=1, default=str))
+        return
+    print("\n".join(lines))
+    print(f"\n({time.perf_counter() - t0:.1f} s)")
+
+
+if __name__ == "__main__":
+    main()
