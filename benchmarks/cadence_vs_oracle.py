@@ -6,7 +6,11 @@ of that many noise standard errors). Prints one markdown table per sigma: JCT ga
 share of the Oracle's, healthy RLHF jobs stopped, hacking jobs stopped, GPU-hours spent evaluating, extra evals and
 detection delay (evals after the true peak). Figures in docs/simulation.md section 8.
 
+With ``--detector default`` EvalStop runs the project's default detector (``trend``) instead, whose hint is its last
+test's p-value below ``p_hint`` (default 0.5), at fractions 0.25, 0.5 and 0.75.
+
     python benchmarks/cadence_vs_oracle.py [--sigmas 0.02,0.12] [--seeds 10] [--eval-cost 0.05] [--workers 2]
+        [--detector paper|default]
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import argparse
 import time
 from dataclasses import replace
 
+from platform_sim.core.detectors import default_spec, paper_spec
 from platform_sim.sim.cadence_study import cadence_comparison
 from platform_sim.sim.engine import DEFAULT_EVAL_COST
 from platform_sim.sim.runner import ProcessRunner
@@ -27,6 +32,10 @@ CADENCES = [("fixed", None)] + [
     )
     for f in (0.25, 0.5, 0.75)
     for m in (0.0, 1.0)
+]
+
+DEFAULT_CADENCES = [("fixed", None)] + [
+    (f"adaptive f={f:g}", {"name": "adaptive", "params": {"fraction": f}}) for f in (0.25, 0.5, 0.75)
 ]
 
 COLUMNS = (
@@ -53,6 +62,12 @@ def main() -> None:
         help=f"one eval's GPU time as a share of a regular eval interval (default {DEFAULT_EVAL_COST})",
     )
     ap.add_argument("--workers", type=int, default=2, help="worker processes (default 2)")
+    ap.add_argument(
+        "--detector",
+        choices=("paper", "default"),
+        default="paper",
+        help="EvalStop's detector: the paper's k-decline k=2 (default) or the project's default (trend)",
+    )
     args = ap.parse_args()
     t0 = time.perf_counter()
     with ProcessRunner(args.workers) as runner:
@@ -60,11 +75,15 @@ def main() -> None:
             rows = cadence_comparison(
                 replace(WorkloadConfig(), sigma=sigma),
                 range(args.seeds),
-                cadences=CADENCES,
+                detector=paper_spec() if args.detector == "paper" else default_spec(),
+                cadences=CADENCES if args.detector == "paper" else DEFAULT_CADENCES,
                 eval_cost=args.eval_cost,
                 runner=runner,
             )
-            print(f"\nsigma {sigma:g}, {args.seeds} seeds, SRTF-Est, eval cost {args.eval_cost:g} of an interval\n")
+            print(
+                f"\nsigma {sigma:g}, {args.seeds} seeds, SRTF-Est, {args.detector} detector, eval cost "
+                f"{args.eval_cost:g} of an interval\n"
+            )
             print("| policy | " + " | ".join(c[0] for c in COLUMNS) + " |")
             print("|---|" + "---:|" * len(COLUMNS))
             for r in rows:
