@@ -38,7 +38,7 @@ from .checkpoints import (
     restore_checkpoint,
     save_best_weights,
 )
-from .client import BoundaryClient, EmbeddedClient
+from .client import BoundaryClient, CadenceClient, EmbeddedClient, takes_cadence
 from .distributed import barrier, share_from_main, world
 from .evaluators import EvalResult, Evaluator, EvaluatorError, MetricEvaluator, unwrap_model
 from .integrations import WandbLogger, reports_to
@@ -205,8 +205,9 @@ class EvalStopCallback(TrainerCallback, ExportableState):
             Keyword-only. `"adaptive"` (or `{"name": "adaptive", "params": {"fraction": ...}}`) asks the scheduler
             core for cadence hints: while a decline may have begun, its decisions name a `next_eval_step` sooner
             than the next regular evaluation, and the callback evaluates there too. `None` (the default) or
-            `"fixed"`: every `eval_steps` only. With the embedded client only (the service's registration takes
-            no cadence); a hint that a client's decision carries anyway is honoured within `max_extra_evals`.
+            `"fixed"`: every `eval_steps` only. Needs a client whose `register` takes a cadence (`EmbeddedClient`,
+            `PlatformClient`: the service then decides the hints); a hint that a client's decision carries anyway is
+            honoured within `max_extra_evals`.
         max_extra_evals (`int`, *optional*, defaults to 4):
             Keyword-only. At most this many evaluations per run beyond the regular ones (0: ignore hints). An extra
             evaluation is a full one: reported, checkpointed when it is a new best, and written to the trace as an
@@ -292,11 +293,15 @@ class EvalStopCallback(TrainerCallback, ExportableState):
         self.trace_extras = trace_extras
         policy = cadence_from_spec(cadence)  # a bad spec fails here
         self.cadence_spec: dict[str, Any] | None = policy.spec() if policy is not None else None
-        if self.cadence_spec is not None and not isinstance(self.client, EmbeddedClient):
-            raise ValueError(
-                "cadence hints are decided by the scheduler core: pass cadence with the embedded client "
-                "only (the service's job registration takes no cadence)"
-            )
+        # The client that registers the cadence: set only with a cadence, and only a client whose register takes one.
+        self._cadence_client: CadenceClient | None = None
+        if self.cadence_spec is not None:
+            if not takes_cadence(self.client):
+                raise ValueError(
+                    f"cadence hints are decided by the scheduler, but {type(self.client).__name__}.register takes "
+                    "no cadence: pass cadence with EmbeddedClient or PlatformClient, or leave it out"
+                )
+            self._cadence_client = self.client
         self.max_extra_evals = check_int("max_extra_evals", max_extra_evals, 0)
         self.extra_eval_steps: list[int] = []
         self._hinted_step: int | None = None
@@ -663,9 +668,10 @@ class EvalStopCallback(TrainerCallback, ExportableState):
     # -- internals ---------------------------------------------------------------------------------------------------
 
     def _register(self) -> None:
-        if self.cadence_spec is not None:  # only then: other clients' register() takes no cadence
-            register: Any = self.client.register  # EmbeddedClient's register takes the cadence (checked at init)
-            self.job_id = register(self.job_type, self.detector_spec, job_id=self.job_id, cadence=self.cadence_spec)
+        if self._cadence_client is not None:  # only with a cadence: other clients' register() takes none
+            self.job_id = self._cadence_client.register(
+                self.job_type, self.detector_spec, job_id=self.job_id, cadence=self.cadence_spec
+            )
         else:
             self.job_id = self.client.register(self.job_type, self.detector_spec, job_id=self.job_id)
         self._registered = True

@@ -8,10 +8,11 @@ in-process with no server; ``PlatformClient`` (``evalstop_callbacks.platform_cli
 
 from __future__ import annotations
 
+import inspect
 import logging
 import uuid
 from collections.abc import Mapping
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, TypeGuard, runtime_checkable
 
 from platform_sim.core import Decision, JobMonitor, Report, cadence_from_spec, detector_from_spec
 from platform_sim.core.boundary import check_job_type
@@ -41,6 +42,34 @@ class BoundaryClient(Protocol):
 
     def finish(self, job_id: str, reason: str = "completed") -> None:
         """Tell the scheduler the job ended (completed, stopped, failed)."""
+
+
+class CadenceClient(BoundaryClient, Protocol):
+    """A :class:`BoundaryClient` whose ``register`` also takes the job's cadence, so that the scheduler's decisions
+    can carry ``next_eval_step`` hints (:class:`EmbeddedClient`, ``PlatformClient``)."""
+
+    def register(
+        self,
+        job_type: str,
+        detector: Mapping[str, Any] | None = None,
+        job_id: str | None = None,
+        gpus: int | None = None,
+        cadence: str | Mapping[str, Any] | None = None,
+    ) -> str:
+        """Register a job with a cadence spec (None: fixed) and return its id."""
+
+
+def takes_cadence(client: BoundaryClient) -> TypeGuard[CadenceClient]:
+    """Whether ``client.register`` takes a ``cadence`` keyword (read from its signature: a Protocol check at run
+    time sees only that the method exists)."""
+    try:
+        params = inspect.signature(client.register).parameters
+    except (TypeError, ValueError):  # no signature to read (a builtin or C callable): assume not
+        return False
+    cadence = params.get("cadence")
+    if cadence is not None:
+        return cadence.kind in (inspect.Parameter.KEYWORD_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    return any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
 
 
 class EmbeddedClient:

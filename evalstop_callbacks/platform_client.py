@@ -32,6 +32,7 @@ from platform_sim.core import (
     Decision,
     JobMonitor,
     Report,
+    cadence_from_spec,
     detector_from_spec,
 )
 from platform_sim.core.boundary import check_job_type
@@ -58,6 +59,7 @@ class _Link:
     detector: dict[str, Any] | None
     gpus: int | None
     planned_steps: int | None
+    cadence: dict[str, Any] | None = None  # normalized spec; None: the fixed cadence (not sent)
     registered: bool = False
     backlog: list[Report] = field(default_factory=list)  # reports the service has not acknowledged, in order
 
@@ -187,6 +189,8 @@ class PlatformClient:
             body["gpus"] = link.gpus
         if link.planned_steps is not None:
             body["planned_steps"] = link.planned_steps
+        if link.cadence is not None:
+            body["cadence"] = link.cadence
         try:
             reply = self._request("POST", "/v1/jobs", body)
         except PlatformError as exc:
@@ -246,6 +250,7 @@ class PlatformClient:
         job_id: str | None = None,
         gpus: int | None = None,
         planned_steps: int | None = None,
+        cadence: str | Mapping[str, Any] | None = None,
     ) -> str:
         """Register a job with the service (and the local fallback core) and return its id.
 
@@ -256,9 +261,13 @@ class PlatformClient:
                 idempotent on the service).
             gpus: GPUs the job holds (the service counts GPU-hours reclaimed by stops).
             planned_steps: Planned training steps (for the service's GPU-hours-reclaimed estimate).
+            cadence: Cadence spec (``"fixed"``, ``"adaptive"`` or ``{"name": "adaptive", "params": {...}}``; None:
+                fixed). With ``"adaptive"`` the service's decisions carry ``next_eval_step`` hints, and so do the
+                local fallback core's, from the same history.
 
         Raises:
-            ValueError: Bad job type or detector, or the service holds this id with another type or detector.
+            ValueError: Bad job type, detector or cadence, or the service holds this id with another type,
+                detector, GPU count or cadence.
         """
         check_job_type(job_type)
         job_id = job_id or f"job-{uuid.uuid4().hex[:16]}"
@@ -266,11 +275,14 @@ class PlatformClient:
         planned_steps = self.planned_steps if planned_steps is None else planned_steps
         # Normalized (defaults filled in) and validated here, so a bad spec fails before any network call.
         spec = None if detector is None else detector_from_spec(detector).spec()
+        policy = cadence_from_spec(cadence)
+        cadence_spec = None if policy is None else policy.spec()
         with self._lock:
-            self._shadow.register(job_type, detector=spec, job_id=job_id, gpus=gpus)  # validates the spec locally
+            # Validates the specs locally; the shadow core gives the same hints as the service when it decides.
+            self._shadow.register(job_type, detector=spec, job_id=job_id, gpus=gpus, cadence=cadence_spec)
             link = self._links.get(job_id)
             if link is None:
-                link = self._links[job_id] = _Link(job_type, spec, gpus, planned_steps)
+                link = self._links[job_id] = _Link(job_type, spec, gpus, planned_steps, cadence_spec)
             self._ensure_registered(job_id, link)
         return job_id
 
@@ -357,6 +369,7 @@ class PlatformClient:
                     "detector": link.detector,
                     "gpus": link.gpus,
                     "planned_steps": link.planned_steps,
+                    "cadence": link.cadence,
                     "backlog": [r.to_dict() for r in link.backlog],
                 }
                 for job_id, link in self._links.items()
@@ -371,6 +384,7 @@ class PlatformClient:
                 link["detector"],
                 link["gpus"],
                 link["planned_steps"],
+                link.get("cadence"),  # absent in states saved before cadences: fixed
                 backlog=[Report.from_dict(r) for r in link["backlog"]],
             )
             for job_id, link in state["links"].items()

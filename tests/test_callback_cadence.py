@@ -16,6 +16,7 @@ from datasets import Dataset
 from evalstop_callbacks import EvalStopCallback, RewardFunctionEvaluator
 from evalstop_callbacks.platform_client import PlatformClient
 from evalstop_callbacks.trace import read_trace
+from evalstop_callbacks.tune_client import TuneClient
 
 COMMON = dict(
     use_cpu=True, bf16=False, report_to="none", disable_tqdm=True, logging_steps=1, save_strategy="no", seed=0
@@ -89,10 +90,13 @@ def test_zero_budget_ignores_hints_and_bad_arguments(tmp_path) -> None:
         EvalStopCallback(_evaluator(), eval_steps=4, cadence="often")
     with pytest.raises(ValueError, match="max_extra_evals"):
         EvalStopCallback(_evaluator(), eval_steps=4, cadence="adaptive", max_extra_evals=-1)
-    with pytest.raises(ValueError, match="embedded client"):
-        EvalStopCallback(
-            _evaluator(), eval_steps=4, cadence="adaptive", client=PlatformClient("http://127.0.0.1:9", "token")
-        )
+    # A client whose register takes no cadence (Tune's trial scheduler decides there) is refused, naming it; the
+    # HTTP client takes one (the service decides the hints).
+    with pytest.raises(ValueError, match="TuneClient.register takes no cadence"):
+        EvalStopCallback(_evaluator(), eval_steps=4, cadence="adaptive", client=TuneClient())
+    with PlatformClient("http://127.0.0.1:9", "token") as http_client:
+        cb = EvalStopCallback(_evaluator(), eval_steps=4, cadence="adaptive", client=http_client)
+        assert cb.cadence_spec == {"name": "adaptive", "params": {"fraction": 0.25}}
 
 
 def test_embedded_client_keeps_the_cadence_across_a_resume() -> None:

@@ -72,18 +72,18 @@ def test_migrations_are_versioned_and_concurrent_replicas_migrate_once(pg_db: st
     ]
     outs = [p.communicate(timeout=120) for p in procs]
     assert [p.returncode for p in procs] == [0, 0, 0], [err for _, err in outs]
-    assert [out.strip() for out, _ in outs] == ["0001"] * 3
+    assert [out.strip() for out, _ in outs] == ["0002"] * 3
     # Threads of one process take turns (Alembic's context is process-global).
     with ThreadPoolExecutor(3) as pool:
-        assert list(pool.map(lambda _: upgrade_schema(pg_db), range(3))) == ["0001"] * 3
+        assert list(pool.map(lambda _: upgrade_schema(pg_db), range(3))) == ["0002"] * 3
     with psycopg.connect(pg_db, autocommit=True) as conn:
-        assert conn.execute("SELECT version_num FROM alembic_version").fetchall() == [("0001",)]
+        assert conn.execute("SELECT version_num FROM alembic_version").fetchall() == [("0002",)]
         tables = {
             r[0] for r in conn.execute("SELECT table_name FROM information_schema.tables WHERE table_schema = 'public'")
         }
     assert {"tenants", "jobs", "reports", "alembic_version"} <= tables
     # Downgrade to nothing and back: the migration is reversible.
-    assert upgrade_schema(pg_db) == "0001"
+    assert upgrade_schema(pg_db) == "0002"
     from alembic import command
     from alembic.config import Config
 
@@ -95,7 +95,7 @@ def test_migrations_are_versioned_and_concurrent_replicas_migrate_once(pg_db: st
     command.downgrade(cfg, "base")
     with psycopg.connect(pg_db, autocommit=True) as conn:
         assert conn.execute("SELECT to_regclass('public.jobs')").fetchone() == (None,)
-    assert upgrade_schema(pg_db) == "0001"
+    assert upgrade_schema(pg_db) == "0002"
 
 
 def test_unknown_schema_revision_and_unmigrated_database_are_refused(pg_db: str) -> None:
@@ -392,6 +392,90 @@ def test_a_batch_of_queued_reports_applies_each_in_order_like_the_core(pg_db: st
             )
     finally:
         store.close()
+
+
+def test_a_job_with_a_cadence_gets_the_cores_hints_at_any_replica(pg_db: str) -> None:
+    # Reports of a job with a cadence, sent alternately to two replicas and queued together with a job without one:
+    # every decision equals the core's with the same cadence, hints included. The min_drop policy reads the noise of
+    # all of the job's scores, so this holds only if each transaction rebuilt the job from all of its reports.
+    from platform_sim.core import cadence_from_spec
+    from platform_sim.service.store import JobExists
+
+    cadence = {"name": "adaptive", "params": {"fraction": 0.25, "min_drop": 0.5}}
+    spec = {"name": "k-decline", "params": {"k": 3}}
+    a, b = PostgresStore(pg_db, workers=1), PostgresStore(pg_db, workers=1)
+    try:
+        tenant, _ = a.add_tenant("t")
+        assert a.register_job(tenant.tenant_id, JobRecord("c", "rlhf", spec, cadence="adaptive"))[1]
+        assert not b.register_job(tenant.tenant_id, JobRecord("c", "rlhf", spec, cadence="adaptive"))[1]
+        with pytest.raises(JobExists, match="cadence="):
+            b.register_job(tenant.tenant_id, JobRecord("c", "rlhf", spec, cadence=cadence))
+        with pytest.raises(JobExists, match="cadence="):
+            b.register_job(tenant.tenant_id, JobRecord("c", "rlhf", spec))
+        assert a.register_job(tenant.tenant_id, JobRecord("m", "rlhf", spec, cadence=cadence))[1]
+        assert a.register_job(tenant.tenant_id, JobRecord("plain", "rlhf", spec))[1]
+        assert b.get_job(tenant.tenant_id, "m").cadence == cadence
+        assert b.get_job(tenant.tenant_id, "plain").cadence is None
+        expected = {
+            "c": JobMonitor("c", "rlhf", detector_from_spec(spec), cadence=cadence_from_spec("adaptive")),
+            "m": JobMonitor("m", "rlhf", detector_from_spec(spec), cadence=cadence_from_spec(cadence)),
+            "plain": JobMonitor("plain", "rlhf", detector_from_spec(spec)),
+        }
+        scores = [0.30, 0.50, 0.60, 0.55, 0.58, 0.52, 0.57, 0.50, 0.45]
+        hints = 0
+        for i, score in enumerate(scores):
+            futures = [
+                ((a, b)[(i + n) % 2].submit_report(tenant.tenant_id, Report(job, "rlhf", 10 * i, score)), job)
+                for n, job in enumerate(expected)
+            ]
+            for fut, job in futures:
+                want = expected[job].observe(10 * i, score)
+                assert fut.result(timeout=30).decision == want, (job, i)
+                hints += job != "plain" and want.next_eval_step is not None
+        assert hints >= 2  # the history is one where both cadences hint
+        for job, monitor in expected.items():
+            assert [r.decision for r in a.reports(tenant.tenant_id, job)] == monitor.decisions
+        # A re-send of a hinted step is answered its stored decision, hint included.
+        hinted = next(i for i, d in enumerate(expected["m"].decisions) if d.next_eval_step is not None)
+        resend = Report("m", "rlhf", 10 * hinted, scores[hinted])
+        assert b.submit_report(tenant.tenant_id, resend).result(timeout=30).decision == expected["m"].decisions[hinted]
+    finally:
+        a.close()
+        b.close()
+
+
+def test_a_database_at_revision_0001_upgrades_and_its_jobs_read_as_fixed(pg_db: str) -> None:
+    # A database migrated by the version before cadences, with a job and reports written as that version did.
+    assert upgrade_schema(pg_db, "0001") == "0001"
+    with psycopg.connect(pg_db, autocommit=True) as conn:
+        conn.execute("INSERT INTO tenants (name, token_hash, created_at) VALUES ('t', 'h', 0)")
+        conn.execute(
+            "INSERT INTO jobs (tenant_id, job_id, job_type, detector, detector_state, created_at, n_reports, "
+            "first_step, first_report_at, last_step, best_step, best_score) VALUES (1, 'old', 'rlhf', "
+            '\'{"name": "k-decline", "params": {"k": 2, "min_delta": 0.0}}\', '
+            '\'{"prev_score": 0.5, "declines": 0}\', 0, 2, 0, 0, 10, 10, 0.5)'
+        )
+        conn.execute(
+            "INSERT INTO reports (tenant_id, job_id, step, eval_score, action, reason, declines, best_step, "
+            "best_score, received_at) VALUES (1, 'old', 0, 0.4, 'continue', 'no stop signal', 0, 0, 0.4, 0), "
+            "(1, 'old', 10, 0.5, 'continue', 'no stop signal', 0, 10, 0.5, 0)"
+        )
+    store = PostgresStore(pg_db)  # migrates to the head
+    try:
+        job = store.get_job(1, "old")
+        assert job.cadence is None and job.last_decision is not None and job.last_decision.next_eval_step is None
+        expected = JobMonitor("old", "rlhf", detector_from_spec({"name": "k-decline", "params": {"k": 2}}))
+        for step, score in ((0, 0.4), (10, 0.5), (20, 0.45)):
+            want = expected.observe(step, score)
+        assert store.submit_report(1, Report("old", "rlhf", 20, 0.45)).result(timeout=30).decision == want
+        assert (
+            store.submit_report(1, Report("old", "rlhf", 10, 0.5)).result(timeout=30).decision
+            == (expected.decisions[1])
+        )
+    finally:
+        store.close()
+    with psycopg.connect(pg_db, autocommit=True) as conn:
+        assert conn.execute("SELECT version_num FROM alembic_version").fetchall() == [("0002",)]
 
 
 def test_serve_with_an_unreachable_postgres_url_exits_2_with_one_line() -> None:

@@ -101,6 +101,30 @@ def test_sqlite_schema_equals_the_alembic_heads(tmp_path: Path) -> None:
     assert {t: v["foreign_keys"] for t, v in store.items()} == {t: v["foreign_keys"] for t, v in alembic.items()}
 
 
+def test_an_upgraded_version_1_file_has_the_schema_of_a_new_one(tmp_path: Path) -> None:
+    # A file written at schema version 1 (before cadences), upgraded by opening it with today's store: the columns
+    # added since are appended where a new file has them, so the two files' schemas are the same.
+    import sqlite3
+
+    old = tmp_path / "old.db"
+    with sqlite3.connect(old) as conn:
+        conn.executescript((Path(__file__).parent / "data" / "service_db_v1.sql").read_text())
+    conn.close()
+    before = _reflect(sa.create_engine(f"sqlite:///{old}"), lambda t: _affinity(_kind_declared(t)))
+    assert "cadence" not in [c[0] for c in before["jobs"]["columns"]]
+    SQLiteStore(old).close()
+    SQLiteStore(old).close()  # a second open finds it at the current version: nothing more to do
+    SQLiteStore(tmp_path / "new.db").close()
+    upgraded = _reflect(sa.create_engine(f"sqlite:///{old}"), lambda t: _affinity(_kind_declared(t)))
+    assert upgraded == _reflect(
+        sa.create_engine(f"sqlite:///{tmp_path / 'new.db'}"), lambda t: _affinity(_kind_declared(t))
+    )
+    assert upgraded == _spec(_affinity)
+    assert schema.sqlite_upgrade(schema.SCHEMA_VERSION) == []
+    with pytest.raises(ValueError, match="schema version must be between 1 and"):
+        schema.sqlite_upgrade(0)
+
+
 @pytest.mark.postgres
 def test_postgres_schema_equals_schema_py() -> None:
     psycopg = pytest.importorskip("psycopg")

@@ -31,12 +31,13 @@ from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
-from platform_sim.core import ConflictError, InvalidReportError, Report, default_spec
+from platform_sim.core import ConflictError, InvalidReportError, Report, cadence_from_spec, default_spec
 
 from .metrics import ServiceMetrics
 from .schemas import (
     JOB_ID_PATTERN,
     MAX_EVAL_SCORES,
+    CadenceSpec,
     DecisionOut,
     ErrorOut,
     FinishIn,
@@ -314,6 +315,7 @@ def _job_out(job: JobRecord) -> dict[str, Any]:
         "job_type": job.job_type,
         "status": job.status,
         "detector": job.detector,
+        "cadence": job.cadence if isinstance(job.cadence, dict) else {"name": "fixed", "params": {}},
         "gpus": job.gpus,
         "planned_steps": job.planned_steps,
         "created_at": job.created_at,
@@ -576,12 +578,19 @@ def create_app(
     async def register_job(body: JobCreate, t: TenantDep) -> JSONResponse:
         """Register a job and return it; its ``job_id`` is made up if not given."""
         spec = body.detector.model_dump() if body.detector is not None else None
+        raw_cadence = body.cadence.model_dump() if isinstance(body.cadence, CadenceSpec) else body.cadence
+        try:
+            # Checked here, before the store, so that the message names the field (the store checks it again).
+            cadence = cadence_from_spec(raw_cadence)
+        except ValueError as exc:
+            raise ApiError(422, "invalid_request", f"cadence: {exc}") from None
         record = JobRecord(
             job_id=body.job_id or f"job-{uuid.uuid4().hex[:16]}",
             job_type=body.job_type,
             detector=spec or default_spec(),
             gpus=body.gpus,
             planned_steps=body.planned_steps,
+            cadence=None if cadence is None else cadence.spec(),
         )
         try:
             job, created = await anyio.to_thread.run_sync(store.register_job, t.tenant_id, record)

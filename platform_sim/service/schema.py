@@ -9,14 +9,22 @@ one commit, here and as a new Alembic revision, and the test says when they diff
 
 Types are named by class, not by dialect: ``int`` (SQLite INTEGER; PostgreSQL INTEGER), ``bigint`` (INTEGER;
 BIGINT), ``real`` (REAL; DOUBLE PRECISION), ``text`` (TEXT; TEXT).
+
+Upgrades: a column added after the first version names the version that added it (``Column.since``) and is appended
+at the end of its table (where ``ALTER TABLE ... ADD COLUMN`` puts it, so that an upgraded file and a new one have the
+same columns in the same order). It must be nullable or have a default, so that rows written before it stay valid.
+The SQLite store brings an older file up to :data:`SCHEMA_VERSION` with :func:`sqlite_upgrade`; PostgreSQL with the
+Alembic revision of the same change.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-SCHEMA_VERSION = 1
-"""The SQLite file's schema version (``meta.schema_version``); a file with a newer one is refused."""
+SCHEMA_VERSION = 2
+"""The SQLite file's schema version (``meta.schema_version``); a file with a newer one is refused, an older one is
+upgraded when a store opens it. Version 2 added each job's cadence (``jobs.cadence``) and the cadence hint of each
+answered decision (``reports.next_eval_step``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,12 +36,14 @@ class Column:
         kind: ``int``, ``bigint``, ``real`` or ``text``.
         nullable: Whether NULL is allowed.
         default: A literal SQL default (``"0"``, ``"''"``), or None.
+        since: The schema version that added the column (1: there from the start).
     """
 
     name: str
     kind: str
     nullable: bool = True
     default: str | None = None
+    since: int = 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,8 +68,8 @@ class Table:
     identity: str | None = None
 
 
-def _c(name: str, kind: str, nullable: bool = True, default: str | None = None) -> Column:
-    return Column(name, kind, nullable, default)
+def _c(name: str, kind: str, nullable: bool = True, default: str | None = None, since: int = 1) -> Column:
+    return Column(name, kind, nullable, default, since)
 
 
 TABLES: tuple[Table, ...] = (
@@ -98,6 +108,8 @@ TABLES: tuple[Table, ...] = (
             _c("stop_reason", "text", False, "''"),
             _c("finished_at", "real"),
             _c("finish_reason", "text"),
+            # The cadence spec as JSON (CadencePolicy.spec()); NULL: the fixed cadence, no hints (every job before v2).
+            _c("cadence", "text", since=2),
         ),
         primary_key=("tenant_id", "job_id"),
         foreign_keys=((("tenant_id",), "tenants", ("tenant_id",)),),
@@ -117,6 +129,8 @@ TABLES: tuple[Table, ...] = (
             _c("best_step", "bigint"),
             _c("best_score", "real"),
             _c("received_at", "real", False),
+            # The decision's cadence hint (NULL: none), so that a re-send is answered the same decision.
+            _c("next_eval_step", "bigint", since=2),
         ),
         primary_key=("tenant_id", "job_id", "step"),
         foreign_keys=((("tenant_id", "job_id"), "jobs", ("tenant_id", "job_id")),),
@@ -127,6 +141,37 @@ TABLES: tuple[Table, ...] = (
 _SQLITE_TYPES = {"int": "INTEGER", "bigint": "INTEGER", "real": "REAL", "text": "TEXT"}
 
 
+def _sqlite_column(table: Table, col: Column) -> str:
+    line = f"{col.name} {_SQLITE_TYPES[col.kind]}"
+    if not col.nullable:
+        line += " NOT NULL"
+    if col.name == table.identity:
+        line += " PRIMARY KEY"
+    if col.default is not None:
+        line += f" DEFAULT {col.default}"
+    return line
+
+
+def sqlite_upgrade(version: int) -> list[str]:
+    """The statements that bring a SQLite file from schema ``version`` to :data:`SCHEMA_VERSION`: one ``ALTER TABLE
+    ... ADD COLUMN`` per column added since, in table and column order (tables added since are made by
+    :func:`sqlite_ddl`, which creates whatever is missing).
+
+    Raises:
+        ValueError: ``version`` is not between 1 and :data:`SCHEMA_VERSION`.
+    """
+    if not 1 <= version <= SCHEMA_VERSION:
+        raise ValueError(f"schema version must be between 1 and {SCHEMA_VERSION}, got {version}")
+    out = []
+    for table in TABLES:
+        for col in table.columns:
+            if col.since > version:
+                if not col.nullable and col.default is None:
+                    raise ValueError(f"column {table.name}.{col.name} is added later but is NOT NULL without default")
+                out.append(f"ALTER TABLE {table.name} ADD COLUMN {_sqlite_column(table, col)}")
+    return out
+
+
 def sqlite_ddl() -> str:
     """The SQLite schema script (every statement ``IF NOT EXISTS``, so concurrent openers are safe).
 
@@ -135,16 +180,7 @@ def sqlite_ddl() -> str:
     """
     out = ["CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);"]
     for table in TABLES:
-        lines = []
-        for col in table.columns:
-            line = f"    {col.name} {_SQLITE_TYPES[col.kind]}"
-            if not col.nullable:
-                line += " NOT NULL"
-            if col.name == table.identity:
-                line += " PRIMARY KEY"
-            if col.default is not None:
-                line += f" DEFAULT {col.default}"
-            lines.append(line)
+        lines = [f"    {_sqlite_column(table, col)}" for col in table.columns]
         if table.identity is None:
             lines.append(f"    PRIMARY KEY ({', '.join(table.primary_key)})")
         lines += [f"    UNIQUE ({', '.join(cols)})" for cols in table.unique]

@@ -11,7 +11,17 @@ from __future__ import annotations
 import math
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictFloat, field_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Discriminator,
+    Field,
+    StrictFloat,
+    StringConstraints,
+    Tag,
+    field_validator,
+)
 
 from platform_sim.core import JOB_TYPES
 
@@ -62,26 +72,64 @@ class DetectorSpec(_Strict):
     @field_validator("params")
     @classmethod
     def _finite_params(cls, value: dict[str, Any]) -> dict[str, Any]:
-        def check(v: Any, where: str) -> None:
-            if isinstance(v, float) and not math.isfinite(v):
-                raise ValueError(f"detector parameter {where} must be finite, got {v}")
-            if isinstance(v, dict):
-                for k, item in v.items():
-                    check(item, f"{where}.{k}")
-            elif isinstance(v, list):
-                for i, item in enumerate(v):
-                    check(item, f"{where}[{i}]")
+        return _finite("detector", value)
 
-        for key, item in value.items():
-            check(item, key)
-        return value
+
+def _finite(what: str, value: dict[str, Any]) -> dict[str, Any]:
+    """``value`` (a spec's parameters) if every number in it is finite; else a ValueError naming the parameter."""
+
+    def check(v: Any, where: str) -> None:
+        if isinstance(v, float) and not math.isfinite(v):
+            raise ValueError(f"{what} parameter {where} must be finite, got {v}")
+        if isinstance(v, dict):
+            for k, item in v.items():
+                check(item, f"{where}.{k}")
+        elif isinstance(v, list):
+            for i, item in enumerate(v):
+                check(item, f"{where}[{i}]")
+
+    for key, item in value.items():
+        check(item, key)
+    return value
+
+
+class CadenceSpec(_Strict):
+    """How often the scheduler wants a job evaluated: ``fixed`` (the job's regular cadence, no hints) or
+    ``adaptive`` (decisions carry ``next_eval_step``, sooner than the regular cadence while a decline may have
+    begun), with the policy's parameters.
+
+    The parameters are passed to the core's ``cadence_from_spec`` (``platform_sim.core.cadence``), which checks them
+    (an unknown name or a bad parameter is a 422 naming it).
+    """
+
+    name: str = Field(min_length=1, max_length=64, examples=["adaptive"])
+    params: dict[str, Any] = Field(default_factory=dict, max_length=32, examples=[{"fraction": 0.25}])
+
+    @field_validator("params")
+    @classmethod
+    def _finite_params(cls, value: dict[str, Any]) -> dict[str, Any]:
+        return _finite("cadence", value)
+
+
+def _cadence_form(value: Any) -> str:
+    # A name or an object: pydantic then checks only the form given, and its message names only that form's problem.
+    return "name" if isinstance(value, str) else "spec"
+
+
+CadenceField = Annotated[
+    Annotated[Annotated[str, StringConstraints(min_length=1, max_length=64)], Tag("name")]
+    | Annotated[CadenceSpec, Tag("spec")],
+    Discriminator(_cadence_form),
+]
+"""A cadence as a registration gives it: a name (``"fixed"``, ``"adaptive"``) or a :class:`CadenceSpec` object."""
 
 
 class JobCreate(_Strict):
     """Registration of a job.
 
     ``job_id`` is optional: the service makes one if it is missing. Registering an id again with the same type,
-    detector and GPU count is idempotent (a retried or resumed registration) and answers 200 instead of 201.
+    detector, GPU count and cadence is idempotent (a retried or resumed registration) and answers 200 instead of 201;
+    a different one is a 409.
     """
 
     job_type: JobType
@@ -97,6 +145,13 @@ class JobCreate(_Strict):
     )
     detector: DetectorSpec | None = Field(
         None, description="Stop detector; default: the project's default detector (platform_sim.core.default_spec())."
+    )
+    cadence: CadenceField | None = Field(
+        None,
+        description="Evaluation cadence: 'fixed' (no hints; the default), 'adaptive', or "
+        "{'name': 'adaptive', 'params': {'fraction': 0.25}}. With 'adaptive' each decision may carry "
+        "next_eval_step.",
+        examples=["adaptive"],
     )
 
 
@@ -142,6 +197,9 @@ class JobOut(BaseModel):
     job_type: str
     status: Literal["running", "stopped", "finished"]
     detector: DetectorSpec
+    cadence: CadenceSpec = Field(
+        description="The job's cadence, normalized: {'name': 'fixed', 'params': {}} when it gets no hints."
+    )
     gpus: int | None
     planned_steps: int | None
     created_at: float

@@ -16,21 +16,23 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from platform_sim.core import Action, Decision, JobMonitor, Report
+from platform_sim.core import Action, Decision, JobMonitor, Report, cadence_from_spec
 
 from .store import JobExists, JobFinished, JobNotFound, JobRecord, ReportOutcome, StoredReport, StoreUnavailable
 
 # The columns of a job listing: the job row and its last report's decision (LEFT JOIN: None before the first report).
 JOB_COLUMNS = (
     "j.job_id, j.job_type, j.detector, j.gpus, j.planned_steps, j.created_at, j.n_reports, j.last_step, "
-    "j.best_step, j.best_score, j.stopped_at, j.finished_at, j.finish_reason, "
-    "r.action, r.reason, r.declines, r.best_step, r.best_score"
+    "j.best_step, j.best_score, j.stopped_at, j.finished_at, j.finish_reason, j.cadence, "
+    "r.action, r.reason, r.declines, r.best_step, r.best_score, r.next_eval_step"
 )
 JOB_FROM = (
     "FROM jobs j LEFT JOIN reports r ON r.tenant_id = j.tenant_id AND r.job_id = j.job_id AND r.step = j.last_step"
 )
 TENANT_COLUMNS = "tenant_id, name, created_at, revoked_at"
-STORED_REPORT_COLUMNS = "step, eval_score, eval_scores, action, reason, declines, best_step, best_score, received_at"
+STORED_REPORT_COLUMNS = (
+    "step, eval_score, eval_scores, action, reason, declines, best_step, best_score, received_at, next_eval_step"
+)
 
 _STATUS_WHERE = {
     "finished": "j.finished_at IS NOT NULL",
@@ -86,11 +88,11 @@ def statements(ph: str) -> Statements:
         tenant_by_token=f"SELECT {TENANT_COLUMNS} FROM tenants WHERE token_hash = {p}",
         insert_job=(
             "INSERT INTO jobs (tenant_id, job_id, job_type, detector, detector_state, gpus, planned_steps, "
-            f"created_at, stop_reason) VALUES ({', '.join([p] * 8)}, '')"
+            f"created_at, cadence, stop_reason) VALUES ({', '.join([p] * 9)}, '')"
         ),
         insert_report=(
             "INSERT INTO reports (tenant_id, job_id, step, eval_score, eval_scores, action, reason, declines, "
-            f"best_step, best_score, received_at) VALUES ({', '.join([p] * 11)})"
+            f"best_step, best_score, received_at, next_eval_step) VALUES ({', '.join([p] * 12)})"
         ),
         update_job_state=(
             f"UPDATE jobs SET detector_state = {p}, n_reports = {p}, first_step = {p}, first_report_at = {p}, "
@@ -136,10 +138,26 @@ def list_jobs_query(
 
 
 def decision_from_row(
-    action: str, reason: str, declines: int, best_step: int | None, best_score: float | None
+    action: str,
+    reason: str,
+    declines: int,
+    best_step: int | None,
+    best_score: float | None,
+    next_eval_step: int | None = None,
 ) -> Decision:
     """The :class:`~platform_sim.core.Decision` stored in a report row's decision columns."""
-    return Decision(Action(action), reason, declines, best_step, best_score)
+    return Decision(Action(action), reason, declines, best_step, best_score, next_eval_step)
+
+
+def normalized_cadence(spec: Any) -> dict[str, Any] | None:
+    """A job's cadence spec as stored: the policy's own spec (defaults filled in, so that equal cadences compare
+    equal), or None for the fixed cadence (``None``, ``"fixed"`` or ``{"name": "fixed"}``).
+
+    Raises:
+        ValueError: The core's :func:`~platform_sim.core.cadence.cadence_from_spec` refuses the spec.
+    """
+    policy = cadence_from_spec(spec)
+    return None if policy is None else policy.spec()
 
 
 def job_from_row(row: Sequence[Any]) -> JobRecord:
@@ -158,13 +176,19 @@ def job_from_row(row: Sequence[Any]) -> JobRecord:
         stopped_at,
         finished_at,
         finish_reason,
+        cadence,
         r_action,
         r_reason,
         r_declines,
         r_best_step,
         r_best_score,
+        r_next_eval_step,
     ) = row
-    last = None if r_action is None else decision_from_row(r_action, r_reason, r_declines, r_best_step, r_best_score)
+    last = (
+        None
+        if r_action is None
+        else decision_from_row(r_action, r_reason, r_declines, r_best_step, r_best_score, r_next_eval_step)
+    )
     return JobRecord(
         job_id=job_id,
         job_type=job_type,
@@ -180,35 +204,55 @@ def job_from_row(row: Sequence[Any]) -> JobRecord:
         stopped_at=stopped_at,
         finished_at=finished_at,
         finish_reason=finish_reason,
+        cadence=None if cadence is None else json.loads(cadence),
     )
 
 
 def stored_report_from_row(row: Sequence[Any]) -> StoredReport:
     """The :class:`~platform_sim.service.store.StoredReport` of a row selected with :data:`STORED_REPORT_COLUMNS`."""
     return StoredReport(
-        row[0], row[1], None if row[2] is None else tuple(json.loads(row[2])), decision_from_row(*row[3:8]), row[8]
+        row[0],
+        row[1],
+        None if row[2] is None else tuple(json.loads(row[2])),
+        decision_from_row(row[3], row[4], row[5], row[6], row[7], row[9]),
+        row[8],
     )
 
 
-def check_same_registration(existing: JobRecord, record: JobRecord, spec: dict[str, Any]) -> None:
+def check_same_registration(
+    existing: JobRecord, record: JobRecord, spec: dict[str, Any], cadence: dict[str, Any] | None
+) -> None:
     """Raise :class:`~platform_sim.service.store.JobExists` unless a repeated registration matches the stored job.
 
     Args:
         existing: The stored job.
         record: The registration request.
         spec: The request's normalized detector spec.
+        cadence: The request's normalized cadence spec (:func:`normalized_cadence`; None: fixed).
     """
-    if (existing.job_type, existing.detector, existing.gpus) != (record.job_type, spec, record.gpus):
+    if (existing.job_type, existing.detector, existing.gpus, existing.cadence) != (
+        record.job_type,
+        spec,
+        record.gpus,
+        cadence,
+    ):
         raise JobExists(
             f"job {record.job_id!r} is already registered with job_type={existing.job_type!r}, "
-            f"detector={json.dumps(existing.detector)}, gpus={existing.gpus}"
+            f"detector={json.dumps(existing.detector)}, gpus={existing.gpus}, "
+            f"cadence={json.dumps(existing.cadence or 'fixed')}"
         )
 
 
 def insert_job_args(
-    tenant_id: int, record: JobRecord, spec: dict[str, Any], detector_state: Any, now: float
+    tenant_id: int,
+    record: JobRecord,
+    spec: dict[str, Any],
+    detector_state: Any,
+    now: float,
+    cadence: dict[str, Any] | None = None,
 ) -> tuple[Any, ...]:
-    """The arguments of :attr:`Statements.insert_job` for a new job."""
+    """The arguments of :attr:`Statements.insert_job` for a new job (``cadence``: its normalized cadence spec,
+    None for the fixed cadence)."""
     return (
         tenant_id,
         record.job_id,
@@ -218,10 +262,13 @@ def insert_job_args(
         record.gpus,
         record.planned_steps,
         now,
+        None if cadence is None else json.dumps(cadence),
     )
 
 
-def new_job_record(record: JobRecord, spec: dict[str, Any], now: float) -> JobRecord:
+def new_job_record(
+    record: JobRecord, spec: dict[str, Any], now: float, cadence: dict[str, Any] | None = None
+) -> JobRecord:
     """The record answered for a job just registered (no reports yet)."""
     return JobRecord(
         job_id=record.job_id,
@@ -230,6 +277,7 @@ def new_job_record(record: JobRecord, spec: dict[str, Any], now: float) -> JobRe
         gpus=record.gpus,
         planned_steps=record.planned_steps,
         created_at=now,
+        cadence=cadence,
     )
 
 
@@ -243,6 +291,7 @@ def monitor_state(
     best_score: float | None,
     stopped_at: int | None,
     stop_reason: str,
+    cadence: str | None = None,
 ) -> dict[str, Any]:
     """The :meth:`JobMonitor.from_state_dict <platform_sim.core.monitor.JobMonitor.from_state_dict>` input of a job.
 
@@ -251,13 +300,15 @@ def monitor_state(
         job_type: The ``jobs.job_type`` column.
         detector: The ``jobs.detector`` column (JSON).
         detector_state: The ``jobs.detector_state`` column (JSON).
-        reps: Report rows ``(step, eval_score, action, reason, declines, best_step, best_score)`` in step order.
+        reps: Report rows ``(step, eval_score, action, reason, declines, best_step, best_score, next_eval_step)``
+            in step order.
         best_step: The ``jobs.best_step`` column.
         best_score: The ``jobs.best_score`` column.
         stopped_at: The ``jobs.stopped_at`` column.
         stop_reason: The ``jobs.stop_reason`` column.
+        cadence: The ``jobs.cadence`` column (JSON; None: the fixed cadence).
     """
-    return {
+    state: dict[str, Any] = {
         "job_id": job_id,
         "job_type": job_type,
         "detector": json.loads(detector),
@@ -265,13 +316,24 @@ def monitor_state(
         "steps": [r[0] for r in reps],
         "scores": [r[1] for r in reps],
         "decisions": [
-            {"action": r[2], "reason": r[3], "declines": r[4], "best_step": r[5], "best_score": r[6]} for r in reps
+            {
+                "action": r[2],
+                "reason": r[3],
+                "declines": r[4],
+                "best_step": r[5],
+                "best_score": r[6],
+                "next_eval_step": r[7],
+            }
+            for r in reps
         ],
         "best_step": best_step,
         "best_score": best_score,
         "stopped_at": stopped_at,
         "stop_reason": stop_reason,
     }
+    if cadence is not None:
+        state["cadence"] = json.loads(cadence)
+    return state
 
 
 def report_row(key: tuple[Any, ...], report: Report, decision: Decision, now: float) -> tuple[Any, ...]:
@@ -287,6 +349,7 @@ def report_row(key: tuple[Any, ...], report: Report, decision: Decision, now: fl
         decision.best_step,
         decision.best_score,
         now,
+        decision.next_eval_step,
     )
 
 
@@ -344,10 +407,10 @@ def gpu_hours_reclaimed(
 
 JOB_STATE_COLUMNS = (
     "job_type, detector, detector_state, best_step, best_score, stopped_at, stop_reason, n_reports, finished_at, "
-    "gpus, planned_steps, first_step, first_report_at, last_step"
+    "gpus, planned_steps, first_step, first_report_at, last_step, cadence"
 )
 """The ``jobs`` columns a report needs, in the order :func:`load_job_state` takes them."""
-REPORT_STATE_COLUMNS = "step, eval_score, action, reason, declines, best_step, best_score"
+REPORT_STATE_COLUMNS = "step, eval_score, action, reason, declines, best_step, best_score, next_eval_step"
 """The ``reports`` columns a monitor is rebuilt from, in the order :func:`monitor_state` takes them."""
 
 
@@ -410,7 +473,8 @@ def load_job_state(job_id: str, row: Sequence[Any] | None, reps: Sequence[Sequen
         job_id: The job's id.
         row: The job row, or None when there is none.
         reps: Report rows (:data:`REPORT_STATE_COLUMNS`) in step order: all of them (``complete``), or at least the
-            last one and the one of each step a re-send in this transaction may name.
+            last one and the one of each step a re-send in this transaction may name. A job with a cadence needs all
+            of them: its policy reads the whole history (the regular interval, the noise of the scores).
         complete: Whether ``reps`` holds every report of the job (checked against ``n_reports``).
 
     Raises:
@@ -435,9 +499,12 @@ def load_job_state(job_id: str, row: Sequence[Any] | None, reps: Sequence[Sequen
         first_step,
         first_report_at,
         last_step,
+        cadence,
     ) = row
     if finished_at is not None:
         raise JobFinished(f"job {job_id!r} is finished; it takes no more reports")
+    if cadence is not None and not complete:
+        raise ValueError(f"job {job_id!r} has a cadence: its state is rebuilt from all of its report rows only")
     if complete and len(reps) != n_reports:
         raise StoreUnavailable(f"job {job_id!r} is inconsistent: {n_reports} reports counted, {len(reps)} stored")
     if not complete and last_step is not None and (not reps or reps[-1][0] != last_step):
@@ -452,6 +519,7 @@ def load_job_state(job_id: str, row: Sequence[Any] | None, reps: Sequence[Sequen
         best_score=best_score,
         stopped_at=stopped_at,
         stop_reason=stop_reason,
+        cadence=cadence,
     )
     return JobState(
         JobMonitor.from_state_dict(state),

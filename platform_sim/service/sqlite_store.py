@@ -160,6 +160,14 @@ class SQLiteStore(Store):
                     f"database {self.path!r} has schema version {row[0]}, newer than this "
                     f"evalstop-server ({SCHEMA_VERSION}); upgrade evalstop"
                 )
+            elif int(row[0]) < SCHEMA_VERSION:
+                # A file of an older version: its tables lack the columns added since (CREATE TABLE IF NOT EXISTS
+                # above left them as they were). Added in this one transaction, under the write lock, after reading
+                # the version in it: of several processes opening the file at once, exactly one upgrades it.
+                for statement in schema.sqlite_upgrade(int(row[0])):
+                    conn.execute(statement)
+                conn.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION),))
+                logger.info("database %s upgraded from schema version %s to %d", self.path, row[0], SCHEMA_VERSION)
             conn.execute("COMMIT")
         except BaseException:
             if conn.in_transaction:
@@ -270,9 +278,10 @@ class SQLiteStore(Store):
 
     # -- jobs ----------------------------------------------------------------------------------------------------
     def register_job(self, tenant_id: int, record: JobRecord) -> tuple[JobRecord, bool]:
-        # Validates the spec and normalizes it (defaults filled in) so that equal detectors compare equal.
+        # Validates the specs and normalizes them (defaults filled in) so that equal detectors (cadences) compare equal.
         detector = detector_from_spec(record.detector)
         spec = detector.spec()
+        cadence = sql.normalized_cadence(record.cadence)
         monitor = JobMonitor(job_id=record.job_id, job_type=record.job_type, detector=detector)
         state = monitor.state_dict()
 
@@ -282,11 +291,12 @@ class SQLiteStore(Store):
             row = conn.execute(_SQL.job_by_key, (tenant_id, record.job_id)).fetchone()
             if row is not None:
                 existing = sql.job_from_row(row)
-                sql.check_same_registration(existing, record, spec)
+                sql.check_same_registration(existing, record, spec, cadence)
                 return existing, False
             now = time.time()
-            conn.execute(_SQL.insert_job, sql.insert_job_args(tenant_id, record, spec, state["detector_state"], now))
-            return sql.new_job_record(record, spec, now), True
+            args = sql.insert_job_args(tenant_id, record, spec, state["detector_state"], now, cadence)
+            conn.execute(_SQL.insert_job, args)
+            return sql.new_job_record(record, spec, now, cadence), True
 
         return self._submit(op, (tenant_id, record.job_id)).result()
 

@@ -45,7 +45,7 @@ class JobNotFound(StoreError):
 
 
 class JobExists(StoreError):
-    """Registration of a job id that the tenant already holds with another type, detector or GPU count."""
+    """Registration of a job id that the tenant already holds with another type, detector, GPU count or cadence."""
 
 
 class JobFinished(StoreError):
@@ -100,6 +100,9 @@ class JobRecord:
         stopped_at: Step at which the core stopped the job, if it did.
         finished_at: Unix time of the ``finish`` call, if any.
         finish_reason: The reason given to ``finish``.
+        cadence: The cadence spec ``{"name": "adaptive", "params": {...}}`` the job was registered with, or None
+            for the fixed cadence (no hints). A registration may give any spec the core's ``cadence_from_spec``
+            takes; the store keeps the policy's normalized spec.
         finished_now: True only in the answer of the ``finish`` call that finished the job (not stored; a repeated
             finish answers False, so that metrics count each job once).
     """
@@ -118,6 +121,7 @@ class JobRecord:
     stopped_at: int | None = None
     finished_at: float | None = None
     finish_reason: str | None = None
+    cadence: str | dict[str, Any] | None = None
     finished_now: bool = False
 
     @property
@@ -188,8 +192,8 @@ class Store(abc.ABC):
     def register_job(self, tenant_id: int, record: JobRecord) -> tuple[JobRecord, bool]:
         """Register a job; returns ``(record, created)``.
 
-        Registering an id the tenant already holds with the same type, detector and GPU count returns the stored
-        record with ``created=False`` (a retried or resumed registration); anything else raises :class:`JobExists`.
+        Registering an id the tenant already holds with the same type, detector, GPU count and cadence returns the
+        stored record with ``created=False`` (a retried or resumed registration); anything else raises :class:`JobExists`.
         """
 
     @abc.abstractmethod

@@ -13,8 +13,9 @@ How replicas stay correct:
   default).
 - No replica trusts memory: the monitor is rebuilt inside the transaction from the locked job row (detector state,
   best step, stop latch) and the report rows it needs (the last one, and the one of the reported step for a
-  re-send), then fed through the core's one implementation. That costs two indexed reads per batch and makes the
-  decision identical to a single process applying the same reports in the same order.
+  re-send; all of them for a job registered with a cadence, whose hint reads the whole history), then fed through
+  the core's one implementation. That costs two indexed reads per batch (three when the batch holds a job with a
+  cadence) and makes the decision identical to a single process applying the same reports in the same order.
 - Lost connections (a database restart or failover) are reopened at their next use and the read or transaction run
   once more; writers wait at most ``lock_timeout_s`` for a row lock another replica holds.
 - Within a replica, each job is pinned to one of ``workers`` writer threads (hash of tenant and job id), so reports
@@ -335,8 +336,9 @@ class PostgresStore(Store):
     def _apply_reports(self, cur: Any, items: Sequence[Op]) -> list[Result]:
         """Apply reports (several jobs, possibly several per job, in submission order) in the open transaction.
 
-        Four round trips whatever the batch size: lock the job rows, read the report rows the monitors need, insert
-        the new report rows, update the job rows.
+        Four round trips whatever the batch size (five when a job of the batch has a cadence: its report rows are
+        read whole): lock the job rows, read the report rows the monitors need, insert the new report rows, update
+        the job rows.
         """
         keys = sorted({op.key for op in items})
         # The row locks, taken in key order (ORDER BY sits under the locking step), so that two replicas' batches
@@ -351,13 +353,23 @@ class PostgresStore(Store):
         ).fetchall()
         jobs = {(r[0], r[1]): r[2:] for r in rows}
         # A monitor needs, besides the detector state, only the report rows that a re-send could be compared with:
-        # the one at each reported step (if stored) and the last one (for "steps must increase").
+        # the one at each reported step (if stored) and the last one (for "steps must increase"). A job with a
+        # cadence needs all of them: its policy reads the whole history (the regular interval, the scores' noise).
+        full = sorted(key for key, job in jobs.items() if job[14] is not None)  # cadence
         want: set[tuple[int, str, int]] = set()
         for op in items:
             job = jobs.get(op.key)
-            if job is not None and job[13] is not None:  # last_step
+            if job is not None and job[14] is None and job[13] is not None:  # no cadence; last_step
                 want.update({(*op.key, job[13]), (*op.key, op.payload.step)})
         stored: dict[tuple[Any, ...], list[tuple[Any, ...]]] = {}
+        if full:
+            for r in cur.execute(
+                f"SELECT tenant_id, job_id, {sql.REPORT_STATE_COLUMNS} "
+                "FROM reports WHERE (tenant_id, job_id) IN (SELECT * FROM unnest(%s::bigint[], %s::text[])) "
+                "ORDER BY 1, 2, 3",
+                ([k[0] for k in full], [k[1] for k in full]),
+            ).fetchall():
+                stored.setdefault((r[0], r[1]), []).append(r[2:])
         if want:
             w = sorted(want)
             for r in cur.execute(
@@ -375,8 +387,9 @@ class PostgresStore(Store):
             try:
                 job_state = states.get(key)
                 if job_state is None:
+                    row = jobs.get(key)
                     job_state = states[key] = sql.load_job_state(
-                        key[1], jobs.get(key), stored.get(key, []), complete=False
+                        key[1], row, stored.get(key, []), complete=row is not None and row[14] is not None
                     )
                 results.append((sql.apply_report(key, job_state, op.payload, writes), None))
             except Exception as exc:  # the writer decides (domain error: answered; anything else: isolated)
@@ -425,21 +438,22 @@ class PostgresStore(Store):
 
     # -- jobs ----------------------------------------------------------------------------------------------------
     def register_job(self, tenant_id: int, record: JobRecord) -> tuple[JobRecord, bool]:
-        # Validates the spec and normalizes it (defaults filled in) so that equal detectors compare equal.
+        # Validates the specs and normalizes them (defaults filled in) so that equal detectors (cadences) compare equal.
         detector = detector_from_spec(record.detector)
         spec = detector.spec()
+        cadence = sql.normalized_cadence(record.cadence)
         state = JobMonitor(job_id=record.job_id, job_type=record.job_type, detector=detector).state_dict()
 
         def op(cur: Any) -> tuple[JobRecord, bool]:
             now = time.time()
             cur.execute(
                 _SQL.insert_job + " ON CONFLICT (tenant_id, job_id) DO NOTHING",
-                sql.insert_job_args(tenant_id, record, spec, state["detector_state"], now),
+                sql.insert_job_args(tenant_id, record, spec, state["detector_state"], now, cadence),
             )
             if cur.rowcount == 1:
-                return sql.new_job_record(record, spec, now), True
+                return sql.new_job_record(record, spec, now, cadence), True
             existing = sql.job_from_row(cur.execute(_SQL.job_by_key, (tenant_id, record.job_id)).fetchone())
-            sql.check_same_registration(existing, record, spec)
+            sql.check_same_registration(existing, record, spec, cadence)
             return existing, False
 
         return self._submit(self._shard(tenant_id, record.job_id), (tenant_id, record.job_id), op).result()

@@ -1,0 +1,189 @@
+"""Job cadences on the service: registered, stored in a real SQLite file, and used by a real server process.
+
+A job registered with ``cadence="adaptive"`` gets the decisions the embedded client gives for the same reports, the
+``next_eval_step`` hint included, also after the server restarts and rebuilds the job from the file. A bad cadence is
+a 422 naming the problem, another cadence for a registered job id a 409, and a database written before cadences
+existed (schema version 1, ``tests/data/service_db_v1.sql``) opens with its jobs on the fixed cadence.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from service_support import Server, auth, free_port, tenant_server
+
+from evalstop_callbacks.client import EmbeddedClient
+from evalstop_callbacks.platform_client import PlatformClient
+from platform_sim.core import Report
+from platform_sim.service import schema
+
+V1_DUMP = Path(__file__).parent / "data" / "service_db_v1.sql"
+V1_TOKEN = "es_v1-fixture-token"  # the fixture tenant's test token (its hash is in the dump)
+
+# Rises to step 20, a first decline at 30 (the hint), a recovery at the hinted step, a decline again at 40.
+HISTORY = [(0, 0.30), (10, 0.50), (20, 0.60), (30, 0.55), (35, 0.58), (40, 0.52)]
+DETECTOR = {"name": "k-decline", "params": {"k": 2}}
+
+
+def _register(http: httpx.Client, job_id: str, **extra: Any) -> httpx.Response:
+    return http.post("/v1/jobs", json={"job_type": "rlhf", "job_id": job_id, "detector": DETECTOR, **extra})
+
+
+def _post(http: httpx.Client, job_id: str, step: int, score: float) -> dict[str, Any]:
+    resp = http.post(
+        f"/v1/jobs/{job_id}/evals", json={"job_id": job_id, "job_type": "rlhf", "step": step, "eval_score": score}
+    )
+    assert resp.status_code == 200, resp.text
+    return resp.json()
+
+
+def _embedded(cadence: Any, history: list[tuple[int, float]]) -> list[dict[str, Any]]:
+    """The embedded client's decisions (as the service serializes them) for ``history`` of one job."""
+    client = EmbeddedClient()
+    job = client.register("rlhf", DETECTOR, job_id="j", cadence=cadence)
+    return [client.report(Report(job, "rlhf", step, score)).to_dict() for step, score in history]
+
+
+@pytest.mark.parametrize(
+    "cadence",
+    ["adaptive", {"name": "adaptive", "params": {"fraction": 0.5}}, {"name": "adaptive", "params": {"min_drop": 0.5}}],
+)
+def test_adaptive_cadence_over_http_gives_the_embedded_clients_decisions(tmp_path: Path, cadence: Any) -> None:
+    # min_drop reads the noise of the whole history of scores: its hint (at step 40, after the restart) holds only
+    # if the server rebuilt the job from all of its stored reports.
+    expected = _embedded(cadence, HISTORY)
+    assert expected[5].get("next_eval_step") is not None  # the history is one where this cadence hints
+    with tenant_server(tmp_path) as (srv, token):
+        with httpx.Client(base_url=srv.url, headers=auth(token), timeout=10) as http:
+            created = _register(http, "job-a", cadence=cadence)
+            assert created.status_code == 201, created.text
+            got = [_post(http, "job-a", step, score) for step, score in HISTORY[:4]]
+            assert got == expected[:4]
+            assert http.get("/v1/jobs/job-a").json()["last_decision"] == expected[3]
+            # A re-send of the declining step is answered the same decision, its hint included.
+            assert _post(http, "job-a", *HISTORY[3]) == expected[3]
+        srv.stop()  # a new process rebuilds the job (and its cadence) from the file
+        srv.port = free_port()
+        srv.start()
+        with httpx.Client(base_url=srv.url, headers=auth(token), timeout=10) as http:
+            assert [_post(http, "job-a", step, score) for step, score in HISTORY[4:]] == expected[4:]
+            view = http.get("/v1/jobs/job-a").json()
+    assert view["cadence"] == {"name": "adaptive", "params": {"fraction": 0.25, **_params(cadence)}}
+    if cadence == "adaptive":
+        # The one-decline evaluations carry the hint: a quarter of the regular interval of 10 later.
+        assert [d.get("next_eval_step") for d in expected] == [None, None, None, 32, None, 42]
+
+
+def _params(cadence: Any) -> dict[str, Any]:
+    return cadence["params"] if isinstance(cadence, dict) else {}
+
+
+def test_the_fixed_cadence_gives_no_hint_and_reads_as_fixed(tmp_path: Path) -> None:
+    with tenant_server(tmp_path) as (srv, token), httpx.Client(base_url=srv.url, headers=auth(token)) as http:
+        for job_id, extra in (("no-cadence", {}), ("fixed", {"cadence": "fixed"}), ("null", {"cadence": None})):
+            view = _register(http, job_id, **extra).json()
+            assert view["cadence"] == {"name": "fixed", "params": {}}
+            decisions = [_post(http, job_id, step, score) for step, score in HISTORY[:4]]
+            assert decisions == _embedded(None, HISTORY[:4])
+            assert all("next_eval_step" not in d for d in decisions)
+
+
+@pytest.mark.parametrize(
+    ("cadence", "message"),
+    [
+        ("often", "cadence: unknown cadence 'often'; choose one of fixed, adaptive"),
+        ({"name": "adaptive", "params": {"fraction": 1.5}}, "cadence: cadence fraction must be a number strictly"),
+        ({"name": "adaptive", "params": {"speed": 2}}, "cadence: bad parameters for cadence 'adaptive'"),
+        ({"name": "fixed", "params": {"fraction": 0.5}}, "cadence: the fixed cadence takes no parameters"),
+        ({"name": "adaptive", "every": 3}, "cadence.spec.every: unknown field"),
+        (3, "cadence.spec: Input should be a valid dictionary"),
+    ],
+)
+def test_a_bad_cadence_is_a_422_naming_the_problem(tmp_path: Path, cadence: Any, message: str) -> None:
+    with tenant_server(tmp_path) as (srv, token), httpx.Client(base_url=srv.url, headers=auth(token)) as http:
+        resp = _register(http, "bad", cadence=cadence)
+        assert resp.status_code == 422, resp.text
+        assert resp.json()["error"] == "invalid_request"
+        assert message in resp.json()["message"]
+        assert http.get("/v1/jobs/bad").status_code == 404  # nothing was registered
+
+
+def test_another_cadence_for_a_registered_job_is_a_conflict(tmp_path: Path) -> None:
+    with tenant_server(tmp_path) as (srv, token), httpx.Client(base_url=srv.url, headers=auth(token)) as http:
+        assert _register(http, "a", cadence="adaptive").status_code == 201
+        # The same cadence, however it is spelled (a name, or the normalized spec): idempotent.
+        assert _register(http, "a", cadence="adaptive").status_code == 200
+        same = {"name": "adaptive", "params": {"fraction": 0.25}}
+        assert _register(http, "a", cadence=same).status_code == 200
+        for other in ("fixed", None, {"name": "adaptive", "params": {"fraction": 0.5}}):
+            resp = _register(http, "a", **({} if other is None else {"cadence": other}))
+            assert resp.status_code == 409, resp.text
+            assert resp.json()["error"] == "conflict"
+            assert 'cadence={"name": "adaptive", "params": {"fraction": 0.25}}' in resp.json()["message"]
+        assert _register(http, "f").status_code == 201  # no cadence: fixed
+        assert _register(http, "f", cadence="fixed").status_code == 200
+        resp = _register(http, "f", cadence="adaptive")
+        assert resp.status_code == 409 and 'cadence="fixed"' in resp.json()["message"]
+
+
+def test_the_http_client_registers_the_cadence_and_returns_the_services_hints(tmp_path: Path) -> None:
+    cadence = {"name": "adaptive", "params": {"fraction": 0.5}}
+    expected = _embedded(cadence, HISTORY)
+    with tenant_server(tmp_path) as (srv, token), PlatformClient(srv.url, token, max_retries=0) as client:
+        job = client.register("rlhf", DETECTOR, job_id="via-client", cadence=cadence)
+        got = []
+        for step, score in HISTORY:
+            got.append(client.report(Report(job, "rlhf", step, score)).to_dict())
+            assert client.last_source == "service"  # the service decided, not the local fallback
+        view = httpx.get(f"{srv.url}/v1/jobs/via-client", headers=auth(token)).json()
+    assert got == expected
+    assert view["cadence"] == cadence
+    with pytest.raises(ValueError, match="unknown cadence"):
+        PlatformClient("http://127.0.0.1:9", "token").register("rlhf", cadence="often")  # refused before any request
+
+
+def test_a_version_1_database_opens_and_its_jobs_read_as_fixed(tmp_path: Path) -> None:
+    db = tmp_path / "old.db"
+    with sqlite3.connect(db) as conn:
+        conn.executescript(V1_DUMP.read_text())
+    conn.close()
+    srv = Server(db, free_port()).start()  # the server opens (and upgrades) the file
+    try:
+        with httpx.Client(base_url=srv.url, headers=auth(V1_TOKEN), timeout=10) as http:
+            view = http.get("/v1/jobs/old-job").json()
+            assert view["cadence"] == {"name": "fixed", "params": {}}
+            assert (view["n_reports"], view["last_step"], view["best_step"]) == (4, 60, 40)
+            assert view["last_decision"] == {
+                "action": "continue",
+                "reason": "no stop signal",
+                "declines": 1,
+                "best_step": 40,
+                "best_score": 0.47,
+            }
+            # The job goes on as before: the second decline stops it (k=2), as the embedded client decides.
+            history = [(0, 0.30), (20, 0.42), (40, 0.47), (60, 0.44), (80, 0.40)]
+            client = EmbeddedClient()
+            client.register("rlhf", DETECTOR, job_id="old-job")
+            expected = [client.report(Report("old-job", "rlhf", s, x)).to_dict() for s, x in history]
+            assert _post(http, "old-job", 60, 0.44) == expected[3]  # a re-send of a version-1 row
+            assert _post(http, "old-job", 80, 0.40) == expected[4]
+            assert expected[4]["action"] == "stop"
+            # The same job id registered again with its old settings is idempotent; with a cadence it is not.
+            same = {"gpus": 2, "planned_steps": 400}
+            assert _register(http, "old-job", **same).status_code == 200
+            assert _register(http, "old-job", **same, cadence="adaptive").status_code == 409
+    finally:
+        srv.stop()
+    with sqlite3.connect(db) as conn:
+        version = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+        jobs_cols = [r[1] for r in conn.execute("PRAGMA table_info(jobs)")]
+        report_cols = [r[1] for r in conn.execute("PRAGMA table_info(reports)")]
+        hints = conn.execute("SELECT step, next_eval_step FROM reports ORDER BY step").fetchall()
+    conn.close()
+    assert version == (str(schema.SCHEMA_VERSION),) and schema.SCHEMA_VERSION == 2
+    assert jobs_cols[-1] == "cadence" and report_cols[-1] == "next_eval_step"
+    assert hints == [(0, None), (20, None), (40, None), (60, None), (80, None)]
