@@ -12,7 +12,12 @@ on the traces of the ``tune`` environments only (the smallest median delay among
 cadence, and at least as many hacking ones); the chosen cadence and the fixed one are then judged once on the
 ``test`` environments' traces. Figures in docs/simulation.md section 8.
 
-    python benchmarks/cadence_dense_traces.py [--traces DIR] [--every 5] [--json]
+With ``--platform SEEDS`` the dense traces then also feed the simulated platform (``evalstop-sim replay
+--grid-evals``: every RLHF job gets a dense trace, regular evals every ``--every`` steps, extra evals read the
+recorded ones, evaluations priced), per detector at the fixed and at the chosen cadence: JCT gain and waste cut, each
+as a share of the Oracle's on the same seeds, healthy jobs stopped and GPU-hours spent evaluating.
+
+    python benchmarks/cadence_dense_traces.py [--traces DIR] [--every 5] [--platform 10] [--json]
 """
 
 from __future__ import annotations
@@ -24,7 +29,10 @@ from typing import Any
 
 from platform_sim.core.detectors import default_spec, paper_spec
 from platform_sim.sim.dense_replay import dense_cadence_study
+from platform_sim.sim.replay import replay
+from platform_sim.sim.runner import ProcessRunner
 from platform_sim.sim.traces import load_traces, shipped_dense_traces_dir
+from platform_sim.sim.workload import WorkloadConfig
 
 
 def _adaptive(label: str, **params: float) -> tuple[str, dict[str, Any]]:
@@ -87,12 +95,55 @@ def choose(summaries: dict[str, dict[str, Any]]) -> str:
     return min(ok)[2] if ok else "fixed"
 
 
+PLATFORM_COLUMNS = (
+    ("JCT gain %", "jct_gain_pct", ".1f"),
+    ("share of Oracle's", "jct_gain_share_of_oracle", ".3f"),
+    ("waste cut %", "wasted_reduction_pct", ".1f"),
+    ("share of Oracle's", "waste_cut_share_of_oracle", ".3f"),
+    ("healthy stopped", "false_stops", ".1f"),
+    ("hacking stopped", "stopped_hacking", ".1f"),
+    ("eval GPU-h", "eval_gpu_h", ".1f"),
+    ("extra evals", "extra_evals", ".1f"),
+    ("delay (evals)", "delay_evals", ".2f"),
+)
+
+
+def platform_rows(
+    traces: list[Any], detector: dict[str, Any], cadences: list[tuple[str, Any]], every: int, seeds: int
+) -> list[dict[str, Any]]:
+    """The Oracle's row and EvalStop's at each cadence, from the platform replay of the dense traces."""
+    n_evals = max(len(t.steps) for t in traces) // every  # every `every` steps of the longest trace
+    rows: list[dict[str, Any]] = []
+    with ProcessRunner(2) as runner:
+        for label, spec in cadences:
+            res = replay(traces, WorkloadConfig(), detector, seeds, cadence=spec, n_evals=n_evals, runner=runner)
+            by_stop = {r["stop"]: r for r in res["main"]}
+            if not rows:
+                rows.append({"cadence": "Oracle", **by_stop["oracle"]})
+            rows.append({"cadence": f"EvalStop, {label}", **by_stop["evalstop"]})
+    return rows
+
+
+def platform_table(rows: list[dict[str, Any]]) -> str:
+    lines = [
+        "| policy | " + " | ".join(c for c, _, _ in PLATFORM_COLUMNS) + " |",
+        "|---|" + "---:|" * len(PLATFORM_COLUMNS),
+    ]
+    for r in rows:
+        cells = ["-" if r.get(key) is None else format(r[key], fmt) for _, key, fmt in PLATFORM_COLUMNS]
+        lines.append(f"| {r['cadence']} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument(
         "--traces", default=str(shipped_dense_traces_dir()), help="folder of dense traces (default: the shipped ones)"
     )
     ap.add_argument("--every", type=int, default=5, help="the regular cadence in steps (default 5)")
+    ap.add_argument(
+        "--platform", type=int, default=0, metavar="SEEDS", help="also replay on the platform with this many seeds"
+    )
     ap.add_argument("--json", action="store_true", help="print one JSON object instead of markdown")
     args = ap.parse_args()
     t0 = time.perf_counter()
@@ -115,6 +166,13 @@ def main() -> None:
             f"test ({envs['test']}: {len(by_split['test'])} traces), judged once:\n",
             table(test["summaries"]),
         ]
+        if args.platform:
+            cadences = [("fixed", None), (chosen, spec)]
+            if name.startswith("default"):
+                cadences.append(("adaptive (shipped default: f=0.25 p_hint=0.5)", "adaptive"))
+            rows = platform_rows(traces, detector, cadences, args.every, args.platform)
+            results["detectors"][name]["platform"] = rows
+            lines += [f"\nplatform (all {len(traces)} dense traces, {args.platform} seeds):\n", platform_table(rows)]
     if args.json:
         print(json.dumps(results, indent=1, default=str))
         return

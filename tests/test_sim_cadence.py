@@ -96,3 +96,69 @@ def test_repeated_hints_never_land_on_a_regular_eval_step() -> None:
         cadence={"name": "adaptive", "params": {"fraction": 0.5}},
     )
     assert sum(o.extra_evals for o in res.outcomes) > 0
+
+
+# -- extra evals with per-example scores, and dense traces on the platform -------------------------------------------
+
+
+def test_an_extra_eval_gets_per_example_scores_around_its_mean(workload) -> None:
+    import numpy as np
+
+    from platform_sim.sim.eval_scores import PerExampleObservation
+
+    job = next(j for j in workload.jobs if j.job_type == "rlhf")
+    before = PerExampleObservation(workload).observe_eval(job, 3, 3 / workload.n_evals)
+    obs = PerExampleObservation(workload)
+    score, examples = obs.observe_at(job, 2.5 / workload.n_evals, 25)
+    assert examples is not None and len(examples) == obs.config.examples
+    assert float(np.mean(examples)) == pytest.approx(score, abs=1e-12)  # the mean is the extra eval's score
+    assert obs.observe_eval(job, 3, 3 / workload.n_evals) == before  # an extra eval shifts no regular draw
+    again = PerExampleObservation(workload).observe_at(job, 2.5 / workload.n_evals, 25)
+    assert again == (score, examples)  # from the job's private stream: reproducible
+
+
+def test_a_dense_trace_job_reads_the_nearest_recorded_eval(tmp_path) -> None:
+    from dataclasses import replace
+
+    from _trace_factory import hacking_curve, write
+
+    from platform_sim.sim.eval_scores import RecordedExamplesObservation
+    from platform_sim.sim.replay import build_replay_workload, recorded_observation, trace_curves, trace_scales
+    from platform_sim.sim.traces import read_trace
+
+    means = hacking_curve(60)
+    trace = read_trace(write(tmp_path / "dense.jsonl", means, every=1, examples=8, noise=0.05))
+    scales = trace_scales([trace])
+    curves = trace_curves([trace], scales)
+    wl = build_replay_workload(replace(WorkloadConfig(n_jobs=20), n_evals=12), curves, seed=0)
+    spec = recorded_observation([trace], curves, n_evals=12)
+    obs = RecordedExamplesObservation(wl, **spec["params"])
+    job = next(j for j in wl.jobs if j.job_type == "rlhf")
+    s = scales[trace.name]
+    for step in (7, 23, 41):  # off the 12-eval grid (every 5 steps): the recorded eval of that step
+        score, examples = obs.observe_at(job, step / 60 + 0.2 / 60, step)  # nearer to `step` than to step + 1
+        i = trace.steps.index(step)
+        assert score == pytest.approx(s(trace.scores[i]))
+        assert examples == pytest.approx([s(v) for v in trace.examples[i]])
+
+
+def test_replay_takes_a_sparser_regular_grid_for_dense_traces(tmp_path) -> None:
+    from _trace_factory import hacking_curve, healthy_curve, write
+
+    from platform_sim.sim.replay import replay
+    from platform_sim.sim.traces import load_traces
+
+    write(tmp_path / "hack.jsonl", hacking_curve(60), every=1)
+    write(tmp_path / "ok.jsonl", healthy_curve(60), every=1)
+    traces = load_traces(tmp_path)
+    res = replay(traces, WorkloadConfig(n_jobs=30), None, seeds=1, n_evals=12, cadence="adaptive")
+    assert res["config"]["grid_evals"] == 12 and res["config"]["workload"]["n_evals"] == 12
+    with pytest.raises(ValueError, match="n_evals"):
+        replay(traces, WorkloadConfig(n_jobs=30), None, seeds=1, n_evals=1)
+    proc = subprocess.run(
+        [sys.executable, "-m", "platform_sim.sim.cli", "replay", "--traces", str(tmp_path), "--grid-evals", "1"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 2 and "--grid-evals must be an integer >= 2" in proc.stderr

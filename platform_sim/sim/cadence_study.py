@@ -12,6 +12,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from .engine import DEFAULT_EVAL_COST
+from .eval_scores import observation_for
 from .experiments import PolicySpec, SimTask, run_task
 from .metrics import add_oracle_shares, metric_row
 from .runner import Runner, SerialRunner
@@ -44,7 +45,9 @@ def cadence_comparison(
     oracle = PolicySpec(base=base, stop="oracle")
     stops = [PolicySpec(base=base, stop="evalstop", detector=detector, cadence=spec) for _, spec in cadences]
     specs = (none, oracle, *stops)
-    tasks = [SimTask(workload, seed, specs, eval_cost=eval_cost) for seed in seeds]
+    # A detector that reads per-example scores gets generated ones (regular and extra evals), as in `paper`.
+    observation = observation_for(detector)
+    tasks = [SimTask(workload, seed, specs, observation=observation, eval_cost=eval_cost) for seed in seeds]
     results = (runner or SerialRunner()).map(run_task, tasks, progress)
     per = [[res[i] for res in results] for i in range(len(specs))]
     oracle_row = metric_row(base, "oracle", per[1], per[0], cadence="-")

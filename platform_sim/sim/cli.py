@@ -321,6 +321,15 @@ def add_replay(sub: argparse._SubParsersAction) -> None:
         help="decline tolerance in the traces' own units (gold points for the shipped corpus), converted "
         "to the platform's 0-1 scale; replaces --min-delta; needs traces that share one scale",
     )
+    p.add_argument(
+        "--grid-evals",
+        type=int,
+        default=None,
+        metavar="N",
+        help="regular evals per run on the platform (default: the longest trace's count); e.g. 30 replays traces "
+        "recorded every step of 150 (platform_sim/data/traces-dense) every 5 steps, and the evals between serve "
+        "the extra evals of --cadence adaptive",
+    )
     p.add_argument("--out", default=None, help="also write results.json and report.md into this folder")
     p.add_argument("--json", action="store_true", help="print the results as JSON instead of the tables")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -345,6 +354,8 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
     if args.seeds < 1:
         raise UsageError(f"--seeds must be >= 1, got {args.seeds}")
+    if args.grid_evals is not None and args.grid_evals < 2:
+        raise UsageError(f"--grid-evals must be an integer >= 2, got {args.grid_evals}")
     folder = Path(args.traces) if args.traces is not None else shipped_traces_dir()
     traces = _load_traces_arg("--traces", folder)
     if all(t.label == "ambiguous" for t in traces):
@@ -379,6 +390,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
             score_scale=args.score_scale,
             cadence=cadence,
             eval_cost=eval_cost,
+            n_evals=args.grid_evals,
         ),
         desc="replay",
         unit="seed",

@@ -87,6 +87,8 @@ class PerExampleObservation(ObservationModel):
         self._noise_sd = float(workload.sigma) * math.sqrt(self.config.examples)
         self._difficulty_sd = self._noise_sd * math.sqrt(self.config.rho / (1.0 - self.config.rho))
         self._blocks: dict[int, np.ndarray] = {}
+        self._difficulty: dict[int, tuple[np.ndarray, float]] = {}  # centred difficulty and noise std, per job
+        self._extra_rngs_examples: dict[int, np.random.Generator] = {}
 
     def _block(self, job: JobSpec) -> np.ndarray:
         """``(n_evals, examples)`` zero-mean deviations of every eval of ``job`` from its observed mean."""
@@ -102,11 +104,24 @@ class PerExampleObservation(ObservationModel):
             noise = rng.normal(0.0, noise_sd, (self.workload.n_evals, n))
             block = (difficulty - difficulty.mean()) + (noise - noise.mean(axis=1, keepdims=True))
             self._blocks[job.index] = block
+            self._difficulty[job.index] = (difficulty - difficulty.mean(), noise_sd)
         return block
 
     def observe_eval(self, job: JobSpec, k: int, progress: float) -> tuple[float, tuple[float, ...] | None]:
         score, _ = super().observe_eval(job, k, progress)
         return score, tuple((score + self._block(job)[k - 1]).tolist())
+
+    def observe_at(self, job: JobSpec, progress: float, step: int) -> tuple[float, tuple[float, ...] | None]:
+        """An extra eval (a cadence hint) with per-example scores: the job's own example difficulties, fresh
+        sampling noise from a private stream (the regular evals' draws are unchanged), centred on the mean."""
+        score, _ = super().observe_at(job, progress, step)
+        self._block(job)  # draws the job's difficulties if no regular eval has yet
+        difficulty, noise_sd = self._difficulty[job.index]
+        rng = self._extra_rngs_examples.get(job.index)
+        if rng is None:
+            rng = self._extra_rngs_examples[job.index] = self.job_rng(job, _STREAM_TAG + 1)
+        noise = rng.normal(0.0, noise_sd, difficulty.size)
+        return score, tuple((score + difficulty + (noise - noise.mean())).tolist())
 
 
 def observation_for(detector: Mapping[str, Any] | str | None) -> dict[str, Any] | None:
@@ -124,28 +139,35 @@ class RecordedExamplesObservation(PerExampleObservation):
     """Per-example scores for a replay workload: the recorded ones for trace jobs, generated ones for the others.
 
     A trace job is recognised by its noise-free curve on the eval grid, which a replay sets to the trace's recorded
-    (scaled) means; its per-example scores are the recorded ones on the same scale.
+    (scaled) means; its per-example scores are the recorded ones on the same scale. An extra eval off the grid (a
+    cadence hint) of a trace job whose entry carries its whole record reads the recorded eval nearest in progress:
+    its mean and its per-example scores, as that run produced them.
 
     Args:
         workload: A replay workload (:func:`~platform_sim.sim.replay.build_replay_workload`).
-        traces: ``[(scaled means, scaled per-example scores per eval), ...]`` for every trace.
+        traces: ``[(scaled means on the grid, scaled per-example scores per grid eval[, progress of every recorded
+            eval, its scaled mean, its scaled per-example scores]), ...]`` for every trace.
         examples, rho: Generation of the other jobs' per-example scores.
     """
 
     def __init__(
         self,
         workload: Workload,
-        traces: Sequence[tuple[Sequence[float], Sequence[Sequence[float]]]] = (),
+        traces: Sequence[Sequence[Any]] = (),
         examples: int = DEFAULT_EXAMPLES,
         rho: float = DEFAULT_RHO,
     ) -> None:
         super().__init__(workload, examples, rho)
         self._recorded: dict[int, Sequence[Sequence[float]]] = {}
+        self._full: dict[int, tuple[np.ndarray, Sequence[float], Sequence[Sequence[float]]]] = {}
         for job in workload.jobs:
             row = workload.true_evals[job.index]
-            for means, per_example in traces:
+            for entry in traces:
+                means, per_example = entry[0], entry[1]
                 if len(means) == len(row) and np.allclose(row, means, rtol=0.0, atol=1e-12):
                     self._recorded[job.index] = per_example
+                    if len(entry) >= 5:
+                        self._full[job.index] = (np.asarray(entry[2], dtype=float), entry[3], entry[4])
                     break
 
     def observe_eval(self, job: JobSpec, k: int, progress: float) -> tuple[float, tuple[float, ...] | None]:
@@ -154,3 +176,15 @@ class RecordedExamplesObservation(PerExampleObservation):
             return super().observe_eval(job, k, progress)
         score, _ = ObservationModel.observe_eval(self, job, k, progress)
         return score, tuple(recorded[k - 1]) if recorded[k - 1] else None
+
+    def observe_at(self, job: JobSpec, progress: float, step: int) -> tuple[float, tuple[float, ...] | None]:
+        full = self._full.get(job.index)
+        if full is None:
+            if job.index in self._recorded:  # a trace job without its whole record: the recorded curve's mean
+                return ObservationModel.observe_at(self, job, progress, step)
+            return super().observe_at(job, progress, step)
+        xs, means, per = full
+        j = int(np.searchsorted(xs, progress))  # xs[j-1] < progress <= xs[j]
+        if j >= len(xs) or (j > 0 and progress - xs[j - 1] <= xs[j] - progress):
+            j -= 1
+        return float(means[j]), tuple(per[j]) if per[j] else None

@@ -366,7 +366,9 @@ def recorded_observation(
     recorded = []
     for curve in curves:
         means, per = curve.on_grid(grid)
-        recorded.append((means.tolist(), [list(e) if e else [] for e in per]))
+        # The whole record too, so that an extra eval off the grid (a cadence hint) reads the nearest recorded eval.
+        full = (list(curve.progress), list(curve.scores), [list(e) if e else [] for e in curve.examples])
+        recorded.append((means.tolist(), [list(e) if e else [] for e in per], *full))
     params: dict[str, Any] = {"traces": recorded}
     if examples is not None:
         params["examples"] = examples
@@ -394,6 +396,7 @@ def replay(
     score_scale: str = "environment",
     cadence: Mapping[str, Any] | str | None = None,
     eval_cost: float = DEFAULT_EVAL_COST,
+    n_evals: int | None = None,
 ) -> dict[str, Any]:
     """Replay ``traces`` on the platform: ``{"main", "composability", "traces", "trace_summary", "config"}``.
 
@@ -408,17 +411,24 @@ def replay(
         progress, on_plan: Progress callbacks (tasks finished; total tasks).
         score_scale: ``environment`` or ``trace`` (:data:`SCORE_SCALES`).
         cadence: EvalStop's cadence spec (None: fixed). An extra eval of a trace job reads the recorded curve
-            between its two nearest recorded evals (linear interpolation, no added noise).
+            between its two nearest recorded evals (linear interpolation, no added noise); a detector that reads
+            per-example scores gets the nearest recorded eval's mean and per-example scores.
         eval_cost: One eval's GPU time, as a share of a regular eval interval.
+        n_evals: Regular evals per run on the platform (None: the longest trace's count, :func:`grid_evals`). Dense
+            traces (an eval every step) replay at a sparser regular cadence this way, e.g. 30 for 150-step traces
+            recorded every step (every 5 steps), and the recorded evals between serve the extra evals of hints.
 
     Raises:
-        ValueError: ``seeds`` < 1, or every trace is ambiguous (nothing to deal to the platform).
+        ValueError: ``seeds`` < 1, ``n_evals`` < 2, or every trace is ambiguous (nothing to deal to the platform).
     """
     from .runner import SerialRunner
 
     if seeds < 1:
         raise ValueError(f"seeds must be >= 1, got {seeds}")
-    n_evals = grid_evals(traces)
+    if n_evals is None:
+        n_evals = grid_evals(traces)
+    elif isinstance(n_evals, bool) or not isinstance(n_evals, int) or n_evals < 2:
+        raise ValueError(f"n_evals (regular evals per run) must be an integer >= 2, got {n_evals!r}")
     workload = replace(workload, n_evals=n_evals)
     scales = trace_scales(traces, score_scale)
     curves = trace_curves(traces, scales)
