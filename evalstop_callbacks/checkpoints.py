@@ -105,6 +105,62 @@ def _load_into_shards(model: Any, full: dict[str, Any]) -> None:
                 tensor.copy_(source.to(tensor.device))
 
 
+def _is_zero3(model: Any) -> bool:  # also read by evaluators._is_sharded
+    """Whether ``model``'s parameters are partitioned by DeepSpeed ZeRO-3 (each carries a ``ds_id``)."""
+    return any(hasattr(p, "ds_id") for p in model.parameters())
+
+
+def _read_weights(path: Path) -> dict[str, Any]:
+    """The saved weights of ``path`` as a plain state dict (one file or an index of shards), without building a
+    model: under ZeRO-3, ``from_pretrained`` would partition the model it builds."""
+    import json
+
+    import torch
+    from safetensors.torch import load_file
+
+    def one(f: Path) -> dict[str, Any]:
+        if f.suffix == ".safetensors":
+            return load_file(str(f))
+        return torch.load(str(f), map_location="cpu", weights_only=True)
+
+    for index in ("model.safetensors.index.json", "pytorch_model.bin.index.json"):
+        if (path / index).exists():
+            shards = sorted(set(json.loads((path / index).read_text())["weight_map"].values()))
+            out: dict[str, Any] = {}
+            for shard in shards:
+                out.update(one(path / shard))
+            return out
+    return one(path / ("model.safetensors" if (path / "model.safetensors").exists() else "pytorch_model.bin"))
+
+
+def _load_into_zero3(model: Any, full: dict[str, Any]) -> None:
+    """Copy a full state dict into a ZeRO-3 model (collective: every rank must call it).
+
+    Every rank gathers the full parameters; rank 0 copies the weights in, and DeepSpeed re-partitions rank 0's values
+    to every rank when the gathering ends. Keys a checkpoint leaves out must be tied to saved ones (GPT-2's
+    ``lm_head.weight`` is ``wte.weight``)."""
+    import deepspeed
+    import torch
+    import torch.distributed as dist
+
+    named = dict(model.named_parameters(remove_duplicate=False))
+    saved = {id(p) for name, p in named.items() if name in full}
+    untied = sorted(name for name, p in named.items() if name not in full and id(p) not in saved)
+    if untied:
+        raise CheckpointError(f"checkpoint lacks {untied[:3]}")
+    rank = dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
+    with deepspeed.zero.GatheredParameters(list(model.parameters()), modifier_rank=0), torch.no_grad():
+        if rank == 0:
+            for name, p in named.items():
+                if name in full:
+                    p.copy_(full[name].to(dtype=p.dtype, device=p.device))
+    buffers = dict(model.named_buffers())
+    with torch.no_grad():
+        for name, b in buffers.items():  # buffers are not partitioned: every rank loads its own copy
+            if name in full:
+                b.copy_(full[name].to(dtype=b.dtype, device=b.device))
+
+
 def _is_peft(model: Any) -> bool:
     try:
         from peft import PeftModel
@@ -142,6 +198,15 @@ def restore_checkpoint(model: Any, path: str | os.PathLike[str]) -> None:
     if not files:
         raise CheckpointError(f"best checkpoint {path} holds no model weights")
     param = next(model.parameters())
+    if _is_zero3(model):
+        try:
+            _load_into_zero3(model, _read_weights(path))
+        except CheckpointError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - re-raised with the folder named
+            raise CheckpointError(f"cannot restore {path} into {type(model).__name__} (ZeRO-3): {exc}") from exc
+        logger.info("restored weights from %s into the ZeRO-3 partitions", path)
+        return
     try:
         cls = type(model)
         if _is_fsdp2(model):  # fully_shard swaps the class for an FSDP<Model> subclass: load the model class itself

@@ -259,8 +259,10 @@ def _is_sharded(model: Any) -> bool:
         from transformers.integrations import is_deepspeed_zero3_enabled, is_fsdp_managed_module
     except ImportError:  # older transformers
         return False
+    from .checkpoints import _is_zero3  # partitioned by DeepSpeed without the Trainer's global ZeRO-3 config too
+
     try:
-        return bool(is_deepspeed_zero3_enabled() or is_fsdp_managed_module(model))
+        return bool(is_deepspeed_zero3_enabled() or is_fsdp_managed_module(model) or _is_zero3(model))
     except Exception:  # noqa: BLE001 - detection only; a plain model answers False
         return False
 

@@ -157,6 +157,54 @@ def test_fsdp2_sharded_model_evaluates_in_lockstep_and_restores(tmp_path):
     assert r0["after"] != r0["before"]
 
 
+def _has_deepspeed() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("deepspeed") is not None
+
+
+@pytest.mark.skipif(
+    not _has_deepspeed(), reason="DeepSpeed is not installed (not in the test extra: it builds from source)"
+)
+def test_zero3_partitioned_model_evaluates_in_lockstep_and_restores(tmp_path):
+    """DeepSpeed ZeRO-3 on CPU (gloo): the partitioned evaluation equals one process's, restore loads the partitions."""
+    from _callback_fsdp_script import evaluator
+
+    model_dir, best_dir = tmp_path / "model", tmp_path / "best"
+    start, best = policy(), policy()
+    with __import__("torch").no_grad():
+        for p in best.parameters():
+            p.mul_(0.9)  # other weights, so that the restore shows in the scores
+    start.save_pretrained(model_dir)
+    tokenizer().save_pretrained(model_dir)
+    best.save_pretrained(best_dir)
+    script = Path(__file__).with_name("_callback_zero3_script.py")
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false", "DS_ACCELERATOR": "cpu"}
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc_per_node",
+        "2",
+        "--master_addr",
+        "127.0.0.1",
+        "--master_port",
+        str(_free_port()),
+        str(script),
+        str(model_dir),
+        str(best_dir),
+        str(tmp_path),
+    ]
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    r0, r1 = (json.loads((tmp_path / f"zero3-{r}.json").read_text()) for r in (0, 1))
+    assert r0["sharded"] and r1["sharded"]
+    assert r0["local_params"] < r0["full_params"] and r0["local_params"] + r1["local_params"] >= r0["full_params"]
+    assert r0["before"] == r1["before"] == list(evaluator().evaluate(start, tokenizer()).scores)
+    assert r0["after"] == r1["after"] == list(evaluator().evaluate(best, tokenizer()).scores)
+    assert r0["after"] != r0["before"]
+
+
 @pytest.mark.skipif(
     not __import__("torch").cuda.is_available() or __import__("torch").cuda.device_count() < 2,
     reason="FSDP through the Trainer needs 2 GPUs: accelerate ignores fsdp= on CPU",
@@ -184,3 +232,20 @@ def test_trainer_fsdp_on_gpus(tmp_path):
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-4000:]
     _check(tmp_path, [json.loads((tmp_path / f"rank-{r}.json").read_text()) for r in (0, 1)])
+
+
+def test_saved_weights_read_back_from_one_file_or_an_index_of_shards(tmp_path):
+    """What a ZeRO-3 restore reads (no model is built, since under ZeRO-3 that would partition it)."""
+    import torch
+
+    from evalstop_callbacks.checkpoints import _read_weights
+
+    model = policy()
+    model.save_pretrained(tmp_path / "one")
+    model.save_pretrained(tmp_path / "sharded", max_shard_size="100KB")
+    assert (tmp_path / "sharded" / "model.safetensors.index.json").exists()
+    want = {k: v for k, v in model.state_dict().items() if k != "lm_head.weight"}  # tied to wte: not saved
+    for folder in ("one", "sharded"):
+        got = _read_weights(tmp_path / folder)
+        assert set(got) == set(want), folder
+        assert all(torch.equal(got[k], want[k]) for k in want), folder
