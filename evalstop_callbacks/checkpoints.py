@@ -195,12 +195,21 @@ def restore_checkpoint(model: Any, path: str | os.PathLike[str]) -> None:
         )
         if (path / f).exists()
     ]
-    if not files:
+    zero_checkpoint = not files and (path / "latest").is_file() and _is_zero3(model)
+    if not files and not zero_checkpoint:
         raise CheckpointError(f"best checkpoint {path} holds no model weights")
     param = next(model.parameters())
     if _is_zero3(model):
         try:
-            _load_into_zero3(model, _read_weights(path))
+            # A ZeRO-3 Trainer saves a DeepSpeed checkpoint (one partition file per rank, no model file) unless its
+            # config sets stage3_gather_16bit_weights_on_model_save; DeepSpeed's own reader rebuilds the fp32 weights.
+            if zero_checkpoint:
+                from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
+
+                weights = get_fp32_state_dict_from_zero_checkpoint(str(path))
+            else:
+                weights = _read_weights(path)
+            _load_into_zero3(model, weights)
         except CheckpointError:
             raise
         except Exception as exc:  # noqa: BLE001 - re-raised with the folder named

@@ -234,6 +234,37 @@ def test_trainer_fsdp_on_gpus(tmp_path):
     _check(tmp_path, [json.loads((tmp_path / f"rank-{r}.json").read_text()) for r in (0, 1)])
 
 
+@pytest.mark.skipif(
+    not _has_deepspeed(), reason="DeepSpeed is not installed (not in the test extra: it builds from source)"
+)
+def test_trainer_zero3_stops_and_restores_the_best_partitions(tmp_path):
+    """The Trainer with a ZeRO-3 config on CPU (accelerate runs DeepSpeed there): stop on both ranks, restore the best
+    step from its DeepSpeed checkpoint, and the final model scores the best score."""
+    script = Path(__file__).with_name("_callback_zero3_trainer_script.py")
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false", "DS_ACCELERATOR": "cpu"}
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc_per_node",
+        "2",
+        "--master_addr",
+        "127.0.0.1",
+        "--master_port",
+        str(_free_port()),
+        str(script),
+        str(tmp_path),
+    ]
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    r0, r1 = (json.loads((tmp_path / f"zero3-trainer-{r}.json").read_text()) for r in (0, 1))
+    assert r0["distributed_type"] == "DistributedType.DEEPSPEED"
+    assert r0["stopped_at"] is not None and r0["stopped_at"] == r1["stopped_at"]
+    assert r0["history"] == r1["history"] and r0["best_step"] == r1["best_step"] < r0["stopped_at"]
+    assert r0["restored_from"] and os.path.isfile(os.path.join(r0["restored_from"], "latest"))  # a DeepSpeed save
+    assert r0["rescore"] == r1["rescore"] == r0["best_score"]  # the restored partitions are the best step's
+
+
 def test_saved_weights_read_back_from_one_file_or_an_index_of_shards(tmp_path):
     """What a ZeRO-3 restore reads (no model is built, since under ZeRO-3 that would partition it)."""
     import torch
