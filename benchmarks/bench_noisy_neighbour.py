@@ -4,7 +4,8 @@ A real ``evalstop-server serve`` process (SQLite, WAL, synchronous=FULL) on loop
 
 - *quiet*: ``--quiet-jobs`` jobs (k-decline), each sending small reports at a fixed pace (``--quiet-rate`` reports per
   second in all), one keep-alive connection per job. Its latency is what is measured.
-- *noisy*: ``--noisy-conns`` connections sending, as fast as they can, reports with ``--noisy-scores`` per-example
+- *noisy*: in a process of its own (a neighbour runs elsewhere; in the quiet client's event loop its large bodies
+  would delay the quiet client itself), ``--noisy-conns`` connections sending, as fast as they can, reports with ``--noisy-scores`` per-example
   scores (about 100 kB of JSON each at 10,000) to ``k-decline-se`` jobs, mixed with reports of extreme scores (1e200,
   refused with 422).
 
@@ -21,6 +22,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import multiprocessing
 import os
 import shutil
 import subprocess
@@ -29,6 +31,7 @@ import tempfile
 import time
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import httpx
 from bench_service import _free_port, _pct  # the service benchmark's helpers (this folder is on sys.path)
@@ -136,21 +139,32 @@ async def _noisy(url: str, token: str, conns: int, n_scores: int, t_end: float) 
     return codes
 
 
+def _noisy_process(url: str, token: str, conns: int, n_scores: int, duration: float, out: Any) -> None:
+    """The noisy tenant in its own process: a real neighbour runs on other machines, and in the quiet client's event
+    loop its 100 kB bodies would delay the quiet tenant's own sends and reads, which is not the server's doing."""
+    out.put(dict(asyncio.run(_noisy(url, token, conns, n_scores, time.monotonic() + duration))))
+
+
 def phase(workdir: Path, args: argparse.Namespace, noisy: bool, rate_limit: float) -> dict:
     extra = ["--rate-limit", str(rate_limit), "--rate-burst", str(rate_limit)] if rate_limit > 0 else []
     proc, url, tokens = _start(workdir, extra)
+    ctx = multiprocessing.get_context("spawn")
+    queue = ctx.Queue()
+    neighbour = None
     try:
-
-        async def run() -> tuple[tuple[list[float], int], Counter[int]]:
-            t_end = time.monotonic() + args.duration
-            tasks = [_quiet(url, tokens["quiet"], args.quiet_jobs, args.quiet_rate, t_end)]
-            if noisy:
-                tasks.append(_noisy(url, tokens["noisy"], args.noisy_conns, args.noisy_scores, t_end))
-            out = await asyncio.gather(*tasks)
-            return out[0], (out[1] if noisy else Counter())
-
-        (lat, errors), codes = asyncio.run(run())
+        if noisy:
+            neighbour = ctx.Process(
+                target=_noisy_process,
+                args=(url, tokens["noisy"], args.noisy_conns, args.noisy_scores, args.duration, queue),
+            )
+            neighbour.start()
+            time.sleep(1.0)  # let the neighbour's interpreter start and reach its send loop
+        t_end = time.monotonic() + args.duration - (1.0 if noisy else 0.0)
+        lat, errors = asyncio.run(_quiet(url, tokens["quiet"], args.quiet_jobs, args.quiet_rate, t_end))
+        codes: Counter[int] = Counter(queue.get(timeout=120)) if neighbour is not None else Counter()
     finally:
+        if neighbour is not None:
+            neighbour.join(timeout=60)
         proc.terminate()
         proc.wait(timeout=30)
     return {
