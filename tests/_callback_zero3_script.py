@@ -56,7 +56,6 @@ def main() -> None:
                 "before": list(before.scores),
                 "after": list(after.scores),
                 "local_params": sum(p.ds_tensor.numel() for p in module.parameters()),
-                "full_params": sum(p.ds_numel for p in module.parameters()),
             },
             fh,
         )

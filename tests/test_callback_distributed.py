@@ -14,6 +14,7 @@ import socket
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from _callback_helpers import gold, policy, tokenizer
@@ -28,12 +29,10 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _run(tmp_path: Path, nproc: int) -> list[dict]:
-    model_dir = tmp_path / "model"
-    policy().save_pretrained(model_dir)
-    tokenizer().save_pretrained(model_dir)
-    script = Path(__file__).with_name("_callback_ddp_script.py")
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+def _torchrun(
+    script: str, *args: object, nproc: int = 2, env: dict[str, str] | None = None, timeout: int = 600
+) -> None:
+    """Run ``script`` of this folder under torchrun on loopback (gloo, one thread per process); assert it succeeded."""
     cmd = [
         sys.executable,
         "-m",
@@ -44,12 +43,19 @@ def _run(tmp_path: Path, nproc: int) -> list[dict]:
         "127.0.0.1",
         "--master_port",
         str(_free_port()),
-        str(script),
-        str(model_dir),
-        str(tmp_path),
+        str(Path(__file__).with_name(script)),
+        *(str(a) for a in args),
     ]
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    full_env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false", **(env or {})}
+    proc = subprocess.run(cmd, env=full_env, capture_output=True, text=True, timeout=timeout)
     assert proc.returncode == 0, proc.stderr[-4000:]
+
+
+def _run(tmp_path: Path, nproc: int) -> list[dict]:
+    model_dir = tmp_path / "model"
+    policy().save_pretrained(model_dir)
+    tokenizer().save_pretrained(model_dir)
+    _torchrun("_callback_ddp_script.py", str(model_dir), str(tmp_path), nproc=nproc)
     return [json.loads((tmp_path / f"rank-{r}.json").read_text()) for r in range(nproc)]
 
 
@@ -113,12 +119,10 @@ def test_three_ranks_evaluate_their_shards_and_stop_at_the_same_step(tmp_path):
     _check(tmp_path, _run(tmp_path, 3))
 
 
-def test_fsdp2_sharded_model_evaluates_in_lockstep_and_restores(tmp_path):
-    """torch's FSDP2 on CPU: the sharded evaluation equals one process's, and restore loads into the shards.
-
-    (Through the Trainer, FSDP cannot run on CPU: accelerate enables FSDP only for multi-GPU-type backends, and with
-    ``use_cpu=True`` it silently trains plain DDP. ``test_trainer_fsdp_on_gpus`` covers that path where GPUs exist.)
-    """
+def _sharded_evaluation_and_restore(tmp_path: Path, script: str, prefix: str, **run: Any) -> None:
+    """Run a sharding script on 2 ranks with a start model and other best weights; check what each rank wrote: it
+    saw a sharded model holding part of the parameters, and scored exactly what one process scores for the start
+    weights before the restore and for the best weights after it."""
     from _callback_fsdp_script import evaluator
 
     model_dir, best_dir = tmp_path / "model", tmp_path / "best"
@@ -129,32 +133,23 @@ def test_fsdp2_sharded_model_evaluates_in_lockstep_and_restores(tmp_path):
     start.save_pretrained(model_dir)
     tokenizer().save_pretrained(model_dir)
     best.save_pretrained(best_dir)
-    script = Path(__file__).with_name("_callback_fsdp_script.py")
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
-    cmd = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--nproc_per_node",
-        "2",
-        "--master_addr",
-        "127.0.0.1",
-        "--master_port",
-        str(_free_port()),
-        str(script),
-        str(model_dir),
-        str(best_dir),
-        str(tmp_path),
-    ]
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    r0, r1 = (json.loads((tmp_path / f"fsdp-{r}.json").read_text()) for r in (0, 1))
+    _torchrun(script, model_dir, best_dir, tmp_path, **run)
+    r0, r1 = (json.loads((tmp_path / f"{prefix}-{r}.json").read_text()) for r in (0, 1))
     assert r0["sharded"] and r1["sharded"]
     n_params = sum(p.numel() for p in start.parameters())
     assert r0["local_params"] < n_params and r0["local_params"] + r1["local_params"] >= n_params  # really sharded
     assert r0["before"] == r1["before"] == list(evaluator().evaluate(start, tokenizer()).scores)
     assert r0["after"] == r1["after"] == list(evaluator().evaluate(best, tokenizer()).scores)
     assert r0["after"] != r0["before"]
+
+
+def test_fsdp2_sharded_model_evaluates_in_lockstep_and_restores(tmp_path):
+    """torch's FSDP2 on CPU: the sharded evaluation equals one process's, and restore loads into the shards.
+
+    (Through the Trainer, FSDP cannot run on CPU: accelerate enables FSDP only for multi-GPU-type backends, and with
+    ``use_cpu=True`` it silently trains plain DDP. ``test_trainer_fsdp_on_gpus`` covers that path where GPUs exist.)
+    """
+    _sharded_evaluation_and_restore(tmp_path, "_callback_fsdp_script.py", "fsdp", timeout=300)
 
 
 def _has_deepspeed() -> bool:
@@ -168,41 +163,7 @@ def _has_deepspeed() -> bool:
 )
 def test_zero3_partitioned_model_evaluates_in_lockstep_and_restores(tmp_path):
     """DeepSpeed ZeRO-3 on CPU (gloo): the partitioned evaluation equals one process's, restore loads the partitions."""
-    from _callback_fsdp_script import evaluator
-
-    model_dir, best_dir = tmp_path / "model", tmp_path / "best"
-    start, best = policy(), policy()
-    with __import__("torch").no_grad():
-        for p in best.parameters():
-            p.mul_(0.9)  # other weights, so that the restore shows in the scores
-    start.save_pretrained(model_dir)
-    tokenizer().save_pretrained(model_dir)
-    best.save_pretrained(best_dir)
-    script = Path(__file__).with_name("_callback_zero3_script.py")
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false", "DS_ACCELERATOR": "cpu"}
-    cmd = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--nproc_per_node",
-        "2",
-        "--master_addr",
-        "127.0.0.1",
-        "--master_port",
-        str(_free_port()),
-        str(script),
-        str(model_dir),
-        str(best_dir),
-        str(tmp_path),
-    ]
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    r0, r1 = (json.loads((tmp_path / f"zero3-{r}.json").read_text()) for r in (0, 1))
-    assert r0["sharded"] and r1["sharded"]
-    assert r0["local_params"] < r0["full_params"] and r0["local_params"] + r1["local_params"] >= r0["full_params"]
-    assert r0["before"] == r1["before"] == list(evaluator().evaluate(start, tokenizer()).scores)
-    assert r0["after"] == r1["after"] == list(evaluator().evaluate(best, tokenizer()).scores)
-    assert r0["after"] != r0["before"]
+    _sharded_evaluation_and_restore(tmp_path, "_callback_zero3_script.py", "zero3", env={"DS_ACCELERATOR": "cpu"})
 
 
 @pytest.mark.skipif(
@@ -213,24 +174,7 @@ def test_trainer_fsdp_on_gpus(tmp_path):
     model_dir = tmp_path / "model"
     policy().save_pretrained(model_dir)
     tokenizer().save_pretrained(model_dir)
-    script = Path(__file__).with_name("_callback_ddp_script.py")
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false", "EVALSTOP_TEST_FSDP": "1"}
-    cmd = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--nproc_per_node",
-        "2",
-        "--master_addr",
-        "127.0.0.1",
-        "--master_port",
-        str(_free_port()),
-        str(script),
-        str(model_dir),
-        str(tmp_path),
-    ]
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-4000:]
+    _torchrun("_callback_ddp_script.py", str(model_dir), str(tmp_path), env={"EVALSTOP_TEST_FSDP": "1"})
     _check(tmp_path, [json.loads((tmp_path / f"rank-{r}.json").read_text()) for r in (0, 1)])
 
 
@@ -240,23 +184,7 @@ def test_trainer_fsdp_on_gpus(tmp_path):
 def test_trainer_zero3_stops_and_restores_the_best_partitions(tmp_path):
     """The Trainer with a ZeRO-3 config on CPU (accelerate runs DeepSpeed there): stop on both ranks, restore the best
     step from its DeepSpeed checkpoint, and the final model scores the best score."""
-    script = Path(__file__).with_name("_callback_zero3_trainer_script.py")
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false", "DS_ACCELERATOR": "cpu"}
-    cmd = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--nproc_per_node",
-        "2",
-        "--master_addr",
-        "127.0.0.1",
-        "--master_port",
-        str(_free_port()),
-        str(script),
-        str(tmp_path),
-    ]
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-4000:]
+    _torchrun("_callback_zero3_trainer_script.py", str(tmp_path), env={"DS_ACCELERATOR": "cpu"})
     r0, r1 = (json.loads((tmp_path / f"zero3-trainer-{r}.json").read_text()) for r in (0, 1))
     assert r0["distributed_type"] == "DistributedType.DEEPSPEED"
     assert r0["stopped_at"] is not None and r0["stopped_at"] == r1["stopped_at"]
