@@ -153,6 +153,9 @@ def test_replay_takes_a_sparser_regular_grid_for_dense_traces(tmp_path) -> None:
     traces = load_traces(tmp_path)
     res = replay(traces, WorkloadConfig(n_jobs=30), None, seeds=1, n_evals=12, cadence="adaptive")
     assert res["config"]["grid_evals"] == 12 and res["config"]["workload"]["n_evals"] == 12
+    # the per-trace rows see the 12 regular evals of each 60-step trace, under the labels of the whole curves
+    assert [r["evals"] for r in res["traces"]] == [12, 12]
+    assert {r["trace"]: r["label"] for r in res["traces"]} == {t.name: t.label for t in traces}
     with pytest.raises(ValueError, match="n_evals"):
         replay(traces, WorkloadConfig(n_jobs=30), None, seeds=1, n_evals=1)
     proc = subprocess.run(

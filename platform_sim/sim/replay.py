@@ -247,6 +247,30 @@ def run_replay_task(task: ReplayTask) -> list[dict[str, Any]]:
     return out
 
 
+def on_regular_grid(trace: RealTrace, n_evals: int) -> RealTrace:
+    """``trace`` reduced to its recorded evals nearest to a grid of ``n_evals`` evenly spaced evals (each at most
+    once): what a job evaluated on that grid sees of a densely recorded run. The label stays the full trace's (it
+    describes the gold curve, not the cadence)."""
+    progress = np.asarray(trace.progress())
+    keep = sorted({int(np.abs(progress - g).argmin()) for g in eval_grid(n_evals)})
+    if len(keep) == len(trace.steps):
+        return trace
+
+    def pick(values: Sequence[Any]) -> tuple[Any, ...]:
+        return tuple(values[i] for i in keep) if values else ()
+
+    sub = replace(
+        trace,
+        steps=pick(trace.steps),
+        scores=pick(trace.scores),
+        proxy=pick(trace.proxy),
+        wall_s=pick(trace.wall_s),
+        examples=pick(trace.examples),
+    )
+    object.__setattr__(sub, "_labelling", trace.labelling)  # the cached label of the whole curve
+    return sub
+
+
 def regret_of(trace: RealTrace, delivered: float) -> float:
     """The share of the run's gain that delivering a checkpoint of score ``delivered`` gives up.
 
@@ -417,6 +441,7 @@ def replay(
         n_evals: Regular evals per run on the platform (None: the longest trace's count, :func:`grid_evals`). Dense
             traces (an eval every step) replay at a sparser regular cadence this way, e.g. 30 for 150-step traces
             recorded every step (every 5 steps), and the recorded evals between serve the extra evals of hints.
+            The per-trace rows then read each trace on that grid too (:func:`on_regular_grid`).
 
     Raises:
         ValueError: ``seeds`` < 1, ``n_evals`` < 2, or every trace is ambiguous (nothing to deal to the platform).
@@ -425,6 +450,7 @@ def replay(
 
     if seeds < 1:
         raise ValueError(f"seeds must be >= 1, got {seeds}")
+    grid_given = n_evals
     if n_evals is None:
         n_evals = grid_evals(traces)
     elif isinstance(n_evals, bool) or not isinstance(n_evals, int) or n_evals < 2:
@@ -471,7 +497,10 @@ def replay(
         )
         return out
 
-    rows = [trace_detection(t, det, scales[t.name]) for t in traces]
+    # With a grid of its own (dense traces), the per-trace rows see what a job on that grid sees; no hints there
+    # (those play on the platform), so a row is the regular cadence's.
+    on_grid = traces if grid_given is None else [on_regular_grid(t, n_evals) for t in traces]
+    rows = [trace_detection(t, det, scales[t.name]) for t in on_grid]
     shared = native_min_delta(traces, score_scale)
     groups = {scale_group(t, score_scale): scales[t.name] for t in traces}
     return {
