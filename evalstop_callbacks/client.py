@@ -101,8 +101,9 @@ class EmbeddedClient:
             existing = self._jobs[job_id]
             if existing.job_type != job_type or existing.detector.spec() != detector_from_spec(detector).spec():
                 raise ValueError(f"job {job_id!r} is already registered with another type or detector")
-            # The cadence holds no state (a hint is computed from the history), so a resumed run may change it.
-            existing.cadence = policy
+            if existing.cadence != policy:  # as the service answers 409: a job's cadence is set once
+                have = existing.cadence.spec() if existing.cadence is not None else "fixed"
+                raise ValueError(f"job {job_id!r} is already registered with cadence {have}")
             return job_id
         self._jobs[job_id] = JobMonitor(
             job_id=job_id, job_type=job_type, detector=detector_from_spec(detector), cadence=policy
