@@ -7,10 +7,13 @@ share of the Oracle's, healthy RLHF jobs stopped, hacking jobs stopped, GPU-hour
 detection delay (evals after the true peak). Figures in docs/simulation.md section 8.
 
 With ``--detector default`` EvalStop runs the project's default detector (``trend``) instead, whose hint is its last
-test's p-value below ``p_hint`` (default 0.5), at fractions 0.25, 0.5 and 0.75.
+test's p-value below ``p_hint`` (default 0.5), at fractions 0.25, 0.5 and 0.75; with ``--detector shape-sens`` the
+Bayesian ``shape-sens``, whose hint is one minus its posterior of being past an overoptimization peak below
+``p_hint`` (0.5, 0.8, 0.95 at fractions 0.25 and 0.5). ``--first-seed`` moves the seeds (tuning runs use seeds
+100-109; the reported ones are 0-9).
 
     python benchmarks/cadence_vs_oracle.py [--sigmas 0.02,0.12] [--seeds 10] [--eval-cost 0.05] [--workers 2]
-        [--detector paper|default]
+        [--detector paper|default|shape-sens] [--first-seed 0]
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ import argparse
 import time
 from dataclasses import replace
 
-from platform_sim.core.detectors import default_spec, paper_spec
+from platform_sim.core.detectors import default_spec, paper_spec, shape_sens_spec
 from platform_sim.sim.cadence_study import cadence_comparison
 from platform_sim.sim.engine import DEFAULT_EVAL_COST
 from platform_sim.sim.runner import ProcessRunner
@@ -37,6 +40,19 @@ CADENCES = [("fixed", None)] + [
 DEFAULT_CADENCES = [("fixed", None)] + [
     (f"adaptive f={f:g}", {"name": "adaptive", "params": {"fraction": f}}) for f in (0.25, 0.5, 0.75)
 ]
+
+SHAPE_CADENCES = [("fixed", None)] + [
+    (f"adaptive f={f:g} p_hint={p:g}", {"name": "adaptive", "params": {"fraction": f, "p_hint": p}})
+    for f in (0.25, 0.5)
+    for p in (0.5, 0.8, 0.95)
+]
+
+#: Per --detector: the detector spec and the cadences tried.
+DETECTOR_RUNS = {
+    "paper": (paper_spec, CADENCES),
+    "default": (default_spec, DEFAULT_CADENCES),
+    "shape-sens": (shape_sens_spec, SHAPE_CADENCES),
+}
 
 COLUMNS = (
     ("JCT gain %", "jct_gain_pct", ".1f"),
@@ -64,24 +80,26 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=2, help="worker processes (default 2)")
     ap.add_argument(
         "--detector",
-        choices=("paper", "default"),
+        choices=tuple(DETECTOR_RUNS),
         default="paper",
-        help="EvalStop's detector: the paper's k-decline k=2 (default) or the project's default (trend)",
+        help="EvalStop's detector: the paper's k-decline k=2 (default), the project's default (trend) or shape-sens",
     )
+    ap.add_argument("--first-seed", type=int, default=0, help="seeds FIRST..FIRST+N-1 (default 0)")
     args = ap.parse_args()
     t0 = time.perf_counter()
     with ProcessRunner(args.workers) as runner:
         for sigma in (float(s) for s in args.sigmas.split(",")):
             rows = cadence_comparison(
                 replace(WorkloadConfig(), sigma=sigma),
-                range(args.seeds),
-                detector=paper_spec() if args.detector == "paper" else default_spec(),
-                cadences=CADENCES if args.detector == "paper" else DEFAULT_CADENCES,
+                range(args.first_seed, args.first_seed + args.seeds),
+                detector=DETECTOR_RUNS[args.detector][0](),
+                cadences=DETECTOR_RUNS[args.detector][1],
                 eval_cost=args.eval_cost,
                 runner=runner,
             )
             print(
-                f"\nsigma {sigma:g}, {args.seeds} seeds, SRTF-Est, {args.detector} detector, eval cost "
+                f"\nsigma {sigma:g}, seeds {args.first_seed}-{args.first_seed + args.seeds - 1}, SRTF-Est, "
+                f"{args.detector} detector, eval cost "
                 f"{args.eval_cost:g} of an interval\n"
             )
             print("| policy | " + " | ".join(c[0] for c in COLUMNS) + " |")

@@ -43,7 +43,7 @@ def test_trend_detector_hints_on_a_fall_that_is_not_yet_significant() -> None:
         scores = (m + difficulty + rng.normal(0.0, 0.8, 48)).tolist()
         d = mon.observe(10 * (i + 1), float(np.mean(scores)), scores)
         hints.append(d.next_eval_step)
-    p = mon.detector.evidence_p_value()
+    p = mon.detector.doubt()
     assert mon.detector.last_p == 1.0  # the significance test skipped scipy: it could not reach alpha
     assert d.action is Action.CONTINUE and p is not None and mon.detector.alpha <= p < 0.5  # the exact p
     assert hints[:-1] == [None] * 5 and hints[-1] == 62  # a quarter of the 10-step interval after step 60

@@ -3,8 +3,8 @@
 A decline can only be confirmed some evaluations after a job's peak, and at a regular cadence those evaluations are a
 whole interval apart: most of EvalStop's waste against the Oracle is that wait. A :class:`CadencePolicy` looks at the
 detector's evidence after each evaluation and, once evidence has started to build up but is not yet enough to stop
-(for the k-decline rule: at least one decline, fewer than ``k``; for a detector that tests, such as ``trend``: the
-p-value of its last test below ``p_hint``), asks for the next evaluation after only a share of the regular interval.
+(for the k-decline rule: at least one decline, fewer than ``k``; for a detector with a doubt, such as ``trend``'s
+p-value or ``shape``'s posterior: a doubt below ``p_hint``), asks for the next evaluation after only a share of the regular interval.
 Without evidence it asks for nothing, and the job keeps its regular cadence.
 
 The hint is the decision's optional ``next_eval_step``; it flows from the scheduler to the job only. The policy is
@@ -49,9 +49,10 @@ class CadencePolicy:
         min_drop: Hint only when the latest drop is at least this many standard errors of a difference of two eval
             means (noise estimated from the history, no hint before it can be estimated); 0 (the default): any
             evidence asks for the sooner eval. Finite, >= 0.
-        p_hint: For a detector that tests (its ``evidence_p_value()``, as ``trend``'s): the last test's p-value
-            below ``p_hint`` is evidence building up, so a detector that stops at its first significant eval
-            (``k`` = 1) can hint too. A hinted eval adds a point to the detector's window like any other eval; under
+        p_hint: For a detector that gives a doubt (:meth:`~platform_sim.core.detectors.Detector.doubt`: ``trend``'s
+            last p-value, ``shape``'s one minus its posterior of being past an overoptimization peak): a doubt below
+            ``p_hint`` is evidence building up, so a detector that stops at its first significant eval (``k`` = 1)
+            can hint too. A hinted eval adds a point to the detector's window like any other eval; under
             a flat curve its test keeps its level, because the test needs no equal spacing for that. In [0, 1); 0:
             p-values are never read. The default, 0.5, was chosen on the tune environments' dense traces
             (``benchmarks/cadence_dense_traces.py``).
@@ -103,8 +104,8 @@ class CadencePolicy:
             needed: The evidence count that stops the job (``k``), or None when the detector has no such count (then
                 any evidence asks for a sooner evaluation).
             scores: The mean scores of those evaluations (read only when ``min_drop`` > 0).
-            p_value: The p-value of the detector's last test, if it has one (None: it ran none, or has no test);
-                below ``p_hint`` it counts as evidence.
+            p_value: The detector's doubt after the last eval (a test's p-value, or one minus a posterior; None:
+                it has none); below ``p_hint`` it counts as evidence.
 
         Returns:
             A step strictly after ``steps[-1]`` and strictly before the regular next evaluation, or None.
@@ -128,7 +129,7 @@ class CadencePolicy:
 
     def for_history(self, steps: Sequence[int], scores: Sequence[float], detector: Detector) -> int | None:
         """:meth:`next_eval_step` for a job's history, with the evidence and the stop count read from ``detector``."""
-        p_value = detector.evidence_p_value() if self.p_hint > 0.0 else None  # scipy only when it can matter
+        p_value = detector.doubt() if self.p_hint > 0.0 else None  # trend's needs scipy: only when it can matter
         return self.next_eval_step(steps, int(detector.declines), getattr(detector, "k", None), scores, p_value)
 
     def spec(self) -> dict[str, Any]:

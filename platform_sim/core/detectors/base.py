@@ -87,10 +87,12 @@ class Detector(ABC):
         """Why the detector stops (meaningful once :meth:`observe` returned True)."""
         return f"{self.name} fired"
 
-    def evidence_p_value(self) -> float | None:
-        """The exact p-value of the test the last evaluation ran, for a detector that tests (None: this detector
-        runs no test, or the last evaluation ran none). Read right after :meth:`observe`, by the cadence policy: a
-        small p-value that is not yet significant is evidence building up."""
+    def doubt(self) -> float | None:
+        """How far the last evaluation's evidence for a stop is from certain, in [0, 1] (small: strong evidence):
+        the p-value of a detector's test, or one minus a Bayesian detector's posterior that the job overoptimizes
+        and is past its peak. None: this detector has no such number, or the last evaluation gave none. Read right
+        after :meth:`observe` by the cadence policy: a small doubt that does not yet stop the job is evidence
+        building up."""
         return None
 
     def spec(self) -> dict[str, Any]:

@@ -206,6 +206,10 @@ class ShapeDetector(EvidenceDetector):
         self.last_posterior = self.posterior_past_peak()
         return self.last_posterior is not None and self.last_posterior > self.threshold and below_best
 
+    def doubt(self) -> float | None:
+        """One minus the last posterior that the job overoptimizes and is past its peak (None before one)."""
+        return None if self.last_posterior is None else 1.0 - self.last_posterior
+
     def reason(self) -> str:
         post = "n/a" if self.last_posterior is None else f"{self.last_posterior:.3f}"
         return (

@@ -90,7 +90,7 @@ class TrendDetector(EvidenceDetector):
         self.last_p: float | None = None  # smallest p-value of the last eval's tests (None: no test ran)
         self.last_slope: float | None = None  # slope of the mean in the window of that p-value
         # The most negative per-example t statistic of the last eval's tests and its sample size: one_sided_t_p skips
-        # scipy (returns 1.0) when a test cannot be significant, and evidence_p_value() then computes the exact value.
+        # scipy (returns 1.0) when a test cannot be significant, and doubt() then computes the exact p-value.
         self._last_t: tuple[float, int] | None = None
         self._windows = (self.window,) if short_window is None else (short_window, self.window)
         self._crit: dict[int, float] = {}  # t critical values by sample size (derived, not state)
@@ -170,7 +170,7 @@ class TrendDetector(EvidenceDetector):
             return bool(diff[0] < 0)
         return one_sided_t_p(diff, level_alpha, self._level_crit) < level_alpha
 
-    def evidence_p_value(self) -> float | None:
+    def doubt(self) -> float | None:
         """The last eval's smallest p-value, exact even where the significance test skipped scipy (None: no test
         ran, because the mean was not below the best or every fitted slope rose)."""
         if self.last_p is None or self.last_p < 1.0 or self._last_t is None:
