@@ -139,3 +139,33 @@ def test_service_decision_schema_passes_the_hint_through() -> None:
     plain = Decision(Action.CONTINUE, "no stop signal", 0, 20, 0.5).to_dict()
     assert DecisionOut.model_validate(plain).next_eval_step is None
     assert Decision.from_dict(DecisionOut.model_validate(with_hint).model_dump()) == Decision.from_dict(with_hint)
+
+
+def _follow(mon: JobMonitor, every: int = 10) -> tuple[int, list[tuple[int, float | None]]]:
+    """Feed Gao's overoptimization curve (peak at step 200) every ``every`` steps, plus the hinted steps that come
+    before the next regular one; return the stop step and (hinted step, doubt when it was asked) pairs."""
+    import math
+
+    step, hints = every, []
+    while True:
+        x = (step / 200) ** 2
+        d = mon.observe(step, 0.2 + 0.5 * x * (1 - math.log(x)))
+        if d.action is Action.STOP:
+            return step, hints
+        regular = (step // every + 1) * every
+        if d.next_eval_step is not None and d.next_eval_step < regular:
+            hints.append((d.next_eval_step, mon.detector.doubt()))
+            step = d.next_eval_step
+        else:
+            step = regular
+
+
+def test_shape_detector_hints_while_its_posterior_of_a_passed_peak_rises() -> None:
+    fixed_stop, none = _follow(JobMonitor("a", "rlhf", make_detector("shape", se=0.03)))
+    stop, hints = _follow(
+        JobMonitor("b", "rlhf", make_detector("shape", se=0.03), cadence=CadencePolicy(0.5, p_hint=0.95))
+    )
+    assert none == [] and hints  # the rising posterior asked for sooner evals
+    assert all(doubt is not None and doubt < 0.95 for _, doubt in hints)
+    assert all(h % 10 == 5 for h, _ in hints)  # half of the 10-step interval after a regular eval
+    assert 200 < stop < fixed_stop  # past the peak, and sooner than at the regular cadence
