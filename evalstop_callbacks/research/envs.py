@@ -491,21 +491,11 @@ def _dpo_world(spec, env, fresh, model_name, eval_desc) -> World:
         from datasets import Dataset
         from trl import DPOConfig, DPOTrainer
 
+        from .record import cpu_run_args
+
         data = Dataset.from_dict({k: [r[k] for r in rows] for k in ("prompt", "chosen", "rejected")})
         args = DPOConfig(
-            output_dir=out,
-            per_device_train_batch_size=spec.batch,
-            learning_rate=spec.lr,
-            beta=spec.kl,
-            max_steps=spec.steps,
-            max_length=64,
-            logging_steps=spec.eval_steps,
-            save_strategy="no",
-            use_cpu=True,
-            bf16=False,
-            report_to="none",
-            seed=spec.seed,
-            disable_tqdm=True,
+            **cpu_run_args(spec, out), beta=spec.kl, max_steps=spec.steps, max_length=64, save_strategy="no"
         )
         t = DPOTrainer(
             model=fresh(),
@@ -611,21 +601,10 @@ def _sft_world(spec, env, fresh, model_name) -> World:
         from datasets import Dataset
         from trl import SFTConfig, SFTTrainer
 
+        from .record import cpu_run_args
+
         data = Dataset.from_dict({"prompt": train_p, "completion": train_c})
-        args = SFTConfig(
-            output_dir=out,
-            per_device_train_batch_size=spec.batch,
-            learning_rate=spec.lr,
-            max_steps=spec.steps,
-            max_length=64,
-            logging_steps=spec.eval_steps,
-            save_strategy="no",
-            use_cpu=True,
-            bf16=False,
-            report_to="none",
-            seed=spec.seed,
-            disable_tqdm=True,
-        )
+        args = SFTConfig(**cpu_run_args(spec, out), max_steps=spec.steps, max_length=64, save_strategy="no")
         t = SFTTrainer(
             model=fresh(), args=args, train_dataset=data, processing_class=env.tokenizer, callbacks=callbacks
         )

@@ -193,24 +193,16 @@ def grpo_trainer(
     dataset = Dataset.from_dict({"prompt": env.train_prompts * reps})
     config_cls, trainer_cls = (RLOOConfig, RLOOTrainer) if spec.algo == "rloo" else (GRPOConfig, GRPOTrainer)
     args: Any = config_cls(
-        output_dir=output_dir,
-        per_device_train_batch_size=spec.batch,
+        **cpu_run_args(spec, output_dir),
         num_generations=8,
         max_completion_length=env.config.max_new_tokens,
-        learning_rate=spec.lr,
         beta=spec.kl,
         max_steps=spec.steps,
-        logging_steps=spec.eval_steps,
         save_strategy="steps" if save else "no",
         save_steps=10**9,
         save_total_limit=save_total_limit,
         save_only_model=save,
-        use_cpu=True,
-        bf16=False,
-        report_to="none",
-        seed=spec.seed,
         temperature=1.0,
-        disable_tqdm=True,
     )
     if reward is None:
         reward = gold_reward if spec.reward == "gold" else env.proxy
@@ -224,6 +216,22 @@ def grpo_trainer(
     )
     _quiet(trainer)
     return trainer
+
+
+def cpu_run_args(spec: RunSpec, output_dir: str) -> dict[str, Any]:
+    """The training arguments every recorded run shares: CPU in fp32, no reporting or progress bar, the spec's batch,
+    learning rate and seed, and the trainer's logs at the eval cadence (so each trace line gets the trainer's loss)."""
+    return dict(
+        output_dir=output_dir,
+        per_device_train_batch_size=spec.batch,
+        learning_rate=spec.lr,
+        logging_steps=spec.eval_steps,
+        use_cpu=True,
+        bf16=False,
+        report_to="none",
+        seed=spec.seed,
+        disable_tqdm=True,
+    )
 
 
 def _quiet(trainer) -> None:
@@ -248,25 +256,17 @@ def _ppo_trainer(env, spec: RunSpec, callbacks: list, output_dir: str):
         }
     )
     args = PPOConfig(
-        output_dir=output_dir,
-        per_device_train_batch_size=spec.batch,
+        **cpu_run_args(spec, output_dir),
         num_mini_batches=1,
         num_ppo_epochs=spec.ppo_epochs,
         response_length=env.config.max_new_tokens,
-        learning_rate=spec.lr,
         kl_coef=spec.kl,
         total_episodes=spec.batch * spec.steps,
         num_sample_generations=0,
         save_strategy="no",
-        use_cpu=True,
-        bf16=False,
-        report_to="none",
-        seed=spec.seed,
         temperature=1.0,
         stop_token="eos",
         missing_eos_penalty=None,
-        disable_tqdm=True,
-        logging_steps=spec.eval_steps,
     )
     trainer = PPOTrainer(
         args=args,
