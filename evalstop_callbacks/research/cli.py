@@ -169,6 +169,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--eval-every",
         type=_pos_int,
         default=None,
+        metavar="N",
         help="evaluate every this many steps instead of the grid's cadence (a dense recording, for replaying cadence "
         "hints); the trace names end in -every<N>",
     )
