@@ -79,6 +79,9 @@ def test_all_robust_detectors_registered_by_importing_core():
         ("shape", {"future": float("inf")}, "future"),
         ("shape", {"min_tau": 50.0}, "min_tau"),
         ("shape", {"min_tau": -1.0}, "min_tau"),
+        ("shape", {"behind": 2}, "behind"),
+        ("shape", {"behind": -1}, "behind"),
+        ("shape", {"behind": True}, "behind"),
         ("shape", {"se": -0.1}, "se"),
     ],
 )

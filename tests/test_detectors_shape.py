@@ -128,6 +128,27 @@ def test_min_tau_makes_a_flattening_curve_evidence():
         assert _run(ShapeDetector(min_tau=2.0, threshold=0.65), STEPS, truth, np.random.default_rng(seed)) is not None
 
 
+def test_behind_zero_places_the_peak_behind_the_current_eval():
+    # Noise-free Gao curve peaking at step 120: by the shapes alone the peak lies behind step 130 at step 130 itself
+    # (behind=0), but only behind the previous eval (behind=1, the default) one eval later; the evidence also needs a
+    # score below the best, which the first post-peak eval has.
+    means = _gao(STEPS, peak=120.0)
+    det0, det1 = ShapeDetector(behind=0, se=0.005), ShapeDetector(se=0.005)
+    post0, post1 = [], []
+    for step, mean in zip(STEPS, means):
+        det0.observe(int(step), float(mean))
+        det1.observe(int(step), float(mean))
+        post0.append(det0.last_posterior or 0.0)
+        post1.append(det1.last_posterior or 0.0)
+    at = int(np.flatnonzero(STEPS == 130)[0])
+    assert post0[at] > 0.95 > post1[at]
+    assert post1[at + 1] > 0.95
+    assert all(p0 >= p1 - 1e-9 for p0, p1 in zip(post0, post1))  # "at or before the current eval" contains the other
+    for seed in range(3):  # with a low sampling noise (0.05 / sqrt(48) per eval mean) the stop comes one eval sooner
+        assert _run(ShapeDetector(behind=0), STEPS, means, np.random.default_rng(seed), spread=0.05) == 130
+        assert _run(ShapeDetector(), STEPS, means, np.random.default_rng(seed), spread=0.05) == 140
+
+
 def test_warmup_and_k():
     means = _gao(STEPS, peak=60.0, gamma=3.0)  # peaks at eval 6 and collapses
     plain = _run(ShapeDetector(), STEPS, means)
@@ -147,7 +168,7 @@ def test_constant_mean_with_noisy_examples_never_stops(seed, spread):
 
 
 def test_rebuilds_from_its_spec():
-    det = make_detector("shape", threshold=0.8, min_tau=1.0, future=2.0, warmup=2)
+    det = make_detector("shape", threshold=0.8, min_tau=1.0, future=2.0, warmup=2, behind=0)
     again = make_detector(det.name, **det.params())
     assert again.params() == det.params()
 

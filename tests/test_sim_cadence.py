@@ -85,6 +85,30 @@ def test_cli_run_cadence_json() -> None:
     assert bad.returncode == 2 and "--eval-cost" in bad.stderr
 
 
+def _cli_run(*args: str) -> subprocess.CompletedProcess[str]:
+    cmd = [sys.executable, "-m", "platform_sim.sim.cli", "run", "--jobs", "40", *args]
+    return subprocess.run(cmd, capture_output=True, text=True, check=False)
+
+
+def test_cli_cadence_params_reach_the_policy_and_bad_ones_name_the_flag() -> None:
+    loose = json.loads(_cli_run("--cadence", "adaptive", "--cadence-param", "fraction=0.75", "--json").stdout)
+    tight = _cli_run(
+        "--cadence", "adaptive", "--cadence-param", "fraction=0.25", "--cadence-param", "p_hint=0.8", "--json"
+    )
+    m = json.loads(tight.stdout)
+    assert m["config"]["cadence"] == {"name": "adaptive", "params": {"fraction": 0.25, "p_hint": 0.8}}
+    assert loose["config"]["cadence"] == {"name": "adaptive", "params": {"fraction": 0.75}}
+    assert m["extra_evals"] > 0 and loose["extra_evals"] > 0 and m["extra_evals"] != loose["extra_evals"]
+    for args, needle in (
+        (("--cadence-param", "fraction=0.5"), "--cadence-param needs --cadence adaptive"),
+        (("--cadence", "adaptive", "--cadence-param", "fraction=1.5"), "fraction"),
+        (("--cadence", "adaptive", "--cadence-param", "speed=2"), "speed"),
+        (("--cadence", "adaptive", "--cadence-param", "fraction"), "key=value"),
+    ):
+        bad = _cli_run(*args)
+        assert bad.returncode == 2 and needle in bad.stderr, (args, bad.stderr)
+
+
 def test_repeated_hints_never_land_on_a_regular_eval_step() -> None:
     # k=3 hints twice in a row; at half an interval the second hint is exactly the next regular eval's step, which
     # in progress (floating point) can compare just below it. It must be left to the regular eval (the monitor would

@@ -8,9 +8,12 @@ with evaluations priced (``eval_cost`` of a regular eval interval each): what ``
 
 from __future__ import annotations
 
+import argparse
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from ..core.cadence import cadence_from_spec
+from ..core.detectors import parse_detector_param
 from .engine import DEFAULT_EVAL_COST
 from .eval_scores import observation_for
 from .experiments import PolicySpec, SimTask, run_task
@@ -59,13 +62,22 @@ def cadence_comparison(
 
 
 def add_cadence_args(p: Any) -> None:
-    """Add ``--cadence`` and ``--eval-cost`` to a command's parser (``run``, ``paper``)."""
+    """Add ``--cadence``, ``--cadence-param`` and ``--eval-cost`` to a command's parser (``run``, ``paper``,
+    ``replay``)."""
     p.add_argument(
         "--cadence",
         choices=("fixed", "adaptive"),
         default="fixed",
         help="EvalStop's eval cadence: fixed (every 5%% of a run, the default) or adaptive (the scheduler "
         "asks for a sooner eval while a decline may have begun)",
+    )
+    p.add_argument(
+        "--cadence-param",
+        action="append",
+        type=_cadence_param,
+        default=[],
+        metavar="KEY=VALUE",
+        help="a parameter of --cadence adaptive: fraction, min_drop or p_hint (repeatable; e.g. p_hint=0.8)",
     )
     p.add_argument(
         "--eval-cost",
@@ -77,13 +89,35 @@ def add_cadence_args(p: Any) -> None:
     )
 
 
-def cadence_from_args(args: Any) -> tuple[str | None, float]:
-    """The cadence spec (None: fixed) and the eval cost of parsed ``--cadence``/``--eval-cost``.
+def _cadence_param(text: str) -> tuple[str, Any]:
+    """argparse type of ``--cadence-param KEY=VALUE`` (the value parsed as JSON when it can be)."""
+    try:
+        return parse_detector_param(text)
+    except ValueError as exc:  # argparse prints an ArgumentTypeError's own message
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def cadence_from_args(args: Any) -> tuple[str | dict[str, Any] | None, float]:
+    """The cadence spec (None: fixed) and the eval cost of parsed ``--cadence``/``--cadence-param``/``--eval-cost``.
 
     Raises:
-        ValueError: ``--eval-cost`` is negative or not finite.
+        ValueError: ``--eval-cost`` is negative or not finite, ``--cadence-param`` without ``--cadence adaptive``,
+            or a parameter the cadence policy rejects (the message names the flag).
     """
     cost = args.eval_cost
     if not (cost >= 0 and cost < float("inf")):
         raise ValueError(f"--eval-cost must be a finite number >= 0, got {cost}")
-    return (None if args.cadence == "fixed" else args.cadence), float(cost)
+    params = dict(getattr(args, "cadence_param", None) or [])
+    if args.cadence == "fixed":
+        if params:
+            raise ValueError("--cadence-param needs --cadence adaptive")
+        return None, float(cost)
+    if not params:
+        return args.cadence, float(cost)
+    spec = {"name": args.cadence, "params": params}
+    try:
+        policy = cadence_from_spec(spec)
+    except ValueError as exc:
+        raise ValueError(f"--cadence-param: {exc}") from None
+    assert policy is not None  # an adaptive spec always builds a policy
+    return policy.spec(), float(cost)

@@ -71,7 +71,7 @@ class _Parser(argparse.ArgumentParser):
 # -- run ---------------------------------------------------------------------------------------------------------
 
 
-def _cadence_or_usage(args: argparse.Namespace) -> tuple[str | None, float]:
+def _cadence_or_usage(args: argparse.Namespace) -> tuple[str | dict[str, Any] | None, float]:
     try:
         return cadence_from_args(args)
     except ValueError as exc:
@@ -128,7 +128,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         "base": args.base,
         "stop": args.stop,
         "detector": det if args.stop == "evalstop" else None,
-        "cadence": args.cadence,
+        "cadence": cadence if args.stop == "evalstop" else None,
         "eval_cost": eval_cost,
     }
     if args.json:

@@ -107,6 +107,10 @@ class ShapeDetector(EvidenceDetector):
             history of means. Finite, >= 0.
         warmup: The first ``warmup`` evals never count as evidence (0: none), as ``k-decline``'s ``warmup``.
             Integer >= 0.
+        behind: The overoptimization curve's peak counts as passed when it lies at or before the eval ``behind``
+            evals back: 1 (the default), the previous eval; 0, the current one. With 0 the shapes alone can place
+            the peak behind the current eval, so a job can stop at its first eval below its best, one eval sooner;
+            it suits low noise, where the rise's curvature pins the peak. Integer 0 or 1.
     """
 
     name: ClassVar[str] = "shape"
@@ -121,6 +125,7 @@ class ShapeDetector(EvidenceDetector):
         min_tau: float = TAUS[0],
         se: float | None = None,
         warmup: int = 0,
+        behind: int = 1,
     ) -> None:
         self.threshold = check_prob("threshold", threshold)
         super().__init__(k, warmup)
@@ -132,6 +137,9 @@ class ShapeDetector(EvidenceDetector):
         if not self.min_tau <= TAUS[-1]:
             raise ValueError(f"min_tau must be at most {TAUS[-1]:g}, got {min_tau!r}")
         self.se = check_optional_nonneg("se", se)
+        self.behind = check_int("behind", behind, 0)
+        if self.behind > 1:
+            raise ValueError(f"behind must be 0 (the current eval) or 1 (the previous one), got {behind!r}")
         self.steps: list[int] = []
         self.means: list[float] = []
         self.prev_scores: list[float] | None = None
@@ -188,7 +196,7 @@ class ShapeDetector(EvidenceDetector):
         z = (u[None, None, :] / peaks[:, None, None]) ** gam[None, :, None]
         shape = z * (1.0 - np.log(z))
         hack = -0.5 * _fit_rss(y, shape.reshape(-1, n)).reshape(peaks.size, gam.size) / var
-        passed = peaks <= u[-2]  # the curve's peak lies at or before the previous eval: it is behind us
+        passed = peaks <= u[-1 - self.behind]  # the curve's peak lies at or before that eval: it is behind us
         # log P(family) + log mean likelihood over its grid; the two families have equal prior weight.
         if not passed.any():
             return 0.0
@@ -218,7 +226,7 @@ class ShapeDetector(EvidenceDetector):
         )
 
     def params(self) -> dict[str, Any]:
-        return {
+        params = {
             "threshold": self.threshold,
             "k": self.k,
             "min_evals": self.min_evals,
@@ -227,6 +235,9 @@ class ShapeDetector(EvidenceDetector):
             "se": self.se,
             "warmup": self.warmup,
         }
+        if self.behind != 1:  # only when not the default, so that specs written before it existed read the same
+            params["behind"] = self.behind
+        return params
 
     def _rule_state(self) -> dict[str, Any]:
         return {
