@@ -192,6 +192,14 @@ def test_a_llama_grpo_run_of_the_length_environment_records_gold_and_proxy(tmp_p
     assert all("proxy_reward" in e for e in evals)
 
 
+def test_a_grpo_run_of_the_format_environment_records_gold_and_proxy(tmp_path, small_env):
+    spec = RunSpec("grpo", "proxy", 0.0, 0, steps=4, eval_steps=2, env="format", batch=16)
+    lines = _record(spec, tmp_path / "f.jsonl", small_env)
+    _check_trace(lines, spec, 48)  # 48 held-out copying prompts, one sample each
+    assert lines[0]["trainer"] == "GRPOTrainer" and lines[0]["config"]["world"] == "format-3"
+    assert all("proxy_reward" in e for e in lines[1:-1])
+
+
 def test_a_dpo_run_of_the_noisy_preference_environment_records_held_out_gold(tmp_path, small_env):
     spec = RunSpec("dpo", "proxy", 0.1, 0, steps=6, eval_steps=3, env="dpo-noisy", batch=4, data=12, noise=0.3, lr=1e-3)
     lines = _record(spec, tmp_path / "d.jsonl", small_env)

@@ -398,27 +398,36 @@ def world_of(spec, env, cache_dir=None) -> World:
     if spec.env in ("length", "keyword"):
         proxy, gold = _scores_of(spec.env)
         prompts = [p for p in env.heldout_prompts for _ in range(cfg.eval_per_prompt)]
-        ev = WorldEvaluator(
-            prompts,
-            gold,
-            proxy,
-            tokenizer=env.tokenizer,
-            max_new_tokens=cfg.max_new_tokens,
-            batch_size=64,
-            seed=cfg.eval_seed,
-        )
-
-        def trainer(spec, callbacks, out):
-            return grpo_trainer(
-                env, spec, callbacks, out, reward=gold if spec.reward == "gold" else proxy, model=fresh()
-            )
-
+        ev, trainer = _gold_proxy_grpo(env, prompts, gold, proxy, fresh)
         return World(ev, trainer, model_name, {"eval": eval_desc})
     if spec.env == "dpo-noisy":
         return _dpo_world(spec, env, fresh, model_name, eval_desc)
     if spec.env == "sft-overfit":
         return _sft_world(spec, env, fresh, model_name)
     raise KeyError(f"environment {spec.env!r} has no recorder")
+
+
+def _gold_proxy_grpo(task, prompts, gold, proxy, fresh) -> tuple[WorldEvaluator, Callable]:
+    """The world evaluator (gold and proxy on ``prompts``) and the GRPO trainer factory of a gold/proxy world: the
+    trainer optimizes the proxy, or the gold score for a healthy control (``spec.reward == "gold"``), on a fresh
+    policy. ``task`` carries the tokenizer, the config and the training prompts."""
+    from .record import grpo_trainer
+
+    cfg = task.config
+    ev = WorldEvaluator(
+        prompts,
+        gold,
+        proxy,
+        tokenizer=task.tokenizer,
+        max_new_tokens=cfg.max_new_tokens,
+        batch_size=64,
+        seed=cfg.eval_seed,
+    )
+
+    def trainer(spec, callbacks, out):
+        return grpo_trainer(task, spec, callbacks, out, reward=gold if spec.reward == "gold" else proxy, model=fresh())
+
+    return ev, trainer
 
 
 def _quiet(trainer) -> None:
@@ -654,7 +663,6 @@ def _format_world(spec, env, cache_dir) -> World:
 
     from transformers import AutoModelForCausalLM
 
-    from .record import grpo_trainer
     from .tiny import VOCAB
     from .worlds import TextScore, copy_prompts, format_gold, format_proxy, heldout_copy_prompts
 
@@ -670,20 +678,7 @@ def _format_world(spec, env, cache_dir) -> World:
 
     proxy, gold = TextScore("proxy", format_proxy), TextScore("gold", format_gold)
     task = SimpleNamespace(tokenizer=env.tokenizer, config=cfg, train_prompts=copy_prompts(VOCAB.train_nouns))
-    prompts = heldout_copy_prompts(48)
-    ev = WorldEvaluator(
-        prompts,
-        gold,
-        proxy,
-        tokenizer=env.tokenizer,
-        max_new_tokens=cfg.max_new_tokens,
-        batch_size=64,
-        seed=cfg.eval_seed,
-    )
-
-    def trainer(spec, callbacks, out):
-        return grpo_trainer(task, spec, callbacks, out, reward=gold if spec.reward == "gold" else proxy, model=fresh())
-
+    ev, trainer = _gold_proxy_grpo(task, heldout_copy_prompts(48), gold, proxy, fresh)
     return World(
         ev,
         trainer,
