@@ -51,6 +51,46 @@ def policy():
     return model
 
 
+#: Training arguments every tiny test trainer shares: CPU, no reports, no progress bar, no checkpoints of its own.
+TRAINER_ARGS: dict[str, Any] = dict(
+    use_cpu=True, bf16=False, report_to="none", disable_tqdm=True, logging_steps=1, save_strategy="no", seed=0
+)
+
+
+def world_evaluator():
+    """The held-out world feedback of the tiny tests: ``gold`` on 4 samples of each held-out prompt."""
+    from evalstop_callbacks import RewardFunctionEvaluator
+
+    return RewardFunctionEvaluator(HELDOUT_PROMPTS * 4, gold, max_new_tokens=8)
+
+
+def tiny_grpo(output_dir, cb, reward=anti_gold, max_steps: int = 16, save_total_limit: int | None = None):
+    """A GRPO trainer of the tiny policy on ``reward`` (default ``anti_gold``: the world score declines), at a
+    learning rate that moves it within a few steps, with ``cb`` as its one callback."""
+    from datasets import Dataset
+    from trl import GRPOConfig, GRPOTrainer
+
+    args = GRPOConfig(
+        output_dir=str(output_dir),
+        per_device_train_batch_size=32,
+        num_generations=8,
+        max_completion_length=8,
+        learning_rate=1e-2,
+        max_steps=max_steps,
+        beta=0.0,
+        save_total_limit=save_total_limit,
+        **TRAINER_ARGS,
+    )
+    return GRPOTrainer(
+        model=policy(),
+        reward_funcs=reward,
+        args=args,
+        processing_class=tokenizer(),
+        train_dataset=Dataset.from_dict({"prompt": TRAIN_PROMPTS * 8}),
+        callbacks=[cb],
+    )
+
+
 def sentences(kind: str, n: int = 64, seed: int = 0) -> list[str]:
     """Training text whose adjectives are all ``kind`` ('positive' or 'negative'), about the training nouns."""
     import random

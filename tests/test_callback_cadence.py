@@ -10,59 +10,27 @@ from __future__ import annotations
 import json
 
 import pytest
-from _callback_helpers import HELDOUT_PROMPTS, TRAIN_PROMPTS, anti_gold, gold, policy, tokenizer
-from datasets import Dataset
+from _callback_helpers import tiny_grpo, world_evaluator
 
-from evalstop_callbacks import EvalStopCallback, RewardFunctionEvaluator
+from evalstop_callbacks import EvalStopCallback
 from evalstop_callbacks.platform_client import PlatformClient
 from evalstop_callbacks.trace import read_trace
 from evalstop_callbacks.tune_client import TuneClient
 
-COMMON = dict(
-    use_cpu=True, bf16=False, report_to="none", disable_tqdm=True, logging_steps=1, save_strategy="no", seed=0
-)
-
-
-def _grpo(tmp_path, cb, max_steps=16):
-    from trl import GRPOConfig, GRPOTrainer
-
-    args = GRPOConfig(
-        output_dir=str(tmp_path),
-        per_device_train_batch_size=32,
-        num_generations=8,
-        max_completion_length=8,
-        learning_rate=1e-2,
-        max_steps=max_steps,
-        beta=0.0,
-        **COMMON,
-    )
-    return GRPOTrainer(
-        model=policy(),
-        reward_funcs=anti_gold,
-        args=args,
-        processing_class=tokenizer(),
-        train_dataset=Dataset.from_dict({"prompt": TRAIN_PROMPTS * 8}),
-        callbacks=[cb],
-    )
-
-
-def _evaluator() -> RewardFunctionEvaluator:
-    return RewardFunctionEvaluator(HELDOUT_PROMPTS * 4, gold, max_new_tokens=8)
-
 
 def test_grpo_follows_the_hint_and_stops_sooner(tmp_path) -> None:
-    fixed = EvalStopCallback(_evaluator(), eval_steps=4, k=2)
-    _grpo(tmp_path / "fixed", fixed).train()
+    fixed = EvalStopCallback(world_evaluator(), eval_steps=4, k=2)
+    tiny_grpo(tmp_path / "fixed", fixed).train()
     trace = tmp_path / "adaptive.jsonl"
     adaptive = EvalStopCallback(
-        _evaluator(),
+        world_evaluator(),
         eval_steps=4,
         k=2,
         trace_path=str(trace),
         cadence={"name": "adaptive", "params": {"fraction": 0.5}},
         max_extra_evals=2,
     )
-    _grpo(tmp_path / "adaptive", adaptive).train()
+    tiny_grpo(tmp_path / "adaptive", adaptive).train()
 
     assert fixed.stopped_at is not None, fixed.history
     assert adaptive.extra_eval_steps, adaptive.history
@@ -83,19 +51,19 @@ def test_grpo_follows_the_hint_and_stops_sooner(tmp_path) -> None:
 
 
 def test_zero_budget_ignores_hints_and_bad_arguments(tmp_path) -> None:
-    cb = EvalStopCallback(_evaluator(), eval_steps=4, k=2, cadence="adaptive", max_extra_evals=0)
-    _grpo(tmp_path, cb, max_steps=12).train()
+    cb = EvalStopCallback(world_evaluator(), eval_steps=4, k=2, cadence="adaptive", max_extra_evals=0)
+    tiny_grpo(tmp_path, cb, max_steps=12).train()
     assert cb.extra_eval_steps == [] and all(h["step"] % 4 == 0 for h in cb.history)
     with pytest.raises(ValueError, match="unknown cadence"):
-        EvalStopCallback(_evaluator(), eval_steps=4, cadence="often")
+        EvalStopCallback(world_evaluator(), eval_steps=4, cadence="often")
     with pytest.raises(ValueError, match="max_extra_evals"):
-        EvalStopCallback(_evaluator(), eval_steps=4, cadence="adaptive", max_extra_evals=-1)
+        EvalStopCallback(world_evaluator(), eval_steps=4, cadence="adaptive", max_extra_evals=-1)
     # A client whose register takes no cadence (Tune's trial scheduler decides there) is refused, naming it; the
     # HTTP client takes one (the service decides the hints).
     with pytest.raises(ValueError, match="TuneClient.register takes no cadence"):
-        EvalStopCallback(_evaluator(), eval_steps=4, cadence="adaptive", client=TuneClient())
+        EvalStopCallback(world_evaluator(), eval_steps=4, cadence="adaptive", client=TuneClient())
     with PlatformClient("http://127.0.0.1:9", "token") as http_client:
-        cb = EvalStopCallback(_evaluator(), eval_steps=4, cadence="adaptive", client=http_client)
+        cb = EvalStopCallback(world_evaluator(), eval_steps=4, cadence="adaptive", client=http_client)
         assert cb.cadence_spec == {"name": "adaptive", "params": {"fraction": 0.25}}
 
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import pytest
 from _callback_helpers import (
-    HELDOUT_PROMPTS,
     TRAIN_PROMPTS,
+    TRAINER_ARGS,
     anti_gold,
     best_weights_steps,
     checkpoint_steps,
@@ -18,20 +18,14 @@ from _callback_helpers import (
     gold,
     policy,
     sentences,
+    tiny_grpo,
     tokenizer,
+    world_evaluator,
 )
 from datasets import Dataset
 
-from evalstop_callbacks import EvalStopCallback, MetricEvaluator, RewardFunctionEvaluator
+from evalstop_callbacks import EvalStopCallback, MetricEvaluator
 from evalstop_callbacks.checkpoints import restore_checkpoint
-
-COMMON = dict(
-    use_cpu=True, bf16=False, report_to="none", disable_tqdm=True, logging_steps=1, save_strategy="no", seed=0
-)
-
-
-def world_evaluator() -> RewardFunctionEvaluator:
-    return RewardFunctionEvaluator(HELDOUT_PROMPTS * 4, gold, max_new_tokens=8)
 
 
 def assert_stopped_at_decline(cb: EvalStopCallback, trainer, k: int = 2) -> None:
@@ -56,33 +50,9 @@ def assert_restored_best(cb: EvalStopCallback, model, output_dir) -> None:
     assert ev.evaluate(fresh, tokenizer()).score == cb.best_score
 
 
-def grpo(tmp_path, reward, cb, max_steps=16, save_total_limit=None):
-    from trl import GRPOConfig, GRPOTrainer
-
-    args = GRPOConfig(
-        output_dir=str(tmp_path),
-        per_device_train_batch_size=32,
-        num_generations=8,
-        max_completion_length=8,
-        learning_rate=1e-2,
-        max_steps=max_steps,
-        beta=0.0,
-        save_total_limit=save_total_limit,
-        **COMMON,
-    )
-    return GRPOTrainer(
-        model=policy(),
-        reward_funcs=reward,
-        args=args,
-        processing_class=tokenizer(),
-        train_dataset=Dataset.from_dict({"prompt": TRAIN_PROMPTS * 8}),
-        callbacks=[cb],
-    )
-
-
 def test_grpo_stops_on_declining_world_score_and_restores_best(tmp_path):
     cb = EvalStopCallback(world_evaluator(), eval_steps=2, k=2)
-    trainer = grpo(tmp_path, anti_gold, cb, save_total_limit=1)
+    trainer = tiny_grpo(tmp_path, cb, anti_gold, save_total_limit=1)
     trainer.train()
     assert_stopped_at_decline(cb, trainer)
     assert cb.stopped_at < 16
@@ -96,7 +66,7 @@ def test_grpo_stops_on_declining_world_score_and_restores_best(tmp_path):
 
 def test_grpo_improving_run_is_not_stopped(tmp_path):
     cb = EvalStopCallback(world_evaluator(), eval_steps=4, k=2)
-    trainer = grpo(tmp_path, gold, cb, max_steps=12)
+    trainer = tiny_grpo(tmp_path, cb, gold, max_steps=12)
     trainer.train()
     assert first_k_decline_step(cb.history, 2) is None, cb.history
     assert cb.stopped_at is None and cb.would_stop_at is None
@@ -114,7 +84,7 @@ def test_grpo_improving_run_is_not_stopped(tmp_path):
 
 def test_observe_mode_never_stops(tmp_path):
     cb = EvalStopCallback(world_evaluator(), eval_steps=2, k=2, mode="observe")
-    trainer = grpo(tmp_path, anti_gold, cb, max_steps=12)
+    trainer = tiny_grpo(tmp_path, cb, anti_gold, max_steps=12)
     trainer.train()
     assert cb.would_stop_at == first_k_decline_step(cb.history, 2) is not None
     assert cb.stopped_at is None and trainer.state.global_step == 12
@@ -136,7 +106,7 @@ def test_rloo_stops_on_declining_world_score(tmp_path):
         max_steps=16,
         beta=0.0,
         save_total_limit=1,
-        **COMMON,
+        **TRAINER_ARGS,
     )
     trainer = RLOOTrainer(
         model=policy(),
@@ -171,7 +141,7 @@ def dpo(tmp_path, cb, toward: str):
         max_length=32,
         beta=0.1,
         save_total_limit=1,
-        **COMMON,
+        **TRAINER_ARGS,
     )
     return DPOTrainer(
         model=policy(), ref_model=policy(), args=args, processing_class=tokenizer(), train_dataset=data, callbacks=[cb]
@@ -205,7 +175,7 @@ def sft(tmp_path, cb, kind: str, peft_config=None, lr=5e-3, max_steps=12):
         max_length=32,
         dataset_text_field="text",
         save_total_limit=1,
-        **COMMON,
+        **TRAINER_ARGS,
     )
     return SFTTrainer(
         model=policy(),
@@ -268,7 +238,7 @@ def test_plain_trainer_with_metric_evaluator(tmp_path, kind, stops):
         learning_rate=5e-3,
         max_steps=12,
         save_total_limit=1,
-        **COMMON,
+        **TRAINER_ARGS,
     )
     trainer = Trainer(
         model=policy(),

@@ -13,57 +13,19 @@ import pytest
 pytest.importorskip("trl")
 
 from _callback_helpers import (  # noqa: E402  # noqa: E402
-    HELDOUT_PROMPTS,
-    TRAIN_PROMPTS,
-    anti_gold,
     best_weights_steps,
     checkpoint_steps,
     first_k_decline_step,
-    gold,
-    policy,
+    tiny_grpo,
     tokenizer,
+    world_evaluator,
 )
 from service_support import Server, add_tenant, auth, free_port  # noqa: E402
 
-from evalstop_callbacks import EvalStopCallback, RewardFunctionEvaluator  # noqa: E402
+from evalstop_callbacks import EvalStopCallback  # noqa: E402
 from evalstop_callbacks.client import EmbeddedClient  # noqa: E402
 from evalstop_callbacks.platform_client import PlatformClient  # noqa: E402
 from platform_sim.core import Report  # noqa: E402
-
-
-def _world() -> RewardFunctionEvaluator:
-    return RewardFunctionEvaluator(HELDOUT_PROMPTS * 4, gold, max_new_tokens=8)
-
-
-def _grpo(output_dir, cb: EvalStopCallback, max_steps: int = 16):
-    from datasets import Dataset
-    from trl import GRPOConfig, GRPOTrainer
-
-    args = GRPOConfig(
-        output_dir=str(output_dir),
-        per_device_train_batch_size=32,
-        num_generations=8,
-        max_completion_length=8,
-        learning_rate=1e-2,
-        max_steps=max_steps,
-        beta=0.0,
-        save_total_limit=1,
-        use_cpu=True,
-        bf16=False,
-        report_to="none",
-        disable_tqdm=True,
-        logging_steps=1,
-        save_strategy="no",
-        seed=0,
-    )
-    return GRPOTrainer(
-        model=policy(),
-        reward_funcs=anti_gold,
-        args=args,
-        processing_class=tokenizer(),
-        train_dataset=Dataset.from_dict({"prompt": TRAIN_PROMPTS * 8}),
-        callbacks=[cb],
-    )
 
 
 def _embedded_replay(job: str, history: list[dict]) -> list:
@@ -79,8 +41,10 @@ def test_grpo_run_is_stopped_by_the_service_and_restores_best(tmp_path):
     srv = Server(db, free_port()).start()
     try:
         client = PlatformClient(srv.url, token)
-        cb = EvalStopCallback(_world(), eval_steps=2, k=2, client=client, job_id="grpo-e2e", eval_on_start=False)
-        trainer = _grpo(tmp_path / "out", cb)
+        cb = EvalStopCallback(
+            world_evaluator(), eval_steps=2, k=2, client=client, job_id="grpo-e2e", eval_on_start=False
+        )
+        trainer = tiny_grpo(tmp_path / "out", cb, save_total_limit=1)
         trainer.train()
         assert client.fallback_decisions == 0 and client.last_source == "service"
 
@@ -96,7 +60,7 @@ def test_grpo_run_is_stopped_by_the_service_and_restores_best(tmp_path):
         # the best step's weights are on disk: a full checkpoint, or the weights-only best folder
         kept = checkpoint_steps(tmp_path / "out") + best_weights_steps(tmp_path / "out")
         assert cb.restored_from is not None and cb.best_step in kept
-        assert _world().evaluate(trainer.model, tokenizer()).score == cb.best_score
+        assert world_evaluator().evaluate(trainer.model, tokenizer()).score == cb.best_score
 
         # The service holds the same history and outcome, and the job is finished.
         view = httpx.get(f"{srv.url}/v1/jobs/grpo-e2e", headers=auth(token)).json()
@@ -112,15 +76,17 @@ def test_grpo_run_with_the_server_down_fails_open_to_the_embedded_core(tmp_path)
     client = PlatformClient(
         f"http://127.0.0.1:{free_port()}", "es_unused", max_retries=1, backoff=0.01, connect_timeout=0.5
     )
-    cb = EvalStopCallback(_world(), eval_steps=2, k=2, client=client, job_id="grpo-offline", eval_on_start=False)
-    trainer = _grpo(tmp_path / "out", cb)
+    cb = EvalStopCallback(
+        world_evaluator(), eval_steps=2, k=2, client=client, job_id="grpo-offline", eval_on_start=False
+    )
+    trainer = tiny_grpo(tmp_path / "out", cb, save_total_limit=1)
     trainer.train()  # no exception: a network fault never breaks training
     assert client.fallback_decisions == len(cb.history) > 0
     expected = first_k_decline_step(cb.history, 2)
     assert expected is not None and cb.stopped_at == expected  # the fallback still protects the job
     replay = _embedded_replay("grpo-offline", cb.history)
     assert [h["action"] for h in cb.history] == [d.action.value for d in replay]
-    assert _world().evaluate(trainer.model, tokenizer()).score == cb.best_score
+    assert world_evaluator().evaluate(trainer.model, tokenizer()).score == cb.best_score
     client.close()
 
 
@@ -142,8 +108,10 @@ def test_grpo_run_survives_kill9_and_restart_of_the_server(tmp_path):
 
     try:
         client = PlatformClient(srv.url, token, max_retries=1, backoff=0.01, connect_timeout=0.5)
-        cb = EvalStopCallback(_world(), eval_steps=2, k=2, client=client, job_id="grpo-kill9", eval_on_start=False)
-        trainer = _grpo(tmp_path / "out", cb)
+        cb = EvalStopCallback(
+            world_evaluator(), eval_steps=2, k=2, client=client, job_id="grpo-kill9", eval_on_start=False
+        )
+        trainer = tiny_grpo(tmp_path / "out", cb, save_total_limit=1)
         trainer.add_callback(Chaos())
         trainer.train()
         assert client.fallback_decisions == 1  # the eval at step 4 met a dead server
