@@ -64,13 +64,16 @@ def world_evaluator():
     return RewardFunctionEvaluator(HELDOUT_PROMPTS * 4, gold, max_new_tokens=8)
 
 
-def tiny_grpo(output_dir, cb, reward=anti_gold, max_steps: int = 16, save_total_limit: int | None = None):
-    """A GRPO trainer of the tiny policy on ``reward`` (default ``anti_gold``: the world score declines), at a
-    learning rate that moves it within a few steps, with ``cb`` as its one callback."""
+def tiny_grpo(
+    output_dir, cb, reward=anti_gold, max_steps: int = 16, save_total_limit: int | None = None, algo: str = "grpo"
+):
+    """A GRPO (or, with ``algo="rloo"``, RLOO) trainer of the tiny policy on ``reward`` (default ``anti_gold``: the
+    world score declines), at a learning rate that moves it within a few steps, with ``cb`` as its one callback."""
     from datasets import Dataset
-    from trl import GRPOConfig, GRPOTrainer
+    from trl import GRPOConfig, GRPOTrainer, RLOOConfig, RLOOTrainer
 
-    args = GRPOConfig(
+    config_cls, trainer_cls = {"grpo": (GRPOConfig, GRPOTrainer), "rloo": (RLOOConfig, RLOOTrainer)}[algo]
+    args = config_cls(
         output_dir=str(output_dir),
         per_device_train_batch_size=32,
         num_generations=8,
@@ -81,7 +84,7 @@ def tiny_grpo(output_dir, cb, reward=anti_gold, max_steps: int = 16, save_total_
         save_total_limit=save_total_limit,
         **TRAINER_ARGS,
     )
-    return GRPOTrainer(
+    return trainer_cls(
         model=policy(),
         reward_funcs=reward,
         args=args,

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import pytest
 from _callback_helpers import (
-    TRAIN_PROMPTS,
     TRAINER_ARGS,
     anti_gold,
     best_weights_steps,
@@ -94,28 +93,8 @@ def test_observe_mode_never_stops(tmp_path):
 
 
 def test_rloo_stops_on_declining_world_score(tmp_path):
-    from trl import RLOOConfig, RLOOTrainer
-
     cb = EvalStopCallback(world_evaluator(), eval_steps=2, k=2)
-    args = RLOOConfig(
-        output_dir=str(tmp_path),
-        per_device_train_batch_size=32,
-        num_generations=8,
-        max_completion_length=8,
-        learning_rate=1e-2,
-        max_steps=16,
-        beta=0.0,
-        save_total_limit=1,
-        **TRAINER_ARGS,
-    )
-    trainer = RLOOTrainer(
-        model=policy(),
-        reward_funcs=anti_gold,
-        args=args,
-        processing_class=tokenizer(),
-        train_dataset=Dataset.from_dict({"prompt": TRAIN_PROMPTS * 8}),
-        callbacks=[cb],
-    )
+    trainer = tiny_grpo(tmp_path, cb, anti_gold, save_total_limit=1, algo="rloo")
     trainer.train()
     assert_stopped_at_decline(cb, trainer)
     assert_restored_best(cb, trainer.model, tmp_path)

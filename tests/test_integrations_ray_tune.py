@@ -133,44 +133,16 @@ def test_state_survives_experiment_restore(local_ray, tmp_path):
 
 
 def _grpo_trial(config):
-    from _callback_helpers import HELDOUT_PROMPTS, TRAIN_PROMPTS, anti_gold, gold, policy, tokenizer
-    from datasets import Dataset
-    from trl import GRPOConfig, GRPOTrainer
+    from _callback_helpers import tiny_grpo, world_evaluator
 
-    from evalstop_callbacks import EvalStopCallback, RewardFunctionEvaluator
+    from evalstop_callbacks import EvalStopCallback
     from evalstop_callbacks.tune_client import TuneClient
 
     out = config["output_dir"]
     cb = EvalStopCallback(
-        RewardFunctionEvaluator(HELDOUT_PROMPTS * 4, gold, max_new_tokens=8),
-        eval_steps=4,
-        k=2,
-        client=TuneClient(out),
+        world_evaluator(), eval_steps=4, k=2, client=TuneClient(out)
     )  # the step-0 baseline and every 4 steps: the same run as tests/test_callback_cadence.py's fixed cadence
-    args = GRPOConfig(
-        output_dir=out,
-        per_device_train_batch_size=32,
-        num_generations=8,
-        max_completion_length=8,
-        learning_rate=1e-2,
-        max_steps=config["max_steps"],
-        beta=0.0,
-        use_cpu=True,
-        bf16=False,
-        report_to="none",
-        disable_tqdm=True,
-        logging_steps=1,
-        save_strategy="no",
-        seed=0,
-    )
-    trainer = GRPOTrainer(
-        model=policy(),
-        reward_funcs=anti_gold,
-        args=args,
-        processing_class=tokenizer(),
-        train_dataset=Dataset.from_dict({"prompt": TRAIN_PROMPTS * 8}),
-        callbacks=[cb],
-    )
+    trainer = tiny_grpo(out, cb, max_steps=config["max_steps"])
     trainer.train()
     # Only reached when Tune did not stop the trial: record what the callback saw.
     Path(out, "history.json").write_text(json.dumps(cb.history))
