@@ -407,14 +407,10 @@ def world_of(spec, env, cache_dir=None) -> World:
     raise KeyError(f"environment {spec.env!r} has no recorder")
 
 
-def _gold_proxy_grpo(task, prompts, gold, proxy, fresh) -> tuple[WorldEvaluator, Callable]:
-    """The world evaluator (gold and proxy on ``prompts``) and the GRPO trainer factory of a gold/proxy world: the
-    trainer optimizes the proxy, or the gold score for a healthy control (``spec.reward == "gold"``), on a fresh
-    policy. ``task`` carries the tokenizer, the config and the training prompts."""
-    from .record import grpo_trainer
-
+def _world_evaluator(task, prompts, gold, proxy) -> WorldEvaluator:
+    """Gold (and the proxy, if any) on ``prompts``, one sample each at the task config's eval seed and length."""
     cfg = task.config
-    ev = WorldEvaluator(
+    return WorldEvaluator(
         prompts,
         gold,
         proxy,
@@ -423,6 +419,15 @@ def _gold_proxy_grpo(task, prompts, gold, proxy, fresh) -> tuple[WorldEvaluator,
         batch_size=64,
         seed=cfg.eval_seed,
     )
+
+
+def _gold_proxy_grpo(task, prompts, gold, proxy, fresh) -> tuple[WorldEvaluator, Callable]:
+    """The world evaluator (gold and proxy on ``prompts``) and the GRPO trainer factory of a gold/proxy world: the
+    trainer optimizes the proxy, or the gold score for a healthy control (``spec.reward == "gold"``), on a fresh
+    policy. ``task`` carries the tokenizer, the config and the training prompts."""
+    from .record import grpo_trainer
+
+    ev = _world_evaluator(task, prompts, gold, proxy)
 
     def trainer(spec, callbacks, out):
         return grpo_trainer(task, spec, callbacks, out, reward=gold if spec.reward == "gold" else proxy, model=fresh())
@@ -485,15 +490,7 @@ def _dpo_world(spec, env, fresh, model_name, eval_desc) -> World:
     prompts = [p for p in env.heldout_prompts for _ in range(cfg.eval_per_prompt)]
     # A DPO run's proxy is its noisy annotator, which scores pairs, not completions: the trace's proxy_reward is
     # DPO's own logged implicit reward of the chosen answers (rewards/chosen, taken by the callback from the logs).
-    ev = WorldEvaluator(
-        prompts,
-        gold_reward,
-        None,
-        tokenizer=env.tokenizer,
-        max_new_tokens=cfg.max_new_tokens,
-        batch_size=64,
-        seed=cfg.eval_seed,
-    )
+    ev = _world_evaluator(env, prompts, gold_reward, None)
     rows = preference_pairs(env, spec.data, spec.noise, spec.seed)
 
     def trainer(spec, callbacks, out):
