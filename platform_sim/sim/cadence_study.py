@@ -8,12 +8,11 @@ with evaluations priced (``eval_cost`` of a regular eval interval each): what ``
 
 from __future__ import annotations
 
-import argparse
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ..core.cadence import cadence_from_spec
-from ..core.detectors import parse_detector_param
+from .backend_cli import detector_param
 from .engine import DEFAULT_EVAL_COST
 from .eval_scores import observation_for
 from .experiments import PolicySpec, SimTask, run_task
@@ -74,7 +73,7 @@ def add_cadence_args(p: Any) -> None:
     p.add_argument(
         "--cadence-param",
         action="append",
-        type=_cadence_param,
+        type=detector_param,  # the same KEY=VALUE syntax as --detector-param
         default=[],
         metavar="KEY=VALUE",
         help="a parameter of --cadence adaptive: fraction, min_drop or p_hint (repeatable; e.g. p_hint=0.8)",
@@ -87,14 +86,6 @@ def add_cadence_args(p: Any) -> None:
         help="GPU time of one eval as a share of a regular eval interval (default "
         f"{DEFAULT_EVAL_COST:g}; regular evals are part of a run's planned time, extra ones add to it)",
     )
-
-
-def _cadence_param(text: str) -> tuple[str, Any]:
-    """argparse type of ``--cadence-param KEY=VALUE`` (the value parsed as JSON when it can be)."""
-    try:
-        return parse_detector_param(text)
-    except ValueError as exc:  # argparse prints an ArgumentTypeError's own message
-        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def cadence_from_args(args: Any) -> tuple[str | dict[str, Any] | None, float]:
