@@ -11,8 +11,6 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from ..core.cadence import cadence_from_spec
-from .backend_cli import detector_param
 from .engine import DEFAULT_EVAL_COST
 from .eval_scores import observation_for
 from .experiments import PolicySpec, SimTask, run_task
@@ -58,57 +56,3 @@ def cadence_comparison(
     ]
     add_oracle_shares(rows, oracle_row)
     return rows
-
-
-def add_cadence_args(p: Any) -> None:
-    """Add ``--cadence``, ``--cadence-param`` and ``--eval-cost`` to a command's parser (``run``, ``paper``,
-    ``replay``)."""
-    p.add_argument(
-        "--cadence",
-        choices=("fixed", "adaptive"),
-        default="fixed",
-        help="EvalStop's eval cadence: fixed (every 5%% of a run, the default) or adaptive (the scheduler "
-        "asks for a sooner eval while a decline may have begun)",
-    )
-    p.add_argument(
-        "--cadence-param",
-        action="append",
-        type=detector_param,  # the same KEY=VALUE syntax as --detector-param
-        default=[],
-        metavar="KEY=VALUE",
-        help="a parameter of --cadence adaptive: fraction, min_drop or p_hint (repeatable; e.g. p_hint=0.8)",
-    )
-    p.add_argument(
-        "--eval-cost",
-        type=float,
-        default=DEFAULT_EVAL_COST,
-        metavar="SHARE",
-        help="GPU time of one eval as a share of a regular eval interval (default "
-        f"{DEFAULT_EVAL_COST:g}; regular evals are part of a run's planned time, extra ones add to it)",
-    )
-
-
-def cadence_from_args(args: Any) -> tuple[str | dict[str, Any] | None, float]:
-    """The cadence spec (None: fixed) and the eval cost of parsed ``--cadence``/``--cadence-param``/``--eval-cost``.
-
-    Raises:
-        ValueError: ``--eval-cost`` is negative or not finite, ``--cadence-param`` without ``--cadence adaptive``,
-            or a parameter the cadence policy rejects (the message names the flag).
-    """
-    cost = args.eval_cost
-    if not (cost >= 0 and cost < float("inf")):
-        raise ValueError(f"--eval-cost must be a finite number >= 0, got {cost}")
-    params = dict(getattr(args, "cadence_param", None) or [])
-    if args.cadence == "fixed":
-        if params:
-            raise ValueError("--cadence-param needs --cadence adaptive")
-        return None, float(cost)
-    if not params:
-        return args.cadence, float(cost)
-    spec = {"name": args.cadence, "params": params}
-    try:
-        policy = cadence_from_spec(spec)
-    except ValueError as exc:
-        raise ValueError(f"--cadence-param: {exc}") from None
-    assert policy is not None  # an adaptive spec always builds a policy
-    return policy.spec(), float(cost)

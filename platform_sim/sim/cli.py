@@ -36,7 +36,9 @@ from platform_sim.integrations.tune_cli import add_tune  # Ray is imported only 
 from .backend_cli import (
     UsageError,
     add_backend_args,
+    add_cadence_args,
     add_workload_args,
+    cadence_from_args,
     command_line,
     detector_from_args,
     detector_param,
@@ -48,7 +50,6 @@ from .backend_cli import (
     workload_from_args,
     write_results_dir,
 )
-from .cadence_study import add_cadence_args, cadence_from_args
 from .curve_fit import add_curve_args
 
 __all__ = [
