@@ -148,8 +148,8 @@ def main() -> None:
             print("| policy | " + " | ".join(c[0] for c in COLUMNS) + " |")
             print("|---|" + "---:|" * len(COLUMNS))
             for r in rows:
-                name = "Oracle" if r["stop"] == "oracle" else f"EvalStop, {r['variant'] + ', ' * bool(r['variant'])}"
-                name += "" if r["stop"] == "oracle" else r["cadence"]
+                parts = [p for p in (r["variant"], r["cadence"]) if p]
+                name = "Oracle" if r["stop"] == "oracle" else "EvalStop, " + ", ".join(parts)
                 cells = ["-" if r[key] is None else format(r[key], fmt) for _, key, fmt in COLUMNS]
                 print(f"| {name} | " + " | ".join(cells) + " |")
             pick = choose([r for r in rows if r["stop"] != "oracle"])
