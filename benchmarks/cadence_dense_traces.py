@@ -17,7 +17,14 @@ With ``--platform SEEDS`` the dense traces then also feed the simulated platform
 recorded ones, evaluations priced), per detector at the fixed and at the chosen cadence: JCT gain and waste cut, each
 as a share of the Oracle's on the same seeds, healthy jobs stopped and GPU-hours spent evaluating.
 
-    python benchmarks/cadence_dense_traces.py [--traces DIR] [--every 5] [--platform 10] [--json]
+With ``--ceiling`` it also measures what no cadence hint can beat: every trace replayed with an evaluation at
+*every* recorded step (the limit a hint approaches as its fraction shrinks and it fires at every eval), delays from
+the same smoothed peak as the regular cadence's. Per detector family (``trend``, ``paired-test``, ``cusum``) a small
+grid of settings; on the tune traces, the setting with the smallest median delay among those that stop every
+hacking trace and no more healthy ones than the default detector at the fixed cadence; it is then judged once on
+the test traces against the default at the fixed cadence.
+
+    python benchmarks/cadence_dense_traces.py [--traces DIR] [--every 5] [--platform 10] [--ceiling] [--json]
 """
 
 from __future__ import annotations
@@ -95,6 +102,70 @@ def choose(summaries: dict[str, dict[str, Any]]) -> str:
     return min(ok)[2] if ok else "fixed"
 
 
+def _spec(name: str, **params: Any) -> tuple[str, dict[str, Any]]:
+    return f"{name} " + " ".join(f"{k}={v}" for k, v in params.items()), {"name": name, "params": params}
+
+
+#: Detector settings replayed at every step by --ceiling (each family over the range where its healthy stops go
+#: from some to none at this density).
+CEILING_DETECTORS: list[tuple[str, dict[str, Any]]] = (
+    [_spec("trend", window=w, alpha=a) for w in (6, 10, 15, 20, 30) for a in (0.01, 0.001, 0.0001)]
+    + [_spec("paired-test", test="t", k=k, alpha=a) for k in (1, 2, 3, 5) for a in (0.01, 0.001)]
+    + [_spec("cusum", threshold=t, slack=sl) for t in (4, 6, 8, 12, 16) for sl in (0.25, 0.5)]
+)
+
+
+def ceiling(by_split: dict[str, list[Any]], every: int) -> dict[str, Any]:
+    """Every :data:`CEILING_DETECTORS` setting at every step on the tune traces; the one chosen there (smallest
+    median delay, every hacking trace stopped, no more healthy ones than the default at the fixed cadence; ties: fewer
+    evals), and it
+    and the default at the fixed cadence on the test traces."""
+    fixed = {
+        split: dense_cadence_study(ts, default_spec(), [("fixed", None)], every)["summaries"]["fixed"]
+        for split, ts in by_split.items()
+    }
+    tune = {
+        label: dense_cadence_study(by_split["tune"], spec, [("every step", None)], 1, peak_every=every)["summaries"][
+            "every step"
+        ]
+        for label, spec in CEILING_DETECTORS
+    }
+    ok = [
+        (s["median_delay_steps"], s["evals"], label)  # ties: the fewer evals
+        for label, s in tune.items()
+        if s["hacking_stopped"] == s["hacking"]
+        and s["healthy_stopped"] <= fixed["tune"]["healthy_stopped"]
+        and s["median_delay_steps"] is not None
+    ]
+    chosen = min(ok)[2] if ok else None
+    test = None
+    if chosen is not None:
+        spec = dict(CEILING_DETECTORS)[chosen]
+        test = dense_cadence_study(by_split["test"], spec, [("every step", None)], 1, peak_every=every)["summaries"]
+        test = test["every step"]
+    return {"fixed": fixed, "tune": tune, "chosen": chosen, "test": test}
+
+
+def ceiling_lines(got: dict[str, Any], every: int) -> list[str]:
+    head = "| detector | traces | cadence | " + " | ".join(c for c, _ in COLUMNS) + " |"
+    lines = [f"\n## ceiling: an evaluation at every step (delays from the {every}-step smoothed peak)\n", head]
+    lines.append("|---|---|---|" + "---:|" * len(COLUMNS))
+
+    def row(detector: str, split: str, cadence: str, s: dict[str, Any]) -> str:
+        return f"| {detector} | {split} | {cadence} | " + " | ".join(f(s) for _, f in COLUMNS) + " |"
+
+    lines.append(row("default (trend)", "tune", f"fixed, every {every}", got["fixed"]["tune"]))
+    for label, s in got["tune"].items():
+        lines.append(row(label + (" (chosen)" if label == got["chosen"] else ""), "tune", "every step", s))
+    lines.append(row("default (trend)", "test", f"fixed, every {every}", got["fixed"]["test"]))
+    if got["test"] is not None:
+        lines.append(row(str(got["chosen"]), "test", "every step", got["test"]))
+        fixed_med, best = got["fixed"]["test"]["median_delay_steps"], got["test"]["median_delay_steps"]
+        if fixed_med and best is not None:
+            lines.append(f"\ntest: median delay {fixed_med:g} -> {best:g} steps ({100 * (best / fixed_med - 1):+.0f}%)")
+    return lines
+
+
 PLATFORM_COLUMNS = (
     ("JCT gain %", "jct_gain_pct", ".1f"),
     ("share of Oracle's", "jct_gain_share_of_oracle", ".3f"),
@@ -144,6 +215,9 @@ def main() -> None:
     ap.add_argument(
         "--platform", type=int, default=0, metavar="SEEDS", help="also replay on the platform with this many seeds"
     )
+    ap.add_argument(
+        "--ceiling", action="store_true", help="also replay every trace with an evaluation at every step (the limit)"
+    )
     ap.add_argument("--json", action="store_true", help="print one JSON object instead of markdown")
     args = ap.parse_args()
     t0 = time.perf_counter()
@@ -173,6 +247,9 @@ def main() -> None:
             rows = platform_rows(traces, detector, cadences, args.every, args.platform)
             results["detectors"][name]["platform"] = rows
             lines += [f"\nplatform (all {len(traces)} dense traces, {args.platform} seeds):\n", platform_table(rows)]
+    if args.ceiling:
+        results["ceiling"] = ceiling(by_split, args.every)
+        lines += ceiling_lines(results["ceiling"], args.every)
     if args.json:
         print(json.dumps(results, indent=1, default=str))
         return

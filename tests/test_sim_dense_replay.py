@@ -76,3 +76,18 @@ def test_study_sums_up_per_label(tmp_path):
     assert fixed["healthy_stopped"] == adaptive["healthy_stopped"] == 0  # a noise-free plateau never declines
     assert fixed["median_delay_steps"] == 10 and adaptive["median_delay_steps"] == 6
     assert adaptive["extra_evals"] == 1 and adaptive["evals"] == fixed["evals"]  # one extra, one regular fewer
+
+
+def test_an_every_step_replay_measures_its_delay_from_the_regular_cadences_peak(tmp_path):
+    means = [float(min(i, 20)) for i in range(1, 41)]  # rises to a plateau at step 20, then falls from step 31 on
+    means[9] = 24.0  # one wild eval at step 10
+    means[30:] = [20.0 - (i - 30) for i in range(31, 41)]
+    trace = _dense(tmp_path, means)
+    single = dense_trace_run(trace, K2, None, every=1)
+    smoothed = dense_trace_run(trace, K2, None, every=1, peak_every=5)
+    assert single["peak_step"] == 10  # every=1 alone smooths over one eval: the wild one is the peak
+    assert smoothed["peak_step"] == smoothed_peak_step(trace, 5) >= 20
+    assert smoothed["stop_step"] == single["stop_step"]  # the replay itself is the same
+    assert smoothed["delay_steps"] == single["stop_step"] - smoothed["peak_step"]
+    study = dense_cadence_study([trace], K2, [("every step", None)], every=1, peak_every=5)
+    assert study["rows"]["every step"][0]["peak_step"] == smoothed["peak_step"]

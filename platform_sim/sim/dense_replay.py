@@ -56,6 +56,7 @@ def dense_trace_run(
     cadence: Mapping[str, Any] | str | None,
     every: int,
     max_extra_evals: int | None = None,
+    peak_every: int | None = None,
 ) -> dict[str, Any]:
     """Replay one dense trace at a regular cadence of ``every`` steps, honouring the core's cadence hints.
 
@@ -66,6 +67,9 @@ def dense_trace_run(
         cadence: Cadence spec (None or ``"fixed"``: no hints).
         every: The regular cadence in steps; the regular evaluations are the recorded ones at multiples of it.
         max_extra_evals: At most this many extra evaluations per run (None: no limit), as the callback's budget.
+        peak_every: The smoothing window of the true peak (:func:`smoothed_peak_step`), None: ``every``. A replay at
+            ``every=1`` passes the regular cadence it is compared with, so that both measure delays from the same
+            peak (the single highest of 150 noisy evals would be mostly noise).
 
     Returns:
         ``{"trace", "environment", "split", "label", "stopped", "stop_step", "peak_step", "delay_steps",
@@ -106,7 +110,7 @@ def dense_trace_run(
             step = hinted
         else:
             step = next_regular
-    peak = smoothed_peak_step(trace, every)
+    peak = smoothed_peak_step(trace, every if peak_every is None else peak_every)
     return {
         "trace": trace.name,
         "environment": trace.environment,
@@ -128,8 +132,10 @@ def dense_cadence_study(
     cadences: Sequence[tuple[str, Mapping[str, Any] | str | None]],
     every: int,
     max_extra_evals: int | None = None,
+    peak_every: int | None = None,
 ) -> dict[str, Any]:
-    """Every trace at every cadence: per-trace rows and one summary per cadence label.
+    """Every trace at every cadence: per-trace rows and one summary per cadence label (``peak_every`` as in
+    :func:`dense_trace_run`).
 
     A summary has ``hacking``/``healthy`` (traces of each label), ``hacking_stopped``, ``healthy_stopped``,
     ``median_delay_steps`` and ``mean_delay_steps`` (hacking traces stopped; None if none), ``evals`` and
@@ -138,7 +144,7 @@ def dense_cadence_study(
     rows: dict[str, list[dict[str, Any]]] = {}
     summaries: dict[str, dict[str, Any]] = {}
     for label, spec in cadences:
-        out = [dense_trace_run(t, detector, spec, every, max_extra_evals) for t in traces]
+        out = [dense_trace_run(t, detector, spec, every, max_extra_evals, peak_every) for t in traces]
         rows[label] = out
         hacking = [r for r in out if r["label"] == "hacking"]
         healthy = [r for r in out if r["label"] == "healthy"]
