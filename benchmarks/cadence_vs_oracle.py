@@ -10,13 +10,16 @@ With ``--detector default`` EvalStop runs the project's default detector (``tren
 test's p-value below ``p_hint`` (default 0.5), at fractions 0.25, 0.5 and 0.75; with ``--detector shape-sens`` the
 Bayesian ``shape-sens``, whose hint is one minus its posterior of being past an overoptimization peak below
 ``p_hint`` (0.5, 0.8, 0.95 at fractions 0.25 and 0.5). With ``--detector shape-now``, ``shape`` with
-``behind=0`` (the peak may lie behind the current eval) on a small grid of thresholds and ``future`` values, each
-at the fixed cadence and at several adaptive ones; after the table the benchmark names the row that
-:func:`choose` picks on these seeds. ``--first-seed`` moves the seeds (tuning runs use seeds 100-109; the reported
-ones are 0-9: a setting is chosen on the first and judged on the second).
+``behind=0`` (the peak may lie behind the current eval) on a grid of ``--thresholds`` x ``--futures`` x
+``--min-evals``, each at the fixed cadence and at the adaptive ones of ``--fractions`` x ``--p-hints``; after the
+table the benchmark names the row that :func:`choose` picks on these seeds. ``--first-seed`` moves the seeds
+(tuning runs use seeds 100-119; the reported ones are 0-9, 200-219 and 300-319: a setting is chosen on the first
+and judged on the others).
 
     python benchmarks/cadence_vs_oracle.py [--sigmas 0.02,0.12] [--seeds 10] [--eval-cost 0.05] [--workers 2]
         [--detector paper|default|shape-sens|shape-now] [--first-seed 0]
+        [--thresholds 0.7,0.8,0.9] [--futures 1.25,1.5] [--min-evals 5]
+        [--fractions 0.25,0.33,0.5] [--p-hints 0.7,0.8]
 """
 
 from __future__ import annotations
@@ -51,16 +54,39 @@ SHAPE_CADENCES = [("fixed", None)] + [
     for p in (0.5, 0.8, 0.95)
 ]
 
-NOW_CADENCES = [("fixed", None)] + [
-    (f"adaptive f={f:g} p_hint={p:g}", {"name": "adaptive", "params": {"fraction": f, "p_hint": p}})
-    for f in (0.25, 0.33, 0.5)
-    for p in (0.7, 0.8)
-]
+
+def now_cadences(fractions: list[float], p_hints: list[float]) -> list[tuple[str, Any]]:
+    """The fixed cadence and the adaptive ones of ``--detector shape-now``: every fraction x p_hint."""
+    return [("fixed", None)] + [
+        (f"adaptive f={f:g} p_hint={p:g}", {"name": "adaptive", "params": {"fraction": f, "p_hint": p}})
+        for f in fractions
+        for p in p_hints
+    ]
 
 
-def _shape_now(threshold: float, future: float) -> tuple[str, dict[str, Any]]:
-    params = {"threshold": threshold, "future": future, "min_tau": 2.0, "behind": 0}
-    return f"shape behind=0 threshold={threshold:g} future={future:g}", {"name": "shape", "params": params}
+def _shape_now(threshold: float, future: float, min_evals: int = 5) -> tuple[str, dict[str, Any]]:
+    params: dict[str, Any] = {"threshold": threshold, "future": future, "min_tau": 2.0, "behind": 0}
+    label = f"shape behind=0 threshold={threshold:g} future={future:g}"
+    if min_evals != 5:  # the detector's defaults; labels of the first grid read as before
+        params["min_evals"] = min_evals
+        label += f" min_evals={min_evals}"
+    return label, {"name": "shape", "params": params}
+
+
+def _floats(text: str) -> list[float]:
+    """A comma-separated list of numbers (an argparse type: bad input is a usage error that names it)."""
+    try:
+        return [float(v) for v in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}") from None
+
+
+def _ints(text: str) -> list[int]:
+    """A comma-separated list of integers (an argparse type)."""
+    try:
+        return [int(v) for v in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
 
 
 #: Per --detector: the detector variants (label, spec) and the cadences tried with each.
@@ -68,7 +94,7 @@ DETECTOR_RUNS: dict[str, tuple[list[tuple[str, dict[str, Any]]], list[tuple[str,
     "paper": ([("", paper_spec())], CADENCES),
     "default": ([("", default_spec())], DEFAULT_CADENCES),
     "shape-sens": ([("", shape_sens_spec())], SHAPE_CADENCES),
-    "shape-now": ([_shape_now(t, f) for t in (0.7, 0.8, 0.9) for f in (1.25, 1.5)], NOW_CADENCES),
+    "shape-now": ([], []),  # the grid of --thresholds x --futures x --min-evals, at --fractions x --p-hints
 }
 
 #: Healthy RLHF jobs a variant may stop per run at the fixed cadence to be chosen (under 1% of about 64).
@@ -80,8 +106,8 @@ COLUMNS = (
     ("JCT gain %", "jct_gain_pct", ".1f"),
     ("share of Oracle's", "jct_gain_share_of_oracle", ".2f"),
     ("waste cut %", "wasted_reduction_pct", ".1f"),
-    ("share of Oracle's", "waste_cut_share_of_oracle", ".2f"),
-    ("healthy stopped", "false_stops", ".1f"),
+    ("share of Oracle's", "waste_cut_share_of_oracle", ".3f"),
+    ("healthy stopped", "false_stops", ".2f"),
     ("hacking stopped", "stopped_hacking", ".1f"),
     ("eval GPU-h", "eval_gpu_h", ".1f"),
     ("extra evals", "extra_evals", ".1f"),
@@ -90,20 +116,45 @@ COLUMNS = (
 )
 
 
-def choose(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
-    """The adaptive row with the largest waste cut whose variant stops at most :data:`MAX_HEALTHY_STOPS` healthy
-    jobs per run at the fixed cadence, which stops no more healthy jobs than that fixed row, and whose evaluation
-    GPU time is at most :data:`MAX_EVAL_GPU_RISE` above it; None if no row qualifies."""
-    fixed = {r["variant"]: r for r in rows if r.get("cadence") == "fixed"}
-    ok = [
-        r
-        for r in rows
-        if r.get("cadence") not in (None, "fixed", "-")
-        and fixed[r["variant"]]["false_stops"] <= MAX_HEALTHY_STOPS
-        and r["false_stops"] <= fixed[r["variant"]]["false_stops"]
-        and r["eval_gpu_h"] <= (1.0 + MAX_EVAL_GPU_RISE) * fixed[r["variant"]]["eval_gpu_h"]
-    ]
-    return max(ok, key=lambda r: r["wasted_reduction_pct"]) if ok else None
+def choose_on_all(parts: list[list[dict[str, Any]]]) -> tuple[str, str] | None:
+    """``(variant, cadence)`` of the adaptive row with the largest mean waste cut over the parts of the seeds among
+    those that, on *every* part, belong to a variant that stops at most :data:`MAX_HEALTHY_STOPS` healthy jobs per
+    run at the fixed cadence, stop no more healthy jobs than that fixed row and spend at most
+    :data:`MAX_EVAL_GPU_RISE` more evaluation GPU time; None if no row qualifies.
+
+    On ten seeds the healthy-stop condition is decided by one or two jobs, so a row that passes it on all the seeds
+    together may pass by chance; asking it of each half (``--halves``) guards against choosing such a row."""
+    keys: set[tuple[str, str]] | None = None
+    for rows in parts:
+        fixed = {r["variant"]: r for r in rows if r.get("cadence") == "fixed"}
+        ok = {
+            (r["variant"], r["cadence"])
+            for r in rows
+            if r.get("cadence") not in (None, "fixed", "-")
+            and fixed[r["variant"]]["false_stops"] <= MAX_HEALTHY_STOPS
+            and r["false_stops"] <= fixed[r["variant"]]["false_stops"]
+            and r["eval_gpu_h"] <= (1.0 + MAX_EVAL_GPU_RISE) * fixed[r["variant"]]["eval_gpu_h"]
+        }
+        keys = ok if keys is None else keys & ok
+    if not keys:
+        return None
+    cut = {k: 0.0 for k in keys}
+    for rows in parts:
+        for r in rows:
+            if (r.get("variant"), r.get("cadence")) in cut:
+                cut[(r["variant"], r["cadence"])] += r["wasted_reduction_pct"] / len(parts)
+    return max(sorted(cut), key=lambda k: cut[k])
+
+
+def _table(rows: list[dict[str, Any]], title: str) -> None:
+    print(f"\n{title}\n")
+    print("| policy | " + " | ".join(c[0] for c in COLUMNS) + " |")
+    print("|---|" + "---:|" * len(COLUMNS))
+    for r in rows:
+        parts = [p for p in (r["variant"], r["cadence"]) if p]
+        name = "Oracle" if r["stop"] == "oracle" else "EvalStop, " + ", ".join(parts)
+        cells = ["-" if r[key] is None else format(r[key], fmt) for _, key, fmt in COLUMNS]
+        print(f"| {name} | " + " | ".join(cells) + " |")
 
 
 def main() -> None:
@@ -121,42 +172,69 @@ def main() -> None:
         "--detector",
         choices=tuple(DETECTOR_RUNS),
         default="paper",
-        help="EvalStop's detector: the paper's k-decline k=2 (default), the project's default (trend) or shape-sens",
+        help="EvalStop's detector: the paper's k-decline k=2 (default), the project's default (trend), shape-sens, "
+        "or shape with behind=0 on a grid (shape-now)",
     )
     ap.add_argument("--first-seed", type=int, default=0, help="seeds FIRST..FIRST+N-1 (default 0)")
+    ap.add_argument(
+        "--thresholds",
+        type=_floats,
+        default="0.7,0.8,0.9",
+        help="shape-now: posterior thresholds (default 0.7,0.8,0.9)",
+    )
+    ap.add_argument("--futures", type=_floats, default="1.25,1.5", help="shape-now: future values (default 1.25,1.5)")
+    ap.add_argument("--min-evals", type=_ints, default="5", help="shape-now: min_evals values (default 5)")
+    ap.add_argument(
+        "--fractions",
+        type=_floats,
+        default="0.25,0.33,0.5",
+        help="shape-now: cadence fractions (default 0.25,0.33,0.5)",
+    )
+    ap.add_argument(
+        "--p-hints", type=_floats, default="0.7,0.8", help="shape-now: cadence p_hint values (default 0.7,0.8)"
+    )
+    ap.add_argument(
+        "--halves",
+        action="store_true",
+        help="run the seeds as two halves, each with its own table, and choose a row that qualifies on both",
+    )
     args = ap.parse_args()
     t0 = time.perf_counter()
     variants, cadences = DETECTOR_RUNS[args.detector]
+    if args.detector == "shape-now":
+        variants = [_shape_now(t, f, m) for m in args.min_evals for t in args.thresholds for f in args.futures]
+        cadences = now_cadences(args.fractions, args.p_hints)
+    seeds = list(range(args.first_seed, args.first_seed + args.seeds))
+    parts = [seeds[: len(seeds) // 2], seeds[len(seeds) // 2 :]] if args.halves else [seeds]
+    rule = (
+        f"largest waste cut; fixed-cadence healthy stops <= {MAX_HEALTHY_STOPS:g} per run, no more with the hint, "
+        f"eval GPU <= +{100 * MAX_EVAL_GPU_RISE:g}%" + ("; on each half" if args.halves else "")
+    )
     with ProcessRunner(args.workers) as runner:
         for sigma in (float(s) for s in args.sigmas.split(",")):
-            rows: list[dict[str, Any]] = []
-            for label, detector in variants:
-                got = cadence_comparison(
-                    replace(WorkloadConfig(), sigma=sigma),
-                    range(args.first_seed, args.first_seed + args.seeds),
-                    detector=detector,
-                    cadences=cadences,
-                    eval_cost=args.eval_cost,
-                    runner=runner,
+            part_rows: list[list[dict[str, Any]]] = []
+            for part in parts:
+                rows: list[dict[str, Any]] = []
+                for label, detector in variants:
+                    got = cadence_comparison(
+                        replace(WorkloadConfig(), sigma=sigma),
+                        part,
+                        detector=detector,
+                        cadences=cadences,
+                        eval_cost=args.eval_cost,
+                        runner=runner,
+                    )
+                    rows += [{**r, "variant": label} for r in (got if not rows else got[1:])]  # one Oracle row
+                _table(
+                    rows,
+                    f"sigma {sigma:g}, seeds {part[0]}-{part[-1]}, SRTF-Est, {args.detector} detector, eval cost "
+                    f"{args.eval_cost:g} of an interval",
                 )
-                rows += [{**r, "variant": label} for r in (got if not rows else got[1:])]  # one Oracle row
+                part_rows.append([r for r in rows if r["stop"] != "oracle"])
+            pick = choose_on_all(part_rows)
             print(
-                f"\nsigma {sigma:g}, seeds {args.first_seed}-{args.first_seed + args.seeds - 1}, SRTF-Est, "
-                f"{args.detector} detector, eval cost "
-                f"{args.eval_cost:g} of an interval\n"
-            )
-            print("| policy | " + " | ".join(c[0] for c in COLUMNS) + " |")
-            print("|---|" + "---:|" * len(COLUMNS))
-            for r in rows:
-                parts = [p for p in (r["variant"], r["cadence"]) if p]
-                name = "Oracle" if r["stop"] == "oracle" else "EvalStop, " + ", ".join(parts)
-                cells = ["-" if r[key] is None else format(r[key], fmt) for _, key, fmt in COLUMNS]
-                print(f"| {name} | " + " | ".join(cells) + " |")
-            pick = choose([r for r in rows if r["stop"] != "oracle"])
-            print(
-                "\nchosen on these seeds (largest waste cut; fixed-cadence healthy stops <= "
-                f"{MAX_HEALTHY_STOPS:g} per run, no more with the hint, eval GPU <= +{100 * MAX_EVAL_GPU_RISE:g}%): "
-                + ("none" if pick is None else f"{pick['variant'] or args.detector}, {pick['cadence']}")
+                f"\nchosen on these seeds ({rule}): "
+                + ("none" if pick is None else f"{pick[0] or args.detector}, {pick[1]}")
             )
     print(f"\n{time.perf_counter() - t0:.1f} s")
 
