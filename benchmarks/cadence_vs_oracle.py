@@ -81,6 +81,17 @@ def _floats(text: str) -> list[float]:
         raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}") from None
 
 
+def _budgets(text: str) -> list[int | None]:
+    """A comma-separated list of budgets: integers >= 0 or ``none`` (an argparse type)."""
+    try:
+        out = [None if v.strip().lower() == "none" else int(v) for v in text.split(",")]
+    except ValueError:
+        out = [-1]
+    if any(b is not None and b < 0 for b in out):
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers >= 0 or 'none', got {text!r}")
+    return out
+
+
 def _ints(text: str) -> list[int]:
     """A comma-separated list of integers (an argparse type)."""
     try:
@@ -194,6 +205,13 @@ def main() -> None:
         "--p-hints", type=_floats, default="0.7,0.8", help="shape-now: cadence p_hint values (default 0.7,0.8)"
     )
     ap.add_argument(
+        "--max-extra-evals",
+        type=_budgets,
+        default="none",
+        help="comma-separated budgets of extra evals per job, as the callback's max_extra_evals; each budget runs "
+        "every variant ('none': no limit, the default)",
+    )
+    ap.add_argument(
         "--halves",
         action="store_true",
         help="run the seeds as two halves, each with its own table, and choose a row that qualifies on both",
@@ -215,16 +233,20 @@ def main() -> None:
             part_rows: list[list[dict[str, Any]]] = []
             for part in parts:
                 rows: list[dict[str, Any]] = []
-                for label, detector in variants:
-                    got = cadence_comparison(
-                        replace(WorkloadConfig(), sigma=sigma),
-                        part,
-                        detector=detector,
-                        cadences=cadences,
-                        eval_cost=args.eval_cost,
-                        runner=runner,
-                    )
-                    rows += [{**r, "variant": label} for r in (got if not rows else got[1:])]  # one Oracle row
+                for budget in args.max_extra_evals:
+                    for label, detector in variants:
+                        got = cadence_comparison(
+                            replace(WorkloadConfig(), sigma=sigma),
+                            part,
+                            detector=detector,
+                            cadences=cadences,
+                            eval_cost=args.eval_cost,
+                            runner=runner,
+                            max_extra_evals=budget,
+                        )
+                        if budget is not None:
+                            label = f"{label}, max_extra_evals={budget}" if label else f"max_extra_evals={budget}"
+                        rows += [{**r, "variant": label} for r in (got if not rows else got[1:])]  # one Oracle row
                 _table(
                     rows,
                     f"sigma {sigma:g}, seeds {part[0]}-{part[-1]}, SRTF-Est, {args.detector} detector, eval cost "

@@ -55,6 +55,34 @@ def test_adaptive_cadence_adds_evals_at_the_hinted_points(workload) -> None:
             assert o.end_time - o.start_time > o_fixed.end_time - o_fixed.start_time
 
 
+def _budgeted(wl, budget):
+    stop = make_stop_policy("evalstop", cadence={"name": "adaptive", "params": {"fraction": 0.25}})
+    return simulate(wl, with_stop(make_base_policy("srtf-est"), stop), max_extra_evals=budget)
+
+
+def test_a_budget_of_extra_evals_caps_each_job_as_the_callbacks_does(workload) -> None:
+    free = _budgeted(workload, None)
+    assert max(o.extra_evals for o in free.outcomes) >= 2, "some job of this workload takes several hints"
+    one = _budgeted(workload, 1)
+    assert max(o.extra_evals for o in one.outcomes) == 1
+    # A job that spent its budget is evaluated at the regular cadence from then on: hinted jobs that took at most
+    # one hint without the budget are the same with it.
+    for o, o_free in zip(one.outcomes, free.outcomes):
+        if o_free.extra_evals <= 1:
+            assert (o.stopped, o.stop_eval, o.extra_evals) == (o_free.stopped, o_free.stop_eval, o_free.extra_evals)
+    none = _budgeted(workload, 0)
+    fixed = _run(workload)
+    assert [(o.stopped, o.stop_eval, o.end_time) for o in none.outcomes] == [
+        (o.stopped, o.stop_eval, o.end_time) for o in fixed.outcomes
+    ]  # a budget of 0 is the fixed cadence
+
+
+@pytest.mark.parametrize("bad", [-1, 1.5, True, "2"])
+def test_a_bad_budget_of_extra_evals_is_named(workload, bad) -> None:
+    with pytest.raises(ValueError, match="max_extra_evals"):
+        _budgeted(workload, bad)
+
+
 def test_cadence_comparison_rows_carry_oracle_shares() -> None:
     rows = cadence_comparison(WorkloadConfig(n_jobs=40), seeds=[0])
     assert [r["stop"] for r in rows] == ["oracle", "evalstop", "evalstop"]
@@ -104,6 +132,21 @@ def test_cli_cadence_params_reach_the_policy_and_bad_ones_name_the_flag() -> Non
         (("--cadence", "adaptive", "--cadence-param", "fraction=1.5"), "fraction"),
         (("--cadence", "adaptive", "--cadence-param", "speed=2"), "speed"),
         (("--cadence", "adaptive", "--cadence-param", "fraction"), "key=value"),
+    ):
+        bad = _cli_run(*args)
+        assert bad.returncode == 2 and needle in bad.stderr, (args, bad.stderr)
+
+
+def test_cli_max_extra_evals_caps_the_extra_evals_and_bad_ones_name_the_flag() -> None:
+    free = json.loads(_cli_run("--cadence", "adaptive", "--json").stdout)
+    capped = json.loads(_cli_run("--cadence", "adaptive", "--max-extra-evals", "1", "--json").stdout)
+    assert capped["config"]["max_extra_evals"] == 1 and free["config"]["max_extra_evals"] is None
+    assert 0 < capped["extra_evals"] < free["extra_evals"]
+    assert capped["extra_evals"] <= capped["jobs"]  # at most one per job
+    for args, needle in (
+        (("--max-extra-evals", "2"), "--max-extra-evals needs --cadence adaptive"),
+        (("--cadence", "adaptive", "--max-extra-evals", "-1"), "--max-extra-evals must be an integer >= 0"),
+        (("--cadence", "adaptive", "--max-extra-evals", "x"), "--max-extra-evals"),
     ):
         bad = _cli_run(*args)
         assert bad.returncode == 2 and needle in bad.stderr, (args, bad.stderr)

@@ -380,6 +380,30 @@ def add_cadence_args(p: Any) -> None:
         help="GPU time of one eval as a share of a regular eval interval (default "
         f"{DEFAULT_EVAL_COST:g}; regular evals are part of a run's planned time, extra ones add to it)",
     )
+    p.add_argument(
+        "--max-extra-evals",
+        type=int,
+        default=None,
+        metavar="N",
+        help="with --cadence adaptive: at most N extra evals per job, as EvalStopCallback's max_extra_evals "
+        "(default: no limit)",
+    )
+
+
+def max_extra_evals_from_args(args: Any) -> int | None:
+    """The parsed ``--max-extra-evals`` (None: no limit).
+
+    Raises:
+        ValueError: It is negative, or given without ``--cadence adaptive``.
+    """
+    n = getattr(args, "max_extra_evals", None)
+    if n is None:
+        return None
+    if n < 0:
+        raise ValueError(f"--max-extra-evals must be an integer >= 0, got {n}")
+    if args.cadence != "adaptive":
+        raise ValueError("--max-extra-evals needs --cadence adaptive")
+    return int(n)
 
 
 def cadence_from_args(args: Any) -> tuple[str | dict[str, Any] | None, float]:

@@ -28,6 +28,7 @@ def cadence_comparison(
     eval_cost: float = DEFAULT_EVAL_COST,
     runner: Runner | None = None,
     progress: Callable[[int], None] | None = None,
+    max_extra_evals: int | None = None,
 ) -> list[dict[str, Any]]:
     """Rows for the Oracle and for EvalStop at each cadence, on the same seeds, each against the base alone.
 
@@ -40,6 +41,7 @@ def cadence_comparison(
         eval_cost: What one eval costs, as a share of a regular eval interval.
         runner: Where to run (default: serially here).
         progress: Progress callback (finished tasks).
+        max_extra_evals: Extra evals a job may spend on hints (None: no limit), as the callback's budget.
     """
     none = PolicySpec(base=base)
     oracle = PolicySpec(base=base, stop="oracle")
@@ -47,7 +49,10 @@ def cadence_comparison(
     specs = (none, oracle, *stops)
     # A detector that reads per-example scores gets generated ones (regular and extra evals), as in `paper`.
     observation = observation_for(detector)
-    tasks = [SimTask(workload, seed, specs, observation=observation, eval_cost=eval_cost) for seed in seeds]
+    tasks = [
+        SimTask(workload, seed, specs, observation=observation, eval_cost=eval_cost, max_extra_evals=max_extra_evals)
+        for seed in seeds
+    ]
     results = (runner or SerialRunner()).map(run_task, tasks, progress)
     per = [[res[i] for res in results] for i in range(len(specs))]
     oracle_row = metric_row(base, "oracle", per[1], per[0], cadence="-")

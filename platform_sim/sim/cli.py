@@ -43,6 +43,7 @@ from .backend_cli import (
     detector_from_args,
     detector_param,
     floats_arg,
+    max_extra_evals_from_args,
     print_results,
     run_with_progress,
     runner_for_command,
@@ -79,6 +80,13 @@ def _cadence_or_usage(args: argparse.Namespace) -> tuple[str | dict[str, Any] | 
         raise UsageError(str(exc)) from None
 
 
+def _budget_or_usage(args: argparse.Namespace) -> int | None:
+    try:
+        return max_extra_evals_from_args(args)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+
+
 def add_run(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "run", help="run one simulation and print its metrics", description="Run one simulation and print its metrics."
@@ -99,6 +107,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     wl = workload_from_args(args)
     det = detector_from_args(args)
     cadence, eval_cost = _cadence_or_usage(args)
+    budget = _budget_or_usage(args)
     spec = PolicySpec(
         base=args.base,
         stop=args.stop,
@@ -117,7 +126,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         if args.stop == "evalstop-fleet"
         else None
     )
-    _, m = run_one(wl, spec, args.seed, observation=observation, eval_cost=eval_cost)
+    _, m = run_one(wl, spec, args.seed, observation=observation, eval_cost=eval_cost, max_extra_evals=budget)
     # The waste cut as a share of the Oracle's: the base alone and the Oracle on the same seed.
     base_m = run_one(wl, PolicySpec(base=args.base), args.seed, eval_cost=eval_cost)[1]
     oracle_m = run_one(wl, PolicySpec(base=args.base, stop="oracle"), args.seed, eval_cost=eval_cost)[1]
@@ -131,6 +140,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         "detector": det if args.stop == "evalstop" else None,
         "cadence": cadence if args.stop == "evalstop" else None,
         "eval_cost": eval_cost,
+        "max_extra_evals": budget,
     }
     if args.json:
         print(json.dumps(m, indent=2))
@@ -209,6 +219,7 @@ def cmd_paper(args: argparse.Namespace) -> int:
 
     det = detector_from_args(args)
     cadence, eval_cost = _cadence_or_usage(args)
+    budget = _budget_or_usage(args)
     cfg = PaperConfig(
         seeds=args.seeds,
         workload=wl,
@@ -218,6 +229,7 @@ def cmd_paper(args: argparse.Namespace) -> int:
         observation=observation_for(det),
         cadence=cadence,
         eval_cost=eval_cost,
+        max_extra_evals=budget,
     )
     command = command_line("paper")
     results, wall = run_with_progress(
@@ -363,6 +375,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
         raise UsageError(f"--traces: every trace of {folder} is ambiguous; nothing to replay")
     wl = workload_from_args(args)
     cadence, eval_cost = _cadence_or_usage(args)
+    budget = _budget_or_usage(args)
     if args.trace_min_delta is not None:
         if not (args.trace_min_delta >= 0) or not math.isfinite(args.trace_min_delta):
             raise UsageError(f"--trace-min-delta must be a finite number >= 0, got {args.trace_min_delta}")
@@ -392,6 +405,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
             cadence=cadence,
             eval_cost=eval_cost,
             n_evals=args.grid_evals,
+            max_extra_evals=budget,
         ),
         desc="replay",
         unit="seed",

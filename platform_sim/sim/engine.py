@@ -136,6 +136,7 @@ def simulate(
     preemption_cost_h: float = PREEMPTION_COST_H,
     observation: ObservationModel | None = None,
     eval_cost: float = DEFAULT_EVAL_COST,
+    max_extra_evals: int | None = None,
 ) -> SimResult:
     """Run ``workload`` on a cluster of ``gpus`` GPUs under ``scheduler`` (a base policy composed with a stop policy).
 
@@ -149,6 +150,9 @@ def simulate(
         eval_cost: What one evaluation costs, as a share of a regular eval interval of the job's run time (>= 0;
             default :data:`DEFAULT_EVAL_COST`). Regular evals are inside the planned duration; extra evals asked
             for by a cadence hint add this much time each.
+        max_extra_evals: At most this many extra evals per job (None: no limit), as
+            :class:`~evalstop_callbacks.EvalStopCallback`'s budget of the same name: once a job has spent it, its
+            hints are not taken. Integer >= 0.
     """
     t_wall = time.perf_counter()
     jobs = workload.jobs
@@ -159,6 +163,11 @@ def simulate(
         raise ValueError("preemption_cost_h must be >= 0")
     if not (eval_cost >= 0 and math.isfinite(eval_cost)):
         raise ValueError(f"eval_cost must be a finite number >= 0, got {eval_cost!r}")
+    if max_extra_evals is not None and (
+        isinstance(max_extra_evals, bool) or not isinstance(max_extra_evals, int) or max_extra_evals < 0
+    ):
+        raise ValueError(f"max_extra_evals must be None or an integer >= 0, got {max_extra_evals!r}")
+    budget = -1 if max_extra_evals is None else max_extra_evals  # -1: no limit
     base, stop = scheduler.base, scheduler.stop
     obs = observation or ObservationModel(workload)
     n_evals = workload.n_evals
@@ -360,7 +369,10 @@ def simulate(
         return min(max(-(-d * n_evals // planned[i]), 1), k), -1.0
 
     def ask(i: int, view: JobView, p: float) -> None:
-        # The cadence hint after an eval at progress p: an extra eval if it comes before the next regular one.
+        # The cadence hint after an eval at progress p: an extra eval if it comes before the next regular one and
+        # the job's budget of extra evals is not spent.
+        if extra_n[i] == budget:
+            return
         h = hint_of(view)
         # Compared in steps, not progress: a hint on the next regular eval's step can come out just below that
         # eval's progress in floating point, and would then report the same step twice.

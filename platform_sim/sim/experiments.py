@@ -97,6 +97,8 @@ class SimTask:
             (None: Gaussian noise, no per-example scores).
         eval_cost: What one eval costs, as a share of a regular eval interval (see
             :func:`~platform_sim.sim.engine.simulate`).
+        max_extra_evals: Extra evals a job may spend on cadence hints (None: no limit; see
+            :func:`~platform_sim.sim.engine.simulate`).
     """
 
     workload: WorkloadConfig
@@ -105,6 +107,7 @@ class SimTask:
     preemption_cost_h: float = PREEMPTION_COST_H
     observation: Mapping[str, Any] | None = None
     eval_cost: float = DEFAULT_EVAL_COST
+    max_extra_evals: int | None = None
 
 
 def run_task(task: SimTask) -> list[dict[str, Any]]:
@@ -120,6 +123,7 @@ def run_task(task: SimTask) -> list[dict[str, Any]]:
             preemption_cost_h=task.preemption_cost_h,
             observation=make_observation_model(workload, task.observation),
             eval_cost=task.eval_cost,
+            max_extra_evals=task.max_extra_evals,
         )
         m = run_metrics(result)
         m["seed"] = task.seed
@@ -134,6 +138,7 @@ def run_one(
     preemption_cost_h: float = PREEMPTION_COST_H,
     observation: Mapping[str, Any] | None = None,
     eval_cost: float = DEFAULT_EVAL_COST,
+    max_extra_evals: int | None = None,
 ) -> tuple[SimResult, dict[str, Any]]:
     """One simulation in this process: the raw result and its metrics."""
     workload = generate_workload(workload_config, seed)
@@ -144,6 +149,7 @@ def run_one(
         preemption_cost_h=preemption_cost_h,
         observation=make_observation_model(workload, observation),
         eval_cost=eval_cost,
+        max_extra_evals=max_extra_evals,
     )
     return result, run_metrics(result)
 
@@ -171,6 +177,7 @@ class PaperConfig:
         observation: Observation-model spec (None: Gaussian noise).
         cadence: Cadence spec of every EvalStop cell (None: the fixed cadence, as in the paper).
         eval_cost: What one eval costs, as a share of a regular eval interval.
+        max_extra_evals: Extra evals a job may spend on cadence hints (None: no limit).
     """
 
     seeds: int = 30
@@ -181,6 +188,7 @@ class PaperConfig:
     observation: Mapping[str, Any] | None = None
     cadence: Mapping[str, Any] | str | None = None
     eval_cost: float = DEFAULT_EVAL_COST
+    max_extra_evals: int | None = None
 
 
 @dataclass(frozen=True)
@@ -262,7 +270,16 @@ def paper(
     index: list[tuple[str, list[str]]] = []
     for wkey, (w, specs) in by_wl.items():
         for seed in range(cfg.seeds):
-            tasks.append(SimTask(w, seed, tuple(specs.values()), observation=cfg.observation, eval_cost=cfg.eval_cost))
+            tasks.append(
+                SimTask(
+                    w,
+                    seed,
+                    tuple(specs.values()),
+                    observation=cfg.observation,
+                    eval_cost=cfg.eval_cost,
+                    max_extra_evals=cfg.max_extra_evals,
+                )
+            )
             index.append((wkey, list(specs)))
     if on_plan:
         on_plan(len(tasks))
@@ -292,6 +309,7 @@ def paper(
         "observation": cfg.observation,
         "cadence": cfg.cadence,
         "eval_cost": cfg.eval_cost,
+        "max_extra_evals": cfg.max_extra_evals,
         "tasks": len(tasks),
     }
     return out
