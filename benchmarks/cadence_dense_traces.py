@@ -180,14 +180,24 @@ PLATFORM_COLUMNS = (
 
 
 def platform_rows(
-    traces: list[Any], detector: dict[str, Any], cadences: list[tuple[str, Any]], every: int, seeds: int
+    traces: list[Any], detector: dict[str, Any], cadences: list[tuple[str, Any, int | None]], every: int, seeds: int
 ) -> list[dict[str, Any]]:
-    """The Oracle's row and EvalStop's at each cadence, from the platform replay of the dense traces."""
+    """The Oracle's row and EvalStop's at each ``(label, cadence spec, budget of extra evals per job)``, from the
+    platform replay of the dense traces."""
     n_evals = max(len(t.steps) for t in traces) // every  # every `every` steps of the longest trace
     rows: list[dict[str, Any]] = []
     with ProcessRunner(2) as runner:
-        for label, spec in cadences:
-            res = replay(traces, WorkloadConfig(), detector, seeds, cadence=spec, n_evals=n_evals, runner=runner)
+        for label, spec, budget in cadences:
+            res = replay(
+                traces,
+                WorkloadConfig(),
+                detector,
+                seeds,
+                cadence=spec,
+                n_evals=n_evals,
+                runner=runner,
+                max_extra_evals=budget,
+            )
             by_stop = {r["stop"]: r for r in res["main"]}
             if not rows:
                 rows.append({"cadence": "Oracle", **by_stop["oracle"]})
@@ -241,9 +251,11 @@ def main() -> None:
             table(test["summaries"]),
         ]
         if args.platform:
-            cadences = [("fixed", None), (chosen, spec)]
+            cadences: list[tuple[str, Any, int | None]] = [("fixed", None, None), (chosen, spec, None)]
             if name.startswith("default"):
-                cadences.append(("adaptive (shipped default: f=0.25 p_hint=0.5)", "adaptive"))
+                cadences.append(("adaptive (shipped default: f=0.25 p_hint=0.5)", "adaptive", None))
+                # The callback's own budget: at most 4 extra evals per run (EvalStopCallback's max_extra_evals).
+                cadences.append(("adaptive (shipped default), max_extra_evals=4", "adaptive", 4))
             rows = platform_rows(traces, detector, cadences, args.every, args.platform)
             results["detectors"][name]["platform"] = rows
             lines += [f"\nplatform (all {len(traces)} dense traces, {args.platform} seeds):\n", platform_table(rows)]
