@@ -12,14 +12,15 @@ Bayesian ``shape-sens``, whose hint is one minus its posterior of being past an 
 ``p_hint`` (0.5, 0.8, 0.95 at fractions 0.25 and 0.5). With ``--detector shape-now``, ``shape`` with
 ``behind=0`` (the peak may lie behind the current eval) on a grid of ``--thresholds`` x ``--futures`` x
 ``--min-evals``, each at the fixed cadence and at the adaptive ones of ``--fractions`` x ``--p-hints``; after the
-table the benchmark names the row that :func:`choose` picks on these seeds. ``--first-seed`` moves the seeds
-(tuning runs use seeds 100-119; the reported ones are 0-9, 200-219 and 300-319: a setting is chosen on the first
-and judged on the others).
+table the benchmark names the row that :func:`choose_on_all` picks on these seeds (with ``--halves``, a row that
+qualifies on each half of them). ``--first-seed`` moves the seeds (tuning runs use seeds 100-119; the reported ones
+are 0-9, 200-219, 300-319 and 400-419: a setting is chosen on the first and judged on the others).
+``--max-extra-evals`` caps each job's extra evals, as the callback's budget of that name.
 
     python benchmarks/cadence_vs_oracle.py [--sigmas 0.02,0.12] [--seeds 10] [--eval-cost 0.05] [--workers 2]
         [--detector paper|default|shape-sens|shape-now] [--first-seed 0]
         [--thresholds 0.7,0.8,0.9] [--futures 1.25,1.5] [--min-evals 5]
-        [--fractions 0.25,0.33,0.5] [--p-hints 0.7,0.8]
+        [--fractions 0.25,0.33,0.5] [--p-hints 0.7,0.8] [--max-extra-evals none,2,4] [--halves]
 """
 
 from __future__ import annotations
@@ -217,6 +218,8 @@ def main() -> None:
         help="run the seeds as two halves, each with its own table, and choose a row that qualifies on both",
     )
     args = ap.parse_args()
+    if args.seeds < (2 if args.halves else 1):
+        ap.error(f"--seeds must be at least {2 if args.halves else 1}{' with --halves' if args.halves else ''}")
     t0 = time.perf_counter()
     variants, cadences = DETECTOR_RUNS[args.detector]
     if args.detector == "shape-now":
