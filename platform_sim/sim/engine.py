@@ -35,6 +35,7 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from platform_sim.core.checks import check_int
 from platform_sim.core.policies import PREEMPTION_COST_H
 from platform_sim.core.stop_policies import Scheduler
 from platform_sim.core.views import JobView, ViewWriter
@@ -163,11 +164,7 @@ def simulate(
         raise ValueError("preemption_cost_h must be >= 0")
     if not (eval_cost >= 0 and math.isfinite(eval_cost)):
         raise ValueError(f"eval_cost must be a finite number >= 0, got {eval_cost!r}")
-    if max_extra_evals is not None and (
-        isinstance(max_extra_evals, bool) or not isinstance(max_extra_evals, int) or max_extra_evals < 0
-    ):
-        raise ValueError(f"max_extra_evals must be None or an integer >= 0, got {max_extra_evals!r}")
-    budget = -1 if max_extra_evals is None else max_extra_evals  # -1: no limit
+    budget = -1 if max_extra_evals is None else check_int("max_extra_evals", max_extra_evals, 0)  # -1: no limit
     base, stop = scheduler.base, scheduler.stop
     obs = observation or ObservationModel(workload)
     n_evals = workload.n_evals
