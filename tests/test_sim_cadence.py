@@ -223,6 +223,12 @@ def test_replay_takes_a_sparser_regular_grid_for_dense_traces(tmp_path) -> None:
     # the per-trace rows see the 12 regular evals of each 60-step trace, under the labels of the whole curves
     assert [r["evals"] for r in res["traces"]] == [12, 12]
     assert {r["trace"]: r["label"] for r in res["traces"]} == {t.name: t.label for t in traces}
+    # The callback's budget reaches the replayed jobs: none at 0, and it is written in the config.
+    evalstop = next(r for r in res["main"] if r["stop"] == "evalstop")
+    capped = replay(traces, WorkloadConfig(n_jobs=30), None, seeds=1, n_evals=12, cadence="adaptive", max_extra_evals=0)
+    assert evalstop["extra_evals"] > 0 and res["config"]["max_extra_evals"] is None
+    assert next(r for r in capped["main"] if r["stop"] == "evalstop")["extra_evals"] == 0
+    assert capped["config"]["max_extra_evals"] == 0
     with pytest.raises(ValueError, match="n_evals"):
         replay(traces, WorkloadConfig(n_jobs=30), None, seeds=1, n_evals=1)
     proc = subprocess.run(
