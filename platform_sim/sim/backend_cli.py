@@ -355,8 +355,8 @@ def floats_arg(flag: str, text: str) -> tuple[float, ...]:
 
 
 def add_cadence_args(p: Any) -> None:
-    """Add ``--cadence``, ``--cadence-param`` and ``--eval-cost`` to a command's parser (``run``, ``paper``,
-    ``replay``)."""
+    """Add ``--cadence``, ``--cadence-param``, ``--eval-cost`` and ``--max-extra-evals`` to a command's parser
+    (``run``, ``paper``, ``replay``)."""
     p.add_argument(
         "--cadence",
         choices=("fixed", "adaptive"),
