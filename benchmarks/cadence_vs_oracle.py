@@ -15,17 +15,23 @@ Bayesian ``shape-sens``, whose hint is one minus its posterior of being past an 
 table the benchmark names the row that :func:`choose_on_all` picks on these seeds (with ``--halves``, a row that
 qualifies on each half of them). ``--first-seed`` moves the seeds (tuning runs use seeds 100-119; the reported ones
 are 0-9, 200-219, 300-319 and 400-419: a setting is chosen on the first and judged on the others).
-``--max-extra-evals`` caps each job's extra evals, as the callback's budget of that name.
+``--max-extra-evals`` caps each job's extra evals, as the callback's budget of that name. ``--p-hints-at-best`` and
+``--confirms`` add the cadence's ``p_hint_at_best`` (the doubt bar after an eval that is the job's best so far) and
+``confirm`` (a second look a ``fraction`` of an interval later before a stop whose doubt is above it) to the grid;
+``--margin`` makes the rule ask a pick to stop, over all the seeds, at most ``F - sqrt(F)`` healthy jobs where its
+detector stops ``F`` at the fixed cadence.
 
     python benchmarks/cadence_vs_oracle.py [--sigmas 0.02,0.12] [--seeds 10] [--eval-cost 0.05] [--workers 2]
         [--detector paper|default|shape-sens|shape-now] [--first-seed 0]
         [--thresholds 0.7,0.8,0.9] [--futures 1.25,1.5] [--min-evals 5]
-        [--fractions 0.25,0.33,0.5] [--p-hints 0.7,0.8] [--max-extra-evals none,2,4] [--halves]
+        [--fractions 0.25,0.33,0.5] [--p-hints 0.7,0.8] [--p-hints-at-best none,0.7] [--confirms none,0.3]
+        [--max-extra-evals none,2,4] [--halves] [--margin]
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import time
 from dataclasses import replace
 from typing import Any
@@ -56,13 +62,29 @@ SHAPE_CADENCES = [("fixed", None)] + [
 ]
 
 
-def now_cadences(fractions: list[float], p_hints: list[float]) -> list[tuple[str, Any]]:
-    """The fixed cadence and the adaptive ones of ``--detector shape-now``: every fraction x p_hint."""
-    return [("fixed", None)] + [
-        (f"adaptive f={f:g} p_hint={p:g}", {"name": "adaptive", "params": {"fraction": f, "p_hint": p}})
-        for f in fractions
-        for p in p_hints
-    ]
+def now_cadences(
+    fractions: list[float],
+    p_hints: list[float],
+    at_best: list[float | None] = [None],  # noqa: B006 (read only)
+    confirms: list[float | None] = [None],  # noqa: B006 (read only)
+) -> list[tuple[str, Any]]:
+    """The fixed cadence and the adaptive ones of ``--detector shape-now``: every fraction x p_hint x
+    p_hint_at_best x confirm (None: the parameter unset; labels of the earlier grids read as before)."""
+    out: list[tuple[str, Any]] = [("fixed", None)]
+    for f in fractions:
+        for p in p_hints:
+            for b in at_best:
+                for c in confirms:
+                    params: dict[str, Any] = {"fraction": f, "p_hint": p}
+                    label = f"adaptive f={f:g} p_hint={p:g}"
+                    if b is not None:
+                        params["p_hint_at_best"] = b
+                        label += f" p_hint_at_best={b:g}"
+                    if c is not None:
+                        params["confirm"] = c
+                        label += f" confirm={c:g}"
+                    out.append((label, {"name": "adaptive", "params": params}))
+    return out
 
 
 def _shape_now(threshold: float, future: float, min_evals: int = 5) -> tuple[str, dict[str, Any]]:
@@ -91,6 +113,14 @@ def _budgets(text: str) -> list[int | None]:
     if any(b is not None and b < 0 for b in out):
         raise argparse.ArgumentTypeError(f"expected comma-separated integers >= 0 or 'none', got {text!r}")
     return out
+
+
+def _optional_floats(text: str) -> list[float | None]:
+    """A comma-separated list of numbers or ``none`` (an argparse type)."""
+    try:
+        return [None if v.strip().lower() == "none" else float(v) for v in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated numbers or 'none', got {text!r}") from None
 
 
 def _ints(text: str) -> list[int]:
@@ -128,14 +158,17 @@ COLUMNS = (
 )
 
 
-def choose_on_all(parts: list[list[dict[str, Any]]]) -> tuple[str, str] | None:
+def choose_on_all(parts: list[list[dict[str, Any]]], margin: bool = False) -> tuple[str, str] | None:
     """``(variant, cadence)`` of the adaptive row with the largest mean waste cut over the parts of the seeds among
     those that, on *every* part, belong to a variant that stops at most :data:`MAX_HEALTHY_STOPS` healthy jobs per
     run at the fixed cadence, stop no more healthy jobs than that fixed row and spend at most
     :data:`MAX_EVAL_GPU_RISE` more evaluation GPU time; None if no row qualifies.
 
     On ten seeds the healthy-stop condition is decided by one or two jobs, so a row that passes it on all the seeds
-    together may pass by chance; asking it of each half (``--halves``) guards against choosing such a row."""
+    together may pass by chance; asking it of each half (``--halves``) guards against choosing such a row. With
+    ``margin`` (``--margin``) a row must also stop, over all the parts together, at most the fixed row's healthy jobs
+    minus one Poisson standard deviation of that count (``F - sqrt(F)`` for ``F`` jobs), so that the pick does not
+    turn on a job or two that held-out seeds will not repeat."""
     keys: set[tuple[str, str]] | None = None
     for rows in parts:
         fixed = {r["variant"]: r for r in rows if r.get("cadence") == "fixed"}
@@ -148,6 +181,17 @@ def choose_on_all(parts: list[list[dict[str, Any]]]) -> tuple[str, str] | None:
             and r["eval_gpu_h"] <= (1.0 + MAX_EVAL_GPU_RISE) * fixed[r["variant"]]["eval_gpu_h"]
         }
         keys = ok if keys is None else keys & ok
+    if margin and keys:
+        # Healthy jobs stopped over all the parts (false_stops is per run; each part's seeds count once).
+        def stopped(variant: str, cadence: str) -> float:
+            return sum(
+                r["false_stops"] * r["seeds"]
+                for rows in parts
+                for r in rows
+                if r.get("variant") == variant and r.get("cadence") == cadence
+            )
+
+        keys = {(v, c) for v, c in keys if stopped(v, c) <= stopped(v, "fixed") - math.sqrt(stopped(v, "fixed")) + 1e-9}
     if not keys:
         return None
     cut = {k: 0.0 for k in keys}
@@ -206,6 +250,24 @@ def main() -> None:
         "--p-hints", type=_floats, default="0.7,0.8", help="shape-now: cadence p_hint values (default 0.7,0.8)"
     )
     ap.add_argument(
+        "--p-hints-at-best",
+        type=_optional_floats,
+        default="none",
+        help="shape-now: cadence p_hint_at_best values, 'none' for unset (default none)",
+    )
+    ap.add_argument(
+        "--confirms",
+        type=_optional_floats,
+        default="none",
+        help="shape-now: cadence confirm values, 'none' for unset (default none)",
+    )
+    ap.add_argument(
+        "--margin",
+        action="store_true",
+        help="the rule also asks that a pick stop at most F - sqrt(F) healthy jobs over all the seeds, F being its "
+        "detector's at the fixed cadence",
+    )
+    ap.add_argument(
         "--max-extra-evals",
         type=_budgets,
         default="none",
@@ -224,12 +286,14 @@ def main() -> None:
     variants, cadences = DETECTOR_RUNS[args.detector]
     if args.detector == "shape-now":
         variants = [_shape_now(t, f, m) for m in args.min_evals for t in args.thresholds for f in args.futures]
-        cadences = now_cadences(args.fractions, args.p_hints)
+        cadences = now_cadences(args.fractions, args.p_hints, args.p_hints_at_best, args.confirms)
     seeds = list(range(args.first_seed, args.first_seed + args.seeds))
     parts = [seeds[: len(seeds) // 2], seeds[len(seeds) // 2 :]] if args.halves else [seeds]
     rule = (
         f"largest waste cut; fixed-cadence healthy stops <= {MAX_HEALTHY_STOPS:g} per run, no more with the hint, "
-        f"eval GPU <= +{100 * MAX_EVAL_GPU_RISE:g}%" + ("; on each half" if args.halves else "")
+        f"eval GPU <= +{100 * MAX_EVAL_GPU_RISE:g}%"
+        + ("; on each half" if args.halves else "")
+        + ("; over all seeds at most F - sqrt(F) healthy stops" if args.margin else "")
     )
     with ProcessRunner(args.workers) as runner:
         for sigma in (float(s) for s in args.sigmas.split(",")):
@@ -256,7 +320,7 @@ def main() -> None:
                     f"{args.eval_cost:g} of an interval",
                 )
                 part_rows.append([r for r in rows if r["stop"] != "oracle"])
-            pick = choose_on_all(part_rows)
+            pick = choose_on_all(part_rows, margin=args.margin)
             print(
                 f"\nchosen on these seeds ({rule}): "
                 + ("none" if pick is None else f"{pick[0] or args.detector}, {pick[1]}")

@@ -206,7 +206,8 @@ class EvalStopCallback(TrainerCallback, ExportableState):
             core for cadence hints: while a decline may have begun (the paper's rule: after a first decline; a
             detector that tests, such as the default `trend`: while its last test's p-value is below `p_hint`, 0.5 by
             default), its decisions name a `next_eval_step` sooner than the next regular evaluation, and the
-            callback evaluates there too. `None` (the default) or
+            callback evaluates there too. With `confirm` in the params, a weak stop is first confirmed by such a
+            sooner evaluation (`platform_sim.core.cadence.CadencePolicy`). `None` (the default) or
             `"fixed"`: every `eval_steps` only. Needs a client whose `register` takes a cadence (`EmbeddedClient`,
             `PlatformClient`: the service then decides the hints); a hint that a client's decision carries anyway is
             honoured within `max_extra_evals`.

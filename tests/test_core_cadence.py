@@ -169,3 +169,84 @@ def test_shape_detector_hints_while_its_posterior_of_a_passed_peak_rises() -> No
     assert all(doubt is not None and doubt < 0.95 for _, doubt in hints)
     assert all(h % 10 == 5 for h, _ in hints)  # half of the 10-step interval after a regular eval
     assert 200 < stop < fixed_stop  # past the peak, and sooner than at the regular cadence
+
+
+def test_p_hint_at_best_sets_the_bar_after_a_new_best() -> None:
+    pol = CadencePolicy(0.25, p_hint=0.8, p_hint_at_best=0.5)
+    steps = [20, 40, 60]
+    rising, dropped = [0.5, 0.6, 0.7], [0.5, 0.7, 0.6]
+    # A new best with a doubt of 0.6: below p_hint, not below p_hint_at_best -> the regular cadence.
+    assert pol.next_eval_step(steps, 0, 1, rising, p_value=0.6) is None
+    assert pol.next_eval_step(steps, 0, 1, rising, p_value=0.4) == 65  # strong enough at the best too
+    assert pol.next_eval_step(steps, 0, 1, dropped, p_value=0.6) == 65  # below the best: p_hint applies
+    assert pol.next_eval_step(steps, 0, 1, [0.5, 0.7, 0.7], p_value=0.6) is None  # a tie is no drop
+    # Unset, every eval has the one bar (and scores of another length are not read).
+    assert CadencePolicy(0.25, p_hint=0.8).next_eval_step(steps, 0, 1, rising, p_value=0.6) == 65
+
+
+def test_confirm_step_asks_for_a_second_look_only_at_a_weak_stop() -> None:
+    pol = CadencePolicy(0.25, confirm=0.1)
+    steps = [20, 40, 60]
+    assert pol.confirm_step(steps, 0.2) == 65  # doubt above confirm: look again a quarter interval later
+    assert pol.confirm_step(steps, 0.1) is None  # at or below confirm: stop now
+    assert pol.confirm_step(steps, None) is None  # a detector without a doubt: stop now
+    assert CadencePolicy(0.25).confirm_step(steps, 0.9) is None  # confirm unset
+    assert pol.confirm_step([1, 2, 3], 0.9) is None  # a 1-step cadence: no sooner look to ask for
+
+
+@pytest.mark.parametrize("name", ["p_hint_at_best", "confirm"])
+@pytest.mark.parametrize("bad", [-0.1, 1.0, float("nan"), True, "0.3"])
+def test_bad_p_hint_at_best_and_confirm_are_rejected(name: str, bad: object) -> None:
+    with pytest.raises(ValueError, match=name):
+        CadencePolicy(**{name: bad})  # type: ignore[arg-type]
+
+
+def test_new_cadence_params_are_in_the_spec_only_when_set() -> None:
+    pol = CadencePolicy(0.25, p_hint=0.8, p_hint_at_best=0.7, confirm=0.3)
+    assert pol.spec() == {
+        "name": "adaptive",
+        "params": {"fraction": 0.25, "p_hint": 0.8, "p_hint_at_best": 0.7, "confirm": 0.3},
+    }
+    assert cadence_from_spec(pol.spec()) == pol
+    assert "confirm" not in CadencePolicy(0.25).spec()["params"]
+
+
+def _gao(step: int) -> float:
+    import math
+
+    x = (step / 200) ** 2
+    return round(0.2 + 0.5 * x * (1 - math.log(x)), 4)
+
+
+def test_monitor_confirms_a_weak_stop_with_a_sooner_eval_and_takes_it_there() -> None:
+    # Gao's curve past its peak at 200: shape (se given) stops at 260 at the regular cadence of 10 steps.
+    fixed = JobMonitor("f", "rlhf", make_detector("shape", se=0.03))
+    stop = next(s for s in range(10, 400, 10) if fixed.observe(s, _gao(s)).action is Action.STOP)
+    assert stop == 260 and 0.0 < fixed.detector.doubt() < 0.01  # type: ignore[operator]
+    # confirm=0: every stop with a doubt above 0 is first confirmed, half an interval later.
+    mon = JobMonitor("c", "rlhf", make_detector("shape", se=0.03), cadence=CadencePolicy(0.5, p_hint=0.0, confirm=0.0))
+    for s in range(10, stop, 10):
+        assert mon.observe(s, _gao(s)).action is Action.CONTINUE
+    d = mon.observe(stop, _gao(stop))
+    assert d.action is Action.CONTINUE and d.next_eval_step == stop + 5 and d.reason.startswith("confirming a stop")
+    assert not mon.stopped and mon.observe(stop, _gao(stop)) == d  # a re-send gets the same answer
+    # The second look comes from a monitor rebuilt from its state (a restarted service): it knows it is confirming.
+    back = JobMonitor.from_state_dict(json.loads(json.dumps(mon.state_dict())))
+    d2 = back.observe(stop + 5, _gao(stop + 5))
+    assert d2.action is Action.STOP and back.stopped_at == stop + 5 and d2.next_eval_step is None
+
+
+def test_a_weak_stop_that_is_not_confirmed_goes_on_and_a_strong_one_is_taken_at_once() -> None:
+    pol = CadencePolicy(0.25, p_hint=0.0, confirm=0.0)
+    mon = JobMonitor("j", "rlhf", make_detector("shape", se=0.03), cadence=pol)
+    for s in range(10, 260, 10):
+        mon.observe(s, _gao(s))
+    assert mon.observe(260, _gao(260)).reason.startswith("confirming a stop")
+    d = mon.observe(262, 0.75)  # the second look is a new best: no stop
+    assert d.action is Action.CONTINUE and not mon.stopped and not d.reason.startswith("confirming")
+    # The next weak stop is confirmed again: one second look per stop, not per job.
+    d = mon.observe(270, _gao(270))
+    assert d.action is Action.CONTINUE and d.reason.startswith("confirming a stop")
+    # A stop whose doubt is at or under confirm is taken at once: here at 260, as at the fixed cadence.
+    strong = JobMonitor("s", "rlhf", make_detector("shape", se=0.03), cadence=CadencePolicy(0.25, confirm=0.5))
+    assert next(s for s in range(10, 400, 10) if strong.observe(s, _gao(s)).action is Action.STOP) == 260

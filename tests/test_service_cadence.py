@@ -187,3 +187,33 @@ def test_a_version_1_database_opens_and_its_jobs_read_as_fixed(tmp_path: Path) -
     assert version == (str(schema.SCHEMA_VERSION),) and schema.SCHEMA_VERSION == 2
     assert jobs_cols[-1] == "cadence" and report_cols[-1] == "next_eval_step"
     assert hints == [(0, None), (20, None), (40, None), (60, None), (80, None)]
+
+
+def test_a_confirmed_stop_survives_a_server_restart_between_the_two_looks(tmp_path: Path) -> None:
+    # The service keeps no "confirming" flag: the second look's decision is read from the stored report rows, so a
+    # server that restarts between a weak stop and its confirmation still takes the stop there, as the core does.
+    import math
+
+    detector = {"name": "shape", "params": {"se": 0.03}}
+    cadence = {"name": "adaptive", "params": {"fraction": 0.5, "p_hint": 0.0, "confirm": 0.0}}
+
+    def gao(step: int) -> float:  # Gao's overoptimization curve, peak at step 200
+        x = (step / 200) ** 2
+        return round(0.2 + 0.5 * x * (1 - math.log(x)), 4)
+
+    history = [(s, gao(s)) for s in (*range(10, 270, 10), 265)]  # shape stops at 260 and is confirmed at 265
+    client = EmbeddedClient()
+    job = client.register("rlhf", detector, job_id="j", cadence=cadence)
+    expected = [client.report(Report(job, "rlhf", step, score)).to_dict() for step, score in history]
+    assert expected[-2]["action"] == "continue" and expected[-2]["next_eval_step"] == 265
+    assert expected[-2]["reason"].startswith("confirming a stop") and expected[-1]["action"] == "stop"
+    with tenant_server(tmp_path) as (srv, token):
+        with httpx.Client(base_url=srv.url, headers=auth(token), timeout=10) as http:
+            body = {"job_type": "rlhf", "job_id": "c", "detector": detector, "cadence": cadence}
+            assert http.post("/v1/jobs", json=body).status_code == 201
+            assert [_post(http, "c", step, score) for step, score in history[:-1]] == expected[:-1]
+        srv.stop()
+        srv.port = free_port()
+        srv.start()
+        with httpx.Client(base_url=srv.url, headers=auth(token), timeout=10) as http:
+            assert _post(http, "c", *history[-1]) == expected[-1]

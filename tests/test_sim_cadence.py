@@ -238,3 +238,37 @@ def test_replay_takes_a_sparser_regular_grid_for_dense_traces(tmp_path) -> None:
         timeout=120,
     )
     assert proc.returncode == 2 and "--grid-evals must be an integer >= 2" in proc.stderr
+
+
+def test_confirmed_stops_are_taken_at_the_second_look(workload) -> None:
+    # confirm=0 confirms every stop that has a doubt (shape's is above 0), and p_hint=0 asks for nothing else, so
+    # every stop of the run lands at an extra eval half an interval after the regular eval that first stopped it.
+    shape = {"name": "shape", "params": {"se": 0.02, "threshold": 0.7, "min_tau": 2.0}}
+    fixed = _run(workload, detector=shape)
+    confirmed = _run(
+        workload,
+        detector=shape,
+        cadence={"name": "adaptive", "params": {"fraction": 0.5, "p_hint": 0.0, "confirm": 0.0}},
+    )
+    stops = [o for o in confirmed.outcomes if o.stopped]
+    assert stops and all(o.stop_eval % 1 == pytest.approx(0.5) for o in stops)
+    assert all(o.extra_evals >= 1 for o in stops)
+    first = {o.job_id: o.stop_eval for o in fixed.outcomes if o.stopped}
+    # A job the fixed cadence stops is stopped half an interval after that eval at the soonest (later still when
+    # the second look did not confirm the first stop).
+    for o in stops:
+        if o.job_id in first:
+            assert o.stop_eval >= first[o.job_id] + 0.5
+    # On this workload the second looks veto more stops than the extra points add.
+    assert len(stops) <= len(first)
+
+
+def test_cli_takes_the_confirm_and_p_hint_at_best_params() -> None:
+    out = _cli_run(
+        "--cadence", "adaptive", "--cadence-param", "confirm=0.3", "--cadence-param", "p_hint_at_best=0.7", "--json"
+    )
+    assert out.returncode == 0, out.stderr
+    params = json.loads(out.stdout)["config"]["cadence"]["params"]
+    assert params == {"fraction": 0.25, "p_hint_at_best": 0.7, "confirm": 0.3}
+    bad = _cli_run("--cadence", "adaptive", "--cadence-param", "confirm=1.5")
+    assert bad.returncode == 2 and "confirm" in bad.stderr

@@ -5,7 +5,9 @@ whole interval apart: most of EvalStop's waste against the Oracle is that wait. 
 detector's evidence after each evaluation and, once evidence has started to build up but is not yet enough to stop
 (for the k-decline rule: at least one decline, fewer than ``k``; for a detector with a doubt, such as ``trend``'s
 p-value or ``shape``'s posterior: a doubt below ``p_hint``), asks for the next evaluation after only a share of the regular interval.
-Without evidence it asks for nothing, and the job keeps its regular cadence.
+Without evidence it asks for nothing, and the job keeps its regular cadence. With ``confirm`` set, the policy also
+takes a second look before a weak stop: the job is stopped a share of an interval later, and only if the detector
+stops it again (:meth:`CadencePolicy.confirm_step`, applied by the monitor).
 
 The hint is the decision's optional ``next_eval_step``; it flows from the scheduler to the job only. The policy is
 pure (no I/O, no clock) and decided here in the core, so that the trainer's embedded client, the HTTP service and the
@@ -25,9 +27,9 @@ from typing import Any, ClassVar
 from .detectors import Detector, se_from_history
 
 CADENCES: tuple[str, ...] = ("fixed", "adaptive")
+"""Cadence names a spec may give: ``fixed`` (no hints) and ``adaptive`` (:class:`CadencePolicy`)."""
 P_HINT_DEFAULT = 0.5
 """The default ``p_hint`` of :class:`CadencePolicy` (chosen on the tune environments' dense traces)."""
-"""Cadence names a spec may give: ``fixed`` (no hints) and ``adaptive`` (:class:`CadencePolicy`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +58,19 @@ class CadencePolicy:
             a flat curve its test keeps its level, because the test needs no equal spacing for that. In [0, 1); 0:
             p-values are never read. The default, 0.5, was chosen on the tune environments' dense traces
             (``benchmarks/cadence_dense_traces.py``).
+        p_hint_at_best: The doubt bar instead of ``p_hint`` after an eval that is the job's best so far (not below
+            any earlier eval). No stop can come before an eval falls below the best, so a sooner eval after a new
+            best pays for itself only when the detector already places the peak here; on weaker evidence the job
+            waits for its regular eval, which costs at most one interval of delay and saves an eval on every
+            still-rising run. In [0, 1); None (the default): ``p_hint`` everywhere.
+        confirm: Confirm a weak stop before taking it: when the detector stops the job with a doubt above
+            ``confirm`` (a test's p-value, or one minus a posterior), the decision is CONTINUE with a hint
+            ``fraction`` of an interval later, and the job stops at that next eval only if the detector stops it
+            again (whatever its doubt then). A noise dip on a healthy run rarely survives a second look, a real
+            decline does, and the look costs a share of an interval instead of the whole interval that a second
+            regular eval would. A client that cannot honour the hint (its budget of extra evals is spent) confirms
+            at its next regular eval. In [0, 1); None (the default): every stop is taken at once. Detectors without
+            a doubt (``k-decline``) are never confirmed.
     """
 
     name: ClassVar[str] = "adaptive"
@@ -63,6 +78,8 @@ class CadencePolicy:
     fraction: float = 0.25
     min_drop: float = 0.0
     p_hint: float = P_HINT_DEFAULT
+    p_hint_at_best: float | None = None
+    confirm: float | None = None
 
     def __post_init__(self) -> None:
         f = self.fraction
@@ -77,6 +94,13 @@ class CadencePolicy:
         if isinstance(p, bool) or not isinstance(p, (int, float)) or not math.isfinite(p) or not 0.0 <= p < 1.0:
             raise ValueError(f"cadence p_hint must be a number in [0, 1), got {p!r}")
         object.__setattr__(self, "p_hint", float(p))
+        for name in ("p_hint_at_best", "confirm"):
+            v = getattr(self, name)
+            if v is None:
+                continue
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or not 0.0 <= v < 1.0:
+                raise ValueError(f"cadence {name} must be a number in [0, 1) or None, got {v!r}")
+            object.__setattr__(self, name, float(v))
 
     @staticmethod
     def regular_interval(steps: Sequence[int]) -> int | None:
@@ -103,7 +127,8 @@ class CadencePolicy:
             evidence: The detector's current evidence count (consecutive declines for k-decline).
             needed: The evidence count that stops the job (``k``), or None when the detector has no such count (then
                 any evidence asks for a sooner evaluation).
-            scores: The mean scores of those evaluations (read only when ``min_drop`` > 0).
+            scores: The mean scores of those evaluations (read only when ``min_drop`` > 0 or ``p_hint_at_best`` is
+                set).
             p_value: The detector's doubt after the last eval (a test's p-value, or one minus a posterior; None:
                 it has none); below ``p_hint`` it counts as evidence.
 
@@ -112,20 +137,43 @@ class CadencePolicy:
         """
         if (needed is not None and evidence >= needed) or not steps:
             return None
-        tested = p_value is not None and self.p_hint > 0.0 and p_value < self.p_hint
+        bar = self.p_hint
+        if self.p_hint_at_best is not None and len(scores) == len(steps) and scores[-1] >= max(scores):
+            bar = self.p_hint_at_best  # the eval is the job's best so far: no drop to confirm yet
+        tested = p_value is not None and bar > 0.0 and p_value < bar
         if evidence <= 0 and not tested:
-            return None
-        interval = self.regular_interval(steps)
-        if interval is None:
             return None
         if self.min_drop > 0.0:
             se = se_from_history(scores) if len(scores) == len(steps) else None
             if se is None or scores[-2] - scores[-1] < self.min_drop * se * math.sqrt(2.0):
                 return None
+        return self._sooner(steps)
+
+    def _sooner(self, steps: Sequence[int]) -> int | None:
+        """``fraction`` of the regular interval after the last evaluated step; None when that is not sooner than the
+        regular cadence."""
+        interval = self.regular_interval(steps)
+        if interval is None:
+            return None
         gap = max(1, round(self.fraction * interval))
         if gap >= interval:  # intervals of one or two steps: the regular cadence is already as soon as it gets
             return None
         return steps[-1] + gap
+
+    def confirm_step(self, steps: Sequence[int], doubt: float | None) -> int | None:
+        """Where to confirm a stop the detector just gave, or None to take it now.
+
+        Args:
+            steps: The job's evaluated steps, the last being the eval that stopped it.
+            doubt: The detector's doubt after that eval (None: it has none, and the stop is taken).
+
+        Returns:
+            ``fraction`` of an interval after ``steps[-1]`` when ``confirm`` is set and ``doubt`` exceeds it (and such
+            a step comes before the regular next eval); else None.
+        """
+        if self.confirm is None or doubt is None or doubt <= self.confirm:
+            return None
+        return self._sooner(steps)
 
     def for_history(self, steps: Sequence[int], scores: Sequence[float], detector: Detector) -> int | None:
         """:meth:`next_eval_step` for a job's history, with the evidence and the stop count read from ``detector``."""
@@ -133,13 +181,17 @@ class CadencePolicy:
         return self.next_eval_step(steps, int(detector.declines), getattr(detector, "k", None), scores, p_value)
 
     def spec(self) -> dict[str, Any]:
-        """``{"name": "adaptive", "params": {...}}``: what :func:`cadence_from_spec` takes (``min_drop`` only when
-        set, ``p_hint`` only when not the default, so that specs written before these existed read the same)."""
+        """``{"name": "adaptive", "params": {...}}``: what :func:`cadence_from_spec` takes (``min_drop``,
+        ``p_hint_at_best`` and ``confirm`` only when set, ``p_hint`` only when not the default, so that specs written
+        before these existed read the same)."""
         params: dict[str, Any] = {"fraction": self.fraction}
         if self.min_drop:
             params["min_drop"] = self.min_drop
         if self.p_hint != P_HINT_DEFAULT:
             params["p_hint"] = self.p_hint
+        for name in ("p_hint_at_best", "confirm"):
+            if getattr(self, name) is not None:
+                params[name] = getattr(self, name)
         return {"name": self.name, "params": params}
 
 

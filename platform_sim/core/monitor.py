@@ -4,7 +4,8 @@
 :data:`~platform_sim.core.boundary.MAX_ABS_SCORE`, strictly increasing steps, idempotent re-sends, conflicts as
 errors), feeds valid evals to the job's detector, keeps the best step (highest score, earliest on ties, among the
 evaluations up to the stop), and latches STOP: once a job is stopped every later decision is STOP. A rejected report
-never changes the state.
+never changes the state. With a cadence policy that confirms weak stops, a stop whose doubt is above its ``confirm``
+becomes a CONTINUE that asks for the next eval sooner, and the stop is taken there if the detector stops the job again.
 """
 
 from __future__ import annotations
@@ -27,6 +28,9 @@ from .boundary import (
 )
 from .cadence import CadencePolicy, cadence_from_spec
 from .detectors import Detector, detector_from_spec
+
+CONFIRMING = "confirming a stop"
+"""How the reason of a CONTINUE decision that asks for a second look at a weak stop begins (``CadencePolicy.confirm``)."""
 
 
 @dataclass(slots=True)
@@ -108,12 +112,33 @@ class JobMonitor:
         # move the best, so best_step always names a checkpoint taken before the stop.
         if self.stopped_at is None and (self.best_score is None or score > self.best_score):
             self.best_step, self.best_score = step, score
+        confirm_at = None
         if self.stopped_at is None and verdict.stop:
-            self.stopped_at = step
-            self.stop_reason = verdict.reason
-        decision = self._decision()
+            if self.cadence is not None and not self._confirming():
+                confirm_at = self.cadence.confirm_step(self.steps, self.detector.doubt())
+            if confirm_at is None:
+                self.stopped_at = step
+                self.stop_reason = verdict.reason
+        if confirm_at is not None:  # a weak stop: look once more, a share of an interval later, before taking it
+            decision = Decision(
+                Action.CONTINUE,
+                f"{CONFIRMING}: {verdict.reason}",
+                self.detector.declines,
+                self.best_step,
+                self.best_score,
+                confirm_at,
+            )
+        else:
+            decision = self._decision()
         self.decisions.append(decision)
         return decision
+
+    def _confirming(self) -> bool:
+        """Whether the eval being judged is the second look at a weak stop (the previous decision asked for it): its
+        stop is taken whatever its doubt. Read from the stored decisions, so a monitor rebuilt from its state, or a
+        service's report rows, knows it too."""
+        prev = self.decisions[-1] if self.decisions else None
+        return prev is not None and prev.action is Action.CONTINUE and prev.reason.startswith(CONFIRMING)
 
     def _resend(self, step: int, score: float) -> Decision:
         # A re-send of a seen step (a client retry after a lost reply) gets the decision it got then; anything else

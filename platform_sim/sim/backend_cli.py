@@ -370,7 +370,8 @@ def add_cadence_args(p: Any) -> None:
         type=detector_param,  # the same KEY=VALUE syntax as --detector-param
         default=[],
         metavar="KEY=VALUE",
-        help="a parameter of --cadence adaptive: fraction, min_drop or p_hint (repeatable; e.g. p_hint=0.8)",
+        help="a parameter of --cadence adaptive: fraction, min_drop, p_hint, p_hint_at_best or confirm (repeatable; "
+        "e.g. p_hint=0.8)",
     )
     p.add_argument(
         "--eval-cost",
