@@ -24,7 +24,12 @@ grid of settings; on the tune traces, the setting with the smallest median delay
 hacking trace and no more healthy ones than the default detector at the fixed cadence; it is then judged once on
 the test traces against the default at the fixed cadence.
 
-    python benchmarks/cadence_dense_traces.py [--traces DIR] [--every 5] [--platform 10] [--ceiling] [--json]
+With ``--drawdowns`` it prints what a rule that reads a drop from the best faces: per split, the largest drawdown
+(best so far minus current, on 3-step means) that a healthy trace ever shows, and how many hacking traces are past
+it 4, 6 and 8 steps after their true peak.
+
+    python benchmarks/cadence_dense_traces.py [--traces DIR] [--every 5] [--platform 10] [--ceiling] [--drawdowns]
+        [--json]
 """
 
 from __future__ import annotations
@@ -34,11 +39,13 @@ import json
 import time
 from typing import Any
 
+import numpy as np
+
 from platform_sim.core.detectors import default_spec, paper_spec
-from platform_sim.sim.dense_replay import dense_cadence_study
+from platform_sim.sim.dense_replay import dense_cadence_study, smoothed_peak_step
 from platform_sim.sim.replay import replay
 from platform_sim.sim.runner import ProcessRunner
-from platform_sim.sim.traces import load_traces, shipped_dense_traces_dir
+from platform_sim.sim.traces import RealTrace, load_traces, shipped_dense_traces_dir
 from platform_sim.sim.workload import WorkloadConfig
 
 
@@ -216,6 +223,53 @@ def platform_table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+#: Steps after the true peak at which ``--drawdowns`` reads each hacking trace's drawdown (8: half the fixed cadence's
+#: 16-step median delay on the test traces, the issue's target).
+DRAWDOWN_STEPS = (4, 6, 8)
+
+
+def drawdowns(traces: list[RealTrace], every: int, smooth: int = 3) -> dict[str, Any]:
+    """What any rule that reads a drop from the best faces: the drawdown of the ``smooth``-step mean of the scores
+    (running best minus current), the largest a healthy trace ever shows, against each hacking trace's at
+    :data:`DRAWDOWN_STEPS` steps after its true peak (:func:`smoothed_peak_step` over ``every`` steps).
+
+    A rule that never stops a healthy trace must not fire below the largest healthy drawdown, so it can stop a hacking
+    trace within ``n`` steps of its peak only where that trace's drawdown there is above it."""
+    out: dict[str, Any] = {"healthy_max": {}, "hacking": {}}
+    for t in traces:
+        s = np.convolve(np.asarray(t.scores, dtype=float), np.ones(smooth) / smooth, mode="valid")
+        dd = np.maximum.accumulate(s) - s  # dd[i]: the mean of steps i..i+smooth-1 against the best such mean so far
+        if t.label == "healthy":
+            out["healthy_max"][t.name] = round(float(dd.max()), 3)
+        elif t.label == "hacking":
+            i = t.steps.index(smoothed_peak_step(t, every))
+            # the mean that ends n steps after the peak
+            out["hacking"][t.name] = {
+                n: round(float(dd[min(len(dd) - 1, max(0, i + n - smooth + 1))]), 3) for n in DRAWDOWN_STEPS
+            }
+    bar = max(out["healthy_max"].values(), default=0.0)
+    out["bar"] = bar
+    out["stopped_within"] = {n: sum(d[n] > bar for d in out["hacking"].values()) for n in DRAWDOWN_STEPS}
+    return out
+
+
+def drawdown_lines(by_split: dict[str, list[RealTrace]], every: int) -> tuple[dict[str, Any], list[str]]:
+    """``--drawdowns`` per split: the results and their markdown lines."""
+    res = {split: drawdowns(ts, every) for split, ts in by_split.items()}
+    lines = ["\n## Drawdowns: healthy dips against early hacking declines (3-step means)\n"]
+    lines += [
+        "| split | largest healthy drawdown | "
+        + " | ".join(f"hacking above it {n} steps after the peak" for n in DRAWDOWN_STEPS)
+        + " |"
+    ]
+    lines += ["|---|---:|" + "---:|" * len(DRAWDOWN_STEPS)]
+    for split, r in res.items():
+        n_hack = len(r["hacking"])
+        cells = " | ".join(f"{r['stopped_within'][n]}/{n_hack}" for n in DRAWDOWN_STEPS)
+        lines.append(f"| {split} | {r['bar']:.2f} | {cells} |")
+    return res, lines
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument(
@@ -227,6 +281,12 @@ def main() -> None:
     )
     ap.add_argument(
         "--ceiling", action="store_true", help="also replay every trace with an evaluation at every step (the limit)"
+    )
+    ap.add_argument(
+        "--drawdowns",
+        action="store_true",
+        help="also print the largest healthy drawdown per split and how many hacking traces exceed it 4, 6 and 8 "
+        "steps after their peak",
     )
     ap.add_argument("--json", action="store_true", help="print one JSON object instead of markdown")
     args = ap.parse_args()
@@ -262,6 +322,9 @@ def main() -> None:
     if args.ceiling:
         results["ceiling"] = ceiling(by_split, args.every)
         lines += ceiling_lines(results["ceiling"], args.every)
+    if args.drawdowns:
+        results["drawdowns"], more = drawdown_lines(by_split, args.every)
+        lines += more
     if args.json:
         print(json.dumps(results, indent=1, default=str))
         return
