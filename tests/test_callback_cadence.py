@@ -96,3 +96,29 @@ def test_a_resumed_run_keeps_the_cadence_it_was_registered_with() -> None:
     with pytest.raises(ValueError, match="already registered with cadence fixed"):
         resumed.register("rlhf", None, job_id="j", cadence="adaptive")
     assert resumed.register("rlhf", None, job_id="j") == "j"
+
+
+def test_grpo_confirms_a_weak_stop_at_the_hinted_step(tmp_path) -> None:
+    # trend (k=1) stops at its first significant fall; with confirm=0 every such stop (its p-value is above 0) is
+    # first answered CONTINUE with a hint half an interval later, and the run stops there if the fall holds.
+    detector = {"name": "trend", "params": {"window": 3, "alpha": 0.2}}
+    fixed = EvalStopCallback(world_evaluator(), eval_steps=4, detector=detector)
+    tiny_grpo(tmp_path / "fixed", fixed, max_steps=24).train()
+    cb = EvalStopCallback(
+        world_evaluator(),
+        eval_steps=4,
+        detector=detector,
+        cadence={"name": "adaptive", "params": {"fraction": 0.5, "p_hint": 0.0, "confirm": 0.0}},
+        max_extra_evals=4,
+    )
+    tiny_grpo(tmp_path / "confirm", cb, max_steps=24).train()
+
+    assert fixed.stopped_at is not None, fixed.history
+    decisions = cb.client.monitor(cb.job_id).decisions
+    steps = [h["step"] for h in cb.history]
+    confirming = [s for s, d in zip(steps, decisions) if d.reason.startswith("confirming a stop")]
+    # The fixed cadence's stop is the first weak stop here: it is confirmed at the hinted step, an extra eval.
+    assert confirming[0] == fixed.stopped_at
+    for s in confirming:
+        assert steps[steps.index(s) + 1] == s + 2 and s + 2 in cb.extra_eval_steps
+    assert cb.stopped_at == confirming[-1] + 2 and cb.history[-1]["action"] == "stop"
