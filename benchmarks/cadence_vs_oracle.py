@@ -33,6 +33,7 @@ from __future__ import annotations
 import argparse
 import math
 import time
+from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -65,8 +66,8 @@ SHAPE_CADENCES = [("fixed", None)] + [
 def now_cadences(
     fractions: list[float],
     p_hints: list[float],
-    at_best: list[float | None] = [None],  # noqa: B006 (read only)
-    confirms: list[float | None] = [None],  # noqa: B006 (read only)
+    at_best: Sequence[float | None] = (None,),
+    confirms: Sequence[float | None] = (None,),
 ) -> list[tuple[str, Any]]:
     """The fixed cadence and the adaptive ones of ``--detector shape-now``: every fraction x p_hint x
     p_hint_at_best x confirm (None: the parameter unset; labels of the earlier grids read as before)."""

@@ -130,7 +130,8 @@ class CadencePolicy:
             scores: The mean scores of those evaluations (read only when ``min_drop`` > 0 or ``p_hint_at_best`` is
                 set).
             p_value: The detector's doubt after the last eval (a test's p-value, or one minus a posterior; None:
-                it has none); below ``p_hint`` it counts as evidence.
+                it has none); below ``p_hint`` (``p_hint_at_best`` after a new best, when set) it counts as
+                evidence.
 
         Returns:
             A step strictly after ``steps[-1]`` and strictly before the regular next evaluation, or None.
