@@ -28,8 +28,15 @@ With ``--drawdowns`` it prints what a rule that reads a drop from the best faces
 (best so far minus current, on 3-step means) that a healthy trace ever shows, and how many hacking traces are past
 it 4, 6 and 8 steps after their true peak.
 
+With ``--paired DIR`` it measures how much of an eval's movement is sampling noise. ``DIR`` holds the same runs
+recorded with another eval-set size (``evalstop traces record ... --eval-samples N``, names ending ``-xN``; the
+evaluation's random stream is kept apart from training's, so both recordings train the same policy: checked per run
+on the logged training loss). Per split: the standard error of each size's eval score, estimated twice (from the
+per-example scores, and from the spread of the difference between the two sizes at the same step), the labels
+that differ, and the drawdowns above at both sizes.
+
     python benchmarks/cadence_dense_traces.py [--traces DIR] [--every 5] [--platform 10] [--ceiling] [--drawdowns]
-        [--json]
+        [--paired DIR] [--json]
 """
 
 from __future__ import annotations
@@ -270,6 +277,89 @@ def drawdown_lines(by_split: dict[str, list[RealTrace]], every: int) -> tuple[di
     return res, lines
 
 
+def _train_losses(path: str) -> list[float | None]:
+    with open(path, encoding="utf-8") as f:
+        rows = [json.loads(line) for line in f]
+    return [r.get("train_loss") for r in rows if r.get("kind") == "eval"]
+
+
+def _base(name: str) -> str:
+    """A dense trace's run name without an eval-size suffix (``...-every1-x8`` -> ``...-every1``)."""
+    head, _, tail = name.rpartition("-x")
+    return head if head and tail.isdigit() else name
+
+
+def paired(small: list[RealTrace], large: list[RealTrace], every: int) -> dict[str, Any]:
+    """The same runs at two eval-set sizes: eval noise, labels and drawdowns at each size (see ``--paired``)."""
+    by_base = {_base(t.name): t for t in large}
+    pairs = [(a, by_base[_base(a.name)]) for a in small if _base(a.name) in by_base]
+    if not pairs:
+        raise SystemExit("--paired: no trace there is the same run as one here (names must match up to -xN)")
+    if len(pairs[0][0].examples[0] or ()) > len(pairs[0][1].examples[0] or ()):
+        pairs = [(b, a) for a, b in pairs]  # "small" is the smaller eval set, whichever folder it came from
+    out: dict[str, Any] = {}
+    for split in ("tune", "test"):
+        ps = [(a, b) for a, b in pairs if a.split == split]
+        if not ps:
+            continue
+        mismatched = []
+        for a, b in ps:
+            la, lb = _train_losses(a.path), _train_losses(b.path)
+            if a.steps != b.steps or la != lb:
+                mismatched.append(a.name)
+        n_small = len(ps[0][0].examples[0] or ())
+        n_large = len(ps[0][1].examples[0] or ())
+        # Standard error from the per-example scores (sd / sqrt(n) at each eval, root-mean-squared over evals) ...
+        se = {}
+        for key, idx in (("small", 0), ("large", 1)):
+            v = [np.var(e, ddof=1) / len(e) for p in ps for e in p[idx].examples if e]
+            se[key] = float(np.sqrt(np.mean(v)))
+        # ... and from the two sizes' difference at the same step: var(d) = se_small^2 + se_large^2, with the ratio
+        # of the two set by the sizes (independent completions of the same policy).
+        d = np.concatenate([np.asarray(a.scores) - np.asarray(b.scores) for a, b in ps])
+        rms = float(np.sqrt(np.mean(d**2)))
+        se_diff = {
+            "small": rms * float(np.sqrt(n_large / (n_small + n_large))),
+            "large": rms * float(np.sqrt(n_small / (n_small + n_large))),
+        }
+        out[split] = {
+            "runs": len(ps),
+            "training_differs": mismatched,
+            "n_examples": {"small": n_small, "large": n_large},
+            "se_from_examples": {k: round(v, 4) for k, v in se.items()},
+            "se_from_difference": {k: round(v, 4) for k, v in se_diff.items()},
+            "labels": {
+                "small": {lab: sum(a.label == lab for a, _ in ps) for lab in ("hacking", "healthy", "ambiguous")},
+                "large": {lab: sum(b.label == lab for _, b in ps) for lab in ("hacking", "healthy", "ambiguous")},
+                "differ": [f"{a.name}: {a.label} -> {b.label}" for a, b in ps if a.label != b.label],
+            },
+            "drawdowns": {"small": drawdowns([a for a, _ in ps], every), "large": drawdowns([b for _, b in ps], every)},
+        }
+    return out
+
+
+def paired_lines(res: dict[str, Any]) -> list[str]:
+    """``--paired``'s markdown lines."""
+    lines = ["\n## The same runs at two eval-set sizes\n"]
+    lines += [
+        "| split | completions per eval | training identical | standard error (examples / difference) | "
+        "largest healthy drawdown | " + " | ".join(f"hacking above it +{n} steps" for n in DRAWDOWN_STEPS) + " |"
+    ]
+    lines += ["|---|---:|---|---:|---:|" + "---:|" * len(DRAWDOWN_STEPS)]
+    for split, r in res.items():
+        same = "yes" if not r["training_differs"] else f"no ({len(r['training_differs'])} runs)"
+        for size in ("small", "large"):
+            dd = r["drawdowns"][size]
+            cells = " | ".join(f"{dd['stopped_within'][n]}/{len(dd['hacking'])}" for n in DRAWDOWN_STEPS)
+            lines.append(
+                f"| {split} | {r['n_examples'][size]} | {same} | {r['se_from_examples'][size]:.3f} / "
+                f"{r['se_from_difference'][size]:.3f} | {dd['bar']:.2f} | {cells} |"
+            )
+        for diff in r["labels"]["differ"]:
+            lines.append(f"\nlabel differs ({split}): {diff}")
+    return lines
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument(
@@ -287,6 +377,12 @@ def main() -> None:
         action="store_true",
         help="also print the largest healthy drawdown per split and how many hacking traces exceed it 4, 6 and 8 "
         "steps after their peak",
+    )
+    ap.add_argument(
+        "--paired",
+        default=None,
+        metavar="DIR",
+        help="also compare each trace with the same run recorded with another eval-set size in DIR (--eval-samples)",
     )
     ap.add_argument("--json", action="store_true", help="print one JSON object instead of markdown")
     args = ap.parse_args()
@@ -325,6 +421,9 @@ def main() -> None:
     if args.drawdowns:
         results["drawdowns"], more = drawdown_lines(by_split, args.every)
         lines += more
+    if args.paired:
+        results["paired"] = paired(traces, load_traces(args.paired), args.every)
+        lines += paired_lines(results["paired"])
     if args.json:
         print(json.dumps(results, indent=1, default=str))
         return

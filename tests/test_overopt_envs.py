@@ -130,6 +130,35 @@ def test_record_refuses_a_cadence_below_one_step(capsys):
     assert exc.value.code == 2 and "--eval-every" in capsys.readouterr().err
 
 
+def test_a_larger_eval_set_has_its_own_name_and_is_refused_where_unsupported():
+    from dataclasses import replace
+
+    spec = replace(envs.get("length").grid(1)[0], eval_steps=1, dense=True, eval_samples=8)
+    assert spec.name.endswith("-every1-x8")
+    assert RunSpec(**spec.to_dict()) == spec
+    assert replace(spec, eval_samples=0).name.endswith("-every1")  # 0: the environment's own eval set
+    with pytest.raises(ValueError, match="eval_samples must be >= 0"):
+        replace(spec, eval_samples=-1)
+    with pytest.raises(ValueError, match="not 'bow-proxy'"):
+        RunSpec("grpo", "proxy", 0.0, 0, steps=10, eval_steps=5, eval_samples=4)
+
+
+def test_record_refuses_eval_samples_for_an_environment_without_them(capsys):
+    from evalstop_callbacks.research.cli import main
+
+    assert main(["traces", "record", "--env", "format", "--eval-samples", "4"]) == 2
+    assert "--eval-samples" in capsys.readouterr().err
+
+
+def test_a_tiny_recording_with_a_larger_eval_set_scores_more_completions(tmp_path, small_env):
+    spec = RunSpec("grpo", "proxy", 0.0, 0, steps=2, eval_steps=1, env="keyword", batch=16, eval_samples=3)
+    lines = _record(spec, tmp_path / f"{spec.name}.jsonl", small_env)
+    header, evals = lines[0], [x for x in lines if x.get("kind") == "eval"]
+    assert header["config"]["run"]["eval_samples"] == 3 and "x 3 samples" in header["config"]["eval"]
+    n_heldout = int(header["config"]["eval"].split(" on ")[1].split()[0])
+    assert evals and all(len(e["eval_scores"]) == 3 * n_heldout for e in evals)
+
+
 def test_a_tiny_dense_recording_evaluates_every_step(tmp_path, small_env):
     from dataclasses import replace
 

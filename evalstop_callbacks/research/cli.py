@@ -173,6 +173,15 @@ def build_parser() -> argparse.ArgumentParser:
         help="evaluate every this many steps instead of the grid's cadence (a dense recording, for replaying cadence "
         "hints); the trace names end in -every<N>",
     )
+    rec.add_argument(
+        "--eval-samples",
+        type=_pos_int,
+        default=None,
+        metavar="N",
+        help="completions per held-out prompt in each evaluation instead of the environment's 2 (length and keyword "
+        "only: a larger eval set, for measuring how much of an eval's movement is sampling noise); the trace names "
+        "end in -x<N>",
+    )
     rec.add_argument("--skip-ppo", action="store_true", help="record no PPO runs")
     rec.add_argument("--force", action="store_true", help="re-record runs whose trace already exists")
     rec.add_argument(
@@ -186,7 +195,7 @@ def cmd_record(ns: argparse.Namespace) -> int:
     from platform_sim.trace_format import trace_complete
 
     from .envs import get
-    from .record import default_grid, ppo_available, run_in_subprocess
+    from .record import EVAL_SAMPLES_ENVS, default_grid, ppo_available, run_in_subprocess
 
     if ns.env == "bow-proxy":
         grid = default_grid(
@@ -203,6 +212,12 @@ def cmd_record(ns: argparse.Namespace) -> int:
             grid = [s for s in grid if s.algo != "ppo"]
     if ns.eval_every is not None:
         grid = [replace(s, eval_steps=ns.eval_every, dense=True) for s in grid]
+    if ns.eval_samples is not None:
+        if ns.env not in EVAL_SAMPLES_ENVS:
+            return _fail(
+                "--eval-samples", f"only the {', '.join(EVAL_SAMPLES_ENVS)} environments take it, not {ns.env}"
+            )
+        grid = [replace(s, eval_samples=ns.eval_samples) for s in grid]
     if ns.only:
         grid = [s for s in grid if ns.only in s.name]
     if not grid:

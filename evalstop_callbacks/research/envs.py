@@ -371,7 +371,8 @@ def world_of(spec, env, cache_dir=None) -> World:
     from .record import _ppo_trainer, grpo_trainer
 
     cfg = env.config
-    eval_desc = f"gold on {len(env.heldout_prompts)} held-out prompts x {cfg.eval_per_prompt} samples"
+    per_prompt = spec.eval_samples or cfg.eval_per_prompt
+    eval_desc = f"gold on {len(env.heldout_prompts)} held-out prompts x {per_prompt} samples"
     if spec.env == "bow-proxy":
 
         def trainer(spec, callbacks, out):
@@ -397,7 +398,7 @@ def world_of(spec, env, cache_dir=None) -> World:
     fresh, model_name = policy_factory(spec, env, cache_dir)
     if spec.env in ("length", "keyword"):
         proxy, gold = _scores_of(spec.env)
-        prompts = [p for p in env.heldout_prompts for _ in range(cfg.eval_per_prompt)]
+        prompts = [p for p in env.heldout_prompts for _ in range(per_prompt)]
         ev, trainer = _gold_proxy_grpo(env, prompts, gold, proxy, fresh)
         return World(ev, trainer, model_name, {"eval": eval_desc})
     if spec.env == "dpo-noisy":

@@ -33,6 +33,8 @@ logger = logging.getLogger(__name__)
 ALGOS = ("grpo", "ppo", "rloo", "dpo", "sft")
 REWARDS = ("proxy", "gold")
 MODELS = ("gpt2", "llama")
+#: Environments whose eval size a run may set (RunSpec.eval_samples).
+EVAL_SAMPLES_ENVS = ("length", "keyword")
 
 
 @dataclass(frozen=True)
@@ -56,6 +58,9 @@ class RunSpec:
         dense: Recorded at a denser eval cadence than its environment's grid (``evalstop traces record
             --eval-every``); the name then ends in ``-every<eval_steps>``, so that a dense trace never takes the
             place of the regular one.
+        eval_samples: Completions per held-out prompt in each evaluation, instead of the environment's own (2, i.e.
+            48 completions); 0 keeps the environment's. Sentence-world environments only (``length``, ``keyword``).
+            The name then ends in ``-x<eval_samples>``, so that such a trace never takes the place of the default one.
     """
 
     algo: str
@@ -72,6 +77,7 @@ class RunSpec:
     data: int = 0
     noise: float = 0.0
     dense: bool = False
+    eval_samples: int = 0
 
     def __post_init__(self) -> None:
         if self.algo not in ALGOS:
@@ -98,12 +104,23 @@ class RunSpec:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.kl < 0 or self.lr <= 0:
             raise ValueError("kl must be >= 0 and lr > 0")
+        if self.eval_samples < 0:
+            raise ValueError(f"eval_samples must be >= 0 (0: the environment's own), got {self.eval_samples}")
+        if self.eval_samples and self.env not in EVAL_SAMPLES_ENVS:
+            raise ValueError(
+                f"eval_samples is supported by the {', '.join(EVAL_SAMPLES_ENVS)} environments only, not {self.env!r}"
+            )
 
     @property
     def name(self) -> str:
         """The trace's name, prefixed by its environment (``bow-proxy-grpo-proxy-kl0-s3``), suffixed by its cadence
-        when dense (``keyword-grpo-gpt2-proxy-kl0-lr0.0005-s0-every1``)."""
-        return self._base_name + (f"-every{self.eval_steps}" if self.dense else "")
+        when dense (``keyword-grpo-gpt2-proxy-kl0-lr0.0005-s0-every1``) and by its eval size when not the environment's
+        own (``...-every1-x8``)."""
+        return (
+            self._base_name
+            + (f"-every{self.eval_steps}" if self.dense else "")
+            + (f"-x{self.eval_samples}" if self.eval_samples else "")
+        )
 
     @property
     def _base_name(self) -> str:
