@@ -28,15 +28,15 @@ With ``--drawdowns`` it prints what a rule that reads a drop from the best faces
 (best so far minus current, on 3-step means) that a healthy trace ever shows, and how many hacking traces are past
 it 4, 6 and 8 steps after their true peak.
 
-With ``--paired DIR`` it measures how much of an eval's movement is sampling noise. ``DIR`` holds the same runs
-recorded with another eval-set size (``evalstop traces record ... --eval-samples N``, names ending ``-xN``; the
-evaluation's random stream is kept apart from training's, so both recordings train the same policy: checked per run
-on the logged training loss). Per split: the standard error of each size's eval score, estimated twice (from the
-per-example scores, and from the spread of the difference between the two sizes at the same step), the labels
-that differ, and the drawdowns above at both sizes.
+With ``--eval-noise`` (on traces recorded with a larger eval set: ``evalstop traces record ... --eval-samples 8``,
+as ``platform_sim/data/traces-dense-x8``) it measures how much of an eval's movement is sampling noise. Each eval's
+per-example scores are split into disjoint sub-evals of the environment's own size (2 completions per held-out
+prompt), so every sub-eval is an independent small eval of the very same policy at every step. Per split: the
+standard error of a small eval (from the spread of the sub-evals of one step: the policy held fixed) and of the large
+one, and the drawdowns above for the large eval and for each sub-eval, with the large eval's labels and true peaks.
 
     python benchmarks/cadence_dense_traces.py [--traces DIR] [--every 5] [--platform 10] [--ceiling] [--drawdowns]
-        [--paired DIR] [--json]
+        [--eval-noise] [--json]
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ from platform_sim.core.detectors import default_spec, paper_spec
 from platform_sim.sim.dense_replay import dense_cadence_study, smoothed_peak_step
 from platform_sim.sim.replay import replay
 from platform_sim.sim.runner import ProcessRunner
-from platform_sim.sim.traces import RealTrace, load_traces, shipped_dense_traces_dir
+from platform_sim.sim.traces import RealTrace, load_traces, shipped_dense_traces_dir, sub_evals
 from platform_sim.sim.workload import WorkloadConfig
 
 
@@ -235,21 +235,27 @@ def platform_table(rows: list[dict[str, Any]]) -> str:
 DRAWDOWN_STEPS = (4, 6, 8)
 
 
-def drawdowns(traces: list[RealTrace], every: int, smooth: int = 3) -> dict[str, Any]:
+def drawdowns(
+    traces: list[RealTrace], every: int, smooth: int = 3, truth: dict[str, RealTrace] | None = None
+) -> dict[str, Any]:
     """What any rule that reads a drop from the best faces: the drawdown of the ``smooth``-step mean of the scores
     (running best minus current), the largest a healthy trace ever shows, against each hacking trace's at
     :data:`DRAWDOWN_STEPS` steps after its true peak (:func:`smoothed_peak_step` over ``every`` steps).
 
     A rule that never stops a healthy trace must not fire below the largest healthy drawdown, so it can stop a hacking
-    trace within ``n`` steps of its peak only where that trace's drawdown there is above it."""
+    trace within ``n`` steps of its peak only where that trace's drawdown there is above it.
+
+    ``truth`` maps a trace's name to the trace whose label and true peak it takes (a sub-eval of a larger eval: the
+    larger eval's); by default its own."""
     out: dict[str, Any] = {"healthy_max": {}, "hacking": {}}
     for t in traces:
+        ref = (truth or {}).get(t.name, t)
         s = np.convolve(np.asarray(t.scores, dtype=float), np.ones(smooth) / smooth, mode="valid")
         dd = np.maximum.accumulate(s) - s  # dd[i]: the mean of steps i..i+smooth-1 against the best such mean so far
-        if t.label == "healthy":
+        if ref.label == "healthy":
             out["healthy_max"][t.name] = round(float(dd.max()), 3)
-        elif t.label == "hacking":
-            i = t.steps.index(smoothed_peak_step(t, every))
+        elif ref.label == "hacking":
+            i = t.steps.index(smoothed_peak_step(ref, every))
             # the mean that ends n steps after the peak
             out["hacking"][t.name] = {
                 n: round(float(dd[min(len(dd) - 1, max(0, i + n - smooth + 1))]), 3) for n in DRAWDOWN_STEPS
@@ -277,86 +283,64 @@ def drawdown_lines(by_split: dict[str, list[RealTrace]], every: int) -> tuple[di
     return res, lines
 
 
-def _train_losses(path: str) -> list[float | None]:
-    with open(path, encoding="utf-8") as f:
-        rows = [json.loads(line) for line in f]
-    return [r.get("train_loss") for r in rows if r.get("kind") == "eval"]
-
-
-def _base(name: str) -> str:
-    """A dense trace's run name without an eval-size suffix (``...-every1-x8`` -> ``...-every1``)."""
-    head, _, tail = name.rpartition("-x")
-    return head if head and tail.isdigit() else name
-
-
-def paired(small: list[RealTrace], large: list[RealTrace], every: int) -> dict[str, Any]:
-    """The same runs at two eval-set sizes: eval noise, labels and drawdowns at each size (see ``--paired``)."""
-    by_base = {_base(t.name): t for t in large}
-    pairs = [(a, by_base[_base(a.name)]) for a in small if _base(a.name) in by_base]
-    if not pairs:
-        raise SystemExit("--paired: no trace there is the same run as one here (names must match up to -xN)")
-    if len(pairs[0][0].examples[0] or ()) > len(pairs[0][1].examples[0] or ()):
-        pairs = [(b, a) for a, b in pairs]  # "small" is the smaller eval set, whichever folder it came from
+def eval_noise(traces: list[RealTrace], every: int) -> dict[str, Any]:
+    """What a larger eval set changes, on traces recorded with one (see ``--eval-noise``)."""
     out: dict[str, Any] = {}
     for split in ("tune", "test"):
-        ps = [(a, b) for a, b in pairs if a.split == split]
-        if not ps:
+        full = [t for t in traces if t.split == split]
+        if not full:
             continue
-        mismatched = []
-        for a, b in ps:
-            la, lb = _train_losses(a.path), _train_losses(b.path)
-            if a.steps != b.steps or la != lb:
-                mismatched.append(a.name)
-        n_small = len(ps[0][0].examples[0] or ())
-        n_large = len(ps[0][1].examples[0] or ())
-        # Standard error from the per-example scores (sd / sqrt(n) at each eval, root-mean-squared over evals) ...
-        se = {}
-        for key, idx in (("small", 0), ("large", 1)):
-            v = [np.var(e, ddof=1) / len(e) for p in ps for e in p[idx].examples if e]
-            se[key] = float(np.sqrt(np.mean(v)))
-        # ... and from the two sizes' difference at the same step: var(d) = se_small^2 + se_large^2, with the ratio
-        # of the two set by the sizes (independent completions of the same policy).
-        d = np.concatenate([np.asarray(a.scores) - np.asarray(b.scores) for a, b in ps])
-        rms = float(np.sqrt(np.mean(d**2)))
-        se_diff = {
-            "small": rms * float(np.sqrt(n_large / (n_small + n_large))),
-            "large": rms * float(np.sqrt(n_small / (n_small + n_large))),
-        }
+        try:
+            subs = [sub_evals(t) for t in full]
+        except ValueError as exc:
+            raise SystemExit(f"--eval-noise: {exc}") from None
+        n_sub = len(subs[0])
+        # The sampling noise of one small eval with the policy held fixed: the spread of the sub-evals of one step.
+        spread = [np.var([s.scores[i] for s in ss], ddof=1) for ss in subs for i in range(len(ss[0].scores))]
+        per_example = [np.var(e, ddof=1) / len(e) for ss in subs for s in ss for e in s.examples]
+        se_small = float(np.sqrt(np.mean(spread)))
+        truth = {t.name: t for t in full}
+        small = [
+            drawdowns([ss[j] for ss in subs], every, truth={ss[j].name: t for ss, t in zip(subs, full)})
+            for j in range(n_sub)
+        ]
         out[split] = {
-            "runs": len(ps),
-            "training_differs": mismatched,
-            "n_examples": {"small": n_small, "large": n_large},
-            "se_from_examples": {k: round(v, 4) for k, v in se.items()},
-            "se_from_difference": {k: round(v, 4) for k, v in se_diff.items()},
-            "labels": {
-                "small": {lab: sum(a.label == lab for a, _ in ps) for lab in ("hacking", "healthy", "ambiguous")},
-                "large": {lab: sum(b.label == lab for _, b in ps) for lab in ("hacking", "healthy", "ambiguous")},
-                "differ": [f"{a.name}: {a.label} -> {b.label}" for a, b in ps if a.label != b.label],
+            "runs": len(full),
+            "completions": {"small": len(subs[0][0].examples[0] or ()), "large": len(full[0].examples[0] or ())},
+            "sub_evals": n_sub,
+            "se_small": {
+                "replicates": round(se_small, 4),
+                "per_example": round(float(np.sqrt(np.mean(per_example))), 4),
             },
-            "drawdowns": {"small": drawdowns([a for a, _ in ps], every), "large": drawdowns([b for _, b in ps], every)},
+            "se_large": round(se_small / np.sqrt(n_sub), 4),
+            "drawdowns_small": small,
+            "drawdowns_large": drawdowns(full, every, truth=truth),
         }
     return out
 
 
-def paired_lines(res: dict[str, Any]) -> list[str]:
-    """``--paired``'s markdown lines."""
-    lines = ["\n## The same runs at two eval-set sizes\n"]
+def eval_noise_lines(res: dict[str, Any]) -> list[str]:
+    """``--eval-noise``'s markdown lines: per split, the large eval and each of its small sub-evals."""
+    lines = ["\n## A larger eval set: the same runs, each eval split into evals of the default size\n"]
     lines += [
-        "| split | completions per eval | training identical | standard error (examples / difference) | "
-        "largest healthy drawdown | " + " | ".join(f"hacking above it +{n} steps" for n in DRAWDOWN_STEPS) + " |"
+        "| split | eval | completions | standard error of the eval mean | largest healthy drawdown | "
+        + " | ".join(f"hacking above it +{n} steps" for n in DRAWDOWN_STEPS)
+        + " |"
     ]
-    lines += ["|---|---:|---|---:|---:|" + "---:|" * len(DRAWDOWN_STEPS)]
+    lines += ["|---|---|---:|---:|---:|" + "---:|" * len(DRAWDOWN_STEPS)]
     for split, r in res.items():
-        same = "yes" if not r["training_differs"] else f"no ({len(r['training_differs'])} runs)"
-        for size in ("small", "large"):
-            dd = r["drawdowns"][size]
-            cells = " | ".join(f"{dd['stopped_within'][n]}/{len(dd['hacking'])}" for n in DRAWDOWN_STEPS)
-            lines.append(
-                f"| {split} | {r['n_examples'][size]} | {same} | {r['se_from_examples'][size]:.3f} / "
-                f"{r['se_from_difference'][size]:.3f} | {dd['bar']:.2f} | {cells} |"
-            )
-        for diff in r["labels"]["differ"]:
-            lines.append(f"\nlabel differs ({split}): {diff}")
+        n_hack = len(r["drawdowns_large"]["hacking"])
+        rows = [("all", r["completions"]["large"], f"{r['se_large']:.3f}", r["drawdowns_large"])]
+        se = f"{r['se_small']['replicates']:.3f} ({r['se_small']['per_example']:.3f})"
+        rows += [(f"sub-eval {j}", r["completions"]["small"], se, d) for j, d in enumerate(r["drawdowns_small"])]
+        for label, n, se_cell, d in rows:
+            cells = " | ".join(f"{d['stopped_within'][k]}/{n_hack}" for k in DRAWDOWN_STEPS)
+            lines.append(f"| {split} | {label} | {n} | {se_cell} | {d['bar']:.2f} | {cells} |")
+    lines.append(
+        "\n(standard error of a sub-eval: from the spread of the sub-evals of one step, the policy held fixed; in "
+        "brackets from the per-example scores. The large eval's: the sub-evals' divided by the square root of their "
+        "number. Labels and true peaks: the large eval's, for every row.)"
+    )
     return lines
 
 
@@ -379,10 +363,10 @@ def main() -> None:
         "steps after their peak",
     )
     ap.add_argument(
-        "--paired",
-        default=None,
-        metavar="DIR",
-        help="also compare each trace with the same run recorded with another eval-set size in DIR (--eval-samples)",
+        "--eval-noise",
+        action="store_true",
+        help="also split each eval of traces recorded with a larger eval set (--eval-samples) into evals of the "
+        "default size and compare noise and drawdowns",
     )
     ap.add_argument("--json", action="store_true", help="print one JSON object instead of markdown")
     args = ap.parse_args()
@@ -421,9 +405,9 @@ def main() -> None:
     if args.drawdowns:
         results["drawdowns"], more = drawdown_lines(by_split, args.every)
         lines += more
-    if args.paired:
-        results["paired"] = paired(traces, load_traces(args.paired), args.every)
-        lines += paired_lines(results["paired"])
+    if args.eval_noise:
+        results["eval_noise"] = eval_noise(traces, args.every)
+        lines += eval_noise_lines(results["eval_noise"])
     if args.json:
         print(json.dumps(results, indent=1, default=str))
         return

@@ -109,6 +109,33 @@ def test_dense_traces_hold_an_eval_at_every_step_in_both_splits():
         assert labels["hacking"] >= 5 and labels["healthy"] >= 5, (split, labels)
 
 
+def test_the_x8_dense_traces_are_the_same_grid_with_a_four_times_larger_eval_set():
+    from platform_sim.sim.traces import (
+        load_traces,
+        shipped_dense_traces_dir,
+        shipped_dense_x8_traces_dir,
+        sub_evals,
+    )
+
+    folder = shipped_dense_x8_traces_dir()
+    assert sum(p.stat().st_size for p in folder.glob("*.jsonl")) < 8 * 2**20
+    traces = load_traces(folder)
+    dense = {t.name for t in load_traces(shipped_dense_traces_dir())}
+    assert {t.name.removesuffix("-x8") for t in traces} == dense  # the same runs, one each
+    for t in traces:
+        assert t.header["config"]["run"]["eval_samples"] == 8 and "x 8 samples" in t.header["config"]["eval"], t.name
+        assert t.steps == tuple(range(1, 151)), t.name
+        assert all(e is not None and len(e) == 192 for e in t.examples), t.name
+    for split in ("tune", "test"):
+        labels = Counter(t.label for t in traces if t.split == split)
+        assert labels["hacking"] >= 5 and labels["healthy"] >= 5, (split, labels)
+    # four sub-evals of the default size, whose mean is the recorded eval score (to its 4 recorded digits)
+    subs = sub_evals(traces[0])
+    assert len(subs) == 4 and all(len(s.examples[0]) == 48 for s in subs)
+    for i in (0, 74, 149):
+        assert sum(s.scores[i] for s in subs) / 4 == pytest.approx(traces[0].scores[i], abs=1e-3)
+
+
 def test_on_the_dense_test_traces_the_default_hint_stops_no_healthy_run_more():
     from platform_sim.core import default_spec
     from platform_sim.sim.dense_replay import dense_cadence_study

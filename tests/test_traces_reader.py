@@ -135,3 +135,57 @@ def test_replay_cli_rejects_empty_dir_and_bad_trace_with_exit_2(tmp_path, capsys
     assert sim_main(["replay", "--traces", str(bad), "--seeds", "1", "--backend", "serial"]) == 2
     err = capsys.readouterr().err.strip()
     assert f"{p}:3:" in err and len(err.splitlines()) == 1
+
+
+# -- sub-evals of a trace recorded with a larger eval set -------------------------------------------------------------
+
+
+def _x4_trace(tmp_path: Path, examples: list[list[float]]) -> Path:
+    header = {
+        "kind": "header",
+        "format": "evalstop-trace/1",
+        "job_id": "x4",
+        "job_type": "rlhf",
+        "config": {"run": {"eval_samples": 4}},
+    }
+    lines = [header] + [
+        {"kind": "eval", "step": i, "eval_score": sum(e) / len(e), "eval_scores": e} for i, e in enumerate(examples, 1)
+    ]
+    path = tmp_path / "x4.jsonl"
+    path.write_text("\n".join(json.dumps(x) for x in lines) + "\n")
+    return path
+
+
+def test_sub_evals_take_the_same_samples_of_every_prompt(tmp_path):
+    from platform_sim.sim.traces import eval_samples_of, sub_evals
+
+    # two held-out prompts x 4 samples, prompt-major: prompt 0's samples, then prompt 1's
+    t = read_trace(_x4_trace(tmp_path, [[1, 2, 3, 4, 10, 20, 30, 40], [0, 0, 8, 8, 1, 1, 5, 5]]))
+    assert eval_samples_of(t) == 4
+    first, second = sub_evals(t)
+    assert first.name == "x4/sub0" and second.name == "x4/sub1"
+    assert first.examples == ((1.0, 2.0, 10.0, 20.0), (0.0, 0.0, 1.0, 1.0))
+    assert second.examples == ((3.0, 4.0, 30.0, 40.0), (8.0, 8.0, 5.0, 5.0))
+    assert first.scores == (8.25, 0.5) and second.scores == (19.25, 6.5)
+    assert first.steps == t.steps and first.header == t.header
+    # one sample per prompt: four sub-evals, which together hold every example once
+    singles = sub_evals(t, per=1)
+    assert len(singles) == 4 and sorted(v for s in singles for v in s.examples[0]) == sorted(t.examples[0])
+
+
+def test_sub_evals_refuse_what_cannot_be_split(tmp_path):
+    from platform_sim.sim.traces import sub_evals
+
+    t = read_trace(_x4_trace(tmp_path, [[1, 2, 3, 4], [1, 2, 3, 4]]))
+    with pytest.raises(ValueError, match="4 samples per held-out prompt cannot be split into evals of 3"):
+        sub_evals(t, per=3)
+    with pytest.raises(ValueError, match="cannot be split into evals of 4"):
+        sub_evals(t, per=4)  # a single sub-eval would be the trace itself
+    with pytest.raises(ValueError, match="per must be >= 1"):
+        sub_evals(t, per=0)
+    odd = read_trace(_x4_trace(tmp_path, [[1, 2, 3, 4], [1, 2, 3]]))
+    with pytest.raises(ValueError, match="step 2 has 3 per-example scores, not a multiple of 4"):
+        sub_evals(odd)
+    plain = read_trace(write_trace(tmp_path / "plain.jsonl", [1.0, 2.0]))
+    with pytest.raises(ValueError, match="2 samples per held-out prompt"):
+        sub_evals(plain)  # a trace that does not say has the environments' own 2

@@ -31,7 +31,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -375,6 +375,47 @@ def load_traces(folder: str | Path) -> list[RealTrace]:
     return [read_trace(f) for f in trace_files(folder)]
 
 
+def eval_samples_of(trace: RealTrace) -> int:
+    """Completions per held-out prompt in ``trace``'s evals: its recorded run's ``eval_samples``
+    (``evalstop traces record --eval-samples``), 2 (the sentence-world environments' own) when it does not say."""
+    return int(trace.header.get("config", {}).get("run", {}).get("eval_samples") or 2)
+
+
+def sub_evals(trace: RealTrace, per: int = 2) -> list[RealTrace]:
+    """``trace`` split into disjoint evals of ``per`` completions per held-out prompt, each a trace of the same run.
+
+    A recording's per-example scores are prompt-major (every sample of the first held-out prompt, then of the
+    second...), so sub-eval ``j`` takes samples ``j*per .. j*per+per-1`` of every prompt. Each is an independent eval
+    of the environment's own size of the very same policy at every step: the spread between them at one step is
+    sampling noise alone, with the policy held fixed. A sub-eval is named ``<name>/sub<j>`` and keeps the header.
+
+    Raises:
+        ValueError: ``per`` < 1, the trace's samples per prompt are not a multiple of ``per`` larger than it, or an
+            eval lacks per-example scores or has a count that is not a whole number of prompts.
+    """
+    if per < 1:
+        raise ValueError(f"per must be >= 1, got {per}")
+    n = eval_samples_of(trace)
+    if n <= per or n % per:
+        raise ValueError(
+            f"trace {trace.name}: {n} samples per held-out prompt cannot be split into evals of {per} "
+            "(record with --eval-samples set to a larger multiple of it)"
+        )
+    for step, ex in zip(trace.steps, trace.examples or (None,) * len(trace.steps)):
+        if ex is None or len(ex) % n:
+            raise ValueError(
+                f"trace {trace.name}: the eval at step {step} has "
+                + ("no per-example scores" if ex is None else f"{len(ex)} per-example scores, not a multiple of {n}")
+            )
+    out = []
+    for j in range(n // per):
+        ex = tuple(tuple(v for i, v in enumerate(e or ()) if (i % n) // per == j) for e in trace.examples)
+        out.append(
+            replace(trace, name=f"{trace.name}/sub{j}", scores=tuple(statistics.fmean(e) for e in ex), examples=ex)
+        )
+    return out
+
+
 def shipped_traces_dir() -> Path:
     """The corpus of real traces shipped in the package (``platform_sim/data/traces``)."""
     from importlib import resources
@@ -388,6 +429,15 @@ def shipped_dense_traces_dir() -> Path:
     from importlib import resources
 
     return Path(str(resources.files("platform_sim") / "data" / "traces-dense"))
+
+
+def shipped_dense_x8_traces_dir() -> Path:
+    """The same grid of runs as :func:`shipped_dense_traces_dir` recorded with a 4x larger eval set
+    (``platform_sim/data/traces-dense-x8``: 8 completions per held-out prompt, 192 per eval; split them with
+    :func:`sub_evals` into evals of the default size)."""
+    from importlib import resources
+
+    return Path(str(resources.files("platform_sim") / "data" / "traces-dense-x8"))
 
 
 def recorded_examples(trace: RealTrace) -> list[list[float] | None]:
