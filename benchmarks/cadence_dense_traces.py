@@ -266,20 +266,25 @@ def drawdowns(
     return out
 
 
+def _drawdown_head(lead: list[str], text: int = 1) -> list[str]:
+    """Header and rule of a drawdown table: the ``lead`` columns (the first ``text`` of them left-aligned), then the
+    bar and the hacking traces past it."""
+    cols = [*lead, "largest healthy drawdown", *(f"hacking above it {n} steps after the peak" for n in DRAWDOWN_STEPS)]
+    return ["| " + " | ".join(cols) + " |", "|" + "---|" * text + "---:|" * (len(cols) - text)]
+
+
+def _drawdown_cells(d: dict[str, Any], n_hack: int) -> str:
+    """A :func:`drawdowns` result's cells: the bar, then per step count the hacking traces past it."""
+    return " | ".join([f"{d['bar']:.2f}", *(f"{d['stopped_within'][n]}/{n_hack}" for n in DRAWDOWN_STEPS)])
+
+
 def drawdown_lines(by_split: dict[str, list[RealTrace]], every: int) -> tuple[dict[str, Any], list[str]]:
     """``--drawdowns`` per split: the results and their markdown lines."""
     res = {split: drawdowns(ts, every) for split, ts in by_split.items()}
     lines = ["\n## Drawdowns: healthy dips against early hacking declines (3-step means)\n"]
-    lines += [
-        "| split | largest healthy drawdown | "
-        + " | ".join(f"hacking above it {n} steps after the peak" for n in DRAWDOWN_STEPS)
-        + " |"
-    ]
-    lines += ["|---|---:|" + "---:|" * len(DRAWDOWN_STEPS)]
+    lines += _drawdown_head(["split"])
     for split, r in res.items():
-        n_hack = len(r["hacking"])
-        cells = " | ".join(f"{r['stopped_within'][n]}/{n_hack}" for n in DRAWDOWN_STEPS)
-        lines.append(f"| {split} | {r['bar']:.2f} | {cells} |")
+        lines.append(f"| {split} | {_drawdown_cells(r, len(r['hacking']))} |")
     return res, lines
 
 
@@ -322,20 +327,14 @@ def eval_noise(traces: list[RealTrace], every: int) -> dict[str, Any]:
 def eval_noise_lines(res: dict[str, Any]) -> list[str]:
     """``--eval-noise``'s markdown lines: per split, the large eval and each of its small sub-evals."""
     lines = ["\n## A larger eval set: the same runs, each eval split into evals of the default size\n"]
-    lines += [
-        "| split | eval | completions | standard error of the eval mean | largest healthy drawdown | "
-        + " | ".join(f"hacking above it +{n} steps" for n in DRAWDOWN_STEPS)
-        + " |"
-    ]
-    lines += ["|---|---|---:|---:|---:|" + "---:|" * len(DRAWDOWN_STEPS)]
+    lines += _drawdown_head(["split", "eval", "completions", "standard error of the eval mean"], text=2)
     for split, r in res.items():
         n_hack = len(r["drawdowns_large"]["hacking"])
         rows = [("all", r["completions"]["large"], f"{r['se_large']:.3f}", r["drawdowns_large"])]
         se = f"{r['se_small']['replicates']:.3f} ({r['se_small']['per_example']:.3f})"
         rows += [(f"sub-eval {j}", r["completions"]["small"], se, d) for j, d in enumerate(r["drawdowns_small"])]
         for label, n, se_cell, d in rows:
-            cells = " | ".join(f"{d['stopped_within'][k]}/{n_hack}" for k in DRAWDOWN_STEPS)
-            lines.append(f"| {split} | {label} | {n} | {se_cell} | {d['bar']:.2f} | {cells} |")
+            lines.append(f"| {split} | {label} | {n} | {se_cell} | {_drawdown_cells(d, n_hack)} |")
     lines.append(
         "\n(standard error of a sub-eval: from the spread of the sub-evals of one step, the policy held fixed; in "
         "brackets from the per-example scores. The large eval's: the sub-evals' divided by the square root of their "
