@@ -407,11 +407,13 @@ def sub_evals(trace: RealTrace, per: int = 2) -> list[RealTrace]:
                 f"trace {trace.name}: the eval at step {step} has "
                 + ("no per-example scores" if ex is None else f"{len(ex)} per-example scores, not a multiple of {n}")
             )
-    out = []
+    out: list[RealTrace] = []
     for j in range(n // per):
-        ex = tuple(tuple(v for i, v in enumerate(e or ()) if (i % n) // per == j) for e in trace.examples)
+        sub: tuple[tuple[float, ...], ...] = tuple(
+            tuple(v for i, v in enumerate(e or ()) if (i % n) // per == j) for e in trace.examples
+        )
         out.append(
-            replace(trace, name=f"{trace.name}/sub{j}", scores=tuple(statistics.fmean(e) for e in ex), examples=ex)
+            replace(trace, name=f"{trace.name}/sub{j}", scores=tuple(statistics.fmean(e) for e in sub), examples=sub)
         )
     return out
 
