@@ -386,8 +386,8 @@ def sub_evals(trace: RealTrace, per: int = 2) -> list[RealTrace]:
 
     A recording's per-example scores are prompt-major (every sample of the first held-out prompt, then of the
     second...), so sub-eval ``j`` takes samples ``j*per .. j*per+per-1`` of every prompt. Each is an independent eval
-    of the environment's own size of the very same policy at every step: the spread between them at one step is
-    sampling noise alone, with the policy held fixed. A sub-eval is named ``<name>/sub<j>`` and keeps the header.
+    of the very same policy at every step (with ``per=2``, of the environments' own size): the spread between them at
+    one step is sampling noise alone, with the policy held fixed. A sub-eval is named ``<name>/sub<j>`` and keeps the header.
 
     Raises:
         ValueError: ``per`` < 1, the trace's samples per prompt are not a multiple of ``per`` larger than it, or an
