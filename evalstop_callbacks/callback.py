@@ -27,7 +27,7 @@ from transformers import TrainerCallback
 from transformers.trainer_callback import ExportableState
 
 from platform_sim.core import JOB_TYPES, Decision, Report, cadence_from_spec, default_spec, detector_from_spec
-from platform_sim.core.checks import check_int
+from platform_sim.core.checks import check_int, check_prob
 
 from .checkpoints import (
     BEST_PREFIX,
@@ -215,6 +215,13 @@ class EvalStopCallback(TrainerCallback, ExportableState):
             Keyword-only. At most this many evaluations per run beyond the regular ones (0: ignore hints). An extra
             evaluation is a full one: reported, checkpointed when it is a new best, and written to the trace as an
             eval line at its (off-cadence) step.
+        max_eval_share (`float`, *optional*):
+            Keyword-only. A time budget for hinted evaluations, on top of `max_extra_evals`: a hint is not followed
+            while the evaluations so far (regular and extra, the evaluator's measured time on the main process) took
+            more than this share of the run's wall time since training began (e.g. `0.1`). Strictly between 0 and 1;
+            `None` (the default): no time budget. Decided on the main process and shared, so every rank takes the
+            same evaluations. Evaluations run by the trainer itself (`MetricEvaluator`) are not timed by the callback
+            and do not count.
         eval_on_start (`bool`, *optional*, defaults to `True`):
             Keyword-only. Evaluate at step 0, before the first optimizer step: the baseline of the decline rule, and
             tokenizer, metric, dataset and reward-function errors raise before training starts.
@@ -250,6 +257,7 @@ class EvalStopCallback(TrainerCallback, ExportableState):
         trace_extras: Callable[[Any, Any], Mapping[str, float]] | None = None,
         cadence: str | Mapping[str, Any] | None = None,
         max_extra_evals: int = 4,
+        max_eval_share: float | None = None,
         eval_on_start: bool = True,
     ) -> None:
         if evaluator is not None and not isinstance(evaluator, Evaluator):
@@ -306,6 +314,7 @@ class EvalStopCallback(TrainerCallback, ExportableState):
                 )
             self._cadence_client = self.client
         self.max_extra_evals = check_int("max_extra_evals", max_extra_evals, 0)
+        self.max_eval_share = None if max_eval_share is None else check_prob("max_eval_share", max_eval_share)
         self.extra_eval_steps: list[int] = []
         self._hinted_step: int | None = None
         if not isinstance(eval_on_start, bool):
@@ -337,6 +346,7 @@ class EvalStopCallback(TrainerCallback, ExportableState):
         self._wandb = WandbLogger(False)
         self._t0 = time.perf_counter()
         self._wall_offset = 0.0
+        self._eval_offset = 0.0  # evaluator seconds before a resume (eval_seconds holds this process's since)
         self._own_time = 0.0
         self._last_logs: tuple[int, dict[str, Any]] | None = None
         self._trainer_ref: Callable[[], Any] = lambda: None
@@ -374,6 +384,7 @@ class EvalStopCallback(TrainerCallback, ExportableState):
                     "extra_eval_steps": list(self.extra_eval_steps),
                     "hinted_step": self._hinted_step,
                     "wall_s": self._wall(),
+                    "eval_s": self._eval_time(),
                     "client_state": client_state,
                 }
             },
@@ -398,6 +409,7 @@ class EvalStopCallback(TrainerCallback, ExportableState):
         self.extra_eval_steps = list(saved.get("extra_eval_steps") or [])
         self._hinted_step = saved.get("hinted_step")
         self._wall_offset = float(saved.get("wall_s") or 0.0)
+        self._eval_offset = float(saved.get("eval_s") or 0.0)
         client_state = saved.get("client_state")
         load = getattr(self.client, "load_state_dict", None)
         if client_state is not None and callable(load):
@@ -682,6 +694,13 @@ class EvalStopCallback(TrainerCallback, ExportableState):
     def _wall(self) -> float:
         return self._wall_offset + (time.perf_counter() - self._t0)
 
+    def _eval_time(self) -> float:
+        return self._eval_offset + math.fsum(self.eval_seconds)
+
+    def _within_eval_share(self) -> bool:
+        """Main process: whether the evaluations so far leave room for a hinted one under ``max_eval_share``."""
+        return self.max_eval_share is None or self._eval_time() <= self.max_eval_share * self._wall()
+
     def _due(self, step: int, state: Any, any_step: bool = False) -> bool:
         if self.stopped_at is not None or self._finished:
             return False
@@ -692,12 +711,16 @@ class EvalStopCallback(TrainerCallback, ExportableState):
         last = bool(state.max_steps) and step >= state.max_steps
         return step > 0 and (step % self._cadence[1] == 0 or last or step == self._hinted_step)
 
-    def _take_hint(self, step: int, decision: Decision, max_steps: int) -> None:
-        """Remember the decision's cadence hint if it is sooner than the next regular eval and the budget allows."""
+    def _take_hint(self, step: int, decision: Decision, max_steps: int, time_left: bool = True) -> None:
+        """Remember the decision's cadence hint if it is sooner than the next regular eval and the budgets allow
+        (``time_left``: the main process's :meth:`_within_eval_share`, shared with every rank)."""
         self._hinted_step = None
         hint = decision.next_eval_step
         interval = self._cadence[1] if self._cadence[0] == "steps" else 0
         if hint is None or not interval or decision.should_stop or len(self.extra_eval_steps) >= self.max_extra_evals:
+            return
+        if not time_left:
+            logger.debug("EvalStop: hint to evaluate at step %s not followed: max_eval_share is spent", hint)
             return
         next_regular = (step // interval + 1) * interval
         if max_steps:
@@ -734,7 +757,12 @@ class EvalStopCallback(TrainerCallback, ExportableState):
         }
         if self._last_logs is not None and self._last_logs[0] == step:
             self._merge_logs(self._last_logs[1])
-        payload = {"step": step, "score": result.score, "decision": decision.to_dict()}
+        payload = {
+            "step": step,
+            "score": result.score,
+            "decision": decision.to_dict(),
+            "eval_time_left": self._within_eval_share(),
+        }
         self._own_time = time.perf_counter() - t0
         return payload
 
@@ -755,7 +783,9 @@ class EvalStopCallback(TrainerCallback, ExportableState):
             entry["extra"] = True
             self.extra_eval_steps.append(step)
         self.history.append(entry)
-        self._take_hint(step, decision, int(getattr(state, "max_steps", 0) or 0))
+        self._take_hint(
+            step, decision, int(getattr(state, "max_steps", 0) or 0), bool(shared.get("eval_time_left", True))
+        )
         stopping = decision.should_stop and self.would_stop_at is None
         if decision.best_step is not None and decision.best_step != self.best_step:
             if decision.best_step != step:
@@ -882,6 +912,8 @@ class EvalStopCallback(TrainerCallback, ExportableState):
         if self.cadence_spec is not None:  # extra evals are the trace's eval lines off the eval_steps cadence
             config["cadence"] = self.cadence_spec
             config["max_extra_evals"] = self.max_extra_evals
+            if self.max_eval_share is not None:
+                config["max_eval_share"] = self.max_eval_share
         if self.trace_path is None or self.job_id is None:
             raise RuntimeError("EvalStop: a trace needs trace_path and a registered job id")
         self._trace = TraceRecorder(

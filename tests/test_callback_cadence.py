@@ -122,3 +122,53 @@ def test_grpo_confirms_a_weak_stop_at_the_hinted_step(tmp_path) -> None:
     for s in confirming:
         assert steps[steps.index(s) + 1] == s + 2 and s + 2 in cb.extra_eval_steps
     assert cb.stopped_at == confirming[-1] + 2 and cb.history[-1]["action"] == "stop"
+
+
+def test_the_time_budget_declines_hints_once_evaluation_has_taken_its_share(tmp_path, monkeypatch) -> None:
+    # A fake clock for the callback: each training step takes 1 s, each evaluation `cost` s. Evaluating every 4
+    # steps at 10 s an eval spends about 70% of the run evaluating, over a budget of half; at 0.1 s about 2.5%.
+    import types
+
+    from transformers import TrainerCallback
+
+    from evalstop_callbacks import callback as callback_module
+
+    now = [0.0]
+    monkeypatch.setattr(callback_module, "time", types.SimpleNamespace(perf_counter=lambda: now[0]))
+
+    class _Steps(TrainerCallback):
+        def on_step_end(self, args, state, control, **kwargs):
+            now[0] += 1.0
+
+    def run(name: str, cost: float) -> EvalStopCallback:
+        evaluator = world_evaluator()
+        evaluate = evaluator.evaluate
+
+        def timed(model, tok):
+            now[0] += cost
+            return evaluate(model, tok)
+
+        evaluator.evaluate = timed  # type: ignore[method-assign]
+        cb = EvalStopCallback(
+            evaluator,
+            eval_steps=4,
+            k=2,
+            cadence={"name": "adaptive", "params": {"fraction": 0.5}},
+            max_extra_evals=2,
+            max_eval_share=0.5,
+            trace_path=str(tmp_path / f"{name}.jsonl"),
+        )
+        trainer = tiny_grpo(tmp_path / name, cb)
+        trainer.add_callback(_Steps())
+        trainer.train()
+        return cb
+
+    cheap, dear = run("cheap", 0.1), run("dear", 10.0)
+    assert cheap.extra_eval_steps, cheap.history  # within the budget: the hint is followed
+    hinted = [d.next_eval_step for d in dear.client.monitor(dear.job_id).decisions if d.next_eval_step is not None]
+    assert hinted and dear.extra_eval_steps == []  # the core hinted; the spent budget declined it
+    assert all(h["step"] % 4 == 0 for h in dear.history)
+    assert read_trace(tmp_path / "dear.jsonl")[0]["config"]["max_eval_share"] == 0.5
+    for bad in (0, 1, 1.5, True, "0.1"):
+        with pytest.raises(ValueError, match="max_eval_share"):
+            EvalStopCallback(world_evaluator(), eval_steps=4, cadence="adaptive", max_eval_share=bad)

@@ -7,6 +7,7 @@ callback that forgot the decline would stop one eval later) and restore the same
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -82,6 +83,12 @@ def test_resume_restores_detector_state_and_best_checkpoint(tmp_path):
     # the same best folder: the trainer's checkpoint of that step, or EvalStop's weights-only one (step 0)
     assert Path(resumed.restored_from).name == Path(ref.restored_from).name
     assert Path(resumed.restored_from).name.endswith(f"-{ref.best_step}")
+    # the evaluation time spent before the crash carries over (max_eval_share budgets the whole run)
+    state = json.loads((tmp_path / "run" / "checkpoint-4" / "trainer_state.json").read_text())
+    saved = state["stateful_callbacks"]["EvalStopCallback"]["attributes"]["evalstop"]
+    assert saved["eval_s"] > 0
+    total = resumed.state()["attributes"]["evalstop"]["eval_s"]
+    assert total == pytest.approx(saved["eval_s"] + sum(resumed.eval_seconds))
     monitor = resumed.client.monitor("sft-resume")
     assert monitor.steps == [h["step"] for h in ref.history] and monitor.stopped_at == ref.stopped_at
     # the trace continues the one of the crashed run: same eval lines as the uninterrupted run
