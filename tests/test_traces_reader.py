@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -163,7 +164,10 @@ def test_sub_evals_take_the_same_samples_of_every_prompt(tmp_path):
     t = read_trace(_x4_trace(tmp_path, [[1, 2, 3, 4, 10, 20, 30, 40], [0, 0, 8, 8, 1, 1, 5, 5]]))
     assert eval_samples_of(t) == 4
     first, second = sub_evals(t)
-    assert first.name == "x4/sub0" and second.name == "x4/sub1"
+    assert first.name == "x4-sub0" and second.name == "x4-sub1"
+    from platform_sim.service.schemas import JOB_ID_PATTERN
+
+    assert re.fullmatch(JOB_ID_PATTERN, first.name)  # a sub-eval can be a job on the service or the platform
     assert first.examples == ((1.0, 2.0, 10.0, 20.0), (0.0, 0.0, 1.0, 1.0))
     assert second.examples == ((3.0, 4.0, 30.0, 40.0), (8.0, 8.0, 5.0, 5.0))
     assert first.scores == (8.25, 0.5) and second.scores == (19.25, 6.5)

@@ -387,7 +387,8 @@ def sub_evals(trace: RealTrace, per: int = 2) -> list[RealTrace]:
     A recording's per-example scores are prompt-major (every sample of the first held-out prompt, then of the
     second...), so sub-eval ``j`` takes samples ``j*per .. j*per+per-1`` of every prompt. Each is an independent eval
     of the very same policy at every step (with ``per=2``, of the environments' own size): the spread between them at
-    one step is sampling noise alone, with the policy held fixed. A sub-eval is named ``<name>/sub<j>`` and keeps the header.
+    one step is sampling noise alone, with the policy held fixed. A sub-eval is named ``<name>-sub<j>`` (a valid job
+    id, as the trace names are) and keeps the header.
 
     Raises:
         ValueError: ``per`` < 1, the trace's samples per prompt are not a multiple of ``per`` larger than it, or an
@@ -413,7 +414,7 @@ def sub_evals(trace: RealTrace, per: int = 2) -> list[RealTrace]:
             tuple(v for i, v in enumerate(e or ()) if (i % n) // per == j) for e in trace.examples
         )
         out.append(
-            replace(trace, name=f"{trace.name}/sub{j}", scores=tuple(statistics.fmean(e) for e in sub), examples=sub)
+            replace(trace, name=f"{trace.name}-sub{j}", scores=tuple(statistics.fmean(e) for e in sub), examples=sub)
         )
     return out
 
