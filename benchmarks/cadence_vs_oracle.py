@@ -18,14 +18,14 @@ are 0-9, 200-219, 300-319 and 400-419: a setting is chosen on the first and judg
 ``--max-extra-evals`` caps each job's extra evals, as the callback's budget of that name. ``--p-hints-at-best`` and
 ``--confirms`` add the cadence's ``p_hint_at_best`` (the doubt bar after an eval that is the job's best so far) and
 ``confirm`` (a second look a ``fraction`` of an interval later before a stop whose doubt is above it) to the grid;
-``--margin`` makes the rule ask a pick to stop, over all the seeds, at most ``F - sqrt(F)`` healthy jobs where its
-detector stops ``F`` at the fixed cadence.
+``--margin [K]`` makes the rule ask a pick to stop, over all the seeds, at most ``F - K sqrt(F)`` healthy jobs
+(K: 1 when the flag has no value) where its detector stops ``F`` at the fixed cadence.
 
     python benchmarks/cadence_vs_oracle.py [--sigmas 0.02,0.12] [--seeds 10] [--eval-cost 0.05] [--workers 2]
         [--detector paper|default|shape-sens|shape-now] [--first-seed 0]
         [--thresholds 0.7,0.8,0.9] [--futures 1.25,1.5] [--min-evals 5]
         [--fractions 0.25,0.33,0.5] [--p-hints 0.7,0.8] [--p-hints-at-best none,0.7] [--confirms none,0.3]
-        [--max-extra-evals none,2,4] [--halves] [--margin]
+        [--max-extra-evals none,2,4] [--halves] [--margin [K]]
 """
 
 from __future__ import annotations
@@ -159,7 +159,17 @@ COLUMNS = (
 )
 
 
-def choose_on_all(parts: list[list[dict[str, Any]]], margin: bool = False) -> tuple[str, str] | None:
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not (value > 0 and math.isfinite(value)):
+        raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text!r}")
+    return value
+
+
+def choose_on_all(parts: list[list[dict[str, Any]]], margin: float = 0.0) -> tuple[str, str] | None:
     """``(variant, cadence)`` of the adaptive row with the largest mean waste cut over the parts of the seeds among
     those that, on *every* part, belong to a variant that stops at most :data:`MAX_HEALTHY_STOPS` healthy jobs per
     run at the fixed cadence, stop no more healthy jobs than that fixed row and spend at most
@@ -167,9 +177,9 @@ def choose_on_all(parts: list[list[dict[str, Any]]], margin: bool = False) -> tu
 
     On ten seeds the healthy-stop condition is decided by one or two jobs, so a row that passes it on all the seeds
     together may pass by chance; asking it of each half (``--halves``) guards against choosing such a row. With
-    ``margin`` (``--margin``) a row must also stop, over all the parts together, at most the fixed row's healthy jobs
-    minus one Poisson standard deviation of that count (``F - sqrt(F)`` for ``F`` jobs), so that the pick does not
-    turn on a job or two that held-out seeds will not repeat."""
+    ``margin`` (``--margin [K]``, K > 0) a row must also stop, over all the parts together, at most the fixed row's
+    healthy jobs minus ``K`` Poisson standard deviations of that count (``F - K sqrt(F)`` for ``F`` jobs), so that the
+    pick does not turn on a job or two that held-out seeds will not repeat."""
     keys: set[tuple[str, str]] | None = None
     for rows in parts:
         fixed = {r["variant"]: r for r in rows if r.get("cadence") == "fixed"}
@@ -192,7 +202,11 @@ def choose_on_all(parts: list[list[dict[str, Any]]], margin: bool = False) -> tu
                 if r.get("variant") == variant and r.get("cadence") == cadence
             )
 
-        keys = {(v, c) for v, c in keys if stopped(v, c) <= stopped(v, "fixed") - math.sqrt(stopped(v, "fixed")) + 1e-9}
+        keys = {
+            (v, c)
+            for v, c in keys
+            if stopped(v, c) <= stopped(v, "fixed") - margin * math.sqrt(stopped(v, "fixed")) + 1e-9
+        }
     if not keys:
         return None
     cut = {k: 0.0 for k in keys}
@@ -264,9 +278,13 @@ def main() -> None:
     )
     ap.add_argument(
         "--margin",
-        action="store_true",
-        help="the rule also asks that a pick stop at most F - sqrt(F) healthy jobs over all the seeds, F being its "
-        "detector's at the fixed cadence",
+        type=_positive_float,
+        nargs="?",
+        const=1.0,
+        default=0.0,
+        metavar="K",
+        help="the rule also asks that a pick stop at most F - K sqrt(F) healthy jobs over all the seeds, F being its "
+        "detector's at the fixed cadence (K: 1 when the flag has no value)",
     )
     ap.add_argument(
         "--max-extra-evals",
@@ -294,7 +312,7 @@ def main() -> None:
         f"largest waste cut; fixed-cadence healthy stops <= {MAX_HEALTHY_STOPS:g} per run, no more with the hint, "
         f"eval GPU <= +{100 * MAX_EVAL_GPU_RISE:g}%"
         + ("; on each half" if args.halves else "")
-        + ("; over all seeds at most F - sqrt(F) healthy stops" if args.margin else "")
+        + (f"; over all seeds at most F - {args.margin:g} sqrt(F) healthy stops" if args.margin else "")
     )
     with ProcessRunner(args.workers) as runner:
         for sigma in (float(s) for s in args.sigmas.split(",")):
