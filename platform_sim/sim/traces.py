@@ -419,28 +419,29 @@ def sub_evals(trace: RealTrace, per: int = 2) -> list[RealTrace]:
     return out
 
 
-def shipped_traces_dir() -> Path:
-    """The corpus of real traces shipped in the package (``platform_sim/data/traces``)."""
+def _shipped_dir(name: str) -> Path:
+    """The folder ``platform_sim/data/<name>`` of the installed package."""
     from importlib import resources
 
-    return Path(str(resources.files("platform_sim") / "data" / "traces"))
+    return Path(str(resources.files("platform_sim") / "data" / name))
+
+
+def shipped_traces_dir() -> Path:
+    """The corpus of real traces shipped in the package (``platform_sim/data/traces``)."""
+    return _shipped_dir("traces")
 
 
 def shipped_dense_traces_dir() -> Path:
     """The dense real traces shipped in the package (``platform_sim/data/traces-dense``: an evaluation every step,
     for replaying cadence hints; see :mod:`platform_sim.sim.dense_replay`)."""
-    from importlib import resources
-
-    return Path(str(resources.files("platform_sim") / "data" / "traces-dense"))
+    return _shipped_dir("traces-dense")
 
 
 def shipped_dense_x8_traces_dir() -> Path:
     """The same grid of runs as :func:`shipped_dense_traces_dir` recorded with a 4x larger eval set
     (``platform_sim/data/traces-dense-x8``: 8 completions per held-out prompt, 192 per eval; split them with
     :func:`sub_evals` into evals of the default size)."""
-    from importlib import resources
-
-    return Path(str(resources.files("platform_sim") / "data" / "traces-dense-x8"))
+    return _shipped_dir("traces-dense-x8")
 
 
 def recorded_examples(trace: RealTrace) -> list[list[float] | None]:
