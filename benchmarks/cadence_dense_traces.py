@@ -304,7 +304,6 @@ def eval_noise(traces: list[RealTrace], every: int) -> dict[str, Any]:
         spread = [np.var([s.scores[i] for s in ss], ddof=1) for ss in subs for i in range(len(ss[0].scores))]
         per_example = [np.var(e, ddof=1) / len(e) for ss in subs for s in ss for e in s.examples]
         se_small = float(np.sqrt(np.mean(spread)))
-        truth = {t.name: t for t in full}
         small = [
             drawdowns([ss[j] for ss in subs], every, truth={ss[j].name: t for ss, t in zip(subs, full)})
             for j in range(n_sub)
@@ -319,7 +318,7 @@ def eval_noise(traces: list[RealTrace], every: int) -> dict[str, Any]:
             },
             "se_large": round(se_small / np.sqrt(n_sub), 4),
             "drawdowns_small": small,
-            "drawdowns_large": drawdowns(full, every, truth=truth),
+            "drawdowns_large": drawdowns(full, every),
         }
     return out
 
