@@ -48,6 +48,7 @@ from typing import Any
 
 import numpy as np
 
+from platform_sim.core.cadence import EvalBudget
 from platform_sim.core.detectors import default_spec, paper_spec
 from platform_sim.sim.dense_replay import dense_cadence_study, smoothed_peak_step
 from platform_sim.sim.replay import replay
@@ -194,9 +195,13 @@ PLATFORM_COLUMNS = (
 
 
 def platform_rows(
-    traces: list[Any], detector: dict[str, Any], cadences: list[tuple[str, Any, int | None]], every: int, seeds: int
+    traces: list[Any],
+    detector: dict[str, Any],
+    cadences: list[tuple[str, Any, EvalBudget | None]],
+    every: int,
+    seeds: int,
 ) -> list[dict[str, Any]]:
-    """The Oracle's row and EvalStop's at each ``(label, cadence spec, budget of extra evals per job)``, from the
+    """The Oracle's row and EvalStop's at each ``(label, cadence spec, budget per job)``, from the
     platform replay of the dense traces."""
     n_evals = max(len(t.steps) for t in traces) // every  # every `every` steps of the longest trace
     rows: list[dict[str, Any]] = []
@@ -210,7 +215,7 @@ def platform_rows(
                 cadence=spec,
                 n_evals=n_evals,
                 runner=runner,
-                max_extra_evals=budget,
+                eval_budget=budget,
             )
             by_stop = {r["stop"]: r for r in res["main"]}
             if not rows:
@@ -389,11 +394,13 @@ def main() -> None:
             table(test["summaries"]),
         ]
         if args.platform:
-            cadences: list[tuple[str, Any, int | None]] = [("fixed", None, None), (chosen, spec, None)]
+            cadences: list[tuple[str, Any, EvalBudget | None]] = [("fixed", None, None), (chosen, spec, None)]
             if name.startswith("default"):
                 cadences.append(("adaptive (shipped default: f=0.25 p_hint=0.5)", "adaptive", None))
                 # The callback's own budget: at most 4 extra evals per run (EvalStopCallback's max_extra_evals).
-                cadences.append(("adaptive (shipped default), max_extra_evals=4", "adaptive", 4))
+                cadences.append(
+                    ("adaptive (shipped default), max_extra_evals=4", "adaptive", EvalBudget(max_extra_evals=4))
+                )
             rows = platform_rows(traces, detector, cadences, args.every, args.platform)
             results["detectors"][name]["platform"] = rows
             lines += [f"\nplatform (all {len(traces)} dense traces, {args.platform} seeds):\n", platform_table(rows)]

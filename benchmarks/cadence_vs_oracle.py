@@ -37,6 +37,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
+from platform_sim.core.cadence import EvalBudget
 from platform_sim.core.detectors import default_spec, paper_spec, shape_sens_spec
 from platform_sim.sim.cadence_study import cadence_comparison
 from platform_sim.sim.engine import DEFAULT_EVAL_COST
@@ -294,6 +295,13 @@ def main() -> None:
         "every variant ('none': no limit, the default)",
     )
     ap.add_argument(
+        "--max-eval-share",
+        type=_optional_floats,
+        default="none",
+        help="comma-separated time budgets, as the callback's max_eval_share: no hint is followed while a job's "
+        "evals took more than this share of its time; each runs with every --max-extra-evals ('none': no limit)",
+    )
+    ap.add_argument(
         "--halves",
         action="store_true",
         help="run the seeds as two halves, each with its own table, and choose a row that qualifies on both",
@@ -319,7 +327,9 @@ def main() -> None:
             part_rows: list[list[dict[str, Any]]] = []
             for part in parts:
                 rows: list[dict[str, Any]] = []
-                for budget in args.max_extra_evals:
+                budgets = [(n, s) for n in args.max_extra_evals for s in args.max_eval_share]
+                for n_extra, share in budgets:
+                    budget = None if n_extra is None and share is None else EvalBudget(n_extra, share)
                     for label, detector in variants:
                         got = cadence_comparison(
                             replace(WorkloadConfig(), sigma=sigma),
@@ -328,10 +338,11 @@ def main() -> None:
                             cadences=cadences,
                             eval_cost=args.eval_cost,
                             runner=runner,
-                            max_extra_evals=budget,
+                            eval_budget=budget,
                         )
                         if budget is not None:
-                            label = f"{label}, max_extra_evals={budget}" if label else f"max_extra_evals={budget}"
+                            tag = ", ".join(f"{k}={v:g}" for k, v in budget.to_dict().items() if v is not None)
+                            label = f"{label}, {tag}" if label else tag
                         rows += [{**r, "variant": label} for r in (got if not rows else got[1:])]  # one Oracle row
                 _table(
                     rows,

@@ -26,8 +26,16 @@ from typing import Any
 from transformers import TrainerCallback
 from transformers.trainer_callback import ExportableState
 
-from platform_sim.core import JOB_TYPES, Decision, Report, cadence_from_spec, default_spec, detector_from_spec
-from platform_sim.core.checks import check_int, check_prob
+from platform_sim.core import (
+    JOB_TYPES,
+    Decision,
+    EvalBudget,
+    Report,
+    cadence_from_spec,
+    default_spec,
+    detector_from_spec,
+)
+from platform_sim.core.checks import check_int
 
 from .checkpoints import (
     BEST_PREFIX,
@@ -313,8 +321,8 @@ class EvalStopCallback(TrainerCallback, ExportableState):
                     "no cadence: pass cadence with EmbeddedClient or PlatformClient, or leave it out"
                 )
             self._cadence_client = self.client
-        self.max_extra_evals = check_int("max_extra_evals", max_extra_evals, 0)
-        self.max_eval_share = None if max_eval_share is None else check_prob("max_eval_share", max_eval_share)
+        # One budget object with the simulator, so that a budget means the same in a run and in its replay.
+        self.eval_budget = EvalBudget(check_int("max_extra_evals", max_extra_evals, 0), max_eval_share)
         self.extra_eval_steps: list[int] = []
         self._hinted_step: int | None = None
         if not isinstance(eval_on_start, bool):
@@ -697,9 +705,23 @@ class EvalStopCallback(TrainerCallback, ExportableState):
     def _eval_time(self) -> float:
         return self._eval_offset + math.fsum(self.eval_seconds)
 
-    def _within_eval_share(self) -> bool:
-        """Main process: whether the evaluations so far leave room for a hinted one under ``max_eval_share``."""
-        return self.max_eval_share is None or self._eval_time() <= self.max_eval_share * self._wall()
+    @property
+    def max_extra_evals(self) -> int:
+        """The budget's count of hinted evaluations (see the class Args)."""
+        n = self.eval_budget.max_extra_evals
+        assert n is not None  # always set by __init__
+        return n
+
+    @property
+    def max_eval_share(self) -> float | None:
+        """The budget's share of time for evaluating (see the class Args)."""
+        return self.eval_budget.max_eval_share
+
+    def _hint_allowed(self, step: int) -> bool:
+        """Main process: whether the budget leaves room for one more hinted evaluation after the eval of ``step``
+        (which counts as extra when it was hinted). Measured times, so decided here and shared with every rank."""
+        extra = len(self.extra_eval_steps) + (step == self._hinted_step)
+        return self.eval_budget.allows(extra, self._eval_time(), self._wall())
 
     def _due(self, step: int, state: Any, any_step: bool = False) -> bool:
         if self.stopped_at is not None or self._finished:
@@ -711,16 +733,16 @@ class EvalStopCallback(TrainerCallback, ExportableState):
         last = bool(state.max_steps) and step >= state.max_steps
         return step > 0 and (step % self._cadence[1] == 0 or last or step == self._hinted_step)
 
-    def _take_hint(self, step: int, decision: Decision, max_steps: int, time_left: bool = True) -> None:
-        """Remember the decision's cadence hint if it is sooner than the next regular eval and the budgets allow
-        (``time_left``: the main process's :meth:`_within_eval_share`, shared with every rank)."""
+    def _take_hint(self, step: int, decision: Decision, max_steps: int, allowed: bool = True) -> None:
+        """Remember the decision's cadence hint if it is sooner than the next regular eval and the budget allows
+        (``allowed``: the main process's :meth:`_hint_allowed`, shared with every rank)."""
         self._hinted_step = None
         hint = decision.next_eval_step
         interval = self._cadence[1] if self._cadence[0] == "steps" else 0
-        if hint is None or not interval or decision.should_stop or len(self.extra_eval_steps) >= self.max_extra_evals:
+        if hint is None or not interval or decision.should_stop:
             return
-        if not time_left:
-            logger.debug("EvalStop: hint to evaluate at step %s not followed: max_eval_share is spent", hint)
+        if not allowed:
+            logger.debug("EvalStop: hint to evaluate at step %s not followed: the eval budget is spent", hint)
             return
         next_regular = (step // interval + 1) * interval
         if max_steps:
@@ -761,7 +783,7 @@ class EvalStopCallback(TrainerCallback, ExportableState):
             "step": step,
             "score": result.score,
             "decision": decision.to_dict(),
-            "eval_time_left": self._within_eval_share(),
+            "hint_allowed": self._hint_allowed(step),
         }
         self._own_time = time.perf_counter() - t0
         return payload
@@ -784,7 +806,7 @@ class EvalStopCallback(TrainerCallback, ExportableState):
             self.extra_eval_steps.append(step)
         self.history.append(entry)
         self._take_hint(
-            step, decision, int(getattr(state, "max_steps", 0) or 0), bool(shared.get("eval_time_left", True))
+            step, decision, int(getattr(state, "max_steps", 0) or 0), bool(shared.get("hint_allowed", True))
         )
         stopping = decision.should_stop and self.would_stop_at is None
         if decision.best_step is not None and decision.best_step != self.best_step:

@@ -6,7 +6,15 @@ import json
 
 import pytest
 
-from platform_sim.core import Action, CadencePolicy, Decision, JobMonitor, cadence_from_spec, make_detector
+from platform_sim.core import (
+    Action,
+    CadencePolicy,
+    Decision,
+    EvalBudget,
+    JobMonitor,
+    cadence_from_spec,
+    make_detector,
+)
 from platform_sim.core.boundary import BoundaryError
 
 
@@ -250,3 +258,36 @@ def test_a_weak_stop_that_is_not_confirmed_goes_on_and_a_strong_one_is_taken_at_
     # A stop whose doubt is at or under confirm is taken at once: here at 260, as at the fixed cadence.
     strong = JobMonitor("s", "rlhf", make_detector("shape", se=0.03), cadence=CadencePolicy(0.25, confirm=0.5))
     assert next(s for s in range(10, 400, 10) if strong.observe(s, _gao(s)).action is Action.STOP) == 260
+
+
+def test_eval_budget_counts_extra_evals_and_time_spent_evaluating() -> None:
+    assert EvalBudget().unlimited and EvalBudget().allows(10**6, eval_time=99.0, wall_time=1.0)
+    count = EvalBudget(max_extra_evals=2)
+    assert not count.unlimited
+    assert count.allows(1) and not count.allows(2) and not count.allows(3)
+    assert not EvalBudget(max_extra_evals=0).allows(0)  # 0: no hint is ever followed
+    share = EvalBudget(max_eval_share=0.1)
+    assert share.allows(50, eval_time=1.0, wall_time=10.0)  # at the share: still allowed (spent, not to spend)
+    assert not share.allows(0, eval_time=1.01, wall_time=10.0)
+    assert not share.allows(0, eval_time=0.5, wall_time=0.0)  # nothing trained yet, time already spent
+    both = EvalBudget(max_extra_evals=1, max_eval_share=0.5)
+    assert both.allows(0, 1.0, 10.0) and not both.allows(1, 1.0, 10.0) and not both.allows(0, 6.0, 10.0)
+    assert both.to_dict() == {"max_extra_evals": 1, "max_eval_share": 0.5}
+    assert EvalBudget().to_dict() == {"max_extra_evals": None, "max_eval_share": None}
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "name"),
+    [
+        ({"max_extra_evals": -1}, "max_extra_evals"),
+        ({"max_extra_evals": 1.5}, "max_extra_evals"),
+        ({"max_extra_evals": True}, "max_extra_evals"),
+        ({"max_eval_share": 0.0}, "max_eval_share"),
+        ({"max_eval_share": 1.0}, "max_eval_share"),
+        ({"max_eval_share": float("nan")}, "max_eval_share"),
+        ({"max_eval_share": "0.1"}, "max_eval_share"),
+    ],
+)
+def test_a_bad_eval_budget_names_its_field(kwargs: dict[str, object], name: str) -> None:
+    with pytest.raises(ValueError, match=name):
+        EvalBudget(**kwargs)  # type: ignore[arg-type]

@@ -9,10 +9,11 @@ import sys
 
 import pytest
 
+from platform_sim.core.cadence import EvalBudget
 from platform_sim.core.policies import make_base_policy
 from platform_sim.core.stop_policies import make_stop_policy, with_stop
 from platform_sim.sim.cadence_study import cadence_comparison
-from platform_sim.sim.engine import simulate
+from platform_sim.sim.engine import DEFAULT_EVAL_COST, simulate
 from platform_sim.sim.metrics import run_metrics
 from platform_sim.sim.workload import WorkloadConfig, generate_workload
 
@@ -55,9 +56,10 @@ def test_adaptive_cadence_adds_evals_at_the_hinted_points(workload) -> None:
             assert o.end_time - o.start_time > o_fixed.end_time - o_fixed.start_time
 
 
-def _budgeted(wl, budget):
+def _budgeted(wl, budget, share=None):
     stop = make_stop_policy("evalstop", cadence={"name": "adaptive", "params": {"fraction": 0.25}})
-    return simulate(wl, with_stop(make_base_policy("srtf-est"), stop), max_extra_evals=budget)
+    eval_budget = None if budget is None and share is None else EvalBudget(budget, share)
+    return simulate(wl, with_stop(make_base_policy("srtf-est"), stop), eval_budget=eval_budget)
 
 
 def test_a_budget_of_extra_evals_caps_each_job_as_the_callbacks_does(workload) -> None:
@@ -81,6 +83,40 @@ def test_a_budget_of_extra_evals_caps_each_job_as_the_callbacks_does(workload) -
 def test_a_bad_budget_of_extra_evals_is_named(workload, bad) -> None:
     with pytest.raises(ValueError, match="max_extra_evals"):
         _budgeted(workload, bad)
+
+
+def test_a_budget_that_is_not_an_eval_budget_is_refused(workload) -> None:
+    with pytest.raises(TypeError, match="eval_budget must be an EvalBudget"):
+        simulate(workload, with_stop(make_base_policy("srtf-est"), make_stop_policy("evalstop")), eval_budget=4)
+
+
+def test_a_time_share_budget_bounds_each_jobs_evaluation_time(workload) -> None:
+    free = _budgeted(workload, None)
+    fixed = _run(workload)
+    # The regular cadence alone spends eval_cost (0.05) of a job's time: a share below it follows no hint.
+    below = _budgeted(workload, None, share=0.049)
+    assert [(o.stopped, o.stop_eval, o.end_time) for o in below.outcomes] == [
+        (o.stopped, o.stop_eval, o.end_time) for o in fixed.outcomes
+    ]
+    some = _budgeted(workload, None, share=0.06)
+    n_some, n_free = (sum(o.extra_evals for o in r.outcomes) for r in (some, free))
+    assert 0 < n_some < n_free
+
+    # Each job's evaluating stays within the share of its GPU time, passed by at most the one eval that the last
+    # check let in; without the budget some job goes past it.
+    def over(res, share):
+        return [
+            o.job_id
+            for o, j in zip(res.outcomes, workload.jobs)
+            if o.eval_gpu_hours > share * o.gpu_hours + DEFAULT_EVAL_COST * j.duration_h / workload.n_evals * j.gpus
+        ]
+
+    assert over(some, 0.06) == [] and over(free, 0.06) != []
+    wide = _budgeted(workload, None, share=0.99)
+    assert [o.extra_evals for o in wide.outcomes] == [o.extra_evals for o in free.outcomes]
+    # Both limits together: the count still caps.
+    both = _budgeted(workload, 1, share=0.99)
+    assert max(o.extra_evals for o in both.outcomes) == 1
 
 
 def test_cadence_comparison_rows_carry_oracle_shares() -> None:
@@ -147,6 +183,22 @@ def test_cli_max_extra_evals_caps_the_extra_evals_and_bad_ones_name_the_flag() -
         (("--max-extra-evals", "2"), "--max-extra-evals needs --cadence adaptive"),
         (("--cadence", "adaptive", "--max-extra-evals", "-1"), "--max-extra-evals must be an integer >= 0"),
         (("--cadence", "adaptive", "--max-extra-evals", "x"), "--max-extra-evals"),
+    ):
+        bad = _cli_run(*args)
+        assert bad.returncode == 2 and needle in bad.stderr, (args, bad.stderr)
+
+
+def test_cli_max_eval_share_limits_the_extra_evals_and_bad_ones_name_the_flag() -> None:
+    free = json.loads(_cli_run("--cadence", "adaptive", "--json").stdout)
+    shared = json.loads(_cli_run("--cadence", "adaptive", "--max-eval-share", "0.06", "--json").stdout)
+    assert shared["config"]["max_eval_share"] == 0.06 and shared["config"]["max_extra_evals"] is None
+    assert free["config"]["max_eval_share"] is None
+    assert 0 < shared["extra_evals"] < free["extra_evals"] and shared["eval_gpu_h"] < free["eval_gpu_h"]
+    for args, needle in (
+        (("--max-eval-share", "0.1"), "--max-eval-share needs --cadence adaptive"),
+        (("--cadence", "adaptive", "--max-eval-share", "1"), "--max-eval-share must be a number strictly between"),
+        (("--cadence", "adaptive", "--max-eval-share", "nan"), "--max-eval-share must be a number strictly between"),
+        (("--cadence", "adaptive", "--max-eval-share", "x"), "--max-eval-share"),
     ):
         bad = _cli_run(*args)
         assert bad.returncode == 2 and needle in bad.stderr, (args, bad.stderr)
@@ -225,10 +277,12 @@ def test_replay_takes_a_sparser_regular_grid_for_dense_traces(tmp_path) -> None:
     assert {r["trace"]: r["label"] for r in res["traces"]} == {t.name: t.label for t in traces}
     # The callback's budget reaches the replayed jobs: none at 0, and it is written in the config.
     evalstop = next(r for r in res["main"] if r["stop"] == "evalstop")
-    capped = replay(traces, WorkloadConfig(n_jobs=30), None, seeds=1, n_evals=12, cadence="adaptive", max_extra_evals=0)
+    capped = replay(
+        traces, WorkloadConfig(n_jobs=30), None, seeds=1, n_evals=12, cadence="adaptive", eval_budget=EvalBudget(0)
+    )
     assert evalstop["extra_evals"] > 0 and res["config"]["max_extra_evals"] is None
     assert next(r for r in capped["main"] if r["stop"] == "evalstop")["extra_evals"] == 0
-    assert capped["config"]["max_extra_evals"] == 0
+    assert capped["config"]["max_extra_evals"] == 0 and capped["config"]["max_eval_share"] is None
     with pytest.raises(ValueError, match="n_evals"):
         replay(traces, WorkloadConfig(n_jobs=30), None, seeds=1, n_evals=1)
     proc = subprocess.run(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from _trace_factory import write
 
+from platform_sim.core.cadence import EvalBudget
 from platform_sim.sim.dense_replay import dense_cadence_study, dense_trace_run, smoothed_peak_step
 from platform_sim.sim.traces import read_trace
 
@@ -36,8 +37,18 @@ def test_adaptive_cadence_reads_the_recorded_eval_at_the_hinted_step(tmp_path):
 
 
 def test_budget_of_extra_evals_is_honoured(tmp_path):
-    r = dense_trace_run(_dense(tmp_path, _peak_then_fall()), K2, ADAPTIVE, every=5, max_extra_evals=0)
+    r = dense_trace_run(_dense(tmp_path, _peak_then_fall()), K2, ADAPTIVE, every=5, eval_budget=EvalBudget(0))
     assert r["extra_steps"] == [] and r["stop_step"] == 40
+
+
+def test_a_time_share_budget_counts_evals_against_the_runs_progress(tmp_path):
+    trace = _dense(tmp_path, _peak_then_fall())
+    # 7 regular evals by step 35, each 0.05 of an interval: the regular cadence's share, so a share just above it
+    # lets the hint in and one just below does not; a costlier eval (0.2 of an interval) is over a 0.1 share.
+    assert dense_trace_run(trace, K2, ADAPTIVE, every=5, eval_budget=EvalBudget(None, 0.051))["extra_steps"] == [36]
+    assert dense_trace_run(trace, K2, ADAPTIVE, every=5, eval_budget=EvalBudget(None, 0.049))["extra_steps"] == []
+    costly = dense_trace_run(trace, K2, ADAPTIVE, every=5, eval_budget=EvalBudget(None, 0.1), eval_cost=0.2)
+    assert costly["extra_steps"] == [] and costly["stop_step"] == 40
 
 
 def test_a_hint_with_no_recorded_eval_before_the_next_regular_one_is_not_taken(tmp_path):

@@ -12,7 +12,7 @@ from .boundary import (
     InvalidReportError,
     Report,
 )
-from .cadence import CADENCES, CadencePolicy, cadence_from_spec
+from .cadence import CADENCES, CadencePolicy, EvalBudget, cadence_from_spec
 from .checks import check_int
 from .detectors import (  # importing the package registers every detector by name
     DETECTORS,
@@ -45,6 +45,7 @@ __all__ = [
     "DETECTORS",
     "Decision",
     "Detector",
+    "EvalBudget",
     "EvidenceDetector",
     "InvalidReportError",
     "JobMonitor",

@@ -24,6 +24,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from .checks import check_int, check_prob
 from .detectors import Detector, se_from_history
 
 CADENCES: tuple[str, ...] = ("fixed", "adaptive")
@@ -223,3 +224,53 @@ def cadence_from_spec(spec: str | Mapping[str, Any] | None) -> CadencePolicy | N
         return CadencePolicy(**params)
     except TypeError as exc:
         raise ValueError(f"bad parameters for cadence {name!r}: {exc}") from None
+
+
+@dataclass(frozen=True, slots=True)
+class EvalBudget:
+    """How much a job may spend on hinted evaluations: the user's side of a cadence hint.
+
+    The scheduler hints; the job decides whether it can afford the hint. The trainer callback (with measured
+    seconds) and the simulator (with simulated GPU-hours) ask this one object, so that a budget means the same in a
+    real run and in a replay of it.
+
+    Args:
+        max_extra_evals: At most this many hinted (extra) evaluations per job. Integer >= 0; None: no count limit.
+        max_eval_share: A hint is not followed while the evaluations so far (regular and extra) took more than this
+            share of the job's time so far (training and evaluating, not queueing). A number strictly between 0 and
+            1; None: no time limit. The regular cadence alone spends its own share (in the simulator, ``eval_cost``
+            of every interval), so a share at or below that follows no hint once the first regular eval is done.
+    """
+
+    max_extra_evals: int | None = None
+    max_eval_share: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.max_extra_evals is not None:
+            check_int("max_extra_evals", self.max_extra_evals, 0)
+        if self.max_eval_share is not None:
+            object.__setattr__(self, "max_eval_share", check_prob("max_eval_share", self.max_eval_share))
+
+    @property
+    def unlimited(self) -> bool:
+        """Whether neither limit is set (every hint is followed)."""
+        return self.max_extra_evals is None and self.max_eval_share is None
+
+    def allows(self, extra_evals: int, eval_time: float = 0.0, wall_time: float = 0.0) -> bool:
+        """Whether one more hinted evaluation may be taken.
+
+        Args:
+            extra_evals: Hinted evaluations the job has taken so far.
+            eval_time: Time its evaluations so far took (any unit, the same as ``wall_time``); read only with
+                ``max_eval_share``.
+            wall_time: The job's time so far, training and evaluating.
+        """
+        if self.max_extra_evals is not None and extra_evals >= self.max_extra_evals:
+            return False
+        # The check is on what was spent, not on what the next eval will cost: the eval's cost is not known before
+        # it runs, so a budget can be passed by at most one eval (as with the count).
+        return self.max_eval_share is None or eval_time <= self.max_eval_share * wall_time
+
+    def to_dict(self) -> dict[str, Any]:
+        """``{"max_extra_evals": ..., "max_eval_share": ...}`` (None where unset), for run records."""
+        return {"max_extra_evals": self.max_extra_evals, "max_eval_share": self.max_eval_share}

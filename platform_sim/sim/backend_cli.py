@@ -40,7 +40,7 @@ from platform_sim.core.detectors import (
     parse_detector_param,
 )
 
-from ..core.cadence import cadence_from_spec
+from ..core.cadence import EvalBudget, cadence_from_spec
 from .curve_fit import calibration_from_args
 from .engine import DEFAULT_EVAL_COST
 from .runner import ProcessRunner, Runner, SerialRunner
@@ -389,22 +389,35 @@ def add_cadence_args(p: Any) -> None:
         help="with --cadence adaptive: at most N extra evals per job, as EvalStopCallback's max_extra_evals "
         "(default: no limit)",
     )
+    p.add_argument(
+        "--max-eval-share",
+        type=float,
+        default=None,
+        metavar="SHARE",
+        help="with --cadence adaptive: follow no hint while a job's evals so far took more than SHARE of its time "
+        "so far, as EvalStopCallback's max_eval_share (0 < SHARE < 1; the regular cadence alone spends "
+        "--eval-cost of it; default: no limit)",
+    )
 
 
-def max_extra_evals_from_args(args: Any) -> int | None:
-    """The parsed ``--max-extra-evals`` (None: no limit).
+def eval_budget_from_args(args: Any) -> EvalBudget | None:
+    """The parsed ``--max-extra-evals`` and ``--max-eval-share`` as one budget (None: neither given, no limit).
 
     Raises:
-        ValueError: It is negative, or given without ``--cadence adaptive``.
+        ValueError: A value is out of range, or either is given without ``--cadence adaptive``.
     """
     n = getattr(args, "max_extra_evals", None)
-    if n is None:
+    share = getattr(args, "max_eval_share", None)
+    if n is None and share is None:
         return None
-    if n < 0:
+    if n is not None and n < 0:
         raise ValueError(f"--max-extra-evals must be an integer >= 0, got {n}")
+    if share is not None and not 0.0 < share < 1.0:
+        raise ValueError(f"--max-eval-share must be a number strictly between 0 and 1, got {share}")
     if args.cadence != "adaptive":
-        raise ValueError("--max-extra-evals needs --cadence adaptive")
-    return int(n)
+        flag = "--max-extra-evals" if n is not None else "--max-eval-share"
+        raise ValueError(f"{flag} needs --cadence adaptive")
+    return EvalBudget(max_extra_evals=n, max_eval_share=share)
 
 
 def cadence_from_args(args: Any) -> tuple[str | dict[str, Any] | None, float]:

@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from platform_sim.core.cadence import EvalBudget
+
 from .engine import DEFAULT_EVAL_COST
 from .eval_scores import observation_for
 from .experiments import PolicySpec, SimTask, run_task
@@ -28,7 +30,7 @@ def cadence_comparison(
     eval_cost: float = DEFAULT_EVAL_COST,
     runner: Runner | None = None,
     progress: Callable[[int], None] | None = None,
-    max_extra_evals: int | None = None,
+    eval_budget: EvalBudget | None = None,
 ) -> list[dict[str, Any]]:
     """Rows for the Oracle and for EvalStop at each cadence, on the same seeds, each against the base alone.
 
@@ -41,7 +43,7 @@ def cadence_comparison(
         eval_cost: What one eval costs, as a share of a regular eval interval.
         runner: Where to run (default: serially here).
         progress: Progress callback (finished tasks).
-        max_extra_evals: Extra evals a job may spend on hints (None: no limit), as the callback's budget.
+        eval_budget: What a job may spend on hints (None: no limit), as the callback's budget.
     """
     none = PolicySpec(base=base)
     oracle = PolicySpec(base=base, stop="oracle")
@@ -50,7 +52,7 @@ def cadence_comparison(
     # A detector that reads per-example scores gets generated ones (regular and extra evals), as in `paper`.
     observation = observation_for(detector)
     tasks = [
-        SimTask(workload, seed, specs, observation=observation, eval_cost=eval_cost, max_extra_evals=max_extra_evals)
+        SimTask(workload, seed, specs, observation=observation, eval_cost=eval_cost, eval_budget=eval_budget)
         for seed in seeds
     ]
     results = (runner or SerialRunner()).map(run_task, tasks, progress)

@@ -28,6 +28,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, NoReturn
 
+from platform_sim.core.cadence import EvalBudget
 from platform_sim.core.detectors import detector_from_spec
 from platform_sim.core.policies import BASE_POLICIES
 from platform_sim.core.stop_policies import STOP_POLICIES
@@ -42,8 +43,8 @@ from .backend_cli import (
     command_line,
     detector_from_args,
     detector_param,
+    eval_budget_from_args,
     floats_arg,
-    max_extra_evals_from_args,
     print_results,
     run_with_progress,
     runner_for_command,
@@ -80,9 +81,9 @@ def _cadence_or_usage(args: argparse.Namespace) -> tuple[str | dict[str, Any] | 
         raise UsageError(str(exc)) from None
 
 
-def _budget_or_usage(args: argparse.Namespace) -> int | None:
+def _budget_or_usage(args: argparse.Namespace) -> EvalBudget | None:
     try:
-        return max_extra_evals_from_args(args)
+        return eval_budget_from_args(args)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
 
@@ -126,7 +127,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         if args.stop == "evalstop-fleet"
         else None
     )
-    _, m = run_one(wl, spec, args.seed, observation=observation, eval_cost=eval_cost, max_extra_evals=budget)
+    _, m = run_one(wl, spec, args.seed, observation=observation, eval_cost=eval_cost, eval_budget=budget)
     # The waste cut as a share of the Oracle's: the base alone and the Oracle on the same seed.
     base_m = run_one(wl, PolicySpec(base=args.base), args.seed, eval_cost=eval_cost)[1]
     oracle_m = run_one(wl, PolicySpec(base=args.base, stop="oracle"), args.seed, eval_cost=eval_cost)[1]
@@ -140,7 +141,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         "detector": det if args.stop == "evalstop" else None,
         "cadence": cadence if args.stop == "evalstop" else None,
         "eval_cost": eval_cost,
-        "max_extra_evals": budget,
+        **(budget or EvalBudget()).to_dict(),
     }
     if args.json:
         print(json.dumps(m, indent=2))
@@ -229,7 +230,7 @@ def cmd_paper(args: argparse.Namespace) -> int:
         observation=observation_for(det),
         cadence=cadence,
         eval_cost=eval_cost,
-        max_extra_evals=budget,
+        eval_budget=budget,
     )
     command = command_line("paper")
     results, wall = run_with_progress(
@@ -405,7 +406,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
             cadence=cadence,
             eval_cost=eval_cost,
             n_evals=args.grid_evals,
-            max_extra_evals=budget,
+            eval_budget=budget,
         ),
         desc="replay",
         unit="seed",

@@ -22,10 +22,11 @@ import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from platform_sim.core.cadence import cadence_from_spec
+from platform_sim.core.cadence import EvalBudget, cadence_from_spec
 from platform_sim.core.detectors import detector_from_spec
 from platform_sim.core.monitor import JobMonitor
 
+from .engine import DEFAULT_EVAL_COST
 from .traces import RealTrace
 
 
@@ -55,8 +56,9 @@ def dense_trace_run(
     detector: Mapping[str, Any] | None,
     cadence: Mapping[str, Any] | str | None,
     every: int,
-    max_extra_evals: int | None = None,
+    eval_budget: EvalBudget | None = None,
     peak_every: int | None = None,
+    eval_cost: float = DEFAULT_EVAL_COST,
 ) -> dict[str, Any]:
     """Replay one dense trace at a regular cadence of ``every`` steps, honouring the core's cadence hints.
 
@@ -66,10 +68,12 @@ def dense_trace_run(
             the recorded scores in the trace's own units, as the callback in that run would have.
         cadence: Cadence spec (None or ``"fixed"``: no hints).
         every: The regular cadence in steps; the regular evaluations are the recorded ones at multiples of it.
-        max_extra_evals: At most this many extra evaluations per run (None: no limit), as the callback's budget.
+        eval_budget: What the run may spend on hinted evaluations (None: no limit), as the callback's budget.
         peak_every: The smoothing window of the true peak (:func:`smoothed_peak_step`), None: ``every``. A replay at
             ``every=1`` passes the regular cadence it is compared with, so that both measure delays from the same
             peak (the single highest of 150 noisy evals would be mostly noise).
+        eval_cost: What one evaluation takes, as a share of a regular interval, as in the simulator (read only by
+            a budget's ``max_eval_share``: regular evals are inside the run's steps, extra ones add to them).
 
     Returns:
         ``{"trace", "environment", "split", "label", "stopped", "stop_step", "peak_step", "delay_steps",
@@ -102,7 +106,11 @@ def dense_trace_run(
             break
         next_regular = next((s for s in regular if s > step), None)
         hint = decision.next_eval_step
-        budget_left = max_extra_evals is None or len(extra_steps) < max_extra_evals
+        # Time in regular intervals, as the simulator counts it: the run's progress plus its extra evals.
+        n_extra = len(extra_steps)
+        budget_left = eval_budget is None or eval_budget.allows(
+            n_extra, len(monitor.steps) * eval_cost, step / every + n_extra * eval_cost
+        )
         # The first recorded eval at or after the hinted step, if it still comes before the next regular one.
         hinted = None if hint is None else next((s for s in trace.steps if s >= hint), None)
         if budget_left and hinted is not None and next_regular is not None and step < hinted < next_regular:
@@ -131,7 +139,7 @@ def dense_cadence_study(
     detector: Mapping[str, Any] | None,
     cadences: Sequence[tuple[str, Mapping[str, Any] | str | None]],
     every: int,
-    max_extra_evals: int | None = None,
+    eval_budget: EvalBudget | None = None,
     peak_every: int | None = None,
 ) -> dict[str, Any]:
     """Every trace at every cadence: per-trace rows and one summary per cadence label (``peak_every`` as in
@@ -144,7 +152,7 @@ def dense_cadence_study(
     rows: dict[str, list[dict[str, Any]]] = {}
     summaries: dict[str, dict[str, Any]] = {}
     for label, spec in cadences:
-        out = [dense_trace_run(t, detector, spec, every, max_extra_evals, peak_every) for t in traces]
+        out = [dense_trace_run(t, detector, spec, every, eval_budget, peak_every) for t in traces]
         rows[label] = out
         hacking = [r for r in out if r["label"] == "hacking"]
         healthy = [r for r in out if r["label"] == "healthy"]

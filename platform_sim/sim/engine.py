@@ -35,7 +35,7 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from platform_sim.core.checks import check_int
+from platform_sim.core.cadence import EvalBudget
 from platform_sim.core.policies import PREEMPTION_COST_H
 from platform_sim.core.stop_policies import Scheduler
 from platform_sim.core.views import JobView, ViewWriter
@@ -137,7 +137,7 @@ def simulate(
     preemption_cost_h: float = PREEMPTION_COST_H,
     observation: ObservationModel | None = None,
     eval_cost: float = DEFAULT_EVAL_COST,
-    max_extra_evals: int | None = None,
+    eval_budget: EvalBudget | None = None,
 ) -> SimResult:
     """Run ``workload`` on a cluster of ``gpus`` GPUs under ``scheduler`` (a base policy composed with a stop policy).
 
@@ -151,9 +151,10 @@ def simulate(
         eval_cost: What one evaluation costs, as a share of a regular eval interval of the job's run time (>= 0;
             default :data:`DEFAULT_EVAL_COST`). Regular evals are inside the planned duration; extra evals asked
             for by a cadence hint add this much time each.
-        max_extra_evals: At most this many extra evals per job (None: no limit), as
-            :class:`~evalstop_callbacks.EvalStopCallback`'s budget of the same name: once a job has spent it, its
-            hints are not taken. Integer >= 0.
+        eval_budget: What a job may spend on hinted evals (None: no limit), the same
+            :class:`~platform_sim.core.cadence.EvalBudget` as :class:`~evalstop_callbacks.EvalStopCallback`'s: a
+            count of extra evals, and a share of the job's time so far (its progress hours plus its extra evals'
+            hours; queueing and preemption resumes do not count) spent evaluating, regular evals included.
     """
     t_wall = time.perf_counter()
     jobs = workload.jobs
@@ -164,7 +165,9 @@ def simulate(
         raise ValueError("preemption_cost_h must be >= 0")
     if not (eval_cost >= 0 and math.isfinite(eval_cost)):
         raise ValueError(f"eval_cost must be a finite number >= 0, got {eval_cost!r}")
-    budget = -1 if max_extra_evals is None else check_int("max_extra_evals", max_extra_evals, 0)  # -1: no limit
+    if eval_budget is not None and not isinstance(eval_budget, EvalBudget):
+        raise TypeError(f"eval_budget must be an EvalBudget or None, got {type(eval_budget).__name__}")
+    budget = None if eval_budget is None or eval_budget.unlimited else eval_budget
     base, stop = scheduler.base, scheduler.stop
     obs = observation or ObservationModel(workload)
     n_evals = workload.n_evals
@@ -367,8 +370,10 @@ def simulate(
 
     def ask(i: int, view: JobView, p: float) -> None:
         # The cadence hint after an eval at progress p: an extra eval if it comes before the next regular one and
-        # the job's budget of extra evals is not spent.
-        if extra_n[i] == budget:
+        # the job's budget is not spent. Time is the job's own: its progress hours plus its extra evals' hours.
+        if budget is not None and not budget.allows(
+            extra_n[i], len(view._eval_steps) * eval_h[i], p * dur[i] + extra_n[i] * eval_h[i]
+        ):
             return
         h = hint_of(view)
         # Compared in steps, not progress: a hint on the next regular eval's step can come out just below that

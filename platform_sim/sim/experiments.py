@@ -18,6 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from platform_sim.core.cadence import EvalBudget
 from platform_sim.core.detectors import detector_from_spec, paper_spec
 from platform_sim.core.policies import PREEMPTION_COST_H, make_base_policy
 from platform_sim.core.stop_policies import DEFAULT_STOP_TYPES, Scheduler, make_stop_policy, with_stop
@@ -97,7 +98,7 @@ class SimTask:
             (None: Gaussian noise, no per-example scores).
         eval_cost: What one eval costs, as a share of a regular eval interval (see
             :func:`~platform_sim.sim.engine.simulate`).
-        max_extra_evals: Extra evals a job may spend on cadence hints (None: no limit; see
+        eval_budget: What a job may spend on cadence hints (None: no limit; see
             :func:`~platform_sim.sim.engine.simulate`).
     """
 
@@ -107,7 +108,7 @@ class SimTask:
     preemption_cost_h: float = PREEMPTION_COST_H
     observation: Mapping[str, Any] | None = None
     eval_cost: float = DEFAULT_EVAL_COST
-    max_extra_evals: int | None = None
+    eval_budget: EvalBudget | None = None
 
 
 def run_task(task: SimTask) -> list[dict[str, Any]]:
@@ -123,7 +124,7 @@ def run_task(task: SimTask) -> list[dict[str, Any]]:
             preemption_cost_h=task.preemption_cost_h,
             observation=make_observation_model(workload, task.observation),
             eval_cost=task.eval_cost,
-            max_extra_evals=task.max_extra_evals,
+            eval_budget=task.eval_budget,
         )
         m = run_metrics(result)
         m["seed"] = task.seed
@@ -138,7 +139,7 @@ def run_one(
     preemption_cost_h: float = PREEMPTION_COST_H,
     observation: Mapping[str, Any] | None = None,
     eval_cost: float = DEFAULT_EVAL_COST,
-    max_extra_evals: int | None = None,
+    eval_budget: EvalBudget | None = None,
 ) -> tuple[SimResult, dict[str, Any]]:
     """One simulation in this process: the raw result and its metrics."""
     workload = generate_workload(workload_config, seed)
@@ -149,7 +150,7 @@ def run_one(
         preemption_cost_h=preemption_cost_h,
         observation=make_observation_model(workload, observation),
         eval_cost=eval_cost,
-        max_extra_evals=max_extra_evals,
+        eval_budget=eval_budget,
     )
     return result, run_metrics(result)
 
@@ -177,7 +178,7 @@ class PaperConfig:
         observation: Observation-model spec (None: Gaussian noise).
         cadence: Cadence spec of every EvalStop cell (None: the fixed cadence, as in the paper).
         eval_cost: What one eval costs, as a share of a regular eval interval.
-        max_extra_evals: Extra evals a job may spend on cadence hints (None: no limit).
+        eval_budget: What a job may spend on cadence hints (None: no limit).
     """
 
     seeds: int = 30
@@ -188,7 +189,7 @@ class PaperConfig:
     observation: Mapping[str, Any] | None = None
     cadence: Mapping[str, Any] | str | None = None
     eval_cost: float = DEFAULT_EVAL_COST
-    max_extra_evals: int | None = None
+    eval_budget: EvalBudget | None = None
 
 
 @dataclass(frozen=True)
@@ -277,7 +278,7 @@ def paper(
                     tuple(specs.values()),
                     observation=cfg.observation,
                     eval_cost=cfg.eval_cost,
-                    max_extra_evals=cfg.max_extra_evals,
+                    eval_budget=cfg.eval_budget,
                 )
             )
             index.append((wkey, list(specs)))
@@ -309,7 +310,7 @@ def paper(
         "observation": cfg.observation,
         "cadence": cfg.cadence,
         "eval_cost": cfg.eval_cost,
-        "max_extra_evals": cfg.max_extra_evals,
+        **(cfg.eval_budget or EvalBudget()).to_dict(),
         "tasks": len(tasks),
     }
     return out

@@ -41,6 +41,7 @@ from typing import Any
 
 import numpy as np
 
+from platform_sim.core.cadence import EvalBudget
 from platform_sim.core.detectors import detector_from_spec
 from platform_sim.core.monitor import JobMonitor
 
@@ -222,7 +223,7 @@ class ReplayTask:
     policies: tuple[PolicySpec, ...]
     observation: Mapping[str, Any] | None = None  # None: the means alone (Gaussian model with the trace's noise)
     eval_cost: float = DEFAULT_EVAL_COST  # one eval's GPU time, as a share of a regular eval interval
-    max_extra_evals: int | None = None  # extra evals a job may spend on hints (None: no limit)
+    eval_budget: EvalBudget | None = None  # what a job may spend on hints (None: no limit)
 
 
 def run_replay_task(task: ReplayTask) -> list[dict[str, Any]]:
@@ -241,7 +242,7 @@ def run_replay_task(task: ReplayTask) -> list[dict[str, Any]]:
             gpus=task.workload.gpus,
             observation=make_observation_model(workload, task.observation),
             eval_cost=task.eval_cost,
-            max_extra_evals=task.max_extra_evals,
+            eval_budget=task.eval_budget,
         )
         m = run_metrics(result)
         m["seed"] = task.seed
@@ -423,7 +424,7 @@ def replay(
     cadence: Mapping[str, Any] | str | None = None,
     eval_cost: float = DEFAULT_EVAL_COST,
     n_evals: int | None = None,
-    max_extra_evals: int | None = None,
+    eval_budget: EvalBudget | None = None,
 ) -> dict[str, Any]:
     """Replay ``traces`` on the platform: ``{"main", "composability", "traces", "trace_summary", "config"}``.
 
@@ -445,7 +446,7 @@ def replay(
             traces (an eval every step) replay at a sparser regular cadence this way, e.g. 30 for 150-step traces
             recorded every step (every 5 steps), and the recorded evals between serve the extra evals of hints.
             The per-trace rows then read each trace on that grid too (:func:`on_regular_grid`).
-        max_extra_evals: Extra evals a job may spend on cadence hints (None: no limit), as the callback's budget.
+        eval_budget: What a job may spend on cadence hints (None: no limit), as the callback's budget.
 
     Raises:
         ValueError: ``seeds`` < 1, ``n_evals`` < 2, or every trace is ambiguous (nothing to deal to the platform).
@@ -486,7 +487,7 @@ def replay(
             specs.setdefault(spec(stop, b).key(), spec(stop, b))
     keys = list(specs)
     tasks = [
-        ReplayTask(workload, curves, seed, tuple(specs.values()), observation, eval_cost, max_extra_evals)
+        ReplayTask(workload, curves, seed, tuple(specs.values()), observation, eval_cost, eval_budget)
         for seed in range(seeds)
     ]
     if on_plan:
@@ -529,7 +530,7 @@ def replay(
             "score_scale": score_scale,
             "cadence": cadence,
             "eval_cost": eval_cost,
-            "max_extra_evals": max_extra_evals,
+            **(eval_budget or EvalBudget()).to_dict(),
             "scales": {g: {"lo": s.lo, "hi": s.hi} for g, s in groups.items()}
             if score_scale == "environment"
             else len(groups),
