@@ -401,6 +401,10 @@ def main() -> None:
                 cadences.append(
                     ("adaptive (shipped default), max_extra_evals=4", "adaptive", EvalBudget(max_extra_evals=4))
                 )
+                # The callback's time budget: evaluating may take at most 5.5% of a job's time (regular evals: 5%).
+                cadences.append(
+                    ("adaptive (shipped default), max_eval_share=0.055", "adaptive", EvalBudget(max_eval_share=0.055))
+                )
             rows = platform_rows(traces, detector, cadences, args.every, args.platform)
             results["detectors"][name]["platform"] = rows
             lines += [f"\nplatform (all {len(traces)} dense traces, {args.platform} seeds):\n", platform_table(rows)]

@@ -229,7 +229,8 @@ class EvalStopCallback(TrainerCallback, ExportableState):
             more than this share of the run's wall time since training began (e.g. `0.1`). Strictly between 0 and 1;
             `None` (the default): no time budget. Decided on the main process and shared, so every rank takes the
             same evaluations. Evaluations run by the trainer itself (`MetricEvaluator`) are not timed by the callback
-            and do not count.
+            and do not count. Both limits are one `platform_sim.core.EvalBudget`, the one the simulator applies
+            (`evalstop-sim ... --max-eval-share`).
         eval_on_start (`bool`, *optional*, defaults to `True`):
             Keyword-only. Evaluate at step 0, before the first optimizer step: the baseline of the decline rule, and
             tokenizer, metric, dataset and reward-function errors raise before training starts.
