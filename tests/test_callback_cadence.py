@@ -172,3 +172,26 @@ def test_the_time_budget_declines_hints_once_evaluation_has_taken_its_share(tmp_
     for bad in (0, 1, 1.5, True, "0.1"):
         with pytest.raises(ValueError, match="max_eval_share"):
             EvalStopCallback(world_evaluator(), eval_steps=4, cadence="adaptive", max_eval_share=bad)
+
+
+def test_the_count_budget_stops_following_hints_once_spent(tmp_path) -> None:
+    # k=3 at a quarter of a 4-step interval: the core hints after each of the first two declines, one step apart.
+    def run(name: str, budget: int) -> EvalStopCallback:
+        cb = EvalStopCallback(
+            world_evaluator(),
+            eval_steps=4,
+            k=3,
+            cadence={"name": "adaptive", "params": {"fraction": 0.25}},
+            max_extra_evals=budget,
+        )
+        tiny_grpo(tmp_path / name, cb).train()
+        return cb
+
+    free = run("free", 10)
+    assert len(free.extra_eval_steps) >= 2, free.history  # the run asks for more than one extra eval
+    one = run("one", 1)
+    assert len(one.extra_eval_steps) == 1, one.history
+    # The core hinted again after the extra eval; the spent budget declined it.
+    monitor = one.client.monitor(one.job_id)
+    at_extra = dict(zip(monitor.steps, monitor.decisions))[one.extra_eval_steps[0]]
+    assert at_extra.next_eval_step is not None or at_extra.should_stop

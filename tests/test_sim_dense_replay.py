@@ -49,6 +49,8 @@ def test_a_time_share_budget_counts_evals_against_the_runs_progress(tmp_path):
     assert dense_trace_run(trace, K2, ADAPTIVE, every=5, eval_budget=EvalBudget(None, 0.049))["extra_steps"] == []
     costly = dense_trace_run(trace, K2, ADAPTIVE, every=5, eval_budget=EvalBudget(None, 0.1), eval_cost=0.2)
     assert costly["extra_steps"] == [] and costly["stop_step"] == 40
+    with pytest.raises(ValueError, match="eval_cost"):
+        dense_trace_run(trace, K2, ADAPTIVE, every=5, eval_cost=-0.1)
 
 
 def test_a_hint_with_no_recorded_eval_before_the_next_regular_one_is_not_taken(tmp_path):

@@ -239,7 +239,8 @@ class EvalBudget:
         max_eval_share: A hint is not followed while the evaluations so far (regular and extra) took more than this
             share of the job's time so far (training and evaluating, not queueing). A number strictly between 0 and
             1; None: no time limit. The regular cadence alone spends its own share (in the simulator, ``eval_cost``
-            of every interval), so a share at or below that follows no hint once the first regular eval is done.
+            of every interval): a share below that follows no hint once the first regular eval is done, and one
+            just above it lets a job take one hinted eval at any time and more only as its run goes on.
     """
 
     max_extra_evals: int | None = None

@@ -23,6 +23,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from platform_sim.core.cadence import EvalBudget, cadence_from_spec
+from platform_sim.core.checks import check_nonneg
 from platform_sim.core.detectors import detector_from_spec
 from platform_sim.core.monitor import JobMonitor
 
@@ -80,10 +81,12 @@ def dense_trace_run(
         "regular_evals", "extra_evals", "extra_steps"}``.
 
     Raises:
-        ValueError: ``every`` < 1, a bad spec, or a trace with fewer than two regular evaluations at this cadence.
+        ValueError: ``every`` < 1, a negative ``eval_cost``, a bad spec, or a trace with fewer than two regular
+            evaluations at this cadence.
     """
     if every < 1:
         raise ValueError(f"every must be >= 1, got {every}")
+    check_nonneg("eval_cost", eval_cost)
     regular = [s for s in trace.steps if s > 0 and s % every == 0]
     if len(regular) < 2:
         raise ValueError(
