@@ -15,7 +15,8 @@ Bayesian ``shape-sens``, whose hint is one minus its posterior of being past an 
 table the benchmark names the row that :func:`choose_on_all` picks on these seeds (with ``--halves``, a row that
 qualifies on each half of them). ``--first-seed`` moves the seeds (tuning runs use seeds 100-119; the reported ones
 are 0-9, 200-219, 300-319 and 400-419: a setting is chosen on the first and judged on the others).
-``--max-extra-evals`` caps each job's extra evals, as the callback's budget of that name. ``--p-hints-at-best`` and
+``--max-extra-evals`` caps each job's extra evals and ``--max-eval-share`` its share of time spent evaluating, as the
+callback's budgets of those names. ``--p-hints-at-best`` and
 ``--confirms`` add the cadence's ``p_hint_at_best`` (the doubt bar after an eval that is the job's best so far) and
 ``confirm`` (a second look a ``fraction`` of an interval later before a stop whose doubt is above it) to the grid;
 ``--margin [K]`` makes the rule ask a pick to stop, over all the seeds, at most ``F - K sqrt(F)`` healthy jobs
@@ -25,7 +26,7 @@ are 0-9, 200-219, 300-319 and 400-419: a setting is chosen on the first and judg
         [--detector paper|default|shape-sens|shape-now] [--first-seed 0]
         [--thresholds 0.7,0.8,0.9] [--futures 1.25,1.5] [--min-evals 5]
         [--fractions 0.25,0.33,0.5] [--p-hints 0.7,0.8] [--p-hints-at-best none,0.7] [--confirms none,0.3]
-        [--max-extra-evals none,2,4] [--halves] [--margin [K]]
+        [--max-extra-evals none,2,4] [--max-eval-share none,0.055] [--halves] [--margin [K]]
 """
 
 from __future__ import annotations
