@@ -35,7 +35,7 @@ prompt), so every sub-eval is an independent small eval of the very same policy 
 standard error of a small eval (from the spread of the sub-evals of one step: the policy held fixed) and of the large
 one, and the drawdowns above for the large eval and for each sub-eval, with the large eval's labels and true peaks.
 
-    python benchmarks/cadence_dense_traces.py [--traces DIR] [--every 5] [--platform 10] [--ceiling] [--drawdowns]
+    python benchmarks/cadence_dense_traces.py [--traces DIR [DIR ...]] [--every 5] [--platform 10] [--ceiling] [--drawdowns]
         [--eval-noise] [--json]
 """
 
@@ -159,6 +159,99 @@ def ceiling(by_split: dict[str, list[Any]], every: int) -> dict[str, Any]:
         test = dense_cadence_study(by_split["test"], spec, [("every step", None)], 1, peak_every=every)["summaries"]
         test = test["every step"]
     return {"fixed": fixed, "tune": tune, "chosen": chosen, "test": test}
+
+
+#: Detector settings that --joint tries at the regular cadence, each with every :data:`JOINT_CADENCES`: the families
+#: with a doubt, so that a hint can come before the first eval below the best (``trend``: its test's p-value;
+#: ``shape``: one minus its posterior of being past an overoptimization peak).
+JOINT_DETECTORS: list[tuple[str, dict[str, Any]]] = (
+    [("default (trend window=6 alpha=0.01 k=1)", default_spec())]
+    + [
+        _spec("trend", window=w, alpha=a, k=k)
+        for w in (4, 6, 10)
+        for a in (0.05, 0.01, 0.001)
+        for k in (1, 2)
+        if (w, a, k) != (6, 0.01, 1)  # the default, above
+    ]
+    + [_spec("shape", threshold=th, min_evals=8, future=1.25) for th in (0.8, 0.95, 0.99)]
+)
+#: The cadences --joint tries with each detector: fixed, and hints 1 step after a doubt below ``p_hint`` (at a 5-step
+#: interval), with or without a second look before a weak stop.
+JOINT_CADENCES: list[tuple[str, dict[str, Any] | None]] = [("fixed", None)] + [
+    _adaptive(f"adaptive f=0.2 p_hint={p:g}", fraction=0.2, p_hint=p)
+    if c is None
+    else _adaptive(f"adaptive f=0.2 p_hint={p:g} confirm={c:g}", fraction=0.2, p_hint=p, confirm=c)
+    for p in (0.5, 0.8, 0.95)
+    for c in (None, 0.3)
+]
+
+
+def joint(by_split: dict[str, list[Any]], every: int) -> dict[str, Any]:
+    """Detector and cadence chosen together on the tune traces (:data:`JOINT_DETECTORS` x :data:`JOINT_CADENCES`):
+    the pair with the smallest median delay among those that stop every hacking trace and no more healthy ones than
+    the default detector at the fixed cadence (ties: fewer evals); then that detector at the fixed and at the chosen
+    cadence, and the default at the fixed cadence, once on the test traces."""
+    fixed = {
+        split: dense_cadence_study(ts, default_spec(), [("fixed", None)], every)["summaries"]["fixed"]
+        for split, ts in by_split.items()
+    }
+    specs = dict(JOINT_DETECTORS)
+    tune = {
+        label: dense_cadence_study(by_split["tune"], spec, JOINT_CADENCES, every)["summaries"]
+        for label, spec in JOINT_DETECTORS
+    }
+    ok = [
+        (s["median_delay_steps"], s["evals"], det, cad)
+        for det, by_cad in tune.items()
+        for cad, s in by_cad.items()
+        if s["hacking_stopped"] == s["hacking"]
+        and s["healthy_stopped"] <= fixed["tune"]["healthy_stopped"]
+        and s["median_delay_steps"] is not None
+    ]
+    chosen = min(ok)[2:] if ok else None
+    test = None
+    if chosen is not None:
+        det, cad = chosen
+        cands = [("fixed", None)] + ([(cad, dict(JOINT_CADENCES)[cad])] if cad != "fixed" else [])
+        test = dense_cadence_study(by_split["test"], specs[det], cands, every)["summaries"]
+    return {"fixed": fixed, "tune": tune, "chosen": chosen, "test": test}
+
+
+def joint_lines(got: dict[str, Any], every: int) -> list[str]:
+    """``--joint``'s markdown lines: per detector its best qualifying cadence on tune, then the test rows."""
+    head = "| detector | traces | cadence | " + " | ".join(c for c, _ in COLUMNS) + " |"
+    lines = [f"\n## joint: detector and cadence chosen together on tune (regular evals every {every} steps)\n", head]
+    lines.append("|---|---|---|" + "---:|" * len(COLUMNS))
+
+    def row(detector: str, split: str, cadence: str, s: dict[str, Any]) -> str:
+        return f"| {detector} | {split} | {cadence} | " + " | ".join(f(s) for _, f in COLUMNS) + " |"
+
+    bar = got["fixed"]["tune"]["healthy_stopped"]
+    lines.append(row("default (trend)", "tune", "fixed", got["fixed"]["tune"]))
+    for det, by_cad in got["tune"].items():
+        ok = [
+            (s["median_delay_steps"], s["evals"], cad)
+            for cad, s in by_cad.items()
+            if s["hacking_stopped"] == s["hacking"] and s["healthy_stopped"] <= bar and s["median_delay_steps"]
+        ]
+        if not ok:
+            least = min(by_cad.items(), key=lambda kv: (kv[1]["healthy_stopped"], -kv[1]["hacking_stopped"]))
+            lines.append(row(det, "tune", f"{least[0]} (none qualifies; fewest healthy stopped)", least[1]))
+            continue
+        cad = min(ok)[2]
+        mark = " (chosen)" if got["chosen"] == (det, cad) else ""
+        lines.append(row(det + mark, "tune", cad, by_cad[cad]))
+    lines.append(row("default (trend)", "test", "fixed", got["fixed"]["test"]))
+    if got["chosen"] is not None:
+        det, cad = got["chosen"]
+        for label, s in got["test"].items():
+            lines.append(row(det, "test", label, s))
+        base, best = got["fixed"]["test"]["median_delay_steps"], got["test"][cad]["median_delay_steps"]
+        if base and best is not None:
+            lines.append(
+                f"\ntest: median delay {base:g} (default, fixed) -> {best:g} steps ({100 * (best / base - 1):+.0f}%)"
+            )
+    return lines
 
 
 def ceiling_lines(got: dict[str, Any], every: int) -> list[str]:
@@ -350,7 +443,12 @@ def eval_noise_lines(res: dict[str, Any]) -> list[str]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument(
-        "--traces", default=str(shipped_dense_traces_dir()), help="folder of dense traces (default: the shipped ones)"
+        "--traces",
+        nargs="+",
+        default=[str(shipped_dense_traces_dir())],
+        metavar="DIR",
+        help="one or more folders of dense traces, read together (default: the first shipped corpus, "
+        "platform_sim/data/traces-dense)",
     )
     ap.add_argument("--every", type=int, default=5, help="the regular cadence in steps (default 5)")
     ap.add_argument(
@@ -358,6 +456,12 @@ def main() -> None:
     )
     ap.add_argument(
         "--ceiling", action="store_true", help="also replay every trace with an evaluation at every step (the limit)"
+    )
+    ap.add_argument(
+        "--joint",
+        action="store_true",
+        help="also choose a detector (trend, shape) and its cadence together on the tune traces and judge the pair "
+        "once on the test traces",
     )
     ap.add_argument(
         "--drawdowns",
@@ -374,7 +478,12 @@ def main() -> None:
     ap.add_argument("--json", action="store_true", help="print one JSON object instead of markdown")
     args = ap.parse_args()
     t0 = time.perf_counter()
-    traces = load_traces(args.traces)
+    traces = [t for folder in args.traces for t in load_traces(folder)]
+    names = [t.name for t in traces]
+    if len(set(names)) != len(names):
+        ap.error(
+            "--traces: a run is in more than one folder: " + ", ".join(sorted({n for n in names if names.count(n) > 1}))
+        )
     by_split = {split: [t for t in traces if t.split == split] for split in ("tune", "test")}
     envs = {split: ", ".join(sorted({str(t.environment) for t in ts})) for split, ts in by_split.items()}
     results: dict[str, Any] = {"every": args.every, "detectors": {}}
@@ -411,6 +520,9 @@ def main() -> None:
     if args.ceiling:
         results["ceiling"] = ceiling(by_split, args.every)
         lines += ceiling_lines(results["ceiling"], args.every)
+    if args.joint:
+        results["joint"] = joint(by_split, args.every)
+        lines += joint_lines(results["joint"], args.every)
     if args.drawdowns:
         results["drawdowns"], more = drawdown_lines(by_split, args.every)
         lines += more

@@ -109,6 +109,31 @@ def test_dense_traces_hold_an_eval_at_every_step_in_both_splits():
         assert labels["hacking"] >= 5 and labels["healthy"] >= 5, (split, labels)
 
 
+def test_the_second_dense_corpus_holds_other_runs_than_the_first():
+    from platform_sim.sim.traces import load_traces, shipped_dense_more_traces_dir, shipped_dense_traces_dir
+
+    folder = shipped_dense_more_traces_dir()
+    assert sum(p.stat().st_size for p in folder.glob("*.jsonl")) < 4 * 2**20
+    traces = load_traces(folder)
+    first = {t.name for t in load_traces(shipped_dense_traces_dir())}
+    assert not first & {t.name for t in traces}  # fresh runs: a choice made on the first corpus never saw them
+    seeds = Counter((t.environment, t.name.removesuffix("-every1").rsplit("-s", 1)[1]) for t in traces)
+    assert seeds == {
+        ("length", "2"): 8,
+        ("length", "3"): 8,
+        ("keyword", "2"): 8,
+        ("format", "0"): 8,
+        ("format", "1"): 8,
+    }
+    for t in traces:
+        assert t.name.endswith("-every1") and t.header["config"]["eval_steps"] == 1, t.name
+        assert t.steps == tuple(range(1, 151)) and t.has_examples, t.name
+        assert t.split == ("tune" if t.environment == "length" else "test"), t.name
+    for split in ("tune", "test"):
+        labels = Counter(t.label for t in traces if t.split == split)
+        assert labels["hacking"] >= 5 and labels["healthy"] >= 5, (split, labels)
+
+
 def test_the_x8_dense_traces_are_the_same_grid_with_a_four_times_larger_eval_set():
     from platform_sim.sim.traces import (
         load_traces,

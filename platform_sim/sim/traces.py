@@ -437,6 +437,13 @@ def shipped_dense_traces_dir() -> Path:
     return _shipped_dir("traces-dense")
 
 
+def shipped_dense_more_traces_dir() -> Path:
+    """More dense real traces, recorded after the first ones as a second corpus (``platform_sim/data/
+    traces-dense-more``: seeds 2 and 3 of ``length``, seed 2 of ``keyword`` and seeds 0 and 1 of ``format``, an
+    evaluation every step), so that a choice made on the first corpus can be judged on runs it never saw."""
+    return _shipped_dir("traces-dense-more")
+
+
 def shipped_dense_x8_traces_dir() -> Path:
     """The same grid of runs as :func:`shipped_dense_traces_dir` recorded with a 4x larger eval set
     (``platform_sim/data/traces-dense-x8``: 8 completions per held-out prompt, 192 per eval; split them with
