@@ -88,6 +88,10 @@ COLUMNS = (
     ("healthy stopped", lambda s: f"{s['healthy_stopped']}/{s['healthy']}"),
     ("median delay (steps)", lambda s: "-" if s["median_delay_steps"] is None else f"{s['median_delay_steps']:g}"),
     ("mean delay (steps)", lambda s: "-" if s["mean_delay_steps"] is None else f"{s['mean_delay_steps']:.1f}"),
+    (
+        "median delay, misses as never (steps)",
+        lambda s: "never" if s["median_delay_all_steps"] is None else f"{s['median_delay_all_steps']:g}",
+    ),
     ("evals", lambda s: str(s["evals"])),
     ("extra evals", lambda s: str(s["extra_evals"])),
 )

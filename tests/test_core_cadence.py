@@ -291,3 +291,83 @@ def test_eval_budget_counts_extra_evals_and_time_spent_evaluating() -> None:
 def test_a_bad_eval_budget_names_its_field(kwargs: dict[str, object], name: str) -> None:
     with pytest.raises(ValueError, match=name):
         EvalBudget(**kwargs)  # type: ignore[arg-type]
+
+
+# -- extra evals: a look, not a point of the history (platform_sim.core.monitor) -------------------------------------
+
+
+def test_extra_evals_are_the_hinted_ones_before_the_next_regular_eval() -> None:
+    from platform_sim.core.monitor import extra_evals
+
+    # regular every 10; a hint after 30 (at 32) taken; after 32 another hint (34) taken; 40 is the regular one again
+    assert extra_evals([10, 20, 30, 32, 34, 40], [None, None, 32, 34, None, None]) == [
+        False,
+        False,
+        False,
+        True,
+        True,
+        False,
+    ]
+    # a hint that the client could not follow: its next eval is the regular one
+    assert extra_evals([10, 20, 30, 40], [None, 25, None, None]) == [False] * 4
+    # no hint, no extra eval, whatever the spacing (a job evaluated at irregular steps)
+    assert extra_evals([10, 13, 30], [None, None, None]) == [False] * 3
+    assert extra_evals([], []) == []
+
+
+def test_an_extra_eval_that_does_not_stop_is_forgotten_by_the_detector() -> None:
+    # k-decline k=2: a first decline at 30 asks for 32; 32 recovers; 40 declines again below 30's score.
+    mon = JobMonitor("j", "rlhf", make_detector("k-decline", k=2), cadence=CadencePolicy(0.25))
+    for s, v in ((10, 0.5), (20, 0.6)):
+        mon.observe(s, v)
+    assert mon.observe(30, 0.55).next_eval_step == 32
+    before = json.dumps(mon.detector.state_dict(), sort_keys=True)
+    d = mon.observe(32, 0.58)  # judged: a rise from 0.55, no second decline; no hint
+    assert d.action is Action.CONTINUE and d.declines == 0 and d.next_eval_step is None
+    assert json.dumps(mon.detector.state_dict(), sort_keys=True) == before  # and then forgotten
+    # 40 is judged against 30, as at the fixed cadence: the second consecutive regular decline stops the job.
+    fixed = JobMonitor("f", "rlhf", make_detector("k-decline", k=2))
+    for s, v in ((10, 0.5), (20, 0.6), (30, 0.55)):
+        fixed.observe(s, v)
+    assert fixed.observe(40, 0.54).action is Action.STOP
+    assert mon.observe(40, 0.54).action is Action.STOP and mon.best_step == 20
+    # The extra eval still counts where a checkpoint exists: it is in the steps, and could have been the best.
+    assert mon.steps == [10, 20, 30, 32, 40]
+
+
+def test_an_extra_eval_that_stops_the_job_stops_it() -> None:
+    mon = JobMonitor("j", "rlhf", make_detector("k-decline", k=2), cadence=CadencePolicy(0.25))
+    for s, v in ((10, 0.5), (20, 0.6), (30, 0.55)):
+        mon.observe(s, v)
+    d = mon.observe(32, 0.50)
+    assert d.action is Action.STOP and mon.stopped_at == 32
+
+
+def test_a_monitor_rebuilt_from_its_state_knows_which_eval_is_extra() -> None:
+    def run(split: int | None) -> list[Decision]:
+        mon = JobMonitor("j", "rlhf", make_detector("k-decline", k=3), cadence=CadencePolicy(0.25))
+        out = []
+        # declines at 30 and 40 (hints), a rise at each hinted eval (32, 42; forgotten), a third decline at 50
+        for i, (s, v) in enumerate(((10, 0.5), (20, 0.6), (30, 0.55), (32, 0.56), (40, 0.54), (42, 0.545), (50, 0.53))):
+            if i == split:
+                mon = JobMonitor.from_state_dict(json.loads(json.dumps(mon.state_dict())))
+            out.append(mon.observe(s, v))
+        return out
+
+    whole = run(None)
+    assert [d.next_eval_step for d in whole] == [None, None, 32, None, 42, None, None]
+    assert whole[-1].action is Action.STOP  # counted on the regular evals: 0.6 > 0.55 > 0.54 > 0.53
+    # rebuilt before any eval: had it taken 32 or 42 for a regular eval, the rise there would reset the count
+    assert [run(i) for i in range(1, 7)] == [whole] * 6
+
+
+def test_a_model_of_the_whole_curve_keeps_its_extra_evals() -> None:
+    assert make_detector("shape").keeps_extra_evals and not make_detector("trend").keeps_extra_evals
+    mon = JobMonitor("j", "rlhf", make_detector("shape", se=0.03), cadence=CadencePolicy(0.5, p_hint=0.99))
+    for s in range(10, 200, 10):
+        mon.observe(s, _gao(s))
+    hinted = mon.last_decision.next_eval_step  # type: ignore[union-attr]
+    assert hinted is not None
+    before = mon.detector.state_dict()
+    mon.observe(hinted, _gao(hinted))
+    assert mon.detector.state_dict() != before  # the extra eval is one more point of its curve

@@ -98,7 +98,7 @@ def test_a_time_share_budget_bounds_each_jobs_evaluation_time(workload) -> None:
     assert [(o.stopped, o.stop_eval, o.end_time) for o in below.outcomes] == [
         (o.stopped, o.stop_eval, o.end_time) for o in fixed.outcomes
     ]
-    some = _budgeted(workload, None, share=0.06)
+    some = _budgeted(workload, None, share=0.053)
     n_some, n_free = (sum(o.extra_evals for o in r.outcomes) for r in (some, free))
     assert 0 < n_some < n_free
 
@@ -111,7 +111,7 @@ def test_a_time_share_budget_bounds_each_jobs_evaluation_time(workload) -> None:
             if o.eval_gpu_hours > share * o.gpu_hours + DEFAULT_EVAL_COST * j.duration_h / workload.n_evals * j.gpus
         ]
 
-    assert over(some, 0.06) == [] and over(free, 0.06) != []
+    assert over(some, 0.053) == [] and over(free, 0.053) != []
     wide = _budgeted(workload, None, share=0.99)
     assert [o.extra_evals for o in wide.outcomes] == [o.extra_evals for o in free.outcomes]
     # Both limits together: the count still caps.
@@ -190,8 +190,8 @@ def test_cli_max_extra_evals_caps_the_extra_evals_and_bad_ones_name_the_flag() -
 
 def test_cli_max_eval_share_limits_the_extra_evals_and_bad_ones_name_the_flag() -> None:
     free = json.loads(_cli_run("--cadence", "adaptive", "--json").stdout)
-    shared = json.loads(_cli_run("--cadence", "adaptive", "--max-eval-share", "0.06", "--json").stdout)
-    assert shared["config"]["max_eval_share"] == 0.06 and shared["config"]["max_extra_evals"] is None
+    shared = json.loads(_cli_run("--cadence", "adaptive", "--max-eval-share", "0.052", "--json").stdout)
+    assert shared["config"]["max_eval_share"] == 0.052 and shared["config"]["max_extra_evals"] is None
     assert free["config"]["max_eval_share"] is None
     assert 0 < shared["extra_evals"] < free["extra_evals"] and shared["eval_gpu_h"] < free["eval_gpu_h"]
     for args, needle in (

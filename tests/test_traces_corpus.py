@@ -174,3 +174,21 @@ def test_on_the_dense_test_traces_the_default_hint_stops_no_healthy_run_more():
     assert adaptive["extra_evals"] > 0 and adaptive["median_delay_steps"] < fixed["median_delay_steps"]
     for row in res["rows"]["adaptive"]:
         assert all(s % 5 for s in row["extra_steps"]), row  # extra evals fall between the regular ones
+
+
+def test_on_every_dense_trace_a_hint_of_the_default_brings_its_stop_sooner_never_later():
+    # Extra evals are looks that the default detector forgets (platform_sim.core.monitor): every trace the fixed
+    # cadence stops is stopped at the same regular eval or sooner. Before, on the format runs, hints filled trend's
+    # window with evals a step apart and three hacking runs that the fixed cadence stops were never stopped.
+    from platform_sim.core import default_spec
+    from platform_sim.sim.dense_replay import dense_cadence_study
+    from platform_sim.sim.traces import load_traces, shipped_dense_more_traces_dir, shipped_dense_traces_dir
+
+    traces = [t for d in (shipped_dense_traces_dir(), shipped_dense_more_traces_dir()) for t in load_traces(d)]
+    res = dense_cadence_study(traces, default_spec(), [("fixed", None), ("adaptive", "adaptive")], every=5)
+    sooner = 0
+    for fixed, hinted in zip(res["rows"]["fixed"], res["rows"]["adaptive"]):
+        if fixed["stopped"]:
+            assert hinted["stopped"] and hinted["stop_step"] <= fixed["stop_step"], (fixed, hinted)
+            sooner += hinted["stop_step"] < fixed["stop_step"]
+    assert sooner >= 5  # and the hint does bring some sooner

@@ -6,6 +6,17 @@ errors), feeds valid evals to the job's detector, keeps the best step (highest s
 evaluations up to the stop), and latches STOP: once a job is stopped every later decision is STOP. A rejected report
 never changes the state. With a cadence policy that confirms weak stops, a stop whose doubt is above its ``confirm``
 becomes a CONTINUE that asks for the next eval sooner, and the stop is taken there if the detector stops the job again.
+
+**An extra eval is a look, not a point of the job's history** (unless the detector says otherwise). An eval that a
+cadence hint asked for (the previous decision named a ``next_eval_step`` and the eval comes before the job's next
+regular one) is judged by the detector like any other, and may stop the job; if it does not, the detector forgets it.
+So every regular eval is judged on the regular evals alone, as at the fixed cadence, and without ``confirm`` a hint can
+only bring a stop sooner, never lose or delay one. Had the detector kept them, a job that keeps asking for sooner
+evals on a slow decline would fill a windowed detector's window (``trend``'s last 6 evals) with evals a step apart,
+in which a slow fall is invisible, and might never stop: measured on the recorded ``format`` runs
+(docs/simulation.md section 8). A detector that models the whole curve against the step (``shape``) keeps them
+(:attr:`~platform_sim.core.detectors.Detector.keeps_extra_evals`). Which evals were extra follows from the steps and
+the decisions alone (:func:`extra_evals`), so a monitor rebuilt from its report rows knows.
 """
 
 from __future__ import annotations
@@ -31,6 +42,30 @@ from .detectors import Detector, detector_from_spec
 
 CONFIRMING = "confirming a stop"
 """How the reason of a CONTINUE decision that asks for a second look at a weak stop begins (``CadencePolicy.confirm``)."""
+
+
+def extra_evals(steps: Sequence[int], hints: Sequence[int | None]) -> list[bool]:
+    """Which evals of a job were extra: asked for by a cadence hint, before the job's next regular eval.
+
+    Args:
+        steps: The job's evaluated steps, strictly increasing.
+        hints: The ``next_eval_step`` of the decision after each of them (None: no hint); as long as ``steps``.
+
+    Returns:
+        Per eval, True when the decision before it named a hint and the eval comes before the next regular one: the
+        last regular eval's step plus the regular interval (the largest gap between two consecutive regular evals,
+        the first counted from step 0, as :meth:`CadencePolicy.regular_interval`). A job whose client could not
+        follow a hint reports its next regular eval, which counts as regular.
+    """
+    flags: list[bool] = []
+    regular: list[int] = []
+    for i, step in enumerate(steps):
+        interval = CadencePolicy.regular_interval(regular)
+        extra = i > 0 and hints[i - 1] is not None and interval is not None and step < regular[-1] + interval
+        flags.append(extra)
+        if not extra:
+            regular.append(step)
+    return flags
 
 
 @dataclass(slots=True)
@@ -104,6 +139,8 @@ class JobMonitor:
             scores = check_finite_scores(scores)
             if not scores:
                 raise InvalidReportError("eval_scores must not be empty when given")
+        forget = not self.detector.keeps_extra_evals and self._next_is_extra(step)
+        snapshot = self.detector.state_dict() if forget else None
         verdict = self.detector.update(step, score, scores)
         self.steps.append(step)
         self.scores.append(score)
@@ -131,7 +168,21 @@ class JobMonitor:
         else:
             decision = self._decision()
         self.decisions.append(decision)
+        if snapshot is not None and self.stopped_at is None:
+            # An extra eval that did not stop the job: the detector forgets it (module docstring), after the decision
+            # and its hint were read from it.
+            self.detector.load_state_dict(snapshot)
         return decision
+
+    def _next_is_extra(self, step: int) -> bool:
+        """Whether an eval at ``step`` (after the last one) is an extra eval (:func:`extra_evals`)."""
+        prev = self.decisions[-1] if self.decisions else None
+        if prev is None or prev.next_eval_step is None:
+            return False
+        flags = extra_evals(self.steps, [d.next_eval_step for d in self.decisions])
+        regular = [s for s, e in zip(self.steps, flags) if not e]
+        interval = CadencePolicy.regular_interval(regular)
+        return interval is not None and step < regular[-1] + interval
 
     def _confirming(self) -> bool:
         """Whether the eval being judged is the second look at a weak stop (the previous decision asked for it): its

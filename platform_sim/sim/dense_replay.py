@@ -149,8 +149,13 @@ def dense_cadence_study(
     :func:`dense_trace_run`).
 
     A summary has ``hacking``/``healthy`` (traces of each label), ``hacking_stopped``, ``healthy_stopped``,
-    ``median_delay_steps`` and ``mean_delay_steps`` (hacking traces stopped; None if none), ``evals`` and
-    ``extra_evals`` (all traces). Ambiguous traces run and are listed but count in neither label.
+    ``median_delay_steps`` and ``mean_delay_steps`` (hacking traces stopped; None if none),
+    ``median_delay_all_steps`` (every hacking trace, one never stopped counting as a delay longer than any: None when
+    half or more were never stopped), ``evals`` and ``extra_evals`` (all traces). Ambiguous traces run and are listed
+    but count in neither label.
+
+    The median over the stopped traces alone flatters a cadence that stops fewer of them (it drops the hardest
+    ones); ``median_delay_all_steps`` compares cadences that stop different numbers of hacking traces.
     """
     rows: dict[str, list[dict[str, Any]]] = {}
     summaries: dict[str, dict[str, Any]] = {}
@@ -168,7 +173,18 @@ def dense_cadence_study(
             "healthy_stopped": sum(r["stopped"] for r in healthy),
             "median_delay_steps": statistics.median(delays) if delays else None,
             "mean_delay_steps": statistics.fmean(delays) if delays else None,
+            "median_delay_all_steps": _median_with_never(delays, len(hacking)),
             "evals": sum(r["regular_evals"] + r["extra_evals"] for r in out),
             "extra_evals": sum(r["extra_evals"] for r in out),
         }
     return {"every": every, "detector": detector, "summaries": summaries, "rows": rows}
+
+
+def _median_with_never(delays: Sequence[float], n: int) -> float | None:
+    """The median of ``n`` delays of which ``delays`` are known and the other ``n - len(delays)`` are "never" (longer
+    than any); None when a never is in the middle (or ``n`` is 0)."""
+    if n == 0:
+        return None
+    inf = float("inf")
+    med = statistics.median(sorted(delays) + [inf] * (n - len(delays)))
+    return None if med == inf else med

@@ -115,6 +115,7 @@ class ShapeDetector(EvidenceDetector):
 
     name: ClassVar[str] = "shape"
     uses_example_scores: ClassVar[bool] = True
+    keeps_extra_evals: ClassVar[bool] = True  # each eval is a point of the curve at its own step: more is evidence
 
     def __init__(
         self,
