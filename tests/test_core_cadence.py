@@ -371,3 +371,16 @@ def test_a_model_of_the_whole_curve_keeps_its_extra_evals() -> None:
     before = mon.detector.state_dict()
     mon.observe(hinted, _gao(hinted))
     assert mon.detector.state_dict() != before  # the extra eval is one more point of its curve
+
+
+def test_one_look_per_regular_interval() -> None:
+    # k=3: a first decline at 30 asks for 32; the look at 32 is a second decline, not a stop: no second look (it
+    # would ask the same question a step later), the job waits for 40, judged on the regular evals.
+    mon = JobMonitor("j", "rlhf", make_detector("k-decline", k=3), cadence=CadencePolicy(0.25))
+    for s, v in ((10, 0.5), (20, 0.6)):
+        mon.observe(s, v)
+    assert mon.observe(30, 0.55).next_eval_step == 32
+    d = mon.observe(32, 0.54)
+    assert d.action is Action.CONTINUE and d.declines == 2 and d.next_eval_step is None
+    assert mon.detector.declines == 1  # the look is forgotten
+    assert mon.observe(40, 0.53).next_eval_step == 42  # a second regular decline: a look again
