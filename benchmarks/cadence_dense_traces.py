@@ -134,15 +134,46 @@ CEILING_DETECTORS: list[tuple[str, dict[str, Any]]] = (
 )
 
 
+def _default_fixed(by_split: dict[str, list[Any]], every: int) -> dict[str, dict[str, Any]]:
+    """Per split, the default detector's summary at the fixed cadence (the bar of --ceiling and --joint)."""
+    return {
+        split: dense_cadence_study(ts, default_spec(), [("fixed", None)], every)["summaries"]["fixed"]
+        for split, ts in by_split.items()
+    }
+
+
+def _qualifies(s: dict[str, Any], healthy_bar: int) -> bool:
+    """Every hacking trace stopped, and no more healthy ones than ``healthy_bar``."""
+    return (
+        s["hacking_stopped"] == s["hacking"]
+        and s["healthy_stopped"] <= healthy_bar
+        and s["median_delay_steps"] is not None
+    )
+
+
+def _detector_table(title: str) -> list[str]:
+    """The heading and header lines of a table with a detector, a split and a cadence per row (:func:`_detector_row`)."""
+    head = "| detector | traces | cadence | " + " | ".join(c for c, _ in COLUMNS) + " |"
+    return [f"\n## {title}\n", head, "|---|---|---|" + "---:|" * len(COLUMNS)]
+
+
+def _detector_row(detector: str, split: str, cadence: str, s: dict[str, Any]) -> str:
+    return f"| {detector} | {split} | {cadence} | " + " | ".join(f(s) for _, f in COLUMNS) + " |"
+
+
+def _change_line(label: str, base: float | None, best: float | None) -> list[str]:
+    """``test: median delay BASE -> BEST steps (+-N%)``, or nothing when either is missing."""
+    if not base or best is None:
+        return []
+    return [f"\ntest: median delay {base:g}{label} -> {best:g} steps ({100 * (best / base - 1):+.0f}%)"]
+
+
 def ceiling(by_split: dict[str, list[Any]], every: int) -> dict[str, Any]:
     """Every :data:`CEILING_DETECTORS` setting at every step on the tune traces; the one chosen there (smallest
     median delay, every hacking trace stopped, no more healthy ones than the default at the fixed cadence; ties: fewer
     evals), and it
     and the default at the fixed cadence on the test traces."""
-    fixed = {
-        split: dense_cadence_study(ts, default_spec(), [("fixed", None)], every)["summaries"]["fixed"]
-        for split, ts in by_split.items()
-    }
+    fixed = _default_fixed(by_split, every)
     tune = {
         label: dense_cadence_study(by_split["tune"], spec, [("every step", None)], 1, peak_every=every)["summaries"][
             "every step"
@@ -152,9 +183,7 @@ def ceiling(by_split: dict[str, list[Any]], every: int) -> dict[str, Any]:
     ok = [
         (s["median_delay_steps"], s["evals"], label)  # ties: the fewer evals
         for label, s in tune.items()
-        if s["hacking_stopped"] == s["hacking"]
-        and s["healthy_stopped"] <= fixed["tune"]["healthy_stopped"]
-        and s["median_delay_steps"] is not None
+        if _qualifies(s, fixed["tune"]["healthy_stopped"])
     ]
     chosen = min(ok)[2] if ok else None
     test = None
@@ -195,10 +224,7 @@ def joint(by_split: dict[str, list[Any]], every: int) -> dict[str, Any]:
     the pair with the smallest median delay among those that stop every hacking trace and no more healthy ones than
     the default detector at the fixed cadence (ties: fewer evals); then that detector at the fixed and at the chosen
     cadence, and the default at the fixed cadence, once on the test traces."""
-    fixed = {
-        split: dense_cadence_study(ts, default_spec(), [("fixed", None)], every)["summaries"]["fixed"]
-        for split, ts in by_split.items()
-    }
+    fixed = _default_fixed(by_split, every)
     specs = dict(JOINT_DETECTORS)
     tune = {
         label: dense_cadence_study(by_split["tune"], spec, JOINT_CADENCES, every)["summaries"]
@@ -208,9 +234,7 @@ def joint(by_split: dict[str, list[Any]], every: int) -> dict[str, Any]:
         (s["median_delay_steps"], s["evals"], det, cad)
         for det, by_cad in tune.items()
         for cad, s in by_cad.items()
-        if s["hacking_stopped"] == s["hacking"]
-        and s["healthy_stopped"] <= fixed["tune"]["healthy_stopped"]
-        and s["median_delay_steps"] is not None
+        if _qualifies(s, fixed["tune"]["healthy_stopped"])
     ]
     chosen = min(ok)[2:] if ok else None
     test = None
@@ -223,21 +247,12 @@ def joint(by_split: dict[str, list[Any]], every: int) -> dict[str, Any]:
 
 def joint_lines(got: dict[str, Any], every: int) -> list[str]:
     """``--joint``'s markdown lines: per detector its best qualifying cadence on tune, then the test rows."""
-    head = "| detector | traces | cadence | " + " | ".join(c for c, _ in COLUMNS) + " |"
-    lines = [f"\n## joint: detector and cadence chosen together on tune (regular evals every {every} steps)\n", head]
-    lines.append("|---|---|---|" + "---:|" * len(COLUMNS))
-
-    def row(detector: str, split: str, cadence: str, s: dict[str, Any]) -> str:
-        return f"| {detector} | {split} | {cadence} | " + " | ".join(f(s) for _, f in COLUMNS) + " |"
-
+    lines = _detector_table(f"joint: detector and cadence chosen together on tune (regular evals every {every} steps)")
+    row = _detector_row
     bar = got["fixed"]["tune"]["healthy_stopped"]
     lines.append(row("default (trend)", "tune", "fixed", got["fixed"]["tune"]))
     for det, by_cad in got["tune"].items():
-        ok = [
-            (s["median_delay_steps"], s["evals"], cad)
-            for cad, s in by_cad.items()
-            if s["hacking_stopped"] == s["hacking"] and s["healthy_stopped"] <= bar and s["median_delay_steps"]
-        ]
+        ok = [(s["median_delay_steps"], s["evals"], cad) for cad, s in by_cad.items() if _qualifies(s, bar)]
         if not ok:
             least = min(by_cad.items(), key=lambda kv: (kv[1]["healthy_stopped"], -kv[1]["hacking_stopped"]))
             lines.append(row(det, "tune", f"{least[0]} (none qualifies; fewest healthy stopped)", least[1]))
@@ -251,30 +266,20 @@ def joint_lines(got: dict[str, Any], every: int) -> list[str]:
         for label, s in got["test"].items():
             lines.append(row(det, "test", label, s))
         base, best = got["fixed"]["test"]["median_delay_steps"], got["test"][cad]["median_delay_steps"]
-        if base and best is not None:
-            lines.append(
-                f"\ntest: median delay {base:g} (default, fixed) -> {best:g} steps ({100 * (best / base - 1):+.0f}%)"
-            )
+        lines += _change_line(" (default, fixed)", base, best)
     return lines
 
 
 def ceiling_lines(got: dict[str, Any], every: int) -> list[str]:
-    head = "| detector | traces | cadence | " + " | ".join(c for c, _ in COLUMNS) + " |"
-    lines = [f"\n## ceiling: an evaluation at every step (delays from the {every}-step smoothed peak)\n", head]
-    lines.append("|---|---|---|" + "---:|" * len(COLUMNS))
-
-    def row(detector: str, split: str, cadence: str, s: dict[str, Any]) -> str:
-        return f"| {detector} | {split} | {cadence} | " + " | ".join(f(s) for _, f in COLUMNS) + " |"
-
+    lines = _detector_table(f"ceiling: an evaluation at every step (delays from the {every}-step smoothed peak)")
+    row = _detector_row
     lines.append(row("default (trend)", "tune", f"fixed, every {every}", got["fixed"]["tune"]))
     for label, s in got["tune"].items():
         lines.append(row(label + (" (chosen)" if label == got["chosen"] else ""), "tune", "every step", s))
     lines.append(row("default (trend)", "test", f"fixed, every {every}", got["fixed"]["test"]))
     if got["test"] is not None:
         lines.append(row(str(got["chosen"]), "test", "every step", got["test"]))
-        fixed_med, best = got["fixed"]["test"]["median_delay_steps"], got["test"]["median_delay_steps"]
-        if fixed_med and best is not None:
-            lines.append(f"\ntest: median delay {fixed_med:g} -> {best:g} steps ({100 * (best / fixed_med - 1):+.0f}%)")
+        lines += _change_line("", got["fixed"]["test"]["median_delay_steps"], got["test"]["median_delay_steps"])
     return lines
 
 
