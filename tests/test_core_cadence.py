@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import random
 
 import pytest
 
@@ -16,6 +17,7 @@ from platform_sim.core import (
     make_detector,
 )
 from platform_sim.core.boundary import BoundaryError
+from platform_sim.core.detectors import DETECTORS
 
 
 def test_policy_hints_only_while_evidence_builds_up() -> None:
@@ -384,3 +386,22 @@ def test_one_look_per_regular_interval() -> None:
     assert d.action is Action.CONTINUE and d.declines == 2 and d.next_eval_step is None
     assert mon.detector.declines == 1  # the look is forgotten
     assert mon.observe(40, 0.53).next_eval_step == 42  # a second regular decline: a look again
+
+
+@pytest.mark.parametrize("name", sorted(DETECTORS))
+def test_every_detector_forgets_an_eval_completely_when_its_state_is_restored(name: str) -> None:
+    # The monitor forgets an extra eval by restoring the detector's state_dict from before it: that must leave no
+    # trace, so the detector then decides exactly as one that never saw the eval.
+    rng = random.Random(7)
+    curve = [0.2 + 0.6 * min(i, 12) / 12 - 0.05 * max(0, i - 12) for i in range(24)]
+    evals = [(10 * (i + 1), [c + rng.gauss(0, 0.05) for _ in range(16)]) for i, c in enumerate(curve)]
+    seen, looked = make_detector(name), make_detector(name)
+    for i, (step, per) in enumerate(evals):
+        if i % 3 == 2:  # a look between two regular evals, forgotten
+            snapshot = looked.state_dict()
+            looked.update(step - 5, sum(per) / len(per) - 0.3, [p - 0.3 for p in per])
+            looked.load_state_dict(snapshot)
+        a = seen.update(step, sum(per) / len(per), per)
+        b = looked.update(step, sum(per) / len(per), per)
+        assert a == b and seen.declines == looked.declines, (name, step)
+        assert json.dumps(seen.state_dict(), sort_keys=True) == json.dumps(looked.state_dict(), sort_keys=True)

@@ -177,13 +177,9 @@ class JobMonitor:
 
     def _next_is_extra(self, step: int) -> bool:
         """Whether an eval at ``step`` (after the last one) is an extra eval (:func:`extra_evals`)."""
-        prev = self.decisions[-1] if self.decisions else None
-        if prev is None or prev.next_eval_step is None:
-            return False
-        flags = extra_evals(self.steps, [d.next_eval_step for d in self.decisions])
-        regular = [s for s, e in zip(self.steps, flags) if not e]
-        interval = CadencePolicy.regular_interval(regular)
-        return interval is not None and step < regular[-1] + interval
+        if not self.decisions or self.decisions[-1].next_eval_step is None:
+            return False  # the common case, without reading the history
+        return extra_evals([*self.steps, step], [*(d.next_eval_step for d in self.decisions), None])[-1]
 
     def _confirming(self) -> bool:
         """Whether the eval being judged is the second look at a weak stop (the previous decision asked for it): its
@@ -224,7 +220,8 @@ class JobMonitor:
             )
         # One look per regular interval: once a look is forgotten, the detector's state, and so the doubt that asked
         # for it, is the regular one again; a second look would ask the same question a step later. (Measured on the
-        # tune traces: a third of the extra evals for the same delay, docs/simulation.md section 8.)
+        # dense tune traces: a third of the extra evals for half a step more median delay, docs/simulation.md
+        # section 8.)
         hint = None
         if self.cadence is not None and not after_look:
             hint = self.cadence.for_history(self.steps, self.scores, self.detector)
