@@ -55,10 +55,12 @@ class CadencePolicy:
         p_hint: For a detector that gives a doubt (:meth:`~platform_sim.core.detectors.Detector.doubt`: ``trend``'s
             last p-value, ``shape``'s one minus its posterior of being past an overoptimization peak): a doubt below
             ``p_hint`` is evidence building up, so a detector that stops at its first significant eval (``k`` = 1)
-            can hint too. A hinted eval adds a point to the detector's window like any other eval; under
-            a flat curve its test keeps its level, because the test needs no equal spacing for that. In [0, 1); 0:
+            can hint too. The hinted eval is a look that the detector forgets unless it stops the job
+            (:mod:`~platform_sim.core.monitor`; ``shape`` keeps it as one more point of its curve). In [0, 1); 0:
             p-values are never read. The default, 0.5, was chosen on the tune environments' dense traces
-            (``benchmarks/cadence_dense_traces.py``).
+            (``benchmarks/cadence_dense_traces.py``) when hinted evals stayed in the detector's history; with looks
+            the same choice picks 0.05 there (the same delays for under a tenth of the extra evals), but the default
+            stays, since a stored spec without ``p_hint`` means it.
         p_hint_at_best: The doubt bar instead of ``p_hint`` after an eval that is the job's best so far (not below
             any earlier eval). No stop can come before an eval falls below the best, so a sooner eval after a new
             best pays for itself only when the detector already places the peak here; on weaker evidence the job
