@@ -91,6 +91,22 @@ def test_study_sums_up_per_label(tmp_path):
     assert adaptive["extra_evals"] == 1 and adaptive["evals"] == fixed["evals"]  # one extra, one regular fewer
 
 
+def test_the_median_with_misses_counts_a_hacking_trace_never_stopped_as_longer_than_any(tmp_path):
+    # Three hacking traces: two fall fast (the paper's rule stops them 10 steps after the peak), one falls by 0.25
+    # per regular interval, too little for k-decline with min_delta 0.5 to count as a decline.
+    fast = [_dense(tmp_path, [m * 0.3 for m in _peak_then_fall(n=100, peak=50)], f"fast{i}") for i in range(2)]
+    slow = _dense(tmp_path, [min(i, 50) * 0.1 - 0.05 * max(0, i - 50) for i in range(1, 101)], "slow")
+    assert {t.label for t in (*fast, slow)} == {"hacking"}
+    det = {"name": "k-decline", "params": {"k": 2, "min_delta": 0.5}}
+    two = dense_cadence_study(fast, det, [("fixed", None)], every=5)["summaries"]["fixed"]
+    three = dense_cadence_study([*fast, slow], det, [("fixed", None)], every=5)["summaries"]["fixed"]
+    assert two["median_delay_steps"] == two["median_delay_all_steps"] == 10  # every one stopped: the same median
+    assert three["hacking_stopped"] == 2 and three["median_delay_steps"] == 10  # the stopped ones alone: unchanged
+    assert three["median_delay_all_steps"] == 10  # of 10, 10 and never
+    one = dense_cadence_study([fast[0], slow], det, [("fixed", None)], every=5)["summaries"]["fixed"]
+    assert one["median_delay_steps"] == 10 and one["median_delay_all_steps"] is None  # of 10 and never: never
+
+
 def test_an_every_step_replay_measures_its_delay_from_the_regular_cadences_peak(tmp_path):
     means = [float(min(i, 20)) for i in range(1, 41)]  # rises to a plateau at step 20, then falls from step 31 on
     means[9] = 24.0  # one wild eval at step 10
