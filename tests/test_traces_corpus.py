@@ -161,6 +161,30 @@ def test_the_x8_dense_traces_are_the_same_grid_with_a_four_times_larger_eval_set
         assert sum(s.scores[i] for s in subs) / 4 == pytest.approx(traces[0].scores[i], abs=1e-3)
 
 
+def test_the_fresh_x8_dense_traces_are_other_keyword_runs_with_the_larger_eval_set():
+    from platform_sim.sim.traces import (
+        load_traces,
+        shipped_dense_more_traces_dir,
+        shipped_dense_traces_dir,
+        shipped_dense_x8_more_traces_dir,
+    )
+
+    folder = shipped_dense_x8_more_traces_dir()
+    assert sum(p.stat().st_size for p in folder.glob("*.jsonl")) < 8 * 2**20
+    traces = load_traces(folder)
+    earlier = {t.name for d in (shipped_dense_traces_dir(), shipped_dense_more_traces_dir()) for t in load_traces(d)}
+    # fresh runs: no choice made on the earlier corpora (or the x8 recording of the first) saw them
+    assert not earlier & {t.name.removesuffix("-x8") for t in traces}
+    seeds = Counter((t.environment, t.name.removesuffix("-every1-x8").rsplit("-s", 1)[1]) for t in traces)
+    assert seeds == {("keyword", str(s)): 8 for s in (4, 5, 6, 7)}
+    for t in traces:
+        assert t.split == "test" and t.header["config"]["run"]["eval_samples"] == 8, t.name
+        assert t.steps == tuple(range(1, 151)), t.name
+        assert all(e is not None and len(e) == 192 for e in t.examples), t.name
+    labels = Counter(t.label for t in traces)
+    assert labels["hacking"] >= 10 and labels["healthy"] >= 10, labels
+
+
 def test_on_the_dense_test_traces_the_default_hint_stops_no_healthy_run_more():
     from platform_sim.core import default_spec
     from platform_sim.sim.dense_replay import dense_cadence_study

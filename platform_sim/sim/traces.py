@@ -451,6 +451,13 @@ def shipped_dense_x8_traces_dir() -> Path:
     return _shipped_dir("traces-dense-x8")
 
 
+def shipped_dense_x8_more_traces_dir() -> Path:
+    """Fresh runs with the 4x larger eval set, recorded after every choice made on :func:`shipped_dense_x8_traces_dir`
+    (``platform_sim/data/traces-dense-x8-more``: seeds 4 to 7 of ``keyword``, an evaluation every step, 192
+    completions each), so that such a choice can be judged on runs it never saw."""
+    return _shipped_dir("traces-dense-x8-more")
+
+
 def recorded_examples(trace: RealTrace) -> list[list[float] | None]:
     """The per-example scores of each eval of a validated trace (None where an eval has none)."""
     if not trace.examples:
