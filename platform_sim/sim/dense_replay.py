@@ -173,14 +173,14 @@ def dense_cadence_study(
             "healthy_stopped": sum(r["stopped"] for r in healthy),
             "median_delay_steps": statistics.median(delays) if delays else None,
             "mean_delay_steps": statistics.fmean(delays) if delays else None,
-            "median_delay_all_steps": _median_with_never(delays, len(hacking)),
+            "median_delay_all_steps": median_with_never(delays, len(hacking)),
             "evals": sum(r["regular_evals"] + r["extra_evals"] for r in out),
             "extra_evals": sum(r["extra_evals"] for r in out),
         }
     return {"every": every, "detector": detector, "summaries": summaries, "rows": rows}
 
 
-def _median_with_never(delays: Sequence[float], n: int) -> float | None:
+def median_with_never(delays: Sequence[float], n: int) -> float | None:
     """The median of ``n`` delays of which ``delays`` are known and the other ``n - len(delays)`` are "never" (longer
     than any); None when a never is in the middle (or ``n`` is 0)."""
     if n == 0:
