@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from evalstop_callbacks.research import envs
-from platform_sim.sim.traces import label_of, shipped_traces_dir
+from platform_sim.sim.traces import RealTrace, label_of, shipped_traces_dir
 
 
 @pytest.fixture(scope="module")
@@ -134,6 +134,20 @@ def test_the_second_dense_corpus_holds_other_runs_than_the_first():
         assert labels["hacking"] >= 5 and labels["healthy"] >= 5, (split, labels)
 
 
+def _load_x8(folder: Path) -> list[RealTrace]:
+    """The traces of an x8 corpus, after checking it stays small and that every run is complete, at every step, with
+    8 completions of each of the 24 held-out prompts (192 per eval)."""
+    from platform_sim.sim.traces import load_traces
+
+    assert sum(p.stat().st_size for p in folder.glob("*.jsonl")) < 8 * 2**20
+    traces = load_traces(folder)
+    for t in traces:
+        assert t.header["config"]["run"]["eval_samples"] == 8 and "x 8 samples" in t.header["config"]["eval"], t.name
+        assert t.steps == tuple(range(1, 151)), t.name
+        assert all(e is not None and len(e) == 192 for e in t.examples), t.name
+    return traces
+
+
 def test_the_x8_dense_traces_are_the_same_grid_with_a_four_times_larger_eval_set():
     from platform_sim.sim.traces import (
         load_traces,
@@ -142,15 +156,9 @@ def test_the_x8_dense_traces_are_the_same_grid_with_a_four_times_larger_eval_set
         sub_evals,
     )
 
-    folder = shipped_dense_x8_traces_dir()
-    assert sum(p.stat().st_size for p in folder.glob("*.jsonl")) < 8 * 2**20
-    traces = load_traces(folder)
+    traces = _load_x8(shipped_dense_x8_traces_dir())
     dense = {t.name for t in load_traces(shipped_dense_traces_dir())}
     assert {t.name.removesuffix("-x8") for t in traces} == dense  # the same runs, one each
-    for t in traces:
-        assert t.header["config"]["run"]["eval_samples"] == 8 and "x 8 samples" in t.header["config"]["eval"], t.name
-        assert t.steps == tuple(range(1, 151)), t.name
-        assert all(e is not None and len(e) == 192 for e in t.examples), t.name
     for split in ("tune", "test"):
         labels = Counter(t.label for t in traces if t.split == split)
         assert labels["hacking"] >= 5 and labels["healthy"] >= 5, (split, labels)
@@ -169,18 +177,13 @@ def test_the_fresh_x8_dense_traces_are_other_keyword_runs_with_the_larger_eval_s
         shipped_dense_x8_more_traces_dir,
     )
 
-    folder = shipped_dense_x8_more_traces_dir()
-    assert sum(p.stat().st_size for p in folder.glob("*.jsonl")) < 8 * 2**20
-    traces = load_traces(folder)
+    traces = _load_x8(shipped_dense_x8_more_traces_dir())
     earlier = {t.name for d in (shipped_dense_traces_dir(), shipped_dense_more_traces_dir()) for t in load_traces(d)}
     # fresh runs: no choice made on the earlier corpora (or the x8 recording of the first) saw them
     assert not earlier & {t.name.removesuffix("-x8") for t in traces}
     seeds = Counter((t.environment, t.name.removesuffix("-every1-x8").rsplit("-s", 1)[1]) for t in traces)
     assert seeds == {("keyword", str(s)): 8 for s in (4, 5, 6, 7)}
-    for t in traces:
-        assert t.split == "test" and t.header["config"]["run"]["eval_samples"] == 8, t.name
-        assert t.steps == tuple(range(1, 151)), t.name
-        assert all(e is not None and len(e) == 192 for e in t.examples), t.name
+    assert {t.split for t in traces} == {"test"}
     labels = Counter(t.label for t in traces)
     assert labels["hacking"] >= 10 and labels["healthy"] >= 10, labels
 
