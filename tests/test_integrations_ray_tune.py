@@ -70,12 +70,15 @@ def test_tune_stops_equal_the_embedded_core(local_ray, base):
         assert rows[name]["last_step_without"] <= read_last(traces, name)
     assert core["bow-proxy-grpo-gold-kl0-s2"] is None and core["bow-proxy-grpo-proxy-kl0-s0"] is not None
     if base == "fifo":
-        # (Under ASHA, which already ends hacking trials at its rungs, four traces with a 20 ms pace leave the
-        # trial-hours difference within timing noise: measured figures in docs/integrations.md.)
-        assert results["with"]["trial_hours"] < results["without"]["trial_hours"]
+        # What EvalStop saves, counted in steps the trials ran (each step is one paced eval): deterministic, where the
+        # trial-hours and makespan that follow from it are wall-clock figures that a loaded machine can blur at a
+        # 20 ms pace; those are measured in docs/integrations.md, not asserted here.
+        ran_with = sum(rows[name]["last_step_with"] for name in core)
+        ran_without = sum(rows[name]["last_step_without"] for name in core)
+        assert ran_without == sum(read_last(traces, name) for name in core)  # FIFO alone ends no trial early
+        assert ran_with < ran_without
         assert results["without"]["stopped_hacking"] == results["without"]["stopped_healthy"] == 0
         assert results["with"]["stopped_hacking"] == 2
-        assert results["with"]["makespan_s"] < results["without"]["makespan_s"]
 
 
 def read_last(traces, name):
