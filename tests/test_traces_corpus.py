@@ -188,6 +188,22 @@ def test_the_fresh_x8_dense_traces_are_other_keyword_runs_with_the_larger_eval_s
     assert labels["hacking"] >= 10 and labels["healthy"] >= 10, labels
 
 
+def test_the_more_x8_tune_traces_are_other_length_runs_with_the_larger_eval_set():
+    from platform_sim.sim.traces import (
+        load_traces,
+        shipped_dense_x8_traces_dir,
+        shipped_dense_x8_tune_more_traces_dir,
+    )
+
+    traces = _load_x8(shipped_dense_x8_tune_more_traces_dir())
+    assert not {t.name for t in load_traces(shipped_dense_x8_traces_dir())} & {t.name for t in traces}
+    seeds = Counter((t.environment, t.name.removesuffix("-every1-x8").rsplit("-s", 1)[1]) for t in traces)
+    assert seeds == {("length", "2"): 8, ("length", "3"): 8}
+    assert {t.split for t in traces} == {"tune"}
+    labels = Counter(t.label for t in traces)
+    assert labels["hacking"] >= 5 and labels["healthy"] >= 5, labels
+
+
 def test_on_the_dense_test_traces_the_default_hint_stops_no_healthy_run_more():
     from platform_sim.core import default_spec
     from platform_sim.sim.dense_replay import dense_cadence_study

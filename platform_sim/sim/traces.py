@@ -458,6 +458,13 @@ def shipped_dense_x8_more_traces_dir() -> Path:
     return _shipped_dir("traces-dense-x8-more")
 
 
+def shipped_dense_x8_tune_more_traces_dir() -> Path:
+    """More tune runs with the 4x larger eval set (``platform_sim/data/traces-dense-x8-tune-more``: seeds 2 and 3 of
+    ``length``, an evaluation every step, 192 completions each), which double the tune side of
+    :func:`shipped_dense_x8_traces_dir` for choices that need more healthy runs to be made."""
+    return _shipped_dir("traces-dense-x8-tune-more")
+
+
 def recorded_examples(trace: RealTrace) -> list[list[float] | None]:
     """The per-example scores of each eval of a validated trace (None where an eval has none)."""
     if not trace.examples:
