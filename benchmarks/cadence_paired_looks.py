@@ -30,7 +30,8 @@ default detector at the fixed cadence; ties: fewer eval units) and judged once o
 ``--held-out`` folder, against the default detector at the fixed cadence on the same sub-eval 0. Figures in
 docs/simulation.md section 8.
 
-    python benchmarks/cadence_paired_looks.py [--traces DIR] [--held-out DIR ...] [--every 5] [--json]
+    python benchmarks/cadence_paired_looks.py [--traces DIR [DIR ...]] [--held-out DIR ...] [--every 5] [--sweep]
+        [--max-cost-rise 0.25] [--json]
 """
 
 from __future__ import annotations
@@ -208,10 +209,11 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument(
         "--traces",
-        default=str(shipped_dense_x8_traces_dir()),
+        nargs="+",
+        default=[str(shipped_dense_x8_traces_dir())],
         metavar="DIR",
-        help="dense traces recorded with --eval-samples 8, with tune and test splits (default: the shipped "
-        "platform_sim/data/traces-dense-x8)",
+        help="one or more folders of dense traces recorded with --eval-samples 8, read together and grouped by their "
+        "tune and test splits (default: the shipped platform_sim/data/traces-dense-x8)",
     )
     ap.add_argument(
         "--held-out",
@@ -242,12 +244,15 @@ def main() -> None:
     if args.every < 2:
         ap.error(f"--every must be >= 2 (a look comes between two regular evals), got {args.every}")
     t0 = time.perf_counter()
-    traces = load_traces(args.traces)
+    traces = [t for folder in args.traces for t in load_traces(folder)]
+    held_out = {f"held-out {folder}": load_traces(folder) for folder in args.held_out}
+    names = [t.name for t in traces] + [t.name for ts in held_out.values() for t in ts]
+    if len(set(names)) != len(names):
+        ap.error("a run is in more than one folder: " + ", ".join(sorted({n for n in names if names.count(n) > 1})))
     groups = {split: [t for t in traces if t.split == split] for split in ("tune", "test")}
-    for folder in args.held_out:
-        groups[f"held-out {folder}"] = load_traces(folder)
+    groups.update(held_out)
     if not groups["tune"]:
-        ap.error(f"--traces {args.traces}: no trace of the tune split")
+        ap.error(f"--traces {' '.join(args.traces)}: no trace of the tune split")
     grid = [r for r in GRID if r.gap < args.every]
     fixed_tune = study(groups["tune"], None, args.every)
     tried = [(rule, study(groups["tune"], rule, args.every)) for rule in grid]
