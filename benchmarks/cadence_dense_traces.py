@@ -60,7 +60,7 @@ from platform_sim.core.detectors import default_spec, paper_spec
 from platform_sim.sim.dense_replay import dense_cadence_study, smoothed_peak_step
 from platform_sim.sim.replay import replay
 from platform_sim.sim.runner import ProcessRunner
-from platform_sim.sim.traces import RealTrace, load_traces, shipped_dense_traces_dir, sub_evals
+from platform_sim.sim.traces import RealTrace, load_trace_folders, shipped_dense_traces_dir, sub_evals
 from platform_sim.sim.workload import WorkloadConfig
 
 
@@ -495,12 +495,10 @@ def main() -> None:
     ap.add_argument("--json", action="store_true", help="print one JSON object instead of markdown")
     args = ap.parse_args()
     t0 = time.perf_counter()
-    traces = [t for folder in args.traces for t in load_traces(folder)]
-    names = [t.name for t in traces]
-    if len(set(names)) != len(names):
-        ap.error(
-            "--traces: a run is in more than one folder: " + ", ".join(sorted({n for n in names if names.count(n) > 1}))
-        )
+    try:
+        traces = load_trace_folders(args.traces)
+    except ValueError as exc:
+        ap.error(f"--traces: {exc}")
     by_split = {split: [t for t in traces if t.split == split] for split in ("tune", "test")}
     envs = {split: ", ".join(sorted({str(t.environment) for t in ts})) for split, ts in by_split.items()}
     results: dict[str, Any] = {"every": args.every, "detectors": {}}

@@ -193,3 +193,17 @@ def test_sub_evals_refuse_what_cannot_be_split(tmp_path):
     plain = read_trace(write_trace(tmp_path / "plain.jsonl", [1.0, 2.0]))
     with pytest.raises(ValueError, match="2 samples per held-out prompt"):
         sub_evals(plain)  # a trace that does not say has the environments' own 2
+
+
+def test_several_folders_are_read_together_and_a_run_in_two_is_refused_by_name(tmp_path):
+    from platform_sim.sim.traces import load_trace_folders
+
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.mkdir()
+    b.mkdir()
+    write_trace(a / "run-one.jsonl", [0.1, 0.2, 0.3])
+    write_trace(b / "run-two.jsonl", [0.3, 0.2, 0.1])
+    assert [t.name for t in load_trace_folders([a, b])] == ["run-one", "run-two"]
+    write_trace(b / "run-one.jsonl", [0.1, 0.2, 0.3])
+    with pytest.raises(ValueError, match="a run is in more than one folder: run-one$"):
+        load_trace_folders([a, b])

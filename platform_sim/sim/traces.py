@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -373,6 +374,21 @@ def load_traces(folder: str | Path) -> list[RealTrace]:
         TraceFormatError: ``folder`` holds no ``*.jsonl`` file, or one of them is bad (file and line named).
     """
     return [read_trace(f) for f in trace_files(folder)]
+
+
+def load_trace_folders(folders: Sequence[str | Path]) -> list[RealTrace]:
+    """Every trace of several folders read together (:func:`load_traces` on each, in order).
+
+    Raises:
+        ValueError: A run (trace name) is in more than one of the folders; the names are listed.
+        FileNotFoundError, TraceFormatError: As :func:`load_traces`.
+    """
+    traces = [t for folder in folders for t in load_traces(folder)]
+    seen = Counter(t.name for t in traces)
+    twice = sorted(name for name, n in seen.items() if n > 1)
+    if twice:
+        raise ValueError("a run is in more than one folder: " + ", ".join(twice))
+    return traces
 
 
 def eval_samples_of(trace: RealTrace) -> int:
