@@ -43,6 +43,7 @@ import math
 import statistics
 import time
 from dataclasses import asdict, dataclass, replace
+from pathlib import Path
 from typing import Any
 
 from scipy import stats
@@ -54,7 +55,6 @@ from platform_sim.sim.dense_replay import median_with_never, smoothed_peak_step
 from platform_sim.sim.traces import (
     RealTrace,
     load_trace_folders,
-    load_traces,
     shipped_dense_x8_traces_dir,
     sub_evals,
 )
@@ -251,11 +251,16 @@ def main() -> None:
         ap.error(f"--every must be >= 2 (a look comes between two regular evals), got {args.every}")
     t0 = time.perf_counter()
     try:
-        load_trace_folders([*args.traces, *args.held_out])  # a run may be in one group only
+        every_trace = load_trace_folders([*args.traces, *args.held_out])  # a run may be in one group only
     except ValueError as exc:
         ap.error(f"--traces/--held-out: {exc}")
-    traces = load_trace_folders(args.traces)
-    held_out = {f"held-out {folder}": load_traces(folder) for folder in args.held_out}
+    folder_of = {folder: Path(folder).resolve() for folder in args.held_out}
+    held_out = {
+        f"held-out {folder}": [t for t in every_trace if Path(t.path).resolve().parent == where]
+        for folder, where in folder_of.items()
+    }
+    held = {t.name for ts in held_out.values() for t in ts}
+    traces = [t for t in every_trace if t.name not in held]
     groups = {split: [t for t in traces if t.split == split] for split in ("tune", "test")}
     groups.update(held_out)
     if not groups["tune"]:
