@@ -188,6 +188,26 @@ def test_the_fresh_x8_dense_traces_are_other_keyword_runs_with_the_larger_eval_s
     assert labels["hacking"] >= 10 and labels["healthy"] >= 10, labels
 
 
+def test_the_second_fresh_x8_dense_traces_are_yet_other_keyword_runs():
+    from platform_sim.sim.traces import (
+        load_traces,
+        shipped_dense_x8_more2_traces_dir,
+        shipped_dense_x8_more_traces_dir,
+        shipped_dense_x8_traces_dir,
+    )
+
+    traces = _load_x8(shipped_dense_x8_more2_traces_dir())
+    earlier = {
+        t.name for d in (shipped_dense_x8_traces_dir(), shipped_dense_x8_more_traces_dir()) for t in load_traces(d)
+    }
+    assert not earlier & {t.name for t in traces}
+    seeds = Counter((t.environment, t.name.removesuffix("-every1-x8").rsplit("-s", 1)[1]) for t in traces)
+    assert seeds == {("keyword", str(s)): 8 for s in (8, 9, 10, 11)}
+    assert {t.split for t in traces} == {"test"}
+    labels = Counter(t.label for t in traces)
+    assert labels["hacking"] >= 10 and labels["healthy"] >= 10, labels
+
+
 def test_the_more_x8_tune_traces_are_other_length_runs_with_the_larger_eval_set():
     from platform_sim.sim.traces import (
         load_traces,

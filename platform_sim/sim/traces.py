@@ -481,6 +481,14 @@ def shipped_dense_x8_tune_more_traces_dir() -> Path:
     return _shipped_dir("traces-dense-x8-tune-more")
 
 
+def shipped_dense_x8_more2_traces_dir() -> Path:
+    """A second set of fresh runs with the 4x larger eval set (``platform_sim/data/traces-dense-x8-more2``: seeds 8
+    to 11 of ``keyword``, an evaluation every step, 192 completions each), recorded after the choices judged on
+    :func:`shipped_dense_x8_more_traces_dir`, so that a choice made after reading that set can still be judged on runs
+    no choice saw."""
+    return _shipped_dir("traces-dense-x8-more2")
+
+
 def recorded_examples(trace: RealTrace) -> list[list[float] | None]:
     """The per-example scores of each eval of a validated trace (None where an eval has none)."""
     if not trace.examples:
