@@ -30,8 +30,13 @@ default detector at the fixed cadence; ties: fewer eval units) and judged once o
 ``--held-out`` folder, against the default detector at the fixed cadence on the same sub-eval 0. Figures in
 docs/simulation.md section 8.
 
+``--grid v2`` tries a second grid, fixed before the runs of ``platform_sim/data/traces-dense-x8-more2`` were read:
+a warm-up before the first look (``armed``), chained looks (``chain``) and consecutive significant looks
+(``confirm``). ``--best-per-group`` applies the tune rule to every group on its own, an upper bound of what the grid
+can show there.
+
     python benchmarks/cadence_paired_looks.py [--traces DIR [DIR ...]] [--held-out DIR ...] [--every 5] [--sweep]
-        [--max-cost-rise 0.25] [--json]
+        [--grid v1|v2] [--best-per-group] [--max-cost-rise 0.25] [--json]
 """
 
 from __future__ import annotations
@@ -72,6 +77,12 @@ class LookRule:
         min_drop: The look must be this far (score units) below the best.
         gap: Steps from the regular eval to the look (less than the regular interval).
         size: Sub-evals (of 48 completions) in a look, for the policy and for the best checkpoint each.
+        armed: Look only once the job has at least this many regular evals (the default detector's window, 6,
+            means a look never stops a job before the detector itself could).
+        chain: A look that does not stop the job but whose mean is still below the best's is followed by another
+            ``gap`` steps later, until the next regular eval (False: one look per interval).
+        confirm: Consecutive significant looks needed to stop, counted across intervals; a look that is not
+            significant, or a new best, starts the count again.
     """
 
     trigger: str
@@ -80,10 +91,17 @@ class LookRule:
     min_drop: float
     gap: int
     size: int
+    armed: int = 1
+    chain: bool = False
+    confirm: int = 1
 
     def label(self) -> str:
         when = "below best" if self.trigger == "below-best" else f"doubt < {self.p_hint:g}"
-        return f"look when {when}, alpha={self.alpha:g} min_drop={self.min_drop:g} gap={self.gap} size={self.size}"
+        text = f"look when {when}, alpha={self.alpha:g} min_drop={self.min_drop:g} gap={self.gap} size={self.size}"
+        # The fields grid v2 added are named only when they differ from grid v1's behaviour.
+        extra = [f"armed={self.armed}"] * (self.armed != 1) + ["chain"] * self.chain
+        extra += [f"confirm={self.confirm}"] * (self.confirm != 1)
+        return " ".join([text, *extra])
 
 
 def _paired_p(look: list[float], best: list[float], min_drop: float) -> float:
@@ -93,6 +111,11 @@ def _paired_p(look: list[float], best: list[float], min_drop: float) -> float:
     if sd == 0.0:
         return 0.0 if mean < 0 else 1.0
     return float(stats.t.cdf(mean / (sd / math.sqrt(len(diff))), len(diff) - 1))
+
+
+def _mean_below(look: list[float], best: list[float]) -> bool:
+    """Whether the look's mean is below the best's on the same examples (a chained look's trigger)."""
+    return statistics.fmean(look) < statistics.fmean(best)
 
 
 def replay_trace(trace: RealTrace, rule: LookRule | None, every: int) -> dict[str, Any]:
@@ -114,30 +137,37 @@ def replay_trace(trace: RealTrace, rule: LookRule | None, every: int) -> dict[st
         cadence=cadence_from_spec(cadence),
     )
     best_step, best = -1, -math.inf
-    stop, looks, units, best_evaluated = None, 0, 0, set()
-    for step in regular:
+    stop, looks, units, best_evaluated, hits = None, 0, 0, set(), 0
+    for n_regular, step in enumerate(regular, start=1):
         i = index[step]
         decision = monitor.observe(step, subs[0].scores[i], examples[0][i])
         units += 1
         if subs[0].scores[i] > best:
-            best, best_step = subs[0].scores[i], step
+            best, best_step, hits = subs[0].scores[i], step, 0
         if decision.should_stop:
             stop = step
             break
-        if rule is None or best_step == step:
+        if rule is None or best_step == step or n_regular < rule.armed:
             continue
         wanted = decision.next_eval_step is not None if rule.trigger == "doubt" else subs[0].scores[i] < best
-        look = step + rule.gap
-        if not wanted or look not in index or rule.gap >= every:
+        if not wanted or rule.gap >= every:
             continue
-        looks += 1
-        units += rule.size + (0 if best_step in best_evaluated else rule.size)
-        best_evaluated.add(best_step)
         part = range(1, rule.size + 1)
-        now = [v for j in part for v in examples[j][index[look]]]
         then = [v for j in part for v in examples[j][index[best_step]]]
-        if _paired_p(now, then, rule.min_drop) < rule.alpha:
-            stop = look
+        look = step + rule.gap
+        while look < step + every and look in index:
+            looks += 1
+            units += rule.size + (0 if best_step in best_evaluated else rule.size)
+            best_evaluated.add(best_step)
+            now = [v for j in part for v in examples[j][index[look]]]
+            hits = hits + 1 if _paired_p(now, then, rule.min_drop) < rule.alpha else 0
+            if hits >= rule.confirm:
+                stop = look
+                break
+            if not (rule.chain and _mean_below(now, then)):
+                break
+            look += rule.gap
+        if stop is not None:
             break
     peak = smoothed_peak_step(trace, every)
     return {
@@ -182,6 +212,15 @@ GRID: list[LookRule] = [
     for trigger, p in (("below-best", 0.0), ("doubt", 0.05), ("doubt", 0.5))
     for alpha, drop, gap, size in itertools.product(ALPHAS, MIN_DROPS, (1, 2, 3), SIZES)
 ]
+#: A second grid, fixed before the keyword runs of seeds 8-11 were read (docs/simulation.md section 8): looks after
+#: a regular eval below the best only, with a warm-up, chained looks and confirmation added.
+GRID_V2: list[LookRule] = [
+    LookRule("below-best", 0.0, alpha, drop, gap, size, armed, chain, confirm)
+    for alpha, drop, gap, size, armed, chain, confirm in itertools.product(
+        ALPHAS, MIN_DROPS, (1, 2), (2, 3), (1, 6), (False, True), (1, 2)
+    )
+]
+GRIDS = {"v1": GRID, "v2": GRID_V2}
 
 
 def choose(
@@ -230,6 +269,13 @@ def main() -> None:
     )
     ap.add_argument("--every", type=int, default=5, help="the regular cadence in steps (default 5)")
     ap.add_argument(
+        "--grid",
+        choices=sorted(GRIDS),
+        default="v1",
+        help="the settings tried on tune: v1, the first 270 (default); v2, 320 with warm-up, chained looks and "
+        "confirmation",
+    )
+    ap.add_argument(
         "--max-cost-rise",
         type=float,
         default=0.25,
@@ -242,6 +288,12 @@ def main() -> None:
         action="store_true",
         help="also print the fastest pick at every alpha x min_drop and at every size of the grid, on every group "
         "(a sensitivity read after the judgement, not a choice)",
+    )
+    ap.add_argument(
+        "--best-per-group",
+        action="store_true",
+        help="also pick, on every group itself, the setting of the grid that the tune rule would pick there: how far "
+        "the grid can reach on that group at all (an upper bound read after the judgement, not a choice)",
     )
     ap.add_argument("--json", action="store_true", help="print one JSON object instead of markdown")
     args = ap.parse_args()
@@ -265,7 +317,7 @@ def main() -> None:
     groups.update(held_out)
     if not groups["tune"]:
         ap.error(f"--traces {' '.join(args.traces)}: no trace of the tune split")
-    grid = [r for r in GRID if r.gap < args.every]
+    grid = [r for r in GRIDS[args.grid] if r.gap < args.every]
     fixed_tune = study(groups["tune"], None, args.every)
     tried = [(rule, study(groups["tune"], rule, args.every)) for rule in grid]
     picks = {
@@ -315,6 +367,29 @@ def main() -> None:
                 for g in swept.values()
             ]
             lines.append(f"| {rule.alpha:g} | {rule.min_drop:g} | {rule.size} | " + " | ".join(cells) + " |")
+    if args.best_per_group:
+        lines += [
+            "\nbest per group: the tune rule applied on each group itself (an upper bound, not a choice)\n",
+            "| traces | fixed median (steps) | best setting there | hacking stopped | healthy stopped | median delay "
+            "(steps) | eval units (vs fixed) |",
+            "|---|---:|---|---:|---:|---:|---:|",
+        ]
+        results["best_per_group"] = {}
+        for name, ts in groups.items():
+            fixed = results["groups"][name]["fixed"]
+            own = tried if name == "tune" else [(rule, study(ts, rule, args.every)) for rule in grid]
+            got = choose(fixed, own)
+            results["best_per_group"][name] = None if got is None else {"rule": asdict(got[0]), "study": got[1]}
+            if got is None:
+                lines.append(f"| {name} | {fixed['median_delay_all_steps']} | no setting qualifies | | | | |")
+                continue
+            found = got[1]
+            rise = 100.0 * (found["eval_units"] - fixed["eval_units"]) / fixed["eval_units"]
+            lines.append(
+                f"| {name} | {fixed['median_delay_all_steps']:g} | {got[0].label()} | {found['hacking_stopped']}/"
+                f"{found['hacking']} | {found['healthy_stopped']}/{found['healthy']} | "
+                f"{found['median_delay_all_steps']:g} | {found['eval_units']} ({rise:+.0f}%) |"
+            )
     if args.json:
         print(json.dumps(results, indent=1, default=str))
         return
