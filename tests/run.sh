@@ -32,8 +32,11 @@ trap pg_stop EXIT
 status=0
 # Spread over the machine's cores (pytest-xdist; 2 workers on a 2-core CI machine, about 6 minutes there instead of
 # 10): tests use their own temporary folders, OS-picked loopback ports and PostgreSQL databases, so they run side by side.
-# PYTEST_WORKERS=0 runs them in this one process.
-.venv/bin/python -m pytest -m "not slow and not ppo" -n "${PYTEST_WORKERS:-auto}" "$@" || status=$?
+# At most 4 by default: tests start servers, Ray instances and trainers of their own, and the slowest single test
+# (about 90 s) bounds the run anyway. PYTEST_WORKERS=N sets the count, 0 runs them in this one process.
+cores=$(nproc 2>/dev/null || echo 1)
+workers=${PYTEST_WORKERS:-$(( cores < 4 ? cores : 4 ))}
+.venv/bin/python -m pytest -m "not slow and not ppo" -n "$workers" "$@" || status=$?
 # PPO tests run in their own environment; exit code 5 means none were selected (e.g. by -k) and is no failure.
 ppo_status=0
 # Only the files that hold PPO tests are collected there: the others import packages that environment lacks.
