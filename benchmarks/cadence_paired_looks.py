@@ -240,8 +240,13 @@ def choose(
     return tried[min(ok)[2]] if ok else None
 
 
+def _median(s: dict[str, Any]) -> str:
+    """A study's median delay (misses as never) as printed: "never" when half or more were never stopped."""
+    return "never" if s["median_delay_all_steps"] is None else f"{s['median_delay_all_steps']:g}"
+
+
 def _row(name: str, cadence: str, s: dict[str, Any], base_units: int) -> str:
-    med = "never" if s["median_delay_all_steps"] is None else f"{s['median_delay_all_steps']:g}"
+    med = _median(s)
     rise = 100.0 * (s["eval_units"] - base_units) / base_units
     stops = "; ".join(f"{n} at {st}" for n, st in s["healthy_stops"]) or "-"
     return (
@@ -362,8 +367,7 @@ def main() -> None:
             swept = {name: study(ts, rule, args.every) for name, ts in groups.items()}
             results["sweep"].append({"rule": asdict(rule), "groups": swept})
             cells = [
-                f"{g['hacking_stopped']}/{g['hacking']}, {g['healthy_stopped']}/{g['healthy']}, "
-                + ("never" if g["median_delay_all_steps"] is None else f"{g['median_delay_all_steps']:g}")
+                f"{g['hacking_stopped']}/{g['hacking']}, {g['healthy_stopped']}/{g['healthy']}, {_median(g)}"
                 for g in swept.values()
             ]
             lines.append(f"| {rule.alpha:g} | {rule.min_drop:g} | {rule.size} | " + " | ".join(cells) + " |")
@@ -381,14 +385,14 @@ def main() -> None:
             got = choose(fixed, own)
             results["best_per_group"][name] = None if got is None else {"rule": asdict(got[0]), "study": got[1]}
             if got is None:
-                lines.append(f"| {name} | {fixed['median_delay_all_steps']} | no setting qualifies | | | | |")
+                lines.append(f"| {name} | {_median(fixed)} | no setting qualifies | | | | |")
                 continue
             found = got[1]
             rise = 100.0 * (found["eval_units"] - fixed["eval_units"]) / fixed["eval_units"]
             lines.append(
-                f"| {name} | {fixed['median_delay_all_steps']:g} | {got[0].label()} | {found['hacking_stopped']}/"
+                f"| {name} | {_median(fixed)} | {got[0].label()} | {found['hacking_stopped']}/"
                 f"{found['hacking']} | {found['healthy_stopped']}/{found['healthy']} | "
-                f"{found['median_delay_all_steps']:g} | {found['eval_units']} ({rise:+.0f}%) |"
+                f"{_median(found)} | {found['eval_units']} ({rise:+.0f}%) |"
             )
     if args.json:
         print(json.dumps(results, indent=1, default=str))
