@@ -34,7 +34,7 @@ from starlette.routing import Match
 from platform_sim.core import ConflictError, InvalidReportError, Report, cadence_from_spec, default_spec
 
 from .metrics import ServiceMetrics
-from .schemas import (
+from .wire import (
     JOB_ID_PATTERN,
     MAX_EVAL_SCORES,
     CadenceSpec,
@@ -233,7 +233,7 @@ class ReportFastPath:
     The report endpoint is the only hot one (every evaluation of every job); going through FastAPI cost about 40% of
     the server's CPU per report (profiled with py-spy). This middleware runs the same steps as the FastAPI route of
     the same path (which stays for the OpenAPI spec and answers identically): bearer auth, path check, body size
-    limit, the :class:`~platform_sim.service.schemas.ReportIn` schema (``model_validate_json``), then the shared
+    limit, the :class:`~platform_sim.service.wire.ReportIn` schema (``model_validate_json``), then the shared
     report handler.
     """
 

@@ -32,7 +32,7 @@ from typing import Any
 
 from platform_sim.core import JobMonitor, Report, detector_from_spec
 
-from . import schema, sql
+from . import sql, tables
 from .store import (
     JobNotFound,
     JobRecord,
@@ -50,8 +50,8 @@ from .writer import BatchWriter, Op, Result
 
 logger = logging.getLogger(__name__)
 
-SCHEMA_VERSION = schema.SCHEMA_VERSION
-_SCHEMA = schema.sqlite_ddl()  # the one description of the tables (schema.py), pinned to the Alembic head by a test
+SCHEMA_VERSION = tables.SCHEMA_VERSION
+_SCHEMA = tables.sqlite_ddl()  # the one description of the tables (tables.py), pinned to the Alembic head by a test
 
 _SQL = sql.statements("?")
 
@@ -164,7 +164,7 @@ class SQLiteStore(Store):
                 # A file of an older version: its tables lack the columns added since (CREATE TABLE IF NOT EXISTS
                 # above left them as they were). Added in this one transaction, under the write lock, after reading
                 # the version in it: of several processes opening the file at once, exactly one upgrades it.
-                for statement in schema.sqlite_upgrade(int(row[0])):
+                for statement in tables.sqlite_upgrade(int(row[0])):
                     conn.execute(statement)
                 conn.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION),))
                 logger.info("database %s upgraded from schema version %s to %d", self.path, row[0], SCHEMA_VERSION)

@@ -33,7 +33,7 @@ def run_migrations_online() -> None:
 
 def _migrate(connection: sa.Connection) -> None:
     if connection.dialect.name != "postgresql":
-        # Only the schema test runs the revisions on SQLite (to compare them with schema.py); no replicas there.
+        # Only the schema test runs the revisions on SQLite (to compare them with tables.py); no replicas there.
         context.configure(connection=connection, target_metadata=None, transaction_per_migration=True)
         with context.begin_transaction():
             context.run_migrations()
