@@ -90,7 +90,7 @@ def create_app(
     report_work = reports.Reports(ctx)
     if fast_path:
         app.add_middleware(ReportFastPath, handler=report_work.fast, max_bytes=max_body_bytes, path=reports.EVALS_PATH)
-    app.include_router(jobs.router(ctx))
-    app.include_router(reports.router(report_work))
-    app.include_router(operator.router(ctx))
+    jobs.add_routes(app, ctx)
+    reports.add_routes(app, report_work)
+    operator.add_routes(app, ctx)
     return app

@@ -5,7 +5,7 @@ import uuid
 from typing import Annotated
 
 import anyio
-from fastapi import APIRouter, Depends, Query
+from fastapi import Depends, FastAPI, Query
 from fastapi.responses import JSONResponse
 
 from platform_sim.core import cadence_from_spec, default_spec
@@ -14,14 +14,14 @@ from ..deps import ServiceContext, job_out
 from ..errors import CONFLICT, ERRORS, NOT_FOUND, UNAVAILABLE, ApiError, not_found, store_error
 from ..store import JobNotFound, JobRecord, Tenant
 from ..wire import CadenceSpec, FinishIn, JobCreate, JobIdPath, JobList, JobOut
-from . import PREFIX
+from . import PREFIX, Routes
 
 
-def router(ctx: ServiceContext) -> APIRouter:
-    """The job routes around ``ctx``."""
+def add_routes(app: FastAPI, ctx: ServiceContext) -> None:
+    """Add the job routes, around ``ctx``, to ``app``."""
     TenantDep = Annotated[Tenant, Depends(ctx.tenant)]
     store, metrics = ctx.store, ctx.metrics
-    api = APIRouter(prefix=PREFIX, tags=["jobs"])
+    api = Routes(app, PREFIX, ["jobs"])
 
     @api.post(
         "/jobs",
@@ -101,5 +101,3 @@ def router(ctx: ServiceContext) -> APIRouter:
         if job.finished_now:  # a repeated finish is answered the same but counted once
             metrics.jobs_finished.inc()
         return JSONResponse(job_out(job))
-
-    return api

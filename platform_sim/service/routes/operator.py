@@ -1,17 +1,18 @@
 """The operator's routes: liveness, readiness and the Prometheus metrics (no tenant token)."""
 
 # No `from __future__ import annotations`: FastAPI reads the routes' annotations at runtime.
-from fastapi import APIRouter
+from fastapi import FastAPI
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from ..deps import ServiceContext
 from ..errors import UNAVAILABLE
+from . import Routes
 
 
-def router(ctx: ServiceContext) -> APIRouter:
-    """The operator routes around ``ctx``."""
-    api = APIRouter(tags=["operator"])
+def add_routes(app: FastAPI, ctx: ServiceContext) -> None:
+    """Add the operator routes, around ``ctx``, to ``app``."""
+    api = Routes(app, "", ["operator"])
 
     @api.get("/healthz")
     async def healthz() -> dict[str, str]:
@@ -30,5 +31,3 @@ def router(ctx: ServiceContext) -> APIRouter:
     async def prometheus() -> Response:
         """Prometheus text format."""
         return Response(generate_latest(ctx.metrics.registry), media_type=CONTENT_TYPE_LATEST)
-
-    return api

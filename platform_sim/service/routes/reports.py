@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends
+from fastapi import Depends, FastAPI
 from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 
@@ -28,7 +28,7 @@ from ..errors import CONFLICT, ERRORS, NOT_FOUND, UNAVAILABLE, ApiError, store_e
 from ..store import JobFinished, JobNotFound, StoreUnavailable, Tenant
 from ..wire import JOB_ID_PATTERN, DecisionOut, JobIdPath, ReportIn
 from ..writer import OperationFailed
-from . import PREFIX
+from . import PREFIX, Routes
 
 logger = logging.getLogger(__name__)
 
@@ -144,10 +144,11 @@ class Reports:
             return 500, {"error": "internal_error", "message": "internal error while answering this report"}, None
 
 
-def router(reports: Reports) -> APIRouter:
-    """The report route around ``reports`` (served by FastAPI when the fast path is off, and in the OpenAPI spec)."""
+def add_routes(app: FastAPI, reports: Reports) -> None:
+    """Add the report route, around ``reports``, to ``app`` (served by FastAPI when the fast path is off, and in the
+    OpenAPI spec)."""
     TenantDep = Annotated[Tenant, Depends(reports.ctx.tenant)]
-    api = APIRouter(prefix=PREFIX, tags=["jobs"])
+    api = Routes(app, PREFIX, ["jobs"])
 
     @api.post(
         "/jobs/{job_id}/evals",
@@ -161,5 +162,3 @@ def router(reports: Reports) -> APIRouter:
         stored step, or an older step, is a 409. Once a job is stopped every decision is ``stop``.
         """
         return JSONResponse(await reports.handle(t, job_id, body))
-
-    return api
