@@ -78,7 +78,7 @@ def _alembic_upgrade(url: str) -> None:
     from alembic import command
     from alembic.config import Config
 
-    from platform_sim.service.store_postgres import MIGRATIONS_DIR
+    from platform_sim.service.postgres_migrations import MIGRATIONS_DIR
 
     cfg = Config()
     cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
@@ -137,7 +137,7 @@ def test_postgres_schema_equals_schema_py() -> None:
         admin.execute(f"CREATE DATABASE {name}")
     url = base.rsplit("/", 1)[0] + "/" + name
     try:
-        from platform_sim.service.store_postgres import _sqlalchemy_url, upgrade_schema
+        from platform_sim.service.postgres_migrations import _sqlalchemy_url, upgrade_schema
 
         upgrade_schema(url)
         engine = sa.create_engine(_sqlalchemy_url(url), poolclass=sa.pool.NullPool)
