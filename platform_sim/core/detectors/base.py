@@ -1,10 +1,11 @@
 """The detector interface and the base class of the built-in detectors.
 
-:class:`Detector` is the interface every consumer uses (the monitor, the stop policies, the service): one eval in, a
-:class:`Verdict` out, and the whole state as plain data. :class:`EvidenceDetector` is what the built-in detectors
-share: it owns the warm-up, the count of consecutive evals with evidence, the stop after ``k`` of them, the state's
-common fields and the verdict with its reason; a subclass supplies only its evidence rule (:meth:`~EvidenceDetector.
-_evidence`) and its own state fields.
+:class:`Detector` is the interface every consumer uses (the monitor, the stop policies, the service): one eval in,
+whether to stop out (:meth:`~Detector.update`; :meth:`~Detector.judge` adds why, as a :class:`Verdict`), and the
+whole state as plain data. :class:`EvidenceDetector` is what the built-in detectors share: it owns the warm-up, the
+count of consecutive evals with evidence, the stop after ``k`` of them, the state's common fields and the verdict
+with its reason; a subclass supplies only its evidence rule (:meth:`~EvidenceDetector._evidence`) and its own state
+fields.
 """
 
 from __future__ import annotations
@@ -86,8 +87,8 @@ class Detector(ABC):
     def observe(self, step: int, score: float, scores: Sequence[float] | None = None) -> bool:
         """Deprecated name of :meth:`update` (kept so that older callers run): warns, then calls :meth:`update`.
 
-        ``observe`` means one thing in the core: :meth:`JobMonitor.observe <platform_sim.core.monitor.JobMonitor.
-        observe>`, which answers a :class:`~platform_sim.core.boundary.Decision`.
+        ``observe`` means one thing in the core: :meth:`~platform_sim.core.monitor.JobMonitor.observe`, which answers
+        a :class:`~platform_sim.core.boundary.Decision`.
         """
         warnings.warn(
             "Detector.observe() is deprecated: call Detector.update() (same arguments, same answer)",
