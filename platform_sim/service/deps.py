@@ -3,11 +3,14 @@ and the job's JSON form. One :class:`ServiceContext` per app; the route modules 
 """
 
 # No `from __future__ import annotations`: FastAPI reads the dependency's annotations at runtime.
+import functools
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 
+import anyio
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
@@ -18,6 +21,8 @@ from .store import JobRecord, Store, Tenant
 
 BEARER = HTTPBearer(auto_error=False, description="A tenant token from `evalstop-server tenant add NAME`.")
 """The bearer scheme of the OpenAPI spec (``HTTPBearer``); it holds no state."""
+
+T = TypeVar("T")
 
 TOKEN_CACHE_MAX = 10_000
 """Most tokens remembered; beyond it the cache is emptied (simpler than tracking recency, and rare)."""
@@ -43,6 +48,10 @@ class ServiceContext:
     # Valid tokens are remembered for token_cache_ttl seconds: the lookup was a fifth of the server's time per
     # report. A revocation therefore takes effect within that time (1 s by default); unknown tokens are never cached.
     _tokens: dict[str, tuple[Tenant, float]] = field(default_factory=dict, repr=False)
+
+    async def call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """``fn(*args, **kwargs)`` (a blocking store call) on a worker thread, off the event loop."""
+        return await anyio.to_thread.run_sync(functools.partial(fn, *args, **kwargs))
 
     def authenticate(self, token: str | None, body_bytes: int = 0) -> Tenant:
         """The active tenant holding ``token``, charged to the rate limit for a request of ``body_bytes``.

@@ -4,7 +4,6 @@
 import uuid
 from typing import Annotated
 
-import anyio
 from fastapi import Depends, FastAPI, Query
 from fastapi.responses import JSONResponse
 
@@ -55,7 +54,7 @@ def add_routes(app: FastAPI, ctx: ServiceContext) -> None:
             cadence=None if cadence is None else cadence.spec(),
         )
         try:
-            job, created = await anyio.to_thread.run_sync(store.register_job, t.tenant_id, record)
+            job, created = await ctx.call(store.register_job, t.tenant_id, record)
         except Exception as exc:
             api_error = store_error(exc, record.job_id)
             if api_error is not None:
@@ -92,7 +91,7 @@ def add_routes(app: FastAPI, ctx: ServiceContext) -> None:
         """Mark the job finished (idempotent: the first reason is kept). It takes no more reports."""
         reason = body.reason if body is not None else "completed"
         try:
-            job = await anyio.to_thread.run_sync(store.finish_job, t.tenant_id, job_id, reason)
+            job = await ctx.call(store.finish_job, t.tenant_id, job_id, reason)
         except Exception as exc:
             api_error = store_error(exc, job_id)
             if api_error is None:
