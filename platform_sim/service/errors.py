@@ -5,7 +5,6 @@ store error through :func:`store_error`, which maps it to its status in one plac
 """
 
 # No `from __future__ import annotations`: FastAPI reads the handlers' annotations at runtime.
-import json
 import logging
 from collections.abc import Sequence
 from typing import Any
@@ -40,11 +39,6 @@ class ApiError(Exception):
     def body(self) -> dict[str, str]:
         """The JSON body answered."""
         return {"error": self.code, "message": self.message}
-
-
-def error_body(code: str, message: str) -> bytes:
-    """The encoded JSON body of an error (for the ASGI middlewares, which answer without FastAPI)."""
-    return json.dumps({"error": code, "message": message}).encode()
 
 
 def not_found(job_id: str) -> ApiError:
