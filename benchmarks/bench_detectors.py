@@ -2,7 +2,7 @@
 
 Prints the median wall time of ``--repeat`` runs (seed 0) per detector of ``evalstop-sim detectors`` at each sigma,
 and the same run with no stop policy and with the paper's rule without per-example scores, for reference; then the
-cost of one ``observe`` call per detector, averaged over a run of 20 and of 100 evals with 48 per-example scores
+cost of one ``update`` call per detector, averaged over a run of 20 and of 100 evals with 48 per-example scores
 (a slowly rising series that never stops, so every eval is decided).
 
     python benchmarks/bench_detectors.py [--repeat 3] [--sigmas 0.02,0.12]
@@ -50,7 +50,7 @@ def main() -> None:
         for label, spec in CANDIDATES:
             ms = 1000 * timed(wl, PolicySpec(stop="evalstop", detector=spec), per_example, args.repeat)
             print(f"  {label + ', per-example scores':42s} {ms:8.1f} ms")
-    print("cost of one observe() call, mean over a whole run (48 per-example scores per eval)")
+    print("cost of one update() call, mean over a whole run (48 per-example scores per eval)")
     rng = np.random.default_rng(0)
     for n_evals in (20, 100):
         means = 0.1 + 0.5 * np.sqrt(np.linspace(0.05, 1.0, n_evals))
@@ -61,7 +61,7 @@ def main() -> None:
                 det = detector_from_spec(spec)
                 t0 = time.perf_counter()
                 for step, (m, scores) in enumerate(evals, 1):
-                    det.observe(step, m, scores)
+                    det.update(step, m, scores)
                 best = min(best, time.perf_counter() - t0)
             print(f"  {n_evals:3d} evals  {label:16s} {1e6 * best / n_evals:9.1f} us per eval")
 

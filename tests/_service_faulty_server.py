@@ -40,12 +40,12 @@ class FaultyDetector(KDeclineDetector):
 
     name = "faulty"
 
-    def observe(self, step: int, score: float, scores: Sequence[float] | None = None) -> bool:
+    def update(self, step: int, score: float, scores: Sequence[float] | None = None) -> bool:
         fault = FAULTS[step % len(FAULTS)]
         if fault is None:
-            return super().observe(step, score, scores)
+            return super().update(step, score, scores)
         if step % 2:
-            super().observe(step, score, scores)
+            super().update(step, score, scores)
             self.declines += 1000  # visibly wrong if it were ever kept
         raise fault(f"injected fault at step {step}")
 

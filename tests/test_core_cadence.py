@@ -141,7 +141,7 @@ def test_decision_round_trip_and_bad_hint() -> None:
 
 
 def test_service_decision_schema_passes_the_hint_through() -> None:
-    from platform_sim.service.schemas import DecisionOut
+    from platform_sim.service.wire import DecisionOut
 
     with_hint = Decision(Action.CONTINUE, "no stop signal", 1, 20, 0.5, 65).to_dict()
     assert DecisionOut.model_validate(with_hint).next_eval_step == 65

@@ -18,7 +18,7 @@ from platform_sim.core import (
 
 
 def feed(det: Detector, scores: list[float]) -> list[bool]:
-    return [det.observe(i, s) for i, s in enumerate(scores)]
+    return [det.update(i, s) for i, s in enumerate(scores)]
 
 
 def test_two_consecutive_declines_stop_with_paper_defaults():
@@ -43,7 +43,7 @@ def test_equal_scores_are_not_declines():
 
 def test_first_eval_never_declines():
     det = KDeclineDetector(k=1)
-    assert det.observe(0, -100.0) is False
+    assert det.update(0, -100.0) is False
     assert det.declines == 0
 
 
@@ -68,9 +68,9 @@ def test_min_delta_tolerates_small_drops():
 def test_min_delta_boundary_is_strict():
     det = KDeclineDetector(k=1, min_delta=0.25)
     # a drop of exactly min_delta is not a decline: score_t < score_{t-1} - min_delta is required
-    assert det.observe(0, 1.0) is False
-    assert det.observe(1, 0.75) is False
-    assert det.observe(2, 0.49) is True
+    assert det.update(0, 1.0) is False
+    assert det.update(1, 0.75) is False
+    assert det.update(2, 0.49) is True
 
 
 @pytest.mark.parametrize("k", [0, -1, 1.5, True, "2", None])
@@ -94,7 +94,7 @@ def test_state_dict_round_trip_continues_identically():
     state = json.loads(json.dumps(first.state_dict()))  # must survive JSON
     second = detector_from_spec(first.spec())
     second.load_state_dict(state)
-    rest = [second.observe(i + 4, s) for i, s in enumerate(scores[4:])]
+    rest = [second.update(i + 4, s) for i, s in enumerate(scores[4:])]
     assert rest == expected[4:]
     assert second.state_dict() == full.state_dict()
 
@@ -129,7 +129,7 @@ def test_register_detector_makes_it_selectable_and_requires_a_name():
     class Always(Detector):
         name = "test-always-stop"
 
-        def observe(self, step, score, scores=None):
+        def update(self, step, score, scores=None):
             return True
 
         def params(self):
@@ -172,16 +172,16 @@ def test_detectors_declare_whether_they_read_per_example_scores():
     assert readers == {"k-decline-se", "paired-test", "cusum", "trend", "shape"}
 
 
-def test_update_returns_the_verdict_with_its_reason_and_a_plain_detector_gets_it_from_observe():
+def test_judge_returns_the_verdict_with_its_reason_and_a_plain_detector_gets_it_from_update():
     det = KDeclineDetector(k=2)
-    verdicts = [det.update(i, s) for i, s in enumerate([0.5, 0.4, 0.3])]
+    verdicts = [det.judge(i, s) for i, s in enumerate([0.5, 0.4, 0.3])]
     assert verdicts[:2] == [(False, ""), (False, "")]
     assert verdicts[2] == (True, "2 consecutive declines (k=2, min_delta=0)")
 
-    class Always(Detector):  # the interface alone: observe() and reason(), no EvidenceDetector
+    class Always(Detector):  # the interface alone: update() and reason(), no EvidenceDetector
         name = "test-always"
 
-        def observe(self, step, score, scores=None):
+        def update(self, step, score, scores=None):
             return True
 
         def params(self):
@@ -193,4 +193,21 @@ def test_update_returns_the_verdict_with_its_reason_and_a_plain_detector_gets_it
         def load_state_dict(self, state):
             pass
 
-    assert Always().update(1, 0.5) == (True, "test-always fired")
+    assert Always().judge(1, 0.5) == (True, "test-always fired")
+
+
+def test_observe_is_a_deprecated_alias_of_update():
+    # Code written against the old name keeps running (and is told); it gets exactly update()'s answers.
+    old, new = KDeclineDetector(k=2), KDeclineDetector(k=2)
+    with pytest.warns(DeprecationWarning, match=r"Detector.observe\(\) is deprecated: call Detector.update\(\)"):
+        got = [old.observe(i, s) for i, s in enumerate([0.5, 0.4, 0.3])]
+    assert got == [new.update(i, s) for i, s in enumerate([0.5, 0.4, 0.3])] == [False, False, True]
+    assert old.state_dict() == new.state_dict()
+
+
+def test_a_detector_that_overrides_observe_is_told_that_the_monitor_calls_update():
+    with pytest.warns(DeprecationWarning, match=r"Old overrides Detector.observe\(\).*override update\(\) instead"):
+
+        class Old(KDeclineDetector):
+            def observe(self, step, score, scores=None):
+                return True

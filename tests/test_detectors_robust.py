@@ -96,9 +96,9 @@ def test_bad_parameters_name_the_parameter(name, params, word):
 @pytest.mark.parametrize("name", ROBUST)
 def test_one_eval_never_stops(name):
     det = make_detector(name)
-    assert det.observe(0, 0.5, [0.5, 0.4, 0.6]) is False
+    assert det.update(0, 0.5, [0.5, 0.4, 0.6]) is False
     det = make_detector(name)
-    assert det.observe(0, 0.5, None) is False
+    assert det.update(0, 0.5, None) is False
 
 
 @pytest.mark.parametrize("name", ROBUST)
@@ -106,7 +106,7 @@ def test_constant_scores_never_stop(name):
     # Constant per-example scores: SE 0, every difference 0: no evidence of a decline, whatever the tolerance.
     det = make_detector(name)
     for step in range(30):
-        assert det.observe(step, 0.5, [0.5] * 16) is False
+        assert det.update(step, 0.5, [0.5] * 16) is False
 
 
 @pytest.mark.parametrize("name", ROBUST)
@@ -145,10 +145,10 @@ def test_kdecline_se_tolerance_is_the_paired_standard_error():
     base = rng.normal(0.5, 1.0, 100)
     noise = rng.normal(0.0, 0.05, 100)
     det = KDeclineSEDetector(k=1, z=2.0)
-    det.observe(0, float(base.mean()), list(base))
+    det.update(0, float(base.mean()), list(base))
     cur = base + noise - 0.03
     paired_se = float((cur - base).std(ddof=1) / 10.0)
-    assert det.observe(1, float(cur.mean()), list(cur)) is True  # 0.03 drop > 2 * 0.005
+    assert det.update(1, float(cur.mean()), list(cur)) is True  # 0.03 drop > 2 * 0.005
     assert det.last_tolerance == pytest.approx(2.0 * paired_se)
     assert det.last_tolerance < 0.2 * 2.0 * np.sqrt(2) * standard_error(base)
 
@@ -157,23 +157,23 @@ def test_kdecline_se_unpaired_when_the_examples_differ():
     a = [0.0, 1.0] * 8
     b = [0.0, 1.0] * 4
     det = KDeclineSEDetector(k=1, z=2.0)
-    det.observe(0, 0.5, a)
+    det.update(0, 0.5, a)
     tol = 2.0 * np.hypot(standard_error(a), standard_error(b))
-    assert det.observe(1, 0.5 - 0.9 * tol, [x - 0.9 * tol for x in b]) is False
+    assert det.update(1, 0.5 - 0.9 * tol, [x - 0.9 * tol for x in b]) is False
     assert det.last_tolerance == pytest.approx(tol)
     det = KDeclineSEDetector(k=1, z=2.0)
-    det.observe(0, 0.5, a)
-    assert det.observe(1, 0.5 - 1.1 * tol, [x - 1.1 * tol for x in b]) is True
+    det.update(0, 0.5, a)
+    assert det.update(1, 0.5 - 1.1 * tol, [x - 1.1 * tol for x in b]) is True
 
 
 def test_paired_test_ties_are_no_evidence():
     # Every example equal to the best's except one, which is lower: the mean drops but the test cannot be significant.
     det = PairedTestDetector(test="wilcoxon", alpha=0.01, k=1)
     best = [0.2, 0.4, 0.6, 0.8] * 5
-    assert det.observe(0, float(np.mean(best)), best) is False
+    assert det.update(0, float(np.mean(best)), best) is False
     cur = list(best)
     cur[0] -= 0.5
-    assert det.observe(1, float(np.mean(cur)), cur) is False
+    assert det.update(1, float(np.mean(cur)), cur) is False
     assert det.last_p is not None and det.last_p >= 0.01
 
 
@@ -181,34 +181,34 @@ def test_paired_test_ties_are_no_evidence():
 def test_paired_test_uniform_drop_is_significant(test):
     det = PairedTestDetector(test=test, alpha=0.01, k=1)
     best = list(np.linspace(0, 1, 30))
-    det.observe(0, float(np.mean(best)), best)
+    det.update(0, float(np.mean(best)), best)
     cur = [x - 0.1 for x in best]
-    assert det.observe(1, float(np.mean(cur)), cur) is True
+    assert det.update(1, float(np.mean(cur)), cur) is True
     assert det.last_p < 0.01
 
 
 def test_paired_test_too_few_examples_cannot_reach_significance():
     det = PairedTestDetector(test="wilcoxon", alpha=0.01, k=1)
-    det.observe(0, 1.0, [1.0, 1.0])
-    assert det.observe(1, 0.0, [0.0, 0.0]) is False  # two examples: the smallest one-sided p is 0.25
+    det.update(0, 1.0, [1.0, 1.0])
+    assert det.update(1, 0.0, [0.0, 0.0]) is False  # two examples: the smallest one-sided p is 0.25
     assert det.last_p == pytest.approx(0.25)
 
 
 def test_paired_test_min_effect_on_the_mean():
     det = PairedTestDetector(alpha=0.05, min_effect=0.2, k=1)
     best = list(np.linspace(0, 1, 30))
-    det.observe(0, float(np.mean(best)), best)
+    det.update(0, float(np.mean(best)), best)
     cur = [x - 0.1 for x in best]
-    assert det.observe(1, float(np.mean(cur)), cur) is False  # significant but smaller than min_effect
+    assert det.update(1, float(np.mean(cur)), cur) is False  # significant but smaller than min_effect
     cur = [x - 0.3 for x in best]
-    assert det.observe(2, float(np.mean(cur)), cur) is True
+    assert det.update(2, float(np.mean(cur)), cur) is True
 
 
 def test_paired_test_keeps_best_per_example_scores_in_state():
     det = PairedTestDetector()
     best = [0.9, 0.8, 0.7]
-    det.observe(0, 0.8, best)
-    det.observe(1, 0.5, [0.5, 0.5, 0.5])
+    det.update(0, 0.8, best)
+    det.update(1, 0.5, [0.5, 0.5, 0.5])
     state = json.loads(json.dumps(det.state_dict()))
     assert state["best_scores"] == best
     assert state["best_score"] == 0.8
@@ -272,9 +272,9 @@ def test_missing_per_example_scores_fall_back_with_one_warning(name, caplog):
 
 def test_kdecline_se_fallback_uses_the_given_se():
     det = KDeclineSEDetector(k=1, z=2.0, se=0.1)  # tolerance 2 * sqrt(2) * 0.1 = 0.283
-    det.observe(0, 1.0)
-    assert det.observe(1, 0.75) is False
-    assert det.observe(2, 0.4) is True
+    det.update(0, 1.0)
+    assert det.update(1, 0.75) is False
+    assert det.update(2, 0.4) is True
 
 
 def test_paired_test_fallback_is_the_k_decline_rule_on_the_mean():
@@ -340,8 +340,8 @@ def test_trend_needs_a_full_window_before_deciding():
     means = [1.0, 0.8, 0.6, 0.4]  # a steep fall, but only 4 evals
     rng = np.random.default_rng(0)
     for step, m in enumerate(means):
-        assert det.observe(step, m, _per_example(m, rng)) is False
-    assert det.observe(4, 0.2, _per_example(0.2, rng)) is True
+        assert det.update(step, m, _per_example(m, rng)) is False
+    assert det.update(4, 0.2, _per_example(0.2, rng)) is True
 
 
 def test_trend_short_window_reacts_earlier():
@@ -374,7 +374,7 @@ def test_trend_fallback_with_known_se_is_a_z_test_on_the_slope():
     loose = TrendDetector(window=5, alpha=0.1, se=0.02)
     for det in (strict, loose):
         for step, m in enumerate(means):
-            det.observe(step, m)
+            det.update(step, m)
     assert strict.declines == 0 and loose.declines == 1
     assert loose.last_p == pytest.approx(0.0569, abs=1e-3)
 
@@ -384,7 +384,7 @@ def test_trend_slopes_of_a_uniform_fall_are_certain():
     base = list(np.linspace(0, 1, 10))
     for step, shift in enumerate([0.0, -0.1, -0.2]):
         cur = [x + shift for x in base]
-        stop = det.observe(step, float(np.mean(cur)), cur)
+        stop = det.update(step, float(np.mean(cur)), cur)
     assert stop is True and det.last_p == 0.0
 
 
@@ -452,9 +452,9 @@ def test_warmup_ignores_an_early_dip(name):
 def test_unknown_noise_decides_nothing(name):
     # Means only, no `se`: the noise is unknown until 4 evals exist, so early drops are no evidence yet.
     det = make_detector(name, **({"k": 1} if name == "k-decline-se" else {"threshold": 0.0}))
-    assert [det.observe(i, m) for i, m in enumerate([1.0, 0.5, 0.0])] == [False, False, False]
+    assert [det.update(i, m) for i, m in enumerate([1.0, 0.5, 0.0])] == [False, False, False]
     with_se = make_detector(name, se=0.01, **({"k": 1} if name == "k-decline-se" else {"threshold": 0.0}))
-    assert [with_se.observe(i, m) for i, m in enumerate([1.0, 0.5, 0.0])][1] is True
+    assert [with_se.update(i, m) for i, m in enumerate([1.0, 0.5, 0.0])][1] is True
 
 
 def _falling_after_a_noisy_best(best_noise: float, level_alpha: float | None) -> list[bool]:
@@ -466,7 +466,7 @@ def _falling_after_a_noisy_best(best_noise: float, level_alpha: float | None) ->
     noise = rng.normal(0.0, best_noise, 20) if best_noise else np.zeros(20)
     evals = [1.0 + difficulty + noise - noise.mean()] + [m + difficulty for m in (0.99, 0.98, 0.97, 0.96)]
     det = TrendDetector(window=4, alpha=0.05, level_alpha=level_alpha)
-    return [det.observe(10 * (i + 1), float(np.mean(s)), list(s)) for i, s in enumerate(evals)]
+    return [det.update(10 * (i + 1), float(np.mean(s)), list(s)) for i, s in enumerate(evals)]
 
 
 def test_trend_level_alpha_requires_a_significant_drop_below_the_best_checkpoint():

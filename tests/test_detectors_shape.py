@@ -67,9 +67,9 @@ def test_posterior_is_invariant_to_the_score_scale_and_the_step_unit():
     a, b = ShapeDetector(), ShapeDetector()
     for step, mean, dev in zip(STEPS, means, devs):
         scores = mean + dev - dev.mean()
-        a.observe(int(step), float(scores.mean()), list(scores))
+        a.update(int(step), float(scores.mean()), list(scores))
         scaled = 3.0 + 10.0 * scores  # another score unit and offset, another step unit
-        b.observe(int(step * 7), float(scaled.mean()), list(scaled))
+        b.update(int(step * 7), float(scaled.mean()), list(scaled))
         assert (a.last_posterior is None) == (b.last_posterior is None)
         if a.last_posterior is not None:
             assert a.last_posterior == pytest.approx(b.last_posterior, abs=1e-9)
@@ -78,7 +78,7 @@ def test_posterior_is_invariant_to_the_score_scale_and_the_step_unit():
 def test_too_few_evals_decide_nothing():
     det = ShapeDetector(min_evals=5)
     for i, m in enumerate([0.5, 0.9, 0.2, 0.1]):  # a collapse, but only four points
-        assert det.observe(i + 1, m, [m - 0.01, m + 0.01]) is False
+        assert det.update(i + 1, m, [m - 0.01, m + 0.01]) is False
         assert det.last_posterior is None
 
 
@@ -89,7 +89,7 @@ def test_noise_comes_from_paired_per_example_differences():
     difficulty = np.linspace(-1.0, 1.0, 40)
     rng = np.random.default_rng(5)
     for i, m in enumerate([0.1, 0.2, 0.3]):
-        det.observe(i + 1, m, list(m + difficulty + rng.normal(0, 0.01, 40)))
+        det.update(i + 1, m, list(m + difficulty + rng.normal(0, 0.01, 40)))
     assert det.noise_sd() == pytest.approx(0.01 / np.sqrt(40), rel=0.5)
 
 
@@ -97,21 +97,21 @@ def test_means_only_use_se_or_the_history_with_one_warning(caplog):
     means = list(_gao(STEPS, peak=100.0))
     with caplog.at_level(logging.WARNING):
         given_se = ShapeDetector(se=0.005)
-        stops_with_se = next((int(s) for s, m in zip(STEPS, means) if given_se.observe(int(s), float(m))), None)
+        stops_with_se = next((int(s) for s, m in zip(STEPS, means) if given_se.update(int(s), float(m))), None)
     assert stops_with_se is not None and stops_with_se > 100
     assert given_se.noise_sd() == 0.005
     assert sum("falling back to the mean" in r.getMessage() for r in caplog.records) == 1
     history = ShapeDetector()
-    assert [history.observe(i, m) for i, m in enumerate([0.5, 0.1, 0.0])] == [False, False, False]
+    assert [history.update(i, m) for i, m in enumerate([0.5, 0.1, 0.0])] == [False, False, False]
     assert history.noise_sd() is None  # fewer than 4 means: noise unknown, nothing decided
 
 
 def test_a_changed_example_set_is_not_paired_and_warns_once(caplog):
     det = ShapeDetector(se=0.01)
     with caplog.at_level(logging.WARNING):
-        det.observe(1, 0.1, [0.1, 0.1, 0.1])
-        det.observe(2, 0.2, [0.2, 0.2])  # two examples instead of three: no paired difference
-        det.observe(3, 0.3, [0.3, 0.3, 0.5])
+        det.update(1, 0.1, [0.1, 0.1, 0.1])
+        det.update(2, 0.2, [0.2, 0.2])  # two examples instead of three: no paired difference
+        det.update(3, 0.3, [0.3, 0.3, 0.5])
     assert det.paired_pairs == 0 and det.noise_sd() == 0.01
     messages = [r.getMessage() for r in caplog.records if "falling back to the mean" in r.getMessage()]
     assert len(messages) == 1 and "cannot be paired" in messages[0]
@@ -136,8 +136,8 @@ def test_behind_zero_places_the_peak_behind_the_current_eval():
     det0, det1 = ShapeDetector(behind=0, se=0.005), ShapeDetector(se=0.005)
     post0, post1 = [], []
     for step, mean in zip(STEPS, means):
-        det0.observe(int(step), float(mean))
-        det1.observe(int(step), float(mean))
+        det0.update(int(step), float(mean))
+        det1.update(int(step), float(mean))
         post0.append(det0.last_posterior or 0.0)
         post1.append(det1.last_posterior or 0.0)
     at = int(np.flatnonzero(STEPS == 130)[0])
@@ -164,7 +164,7 @@ def test_constant_mean_with_noisy_examples_never_stops(seed, spread):
     det = ShapeDetector()
     for step in range(1, 25):
         dev = rng.normal(0, spread, 16)
-        assert det.observe(step, 0.3, list(0.3 + dev - dev.mean())) is False  # never below its best
+        assert det.update(step, 0.3, list(0.3 + dev - dev.mean())) is False  # never below its best
 
 
 def test_rebuilds_from_its_spec():
@@ -180,6 +180,6 @@ def test_shape_stops_only_on_a_score_below_the_best(last, stops, caplog):
     det = ShapeDetector(threshold=0.01, se=0.01)
     means = [0.1, 0.3, 0.45, 0.55, 0.6, 0.62, 0.63, 0.63, last]
     with caplog.at_level(logging.ERROR, logger="platform_sim.core.detectors"):
-        out = [det.observe(10 * (i + 1), m) for i, m in enumerate(means)]
+        out = [det.update(10 * (i + 1), m) for i, m in enumerate(means)]
     assert det.last_posterior is not None and det.last_posterior > 0.1
     assert out == [False] * 8 + [stops]

@@ -33,7 +33,7 @@ def _same(got, want, rel=1e-9):
 
 
 def _outcome(det, ev):
-    verdict = det.update(ev["step"], ev["score"], ev["scores"])
+    verdict = det.judge(ev["step"], ev["score"], ev["scores"])
     return {"stop": verdict.stop, "declines": det.declines, "reason": verdict.reason or None}
 
 
@@ -71,12 +71,12 @@ def test_fresh_detectors_make_the_recorded_decisions_and_states(detector_states,
         assert outcomes == run["outcomes"], (run["spec"], run["curve"])
 
 
-def test_observe_and_reason_agree_with_the_verdict(detector_states):
+def test_update_and_reason_agree_with_the_verdict(detector_states):
     run = next(r for r in detector_states["runs"] if r["spec"]["name"] == "trend")
     a, b = detector_from_spec(run["spec"]), detector_from_spec(run["spec"])
     for ev in detector_states["curves"][run["curve"]]:
-        verdict = a.update(ev["step"], ev["score"], ev["scores"])
-        stop = b.observe(ev["step"], ev["score"], ev["scores"])
+        verdict = a.judge(ev["step"], ev["score"], ev["scores"])
+        stop = b.update(ev["step"], ev["score"], ev["scores"])
         assert verdict.stop is stop and (verdict.reason == b.reason() if stop else verdict.reason == "")
         should_stop, reason = verdict  # unpacks like Lightning's (should_stop, reason)
         assert (should_stop, reason) == (stop, verdict.reason)
@@ -89,4 +89,4 @@ def test_a_k_decline_state_without_seen_is_read_as_past_the_warm_up(prev_score, 
     det = KDeclineDetector(k=1, warmup=3)
     det.load_state_dict({"prev_score": prev_score, "declines": 0})
     assert det.seen == (3 if prev_score is not None else 0)
-    assert det.observe(100, 0.4) is stops
+    assert det.update(100, 0.4) is stops

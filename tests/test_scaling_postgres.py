@@ -35,8 +35,9 @@ pytestmark = [
 psycopg = pytest.importorskip("psycopg", reason="the postgres extra is not installed")
 
 from platform_sim.core import Action, ConflictError, JobMonitor, Report  # noqa: E402
+from platform_sim.service.postgres_migrations import upgrade_schema  # noqa: E402
 from platform_sim.service.store import JobRecord  # noqa: E402
-from platform_sim.service.store_postgres import PostgresStore, upgrade_schema  # noqa: E402
+from platform_sim.service.store_postgres import PostgresStore  # noqa: E402
 
 
 def _db_url(name: str) -> str:
@@ -64,7 +65,8 @@ def test_migrations_are_versioned_and_concurrent_replicas_migrate_once(pg_db: st
     # Three replicas (processes) starting at once: the advisory lock lets one migrate; the others find the schema
     # at head. Without the lock two would try to create the same tables and fail.
     code = (
-        "import sys; from platform_sim.service.store_postgres import upgrade_schema; print(upgrade_schema(sys.argv[1]))"
+        "import sys; from platform_sim.service.postgres_migrations import upgrade_schema; "
+        "print(upgrade_schema(sys.argv[1]))"
     )
     procs = [
         subprocess.Popen([sys.executable, "-c", code, pg_db], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -87,11 +89,11 @@ def test_migrations_are_versioned_and_concurrent_replicas_migrate_once(pg_db: st
     from alembic import command
     from alembic.config import Config
 
-    from platform_sim.service import store_postgres
+    from platform_sim.service import postgres_migrations
 
     cfg = Config()
-    cfg.set_main_option("script_location", str(store_postgres.MIGRATIONS_DIR))
-    cfg.set_main_option("sqlalchemy.url", store_postgres._sqlalchemy_url(pg_db))
+    cfg.set_main_option("script_location", str(postgres_migrations.MIGRATIONS_DIR))
+    cfg.set_main_option("sqlalchemy.url", postgres_migrations._sqlalchemy_url(pg_db))
     command.downgrade(cfg, "base")
     with psycopg.connect(pg_db, autocommit=True) as conn:
         assert conn.execute("SELECT to_regclass('public.jobs')").fetchone() == (None,)

@@ -72,6 +72,8 @@ def test_register_defaults_idempotency_and_conflicts(http):
 
     first = _register(http, "reg-1", gpus=8, detector={"name": "k-decline", "params": {"k": 2}})
     assert first.status_code == 201
+    # The answer names the full spec the job runs (every parameter filled in): what a client's fallback core runs.
+    assert first.json()["detector"] == {"name": "k-decline", "params": {"k": 2, "min_delta": 0.0}}
     again = _register(http, "reg-1", gpus=8, detector={"name": "k-decline", "params": {"k": 2, "min_delta": 0}})
     assert again.status_code == 200 and again.json()["job_id"] == "reg-1"
     other = _register(http, "reg-1", gpus=8, detector={"name": "k-decline", "params": {"k": 3}})
@@ -187,6 +189,8 @@ def test_openapi_spec_is_versioned_and_declares_bearer_auth(server):
     report = spec["components"]["schemas"]["ReportIn"]
     assert report["additionalProperties"] is False
     assert set(report["properties"]) == {"job_id", "job_type", "step", "eval_score", "eval_scores"}
+    detector = spec["components"]["schemas"]["JobOut"]["properties"]["detector"]
+    assert detector["$ref"].endswith("/DetectorSpec") and "default detector" in detector["description"]
 
 
 def test_report_fast_path_answers_exactly_like_the_fastapi_route(tmp_path):

@@ -19,7 +19,7 @@ from service_support import Server, auth, free_port, tenant_server
 from evalstop_callbacks.client import EmbeddedClient
 from evalstop_callbacks.platform_client import PlatformClient
 from platform_sim.core import Report
-from platform_sim.service import schema
+from platform_sim.service import tables
 
 V1_DUMP = Path(__file__).parent / "data" / "service_db_v1.sql"
 V1_TOKEN = "es_v1-fixture-token"  # the fixture tenant's test token (its hash is in the dump)
@@ -186,7 +186,7 @@ def test_a_version_1_database_opens_and_its_jobs_read_as_fixed(tmp_path: Path) -
         report_cols = [r[1] for r in conn.execute("PRAGMA table_info(reports)")]
         hints = conn.execute("SELECT step, next_eval_step FROM reports ORDER BY step").fetchall()
     conn.close()
-    assert version == (str(schema.SCHEMA_VERSION),) and schema.SCHEMA_VERSION == 2
+    assert version == (str(tables.SCHEMA_VERSION),) and tables.SCHEMA_VERSION == 2
     assert jobs_cols[-1] == "cadence" and report_cols[-1] == "next_eval_step"
     assert hints == [(0, None), (20, None), (40, None), (60, None), (80, None)]
 

@@ -1,4 +1,4 @@
-"""One schema: the SQLite store's tables (built from ``platform_sim/service/schema.py``) equal the Alembic head's.
+"""One schema: the SQLite store's tables (built from ``platform_sim/service/tables.py``) equal the Alembic head's.
 
 The Alembic revisions are run on a SQLite file here (and on PostgreSQL in the ``postgres``-marked test), then both
 schemas are read back with SQLAlchemy's inspector and compared column by column, key by key.
@@ -16,7 +16,7 @@ import pytest
 sa = pytest.importorskip("sqlalchemy", reason="the postgres extra (sqlalchemy, alembic) is not installed")
 pytest.importorskip("alembic", reason="the postgres extra (sqlalchemy, alembic) is not installed")
 
-from platform_sim.service import schema  # noqa: E402
+from platform_sim.service import tables  # noqa: E402
 from platform_sim.service.sqlite_store import SQLiteStore  # noqa: E402
 
 
@@ -70,7 +70,7 @@ def _spec(kind: Callable[[str], str] = lambda k: k) -> dict[str, Any]:
             "unique": sorted(t.unique),
             "foreign_keys": sorted(t.foreign_keys),
         }
-        for t in sorted(schema.TABLES, key=lambda t: t.name)
+        for t in sorted(tables.TABLES, key=lambda t: t.name)
     }
 
 
@@ -78,7 +78,7 @@ def _alembic_upgrade(url: str) -> None:
     from alembic import command
     from alembic.config import Config
 
-    from platform_sim.service.store_postgres import MIGRATIONS_DIR
+    from platform_sim.service.postgres_migrations import MIGRATIONS_DIR
 
     cfg = Config()
     cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
@@ -96,7 +96,7 @@ def test_sqlite_schema_equals_the_alembic_heads(tmp_path: Path) -> None:
     _alembic_upgrade(f"sqlite:///{tmp_path / 'alembic.db'}")
     store = _reflect(sa.create_engine(f"sqlite:///{tmp_path / 'store.db'}"), lambda t: _affinity(_kind_declared(t)))
     alembic = _reflect(sa.create_engine(f"sqlite:///{tmp_path / 'alembic.db'}"), _kind_declared)
-    assert store == _spec(_affinity)  # the SQLite store makes what schema.py describes
+    assert store == _spec(_affinity)  # the SQLite store makes what tables.py describes
     assert alembic == _spec()  # ... and so does the Alembic head, down to int versus bigint
     assert {t: v["foreign_keys"] for t, v in store.items()} == {t: v["foreign_keys"] for t, v in alembic.items()}
 
@@ -120,9 +120,9 @@ def test_an_upgraded_version_1_file_has_the_schema_of_a_new_one(tmp_path: Path) 
         sa.create_engine(f"sqlite:///{tmp_path / 'new.db'}"), lambda t: _affinity(_kind_declared(t))
     )
     assert upgraded == _spec(_affinity)
-    assert schema.sqlite_upgrade(schema.SCHEMA_VERSION) == []
+    assert tables.sqlite_upgrade(tables.SCHEMA_VERSION) == []
     with pytest.raises(ValueError, match="schema version must be between 1 and"):
-        schema.sqlite_upgrade(0)
+        tables.sqlite_upgrade(0)
 
 
 @pytest.mark.postgres
@@ -137,7 +137,7 @@ def test_postgres_schema_equals_schema_py() -> None:
         admin.execute(f"CREATE DATABASE {name}")
     url = base.rsplit("/", 1)[0] + "/" + name
     try:
-        from platform_sim.service.store_postgres import _sqlalchemy_url, upgrade_schema
+        from platform_sim.service.postgres_migrations import _sqlalchemy_url, upgrade_schema
 
         upgrade_schema(url)
         engine = sa.create_engine(_sqlalchemy_url(url), poolclass=sa.pool.NullPool)

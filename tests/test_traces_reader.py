@@ -165,7 +165,7 @@ def test_sub_evals_take_the_same_samples_of_every_prompt(tmp_path):
     assert eval_samples_of(t) == 4
     first, second = sub_evals(t)
     assert first.name == "x4-sub0" and second.name == "x4-sub1"
-    from platform_sim.service.schemas import JOB_ID_PATTERN
+    from platform_sim.service.wire import JOB_ID_PATTERN
 
     assert re.fullmatch(JOB_ID_PATTERN, first.name)  # a sub-eval can be a job on the service or the platform
     assert first.examples == ((1.0, 2.0, 10.0, 20.0), (0.0, 0.0, 1.0, 1.0))

@@ -142,7 +142,7 @@ class JobMonitor:
                 raise InvalidReportError("eval_scores must not be empty when given")
         forget = not self.detector.keeps_extra_evals and self._next_is_extra(step)
         snapshot = self.detector.state_dict() if forget else None
-        verdict = self.detector.update(step, score, scores)
+        verdict = self.detector.judge(step, score, scores)
         self.steps.append(step)
         self.scores.append(score)
         # A stopped job's best is the checkpoint that exists: the best among the evaluations up to and including the

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 
 from platform_sim.core.boundary import JOB_TYPES
 
-MAX_EVAL_SCORES = 10_000  # the service's default (schemas.MAX_EVAL_SCORES; not imported: it needs the extra)
+MAX_EVAL_SCORES = 10_000  # the service's default (wire.MAX_EVAL_SCORES; not imported: it needs the extra)
 
 DEFAULT_DB = "evalstop.db"
 TENANT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")  # always used with fullmatch (no trailing newline)

@@ -32,7 +32,7 @@ from typing import Any
 
 from platform_sim.core import JobMonitor, Report, detector_from_spec
 
-from . import schema, sql
+from . import report_transaction, sql, tables
 from .store import (
     JobNotFound,
     JobRecord,
@@ -50,8 +50,8 @@ from .writer import BatchWriter, Op, Result
 
 logger = logging.getLogger(__name__)
 
-SCHEMA_VERSION = schema.SCHEMA_VERSION
-_SCHEMA = schema.sqlite_ddl()  # the one description of the tables (schema.py), pinned to the Alembic head by a test
+SCHEMA_VERSION = tables.SCHEMA_VERSION
+_SCHEMA = tables.sqlite_ddl()  # the one description of the tables (tables.py), pinned to the Alembic head by a test
 
 _SQL = sql.statements("?")
 
@@ -59,7 +59,7 @@ _SQL = sql.statements("?")
 class _Txn:
     """One write transaction of the writer thread.
 
-    Report rows and job-state updates are collected (:class:`~.sql.Writes`) and written with two ``executemany``
+    Report rows and job-state updates are collected (:class:`~.report_transaction.Writes`) and written with two ``executemany``
     calls per batch: every ``sqlite3`` call releases and re-takes the GIL, and with the event loop busy in the other
     thread each re-take can wait a whole switch interval, so per-statement writes made the writer the bottleneck
     (measured).
@@ -67,7 +67,7 @@ class _Txn:
 
     def __init__(self, conn: sqlite3.Connection) -> None:
         self.conn = conn
-        self.writes = sql.Writes()
+        self.writes = report_transaction.Writes()
 
     def flush(self) -> None:
         """Write what was collected (before any statement that reads or writes the same rows directly)."""
@@ -84,7 +84,7 @@ class SQLiteStore(Store):
         max_batch: Most operations committed together by the writer thread (group commit).
         busy_timeout_ms: How long a connection waits for another process's write lock before failing.
         cache_jobs: Most job monitors kept in memory by the writer (least recently used ones are dropped).
-        cache_bytes: Approximate memory budget of those monitors (:func:`~.sql.monitor_size`); least recently used
+        cache_bytes: Approximate memory budget of those monitors (:func:`~.report_transaction.monitor_size`); least recently used
             ones are dropped beyond it, so a few jobs with huge per-example reports cannot hold the memory of
             thousands of ordinary ones. A dropped job is rebuilt from the database at its next report.
     """
@@ -120,7 +120,7 @@ class SQLiteStore(Store):
         self._batch_writer = BatchWriter("evalstop-sqlite-writer", 1, max_batch, self._transact, self._forget)
         self._wconn: sqlite3.Connection | None = None  # writer thread only
         self._closed = False
-        self._cache: OrderedDict[tuple[int, str], sql.JobState] = OrderedDict()  # writer thread only
+        self._cache: OrderedDict[tuple[int, str], report_transaction.JobState] = OrderedDict()  # writer thread only
         self._data_version: int | None = None  # writer thread only
         self._init_schema()
 
@@ -164,7 +164,7 @@ class SQLiteStore(Store):
                 # A file of an older version: its tables lack the columns added since (CREATE TABLE IF NOT EXISTS
                 # above left them as they were). Added in this one transaction, under the write lock, after reading
                 # the version in it: of several processes opening the file at once, exactly one upgrades it.
-                for statement in schema.sqlite_upgrade(int(row[0])):
+                for statement in tables.sqlite_upgrade(int(row[0])):
                     conn.execute(statement)
                 conn.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION),))
                 logger.info("database %s upgraded from schema version %s to %d", self.path, row[0], SCHEMA_VERSION)
@@ -312,7 +312,7 @@ class SQLiteStore(Store):
         query, args = sql.list_jobs_query(_SQL.ph, tenant_id, status, limit, after)
         return [sql.job_from_row(r) for r in self._reader().execute(query, args).fetchall()]
 
-    def _load_for_update(self, txn: _Txn, key: tuple[int, str]) -> sql.JobState:
+    def _load_for_update(self, txn: _Txn, key: tuple[int, str]) -> report_transaction.JobState:
         """The job's state, valid inside the current write transaction (see ``_transact`` for the cache)."""
         cached = self._cache.get(key)
         if cached is not None:
@@ -321,16 +321,17 @@ class SQLiteStore(Store):
         txn.flush()  # the rows below must include what this batch already applied
         conn = txn.conn
         row = conn.execute(
-            f"SELECT {sql.JOB_STATE_COLUMNS} FROM jobs WHERE tenant_id = ? AND job_id = ?", key
+            f"SELECT {report_transaction.JOB_STATE_COLUMNS} FROM jobs WHERE tenant_id = ? AND job_id = ?", key
         ).fetchone()
         reps = (
             []
             if row is None
             else conn.execute(
-                f"SELECT {sql.REPORT_STATE_COLUMNS} FROM reports WHERE tenant_id = ? AND job_id = ? ORDER BY step", key
+                f"SELECT {report_transaction.REPORT_STATE_COLUMNS} FROM reports WHERE tenant_id = ? AND job_id = ? ORDER BY step",
+                key,
             ).fetchall()
         )
-        cached = sql.load_job_state(key[1], row, reps, complete=True)
+        cached = report_transaction.load_job_state(key[1], row, reps, complete=True)
         self._cache[key] = cached
         self._cache_size += cached.size
         return cached
@@ -341,7 +342,7 @@ class SQLiteStore(Store):
         def op(txn: _Txn) -> ReportOutcome:
             job = self._load_for_update(txn, key)
             before = job.size
-            outcome = sql.apply_report(key, job, report, txn.writes)
+            outcome = report_transaction.apply_report(key, job, report, txn.writes)
             self._cache_size += job.size - before
             self._trim_cache()  # least recent first: the job just used stays
             return outcome

@@ -34,82 +34,21 @@ import zlib
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future
 from contextlib import contextmanager
-from pathlib import Path
 from typing import Any
 
 from platform_sim.core import JobMonitor, Report, detector_from_spec
 
-from . import sql
-from .store import (
-    JobNotFound,
-    JobRecord,
-    ReportOutcome,
-    Store,
-    StoredReport,
-    StoreUnavailable,
-    Tenant,
-    TenantExists,
-    TenantNotFound,
-    hash_token,
-    new_token,
-)
+from . import report_transaction, sql, store
+from .postgres_migrations import check_schema_at_head, is_postgres_url, upgrade_schema
+from .store import JobNotFound, JobRecord, ReportOutcome, Store, StoredReport, StoreUnavailable
 from .writer import BatchWriter, Op, Result
 
 logger = logging.getLogger(__name__)
-
-URL_SCHEMES = ("postgresql://", "postgres://")
-MIGRATIONS_DIR = Path(__file__).with_name("migrations")
 
 _SQL = sql.statements("%s")
 # Errors after which a whole transaction may simply be run again (another replica won a race).
 _RETRY_SQLSTATES = frozenset({"40001", "40P01"})  # serialization_failure, deadlock_detected
 _LOCK_TIMEOUT = "55P03"  # lock_not_available: lock_timeout expired
-_ALEMBIC_LOCK = threading.Lock()
-
-
-def is_postgres_url(db: str) -> bool:
-    """True if ``db`` names a PostgreSQL database rather than a SQLite file path."""
-    return isinstance(db, str) and db.startswith(URL_SCHEMES)
-
-
-def _sqlalchemy_url(url: str) -> str:
-    # Alembic goes through SQLAlchemy, whose default PostgreSQL driver is psycopg2; we ship psycopg 3.
-    return "postgresql+psycopg://" + url.split("://", 1)[1]
-
-
-def upgrade_schema(url: str, revision: str = "head") -> str:
-    """Bring the database at ``url`` to ``revision`` of the store's schema with Alembic; return the new revision.
-
-    Safe to call from several processes at once (the migration environment takes an advisory lock) and from several
-    threads (Alembic's context is process-global, so calls in one process take turns).
-
-    Raises:
-        ValueError: the database is at a revision this code does not know (a newer evalstop migrated it).
-    """
-    import sqlalchemy as sa
-    from alembic import command
-    from alembic.config import Config
-    from alembic.runtime.migration import MigrationContext
-    from alembic.script import ScriptDirectory
-
-    cfg = Config()
-    cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
-    cfg.set_main_option("sqlalchemy.url", _sqlalchemy_url(url))
-    script = ScriptDirectory.from_config(cfg)
-    engine = sa.create_engine(_sqlalchemy_url(url), poolclass=sa.pool.NullPool)
-    try:
-        with _ALEMBIC_LOCK, engine.connect() as conn:
-            current = MigrationContext.configure(conn).get_current_revision()
-            if current is not None and current not in {s.revision for s in script.walk_revisions()}:
-                raise ValueError(
-                    f"database schema is at revision {current!r}, which this evalstop-server does not "
-                    f"know (newest known: {script.get_current_head()!r}); upgrade evalstop"
-                )
-            cfg.attributes["connection"] = conn
-            command.upgrade(cfg, revision)
-            return MigrationContext.configure(conn).get_current_revision() or ""
-    finally:
-        engine.dispose()
 
 
 class PostgresStore(Store):
@@ -163,7 +102,7 @@ class PostgresStore(Store):
             if migrate:
                 upgrade_schema(url)
             else:
-                self._check_schema_at_head()
+                check_schema_at_head(url, connect_timeout)
         except (psycopg.OperationalError, sqlalchemy.exc.OperationalError) as exc:
             # libpq's messages span lines ("Is the server running...?"); operators get one line.
             orig = getattr(exc, "orig", None) or exc
@@ -238,24 +177,6 @@ class PostgresStore(Store):
                 raise
         with self._reader() as conn:
             return fn(conn)
-
-    def _check_schema_at_head(self) -> None:
-        from alembic.config import Config
-        from alembic.script import ScriptDirectory
-
-        cfg = Config()
-        cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
-        head = ScriptDirectory.from_config(cfg).get_current_head()
-        with self._psycopg.connect(self.url, autocommit=True, connect_timeout=int(self.connect_timeout)) as conn:
-            try:
-                row = conn.execute("SELECT version_num FROM alembic_version").fetchone()
-            except self._psycopg.errors.UndefinedTable:
-                row = None
-        if row is None or row[0] != head:
-            raise ValueError(
-                f"database schema is at revision {row[0] if row else None!r}, expected {head!r}: "
-                "run the migrations first (evalstop-server serve does it unless told not to)"
-            )
 
     # -- writer threads ------------------------------------------------------------------------------------------
     def _shard(self, tenant_id: int, job_id: str) -> int:
@@ -346,7 +267,7 @@ class PostgresStore(Store):
         # row but would join other tables from the statement's older snapshot (READ COMMITTED), so the report rows
         # are read by the next statement, which sees everything committed before the locks were granted.
         rows = cur.execute(
-            f"SELECT tenant_id, job_id, {sql.JOB_STATE_COLUMNS} "
+            f"SELECT tenant_id, job_id, {report_transaction.JOB_STATE_COLUMNS} "
             "FROM jobs WHERE (tenant_id, job_id) IN (SELECT * FROM unnest(%s::bigint[], %s::text[])) "
             "ORDER BY tenant_id, job_id FOR UPDATE",
             ([k[0] for k in keys], [k[1] for k in keys]),
@@ -364,7 +285,7 @@ class PostgresStore(Store):
         stored: dict[tuple[Any, ...], list[tuple[Any, ...]]] = {}
         if full:
             for r in cur.execute(
-                f"SELECT tenant_id, job_id, {sql.REPORT_STATE_COLUMNS} "
+                f"SELECT tenant_id, job_id, {report_transaction.REPORT_STATE_COLUMNS} "
                 "FROM reports WHERE (tenant_id, job_id) IN (SELECT * FROM unnest(%s::bigint[], %s::text[])) "
                 "ORDER BY 1, 2, 3",
                 ([k[0] for k in full], [k[1] for k in full]),
@@ -373,14 +294,14 @@ class PostgresStore(Store):
         if want:
             w = sorted(want)
             for r in cur.execute(
-                f"SELECT tenant_id, job_id, {sql.REPORT_STATE_COLUMNS} "
+                f"SELECT tenant_id, job_id, {report_transaction.REPORT_STATE_COLUMNS} "
                 "FROM reports WHERE (tenant_id, job_id, step) IN "
                 "(SELECT * FROM unnest(%s::bigint[], %s::text[], %s::bigint[])) ORDER BY 1, 2, 3",
                 ([x[0] for x in w], [x[1] for x in w], [x[2] for x in w]),
             ).fetchall():
                 stored.setdefault((r[0], r[1]), []).append(r[2:])
-        states: dict[tuple[Any, ...], sql.JobState] = {}
-        writes = sql.Writes()
+        states: dict[tuple[Any, ...], report_transaction.JobState] = {}
+        writes = report_transaction.Writes()
         results: list[Result] = []
         for op in items:
             key = op.key
@@ -388,33 +309,33 @@ class PostgresStore(Store):
                 job_state = states.get(key)
                 if job_state is None:
                     row = jobs.get(key)
-                    job_state = states[key] = sql.load_job_state(
+                    job_state = states[key] = report_transaction.load_job_state(
                         key[1], row, stored.get(key, []), complete=row is not None and row[14] is not None
                     )
-                results.append((sql.apply_report(key, job_state, op.payload, writes), None))
+                results.append((report_transaction.apply_report(key, job_state, op.payload, writes), None))
             except Exception as exc:  # the writer decides (domain error: answered; anything else: isolated)
                 results.append((None, exc))
         writes.flush(cur.executemany, _SQL)
         return results
 
     # -- tenants -------------------------------------------------------------------------------------------------
-    def add_tenant(self, name: str) -> tuple[Tenant, str]:
-        token = new_token()
+    def add_tenant(self, name: str) -> tuple[store.Tenant, str]:
+        token = store.new_token()
         now = time.time()
         with self._reader() as conn:  # not retried: a lost reply after the commit would read as "exists"
             row = conn.execute(
                 _SQL.insert_tenant + " ON CONFLICT (name) DO NOTHING RETURNING tenant_id",
-                (name, hash_token(token), now),
+                (name, store.hash_token(token), now),
             ).fetchone()
         if row is None:
-            raise TenantExists(f"tenant {name!r} already exists")
-        return Tenant(int(row[0]), name, now, None), token
+            raise store.TenantExists(f"tenant {name!r} already exists")
+        return store.Tenant(int(row[0]), name, now, None), token
 
-    def list_tenants(self) -> list[Tenant]:
+    def list_tenants(self) -> list[store.Tenant]:
         rows = self._read(lambda conn: conn.execute(_SQL.list_tenants).fetchall())
-        return [Tenant(*row) for row in rows]
+        return [store.Tenant(*row) for row in rows]
 
-    def revoke_tenant(self, name: str) -> Tenant:
+    def revoke_tenant(self, name: str) -> store.Tenant:
         now = time.time()
         row = self._read(
             lambda conn: conn.execute(  # idempotent (COALESCE): safe to run twice
@@ -424,17 +345,17 @@ class PostgresStore(Store):
             ).fetchone()
         )
         if row is None:
-            raise TenantNotFound(f"no tenant named {name!r}")
-        return Tenant(*row)
+            raise store.TenantNotFound(f"no tenant named {name!r}")
+        return store.Tenant(*row)
 
-    def tenant_for_token(self, token: str) -> Tenant | None:
+    def tenant_for_token(self, token: str) -> store.Tenant | None:
         # Not cached here: the HTTP app already remembers valid tokens for its token_cache_ttl (1 s), so a revocation
         # reaches every replica within that time; a second cache in the store would only lengthen it.
-        digest = hash_token(token)
+        digest = store.hash_token(token)
         row = self._read(lambda conn: conn.execute(_SQL.tenant_by_token, (digest,)).fetchone())
         if row is None or row[3] is not None:
             return None
-        return Tenant(*row)
+        return store.Tenant(*row)
 
     # -- jobs ----------------------------------------------------------------------------------------------------
     def register_job(self, tenant_id: int, record: JobRecord) -> tuple[JobRecord, bool]:

@@ -60,7 +60,7 @@ def record() -> dict:
             det = detector_from_spec(spec)
             outcomes, states = [], {}
             for i, ev in enumerate(evals):
-                stop = det.observe(ev["step"], ev["score"], ev["scores"])
+                stop = det.update(ev["step"], ev["score"], ev["scores"])
                 outcomes.append({"stop": stop, "declines": det.declines, "reason": det.reason() if stop else None})
                 if i in SPLITS or i == len(evals) - 1:
                     states[str(i)] = det.state_dict()

@@ -1,15 +1,17 @@
 """The detector interface and the base class of the built-in detectors.
 
-:class:`Detector` is the interface every consumer uses (the monitor, the stop policies, the service): one eval in, a
-:class:`Verdict` out, and the whole state as plain data. :class:`EvidenceDetector` is what the built-in detectors
-share: it owns the warm-up, the count of consecutive evals with evidence, the stop after ``k`` of them, the state's
-common fields and the verdict with its reason; a subclass supplies only its evidence rule (:meth:`~EvidenceDetector.
-_evidence`) and its own state fields.
+:class:`Detector` is the interface every consumer uses (the monitor, the stop policies, the service): one eval in,
+whether to stop out (:meth:`~Detector.update`; :meth:`~Detector.judge` adds why, as a :class:`Verdict`), and the
+whole state as plain data. :class:`EvidenceDetector` is what the built-in detectors share: it owns the warm-up, the
+count of consecutive evals with evidence, the stop after ``k`` of them, the state's common fields and the verdict
+with its reason; a subclass supplies only its evidence rule (:meth:`~EvidenceDetector._evidence`) and its own state
+fields.
 """
 
 from __future__ import annotations
 
 import logging
+import warnings
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar, NamedTuple
@@ -38,7 +40,7 @@ class Detector(ABC):
     """Interface of a stop detector.
 
     Subclasses set :attr:`name`, validate their parameters in ``__init__`` (raising ``ValueError`` that names the
-    parameter) and implement :meth:`observe`, :meth:`params`, :meth:`state_dict` and :meth:`load_state_dict`; the
+    parameter) and implement :meth:`update`, :meth:`params`, :meth:`state_dict` and :meth:`load_state_dict`; the
     built-in detectors do it through :class:`EvidenceDetector`.
     """
 
@@ -57,26 +59,43 @@ class Detector(ABC):
     #: Current evidence count towards a stop (for the k-decline rule: consecutive declines).
     declines: int = 0
 
-    def update(self, step: int, score: float, scores: Sequence[float] | None = None) -> Verdict:
-        """Take one evaluation; return whether the job should stop now and why.
-
-        Args:
-            step: Training step of the evaluation; strictly greater than every step observed before.
-            score: Finite mean score of the evaluation (higher is better).
-            scores: Optional per-example scores of the evaluation (same examples at every eval).
-        """
-        stop = self.observe(step, score, scores)
-        return Verdict(True, self.reason()) if stop else _CONTINUE
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "observe" in cls.__dict__:
+            # The monitor calls update(); a detector written against the old name would silently never be asked.
+            warnings.warn(
+                f"{cls.__qualname__} overrides Detector.observe(), which is deprecated and no longer called by "
+                "the monitor: override update() instead",
+                DeprecationWarning,
+                stacklevel=2,
+            )
 
     @abstractmethod
-    def observe(self, step: int, score: float, scores: Sequence[float] | None = None) -> bool:
-        """Take one evaluation; return True if the job should stop now (:meth:`update` without the reason).
+    def update(self, step: int, score: float, scores: Sequence[float] | None = None) -> bool:
+        """Take one evaluation; return True if the job should stop now (why: :meth:`reason`).
 
         Args:
             step: Training step of the evaluation; strictly greater than every step observed before.
             score: Finite mean score of the evaluation (higher is better).
             scores: Optional per-example scores of the evaluation (same examples at every eval).
         """
+
+    def judge(self, step: int, score: float, scores: Sequence[float] | None = None) -> Verdict:
+        """:meth:`update`, answered as a :class:`Verdict` that carries the reason of a stop (same arguments)."""
+        return Verdict(True, self.reason()) if self.update(step, score, scores) else _CONTINUE
+
+    def observe(self, step: int, score: float, scores: Sequence[float] | None = None) -> bool:
+        """Deprecated name of :meth:`update` (kept so that older callers run): warns, then calls :meth:`update`.
+
+        ``observe`` means one thing in the core: :meth:`~platform_sim.core.monitor.JobMonitor.observe`, which answers
+        a :class:`~platform_sim.core.boundary.Decision`.
+        """
+        warnings.warn(
+            "Detector.observe() is deprecated: call Detector.update() (same arguments, same answer)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return self.update(step, score, scores)
 
     @abstractmethod
     def params(self) -> dict[str, Any]:
@@ -91,14 +110,14 @@ class Detector(ABC):
         """Restore the state written by :meth:`state_dict`."""
 
     def reason(self) -> str:
-        """Why the detector stops (meaningful once :meth:`observe` returned True)."""
+        """Why the detector stops (meaningful once :meth:`update` returned True)."""
         return f"{self.name} fired"
 
     def doubt(self) -> float | None:
         """How far the last evaluation's evidence for a stop is from certain, in [0, 1] (small: strong evidence):
         the p-value of a detector's test, or one minus a Bayesian detector's posterior that the job overoptimizes
         and is past its peak. None: this detector has no such number, or the last evaluation gave none. Read right
-        after :meth:`observe` by the cadence policy: a small doubt that does not yet stop the job is evidence
+        after :meth:`update` by the cadence policy: a small doubt that does not yet stop the job is evidence
         building up."""
         return None
 
@@ -129,10 +148,7 @@ class EvidenceDetector(Detector):
         self.declines = 0
         self._warned = False  # the once-per-detector fallback warning (not state: a restored detector warns again)
 
-    def update(self, step: int, score: float, scores: Sequence[float] | None = None) -> Verdict:
-        return Verdict(True, self.reason()) if self.observe(step, score, scores) else _CONTINUE
-
-    def observe(self, step: int, score: float, scores: Sequence[float] | None = None) -> bool:
+    def update(self, step: int, score: float, scores: Sequence[float] | None = None) -> bool:
         # The simulator's hot path (about 10^6 calls per experiment): the verdict without building its reason.
         counts = self.seen >= self.warmup  # this eval is number seen + 1, past the first `warmup`
         # The rule runs first: it may reject the eval (InvalidReportError), and then nothing here has changed.

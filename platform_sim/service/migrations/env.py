@@ -1,6 +1,6 @@
 """Alembic environment of the PostgreSQL store.
 
-Run through :func:`platform_sim.service.store_postgres.upgrade_schema` (which every service replica calls on start),
+Run through :func:`platform_sim.service.postgres_migrations.upgrade_schema` (which every service replica calls on start),
 never with a hand-written alembic.ini: the database URL comes from the caller's config. Several replicas may start at
 once on one database, so the migration runs under a PostgreSQL advisory lock: the first replica migrates, the others
 wait and then find the schema at head.
@@ -22,7 +22,7 @@ def run_migrations_online() -> None:
         url = config.get_main_option("sqlalchemy.url")
         if url is None:
             raise RuntimeError("the migration environment was given neither a connection nor sqlalchemy.url; "
-                               "run migrations through platform_sim.service.store_postgres.upgrade_schema")
+                               "run migrations through platform_sim.service.postgres_migrations.upgrade_schema")
         engine = sa.create_engine(url, poolclass=sa.pool.NullPool)
         with engine.connect() as connection:
             _migrate(connection)
@@ -33,7 +33,7 @@ def run_migrations_online() -> None:
 
 def _migrate(connection: sa.Connection) -> None:
     if connection.dialect.name != "postgresql":
-        # Only the schema test runs the revisions on SQLite (to compare them with schema.py); no replicas there.
+        # Only the schema test runs the revisions on SQLite (to compare them with tables.py); no replicas there.
         context.configure(connection=connection, target_metadata=None, transaction_per_migration=True)
         with context.begin_transaction():
             context.run_migrations()

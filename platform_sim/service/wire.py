@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from typing import Annotated, Any, Literal
 
+from fastapi import Path
 from pydantic import (
     BaseModel,
     BeforeValidator,
@@ -196,7 +197,11 @@ class JobOut(BaseModel):
     job_id: str
     job_type: str
     status: Literal["running", "stopped", "finished"]
-    detector: DetectorSpec
+    detector: DetectorSpec = Field(
+        description="The detector spec the job runs, {'name': ..., 'params': {...}} with every parameter filled in: "
+        "the one the registration gave, or the service's default detector (platform_sim.core.default_spec()) when "
+        "it gave none. A client's local fallback core runs exactly this spec while the service is unreachable."
+    )
     cadence: CadenceSpec = Field(
         description="The job's cadence, normalized: {'name': 'fixed', 'params': {}} when it gets no hints."
     )
@@ -225,3 +230,7 @@ class ErrorOut(BaseModel):
 
     error: str = Field(description="A short machine-readable code, e.g. not_found, conflict, invalid_request.")
     message: str = Field(description="What was wrong, for a human.")
+
+
+JobIdPath = Annotated[str, Path(pattern=JOB_ID_PATTERN, description="The job's id.")]
+"""The ``{job_id}`` of a route's path."""

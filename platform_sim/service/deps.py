@@ -1,0 +1,120 @@
+"""What every route shares: the store, the metrics, tenant authentication (with its token cache and the rate limit)
+and the job's JSON form. One :class:`ServiceContext` per app; the route modules take it as their only argument.
+"""
+
+# No `from __future__ import annotations`: FastAPI reads the dependency's annotations at runtime.
+import functools
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Annotated, Any, TypeVar
+
+import anyio
+from fastapi import Depends, Request
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+
+from .errors import ApiError
+from .metrics import ServiceMetrics
+from .ratelimit import RATE_BYTES_PER_TOKEN, TenantRateLimit
+from .store import JobRecord, Store, Tenant
+
+BEARER = HTTPBearer(auto_error=False, description="A tenant token from `evalstop-server tenant add NAME`.")
+"""The bearer scheme of the OpenAPI spec (``HTTPBearer``); it holds no state."""
+
+T = TypeVar("T")
+
+TOKEN_CACHE_MAX = 10_000
+"""Most tokens remembered; beyond it the cache is emptied (simpler than tracking recency, and rare)."""
+
+
+@dataclass
+class ServiceContext:
+    """The shared dependencies of one app.
+
+    Args:
+        store: Where tenants, jobs and reports live.
+        metrics: The app's Prometheus metrics.
+        max_eval_scores: Most per-example scores one report may carry.
+        token_cache_ttl: Seconds a valid token's tenant is remembered (0: every request asks the store).
+        rate_limit: Per-tenant rate limit, or None.
+    """
+
+    store: Store
+    metrics: ServiceMetrics
+    max_eval_scores: int
+    token_cache_ttl: float = 1.0
+    rate_limit: TenantRateLimit | None = None
+    # Valid tokens are remembered for token_cache_ttl seconds: the lookup was a fifth of the server's time per
+    # report. A revocation therefore takes effect within that time (1 s by default); unknown tokens are never cached.
+    _tokens: dict[str, tuple[Tenant, float]] = field(default_factory=dict, repr=False)
+
+    async def call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """``fn(*args, **kwargs)`` (a blocking store call) on a worker thread, off the event loop."""
+        return await anyio.to_thread.run_sync(functools.partial(fn, *args, **kwargs))
+
+    def authenticate(self, token: str | None, body_bytes: int = 0) -> Tenant:
+        """The active tenant holding ``token``, charged to the rate limit for a request of ``body_bytes``.
+
+        Raises:
+            ApiError: 401 (no token, unknown or revoked), 429 (over the tenant's rate, with ``Retry-After``).
+        """
+        challenge = {"WWW-Authenticate": "Bearer"}
+        if not token:
+            self.metrics.auth_failures.inc()
+            raise ApiError(401, "unauthorized", "missing bearer token: send 'Authorization: Bearer <token>'", challenge)
+        now = time.monotonic()
+        hit = self._tokens.get(token)
+        if hit is not None and hit[1] > now:
+            found: Tenant | None = hit[0]
+        else:
+            found = self.store.tenant_for_token(token)
+            if found is not None and self.token_cache_ttl > 0:
+                if len(self._tokens) >= TOKEN_CACHE_MAX:
+                    self._tokens.clear()
+                self._tokens[token] = (found, now + self.token_cache_ttl)
+        if found is None:
+            self.metrics.auth_failures.inc()
+            raise ApiError(401, "unauthorized", "invalid or revoked token", challenge)
+        limit = self.rate_limit
+        if limit is not None:
+            wait = limit.retry_after(found.tenant_id, 1.0 + body_bytes // RATE_BYTES_PER_TOKEN)
+            if wait > 0:
+                self.metrics.rate_limited.inc()
+                raise ApiError(
+                    429,
+                    "rate_limited",
+                    f"too many requests from this tenant (limit {limit.rate:g}/s, "
+                    f"burst {limit.burst:g}); retry after {wait:.2f} s",
+                    {"Retry-After": str(max(1, math.ceil(wait)))},
+                )
+        return found
+
+    async def tenant(
+        self, request: Request, creds: Annotated[HTTPAuthorizationCredentials | None, Depends(BEARER)]
+    ) -> Tenant:
+        """The FastAPI dependency of every authenticated route: the request's tenant (see :meth:`authenticate`)."""
+        length = request.headers.get("content-length", "0")
+        return self.authenticate(None if creds is None else creds.credentials, int(length) if length.isdigit() else 0)
+
+
+def job_out(job: JobRecord) -> dict[str, Any]:
+    """A job as its tenant sees it (:class:`~platform_sim.service.wire.JobOut`)."""
+    return {
+        "job_id": job.job_id,
+        "job_type": job.job_type,
+        "status": job.status,
+        "detector": job.detector,
+        "cadence": job.cadence if isinstance(job.cadence, dict) else {"name": "fixed", "params": {}},
+        "gpus": job.gpus,
+        "planned_steps": job.planned_steps,
+        "created_at": job.created_at,
+        "n_reports": job.n_reports,
+        "last_step": job.last_step,
+        "last_decision": None if job.last_decision is None else job.last_decision.to_dict(),
+        "best_step": job.best_step,
+        "best_score": job.best_score,
+        "stopped_at": job.stopped_at,
+        "finished_at": job.finished_at,
+        "finish_reason": job.finish_reason,
+    }

@@ -1,0 +1,43 @@
+"""The per-tenant rate limit: a token bucket per tenant, charged by the work a request causes."""
+
+from __future__ import annotations
+
+import time
+
+RATE_BYTES_PER_TOKEN = 2_000
+"""A request costs one rate-limit token plus one per this many bytes of body: a small report costs 1, a report of
+10,000 per-example scores (about 100 kB) about 51. Chosen with ``benchmarks/bench_noisy_neighbour.py``: large reports
+cost the server's single writer (and the disk) far more per byte than small ones cost per request."""
+
+
+class TenantRateLimit:
+    """A token bucket per tenant: ``rate`` tokens per second on average, bursts of up to ``burst``.
+
+    A request costs one token, and a report one more per :data:`RATE_BYTES_PER_TOKEN` bytes of body, so that a tenant
+    sending large per-example reports is limited by the work it causes, not by its request count. One tenant that
+    sends too much gets 429 with ``Retry-After`` instead of taking the server's time from the others. The buckets
+    live in this app instance (one per process); with several replicas each enforces its own.
+
+    Args:
+        rate: Tokens per second a tenant may sustain (> 0).
+        burst: Tokens a tenant may spend at once after being idle (>= 1). A request that costs more than ``burst``
+            takes the whole bucket (so that it can pass at all).
+    """
+
+    def __init__(self, rate: float, burst: float) -> None:
+        if not rate > 0 or not burst >= 1:
+            raise ValueError(f"rate must be > 0 and burst >= 1, got {rate} and {burst}")
+        self.rate, self.burst = float(rate), float(burst)
+        self._buckets: dict[int, tuple[float, float]] = {}  # tenant id -> (tokens, time of last refill)
+
+    def retry_after(self, tenant_id: int, cost: float = 1.0, now: float | None = None) -> float:
+        """Take ``cost`` tokens for ``tenant_id``; 0.0 if they were there, else the seconds until they will be."""
+        now = time.monotonic() if now is None else now
+        cost = min(max(cost, 1.0), self.burst)
+        tokens, last = self._buckets.get(tenant_id, (self.burst, now))
+        tokens = min(self.burst, tokens + (now - last) * self.rate)
+        if tokens >= cost:
+            self._buckets[tenant_id] = (tokens - cost, now)
+            return 0.0
+        self._buckets[tenant_id] = (tokens, now)
+        return (cost - tokens) / self.rate

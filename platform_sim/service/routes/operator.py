@@ -1,0 +1,33 @@
+"""The operator's routes: liveness, readiness and the Prometheus metrics (no tenant token)."""
+
+# No `from __future__ import annotations`: FastAPI reads the routes' annotations at runtime.
+from fastapi import FastAPI
+from fastapi.responses import JSONResponse, Response
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from ..deps import ServiceContext
+from ..errors import UNAVAILABLE
+from . import Routes
+
+
+def add_routes(app: FastAPI, ctx: ServiceContext) -> None:
+    """Add the operator routes, around ``ctx``, to ``app``."""
+    api = Routes(app, "", ["operator"])
+
+    @api.get("/healthz")
+    async def healthz() -> dict[str, str]:
+        """Liveness: the process answers."""
+        return {"status": "ok"}
+
+    @api.get("/readyz", responses=UNAVAILABLE)
+    async def readyz() -> JSONResponse:
+        """Readiness: the store can read and its writer is alive; otherwise 503 saying why."""
+        why = ctx.store.not_ready_reason()
+        if why is None:
+            return JSONResponse({"status": "ready"})
+        return JSONResponse({"error": "unavailable", "message": why}, status_code=503)
+
+    @api.get("/metrics", response_class=Response)
+    async def prometheus() -> Response:
+        """Prometheus text format."""
+        return Response(generate_latest(ctx.metrics.registry), media_type=CONTENT_TYPE_LATEST)
