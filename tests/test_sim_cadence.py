@@ -10,11 +10,11 @@ import sys
 import pytest
 
 from platform_sim.core.cadence import EvalBudget
-from platform_sim.core.policies import make_base_policy
-from platform_sim.core.stop_policies import make_stop_policy, with_stop
 from platform_sim.sim.cadence_study import cadence_comparison
 from platform_sim.sim.engine import DEFAULT_EVAL_COST, simulate
 from platform_sim.sim.metrics import run_metrics
+from platform_sim.sim.policies.policies import make_base_policy
+from platform_sim.sim.policies.stop_policies import make_stop_policy, with_stop
 from platform_sim.sim.workload import WorkloadConfig, generate_workload
 
 

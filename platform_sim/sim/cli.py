@@ -30,9 +30,9 @@ from typing import Any, NoReturn
 
 from platform_sim.core.cadence import EvalBudget
 from platform_sim.core.detectors import detector_from_spec
-from platform_sim.core.policies import BASE_POLICIES
-from platform_sim.core.stop_policies import STOP_POLICIES
 from platform_sim.integrations.tune_cli import add_tune  # Ray is imported only when the command runs
+from platform_sim.sim.policies.policies import BASE_POLICIES
+from platform_sim.sim.policies.stop_policies import STOP_POLICIES
 
 from .backend_cli import (
     UsageError,

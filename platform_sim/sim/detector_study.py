@@ -34,7 +34,7 @@ import numpy as np
 
 from platform_sim.core.detectors import detector_from_spec, shape_sens_spec
 from platform_sim.core.monitor import JobMonitor
-from platform_sim.core.policies import PREEMPTION_COST_H
+from platform_sim.sim.policies.policies import PREEMPTION_COST_H
 
 from .eval_scores import DEFAULT_EXAMPLES, DEFAULT_RHO, PerExampleObservation
 from .experiments import HACK_RATES, SIGMAS, PolicySpec

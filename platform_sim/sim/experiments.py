@@ -20,8 +20,8 @@ from typing import Any
 
 from platform_sim.core.cadence import EvalBudget
 from platform_sim.core.detectors import detector_from_spec, paper_spec
-from platform_sim.core.policies import PREEMPTION_COST_H, make_base_policy
-from platform_sim.core.stop_policies import DEFAULT_STOP_TYPES, Scheduler, make_stop_policy, with_stop
+from platform_sim.sim.policies.policies import PREEMPTION_COST_H, make_base_policy
+from platform_sim.sim.policies.stop_policies import DEFAULT_STOP_TYPES, Scheduler, make_stop_policy, with_stop
 
 from .engine import DEFAULT_EVAL_COST, SimResult, simulate
 from .metrics import add_oracle_shares, metric_row, run_metrics

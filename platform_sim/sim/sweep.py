@@ -36,7 +36,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from platform_sim.core.detectors import detector_from_spec
-from platform_sim.core.stop_policies import STOP_POLICIES
+from platform_sim.sim.policies.stop_policies import STOP_POLICIES
 
 from .experiments import PolicySpec, SimTask, run_task
 from .metrics import metric_row

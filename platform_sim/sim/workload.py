@@ -6,7 +6,7 @@ engine asks for things, and every policy run on the same seed sees exactly the s
 (paired comparisons).
 
 The ground truth (:class:`JobSpec`: hacking label, true curve, true duration) stays in the simulator; policies only see
-:class:`~platform_sim.core.views.JobView` objects built from the observable fields.
+:class:`~platform_sim.sim.policies.views.JobView` objects built from the observable fields.
 """
 
 from __future__ import annotations

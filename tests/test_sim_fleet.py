@@ -7,9 +7,9 @@ import json
 import numpy as np
 import pytest
 
-from platform_sim.core.fleet import FleetDetectorChoice, late_gain
-from platform_sim.core.stop_policies import FleetEvalStopPolicy, make_stop_policy
-from platform_sim.core.views import JobView, ViewWriter
+from platform_sim.sim.policies.fleet import FleetDetectorChoice, late_gain
+from platform_sim.sim.policies.stop_policies import FleetEvalStopPolicy, make_stop_policy
+from platform_sim.sim.policies.views import JobView, ViewWriter
 
 CONSERVATIVE = {"name": "shape", "params": {}}
 AGGRESSIVE = {"name": "shape", "params": {"threshold": 0.7, "future": 1.5, "min_tau": 2.0}}
