@@ -3,7 +3,7 @@
 The dense traces (``platform_sim/data/traces-dense``, recorded with ``evalstop traces record --eval-every 1``) hold
 an evaluation at every step. Each is replayed as a job evaluated every ``--every`` steps (the regular corpus's
 cadence), whose extra evaluations at a cadence hint read the recorded evaluation at the hinted step
-(:mod:`platform_sim.sim.dense_replay`). Two detectors: the project's default (``trend``, whose hint is its last
+(:mod:`platform_sim.studies.dense_replay`). Two detectors: the project's default (``trend``, whose hint is its last
 test's p-value below ``p_hint``) and the paper's rule (k-decline, k=2, whose hint is a first decline, optionally only
 a large one: ``min_drop``).
 
@@ -57,8 +57,8 @@ import numpy as np
 
 from platform_sim.core.cadence import EvalBudget
 from platform_sim.core.detectors import default_spec, paper_spec
-from platform_sim.sim.dense_replay import dense_cadence_study, smoothed_peak_step
-from platform_sim.sim.replay import replay
+from platform_sim.studies.dense_replay import dense_cadence_study, smoothed_peak_step
+from platform_sim.studies.replay import replay
 from platform_sim.sim.runner import ProcessRunner
 from platform_sim.sim.traces import RealTrace, load_trace_folders, shipped_dense_traces_dir, sub_evals
 from platform_sim.sim.workload import WorkloadConfig

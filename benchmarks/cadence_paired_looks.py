@@ -24,7 +24,7 @@ same policy at every step. Replayed as a job:
   best checkpoint, the latter once per best step (an implementation would keep it until a new best).
 
 Labels and true peaks come from the full 192-completion evals (the peak: the highest centred 5-step mean, as in
-:mod:`platform_sim.sim.dense_replay`). Evidence discipline: the look's setting is chosen on the ``tune`` traces
+:mod:`platform_sim.studies.dense_replay`). Evidence discipline: the look's setting is chosen on the ``tune`` traces
 (the smallest median delay among the settings that stop no more healthy and no fewer hacking traces than the
 default detector at the fixed cadence; ties: fewer eval units) and judged once on the ``test`` traces and on every
 ``--held-out`` folder, against the default detector at the fixed cadence on the same sub-eval 0. Figures in
@@ -56,7 +56,7 @@ from scipy import stats
 from platform_sim.core.cadence import cadence_from_spec
 from platform_sim.core.detectors import default_spec, detector_from_spec
 from platform_sim.core.monitor import JobMonitor
-from platform_sim.sim.dense_replay import median_with_never, smoothed_peak_step
+from platform_sim.studies.dense_replay import median_with_never, smoothed_peak_step
 from platform_sim.sim.traces import (
     RealTrace,
     load_trace_folders,
@@ -182,7 +182,7 @@ def replay_trace(trace: RealTrace, rule: LookRule | None, every: int) -> dict[st
 
 
 def study(traces: list[RealTrace], rule: LookRule | None, every: int) -> dict[str, Any]:
-    """Every trace under ``rule``: per-trace rows and a summary (as :func:`~platform_sim.sim.dense_replay.
+    """Every trace under ``rule``: per-trace rows and a summary (as :func:`~platform_sim.studies.dense_replay.
     dense_cadence_study`'s)."""
     rows = [replay_trace(t, rule, every) for t in traces]
     hacking = [r for r in rows if r["label"] == "hacking"]

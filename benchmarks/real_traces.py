@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 from platform_sim.sim.experiments import PolicySpec, rows_for_policies
-from platform_sim.sim.replay import corpus_scale, replay, trace_detection, trace_summary
+from platform_sim.studies.replay import corpus_scale, replay, trace_detection, trace_summary
 from platform_sim.sim.traces import load_traces, shipped_traces_dir
 from platform_sim.sim.workload import WorkloadConfig
 

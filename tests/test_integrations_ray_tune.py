@@ -21,8 +21,8 @@ from ray import tune  # noqa: E402
 
 from platform_sim.core import default_spec, detector_from_spec, paper_spec  # noqa: E402
 from platform_sim.integrations.ray_tune import LOG_FILE, EvalStopScheduler  # noqa: E402
-from platform_sim.integrations.tune_cli import RESOURCE, TuneReplayConfig, tune_replay  # noqa: E402
-from platform_sim.sim.replay import corpus_scale, trace_detection  # noqa: E402
+from platform_sim.studies.tune_replay import RESOURCE, TuneReplayConfig, tune_replay  # noqa: E402
+from platform_sim.studies.replay import corpus_scale, trace_detection  # noqa: E402
 from platform_sim.sim.traces import read_trace, shipped_traces_dir  # noqa: E402
 
 TESTS = Path(__file__).resolve().parent
@@ -198,7 +198,7 @@ def test_tiny_grpo_trial_is_stopped_by_the_scheduler(local_ray, tmp_path):
 
 def _cli(*argv, timeout=300):
     return subprocess.run(
-        [sys.executable, "-m", "platform_sim.sim.cli", "tune", *argv], capture_output=True, text=True, timeout=timeout
+        [sys.executable, "-m", "platform_sim.cli", "tune", *argv], capture_output=True, text=True, timeout=timeout
     )
 
 

@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from platform_sim.core.cadence import EvalBudget
-from platform_sim.sim.cadence_study import cadence_comparison
+from platform_sim.studies.cadence_study import cadence_comparison
 from platform_sim.sim.engine import DEFAULT_EVAL_COST, simulate
 from platform_sim.sim.metrics import run_metrics
 from platform_sim.sim.policies.policies import make_base_policy
@@ -132,7 +132,7 @@ def test_cadence_comparison_rows_carry_oracle_shares() -> None:
 
 def test_cli_run_cadence_json() -> None:
     out = subprocess.run(
-        [sys.executable, "-m", "platform_sim.sim.cli", "run", "--jobs", "40", "--cadence", "adaptive", "--json"],
+        [sys.executable, "-m", "platform_sim.cli", "run", "--jobs", "40", "--cadence", "adaptive", "--json"],
         capture_output=True,
         text=True,
         check=True,
@@ -141,7 +141,7 @@ def test_cli_run_cadence_json() -> None:
     assert m["config"]["cadence"] == "adaptive" and m["extra_evals"] > 0
     assert m["eval_gpu_h"] > 0 and m["waste_cut_share_of_oracle"] is not None
     bad = subprocess.run(
-        [sys.executable, "-m", "platform_sim.sim.cli", "run", "--eval-cost", "nan"],
+        [sys.executable, "-m", "platform_sim.cli", "run", "--eval-cost", "nan"],
         capture_output=True,
         text=True,
         check=False,
@@ -150,7 +150,7 @@ def test_cli_run_cadence_json() -> None:
 
 
 def _cli_run(*args: str) -> subprocess.CompletedProcess[str]:
-    cmd = [sys.executable, "-m", "platform_sim.sim.cli", "run", "--jobs", "40", *args]
+    cmd = [sys.executable, "-m", "platform_sim.cli", "run", "--jobs", "40", *args]
     return subprocess.run(cmd, capture_output=True, text=True, check=False)
 
 
@@ -242,7 +242,7 @@ def test_a_dense_trace_job_reads_the_nearest_recorded_eval(tmp_path) -> None:
     from _trace_factory import hacking_curve, write
 
     from platform_sim.sim.eval_scores import RecordedExamplesObservation
-    from platform_sim.sim.replay import build_replay_workload, recorded_observation, trace_curves, trace_scales
+    from platform_sim.studies.replay import build_replay_workload, recorded_observation, trace_curves, trace_scales
     from platform_sim.sim.traces import read_trace
 
     means = hacking_curve(60)
@@ -264,7 +264,7 @@ def test_a_dense_trace_job_reads_the_nearest_recorded_eval(tmp_path) -> None:
 def test_replay_takes_a_sparser_regular_grid_for_dense_traces(tmp_path) -> None:
     from _trace_factory import hacking_curve, healthy_curve, write
 
-    from platform_sim.sim.replay import replay
+    from platform_sim.studies.replay import replay
     from platform_sim.sim.traces import load_traces
 
     write(tmp_path / "hack.jsonl", hacking_curve(60), every=1)
@@ -286,7 +286,7 @@ def test_replay_takes_a_sparser_regular_grid_for_dense_traces(tmp_path) -> None:
     with pytest.raises(ValueError, match="n_evals"):
         replay(traces, WorkloadConfig(n_jobs=30), None, seeds=1, n_evals=1)
     proc = subprocess.run(
-        [sys.executable, "-m", "platform_sim.sim.cli", "replay", "--traces", str(tmp_path), "--grid-evals", "1"],
+        [sys.executable, "-m", "platform_sim.cli", "replay", "--traces", str(tmp_path), "--grid-evals", "1"],
         capture_output=True,
         text=True,
         timeout=120,

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from platform_sim.sim.cli import main
+from platform_sim.cli import main
 
 
 @pytest.mark.parametrize(
@@ -42,7 +42,7 @@ def test_bad_input_one_line_naming_the_flag_exit_2(argv, flag, capsys):
 
 def test_console_script_exit_code():
     proc = subprocess.run(
-        [sys.executable, "-m", "platform_sim.sim.cli", "run", "--k", "0"], capture_output=True, text=True, timeout=60
+        [sys.executable, "-m", "platform_sim.cli", "run", "--k", "0"], capture_output=True, text=True, timeout=60
     )
     assert proc.returncode == 2 and "--k" in proc.stderr and proc.stderr.count("\n") == 1
 

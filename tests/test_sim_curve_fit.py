@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from platform_sim.sim.cli import main
+from platform_sim.cli import main
 from platform_sim.sim.curve_fit import (
     CurveCalibration,
     calibrate,

@@ -6,7 +6,7 @@ import pytest
 from _trace_factory import write
 
 from platform_sim.core.cadence import EvalBudget
-from platform_sim.sim.dense_replay import dense_cadence_study, dense_trace_run, smoothed_peak_step
+from platform_sim.studies.dense_replay import dense_cadence_study, dense_trace_run, smoothed_peak_step
 from platform_sim.sim.traces import read_trace
 
 K2 = {"name": "k-decline", "params": {"k": 2, "min_delta": 0.0}}

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from platform_sim.sim.cli import main as sim_main
+from platform_sim.cli import main as sim_main
 from platform_sim.sim.traces import TraceFormatError, load_traces, read_trace
 
 

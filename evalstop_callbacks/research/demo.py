@@ -221,7 +221,7 @@ def _run_demo(ns: argparse.Namespace) -> int:
 
 
 def _platform(ns: argparse.Namespace) -> dict[str, Any]:
-    from platform_sim.sim.replay import corpus_scale, replay, summary_line
+    from platform_sim.studies.replay import corpus_scale, replay, summary_line
     from platform_sim.sim.report import markdown_table
     from platform_sim.sim.traces import load_traces, shipped_traces_dir
     from platform_sim.sim.workload import WorkloadConfig

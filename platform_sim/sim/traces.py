@@ -449,7 +449,7 @@ def shipped_traces_dir() -> Path:
 
 def shipped_dense_traces_dir() -> Path:
     """The dense real traces shipped in the package (``platform_sim/data/traces-dense``: an evaluation every step,
-    for replaying cadence hints; see :mod:`platform_sim.sim.dense_replay`)."""
+    for replaying cadence hints; see :mod:`platform_sim.studies.dense_replay`)."""
     return _shipped_dir("traces-dense")
 
 

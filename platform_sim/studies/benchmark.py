@@ -13,7 +13,7 @@ for every trace of an environment. The benchmark runs in three phases, in this o
    per split and per environment. The candidate with the smallest shortfall on the *test* split is named as the best;
    the test results are reported as they come.
 
-Detection is per trace (:func:`~platform_sim.sim.replay.trace_detection`): the detector sees the recorded mean
+Detection is per trace (:func:`~platform_sim.studies.replay.trace_detection`): the detector sees the recorded mean
 scores and per-example scores **in their own units**, exactly what ``EvalStopCallback`` in that run would have seen,
 so a tuned ``min_delta`` is a number in score units, and the held-out environments show whether it transfers.
 
@@ -43,11 +43,11 @@ from typing import Any
 
 import numpy as np
 
-from platform_sim.core.detectors import detector_from_spec
+from platform_sim.core.detectors import default_spec, detector_from_spec
+from platform_sim.sim.traces import RealTrace, read_trace, trace_files
 from platform_sim.trace_format import read_header
 
 from .replay import trace_detection
-from .traces import RealTrace, read_trace, trace_files
 
 logger = logging.getLogger(__name__)
 
@@ -76,6 +76,9 @@ REFERENCE: tuple[str, dict[str, Any]] = (
     {"name": "k-decline", "params": {"k": 2, "min_delta": 0.0}},
 )
 """The paper's rule, evaluated as it is, beside the tuned candidates."""
+
+DEFAULT_REFERENCE: tuple[str, dict[str, Any]] = ("default (untuned)", default_spec())
+"""The project's default detector (what every entry point runs when given none), evaluated as it is."""
 
 GRIDS: dict[str, dict[str, Sequence[Any]]] = {
     "k-decline": {"k": (1, 2, 3, 4), "min_delta": (0.0, 0.01, 0.03, 0.1, 0.3), "warmup": (0, 3)},
@@ -125,7 +128,7 @@ def bootstrap_median(
 
 
 def group_metrics(rows: Sequence[Mapping[str, Any]], resamples: int = 1000) -> dict[str, Any]:
-    """The metrics of one group of per-trace rows (:func:`~platform_sim.sim.replay.trace_detection`'s).
+    """The metrics of one group of per-trace rows (:func:`~platform_sim.studies.replay.trace_detection`'s).
 
     Args:
         rows: One row per trace.
@@ -368,7 +371,7 @@ def benchmark(
     if progress:
         progress(f"evaluating on {len(test_files)} test traces")
     test = [reader(f) for f in test_files]
-    candidates = [REFERENCE] + [(f"{name} (tuned)", spec) for name, spec in cal["chosen"].items()]
+    candidates = [REFERENCE, DEFAULT_REFERENCE] + [(f"{name} (tuned)", spec) for name, spec in cal["chosen"].items()]
     envs = sorted(env_split, key=lambda e: (env_split[e] != "tune", e))
     results: list[dict[str, Any]] = []
     all_rows: list[dict[str, Any]] = []
@@ -554,7 +557,7 @@ def write_benchmark_plot(res: Mapping[str, Any], path: Path) -> Path:
     """A PNG: recall, healthy stopped and median delay per candidate, tune vs test split, with intervals."""
     import matplotlib
 
-    from .report import save_figure
+    from platform_sim.sim.report import save_figure
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt

@@ -44,13 +44,12 @@ import numpy as np
 from platform_sim.core.cadence import EvalBudget
 from platform_sim.core.detectors import detector_from_spec
 from platform_sim.core.monitor import JobMonitor
-
-from .curves import TabulatedCurve, eval_grid
-from .engine import DEFAULT_EVAL_COST
-from .experiments import BASES, MAIN_STOPS, PolicySpec
-from .metrics import add_oracle_shares, metric_row
-from .traces import RealTrace
-from .workload import Workload, WorkloadConfig, generate_workload
+from platform_sim.sim.curves import TabulatedCurve, eval_grid
+from platform_sim.sim.engine import DEFAULT_EVAL_COST
+from platform_sim.sim.experiments import BASES, MAIN_STOPS, PolicySpec, run_policies
+from platform_sim.sim.metrics import add_oracle_shares, metric_row
+from platform_sim.sim.traces import RealTrace
+from platform_sim.sim.workload import Workload, WorkloadConfig, generate_workload
 
 REPLAY_BASES: tuple[str, ...] = BASES
 """Base schedulers of the composability table (the paper's)."""
@@ -228,26 +227,18 @@ class ReplayTask:
 
 def run_replay_task(task: ReplayTask) -> list[dict[str, Any]]:
     """Run every policy of ``task`` on its replay workload; one metrics dict per policy. Picklable, pure."""
-    from . import eval_scores  # noqa: F401  (registers the "recorded-examples" observation model in workers)
-    from .engine import simulate
-    from .metrics import run_metrics
-    from .observe import make_observation_model
+    from platform_sim.sim import eval_scores  # noqa: F401  (registers the "recorded-examples" observation model in workers)
 
     workload = build_replay_workload(task.workload, task.curves, task.seed)
-    out = []
-    for spec in task.policies:
-        result = simulate(
-            workload,
-            spec.build(workload),
-            gpus=task.workload.gpus,
-            observation=make_observation_model(workload, task.observation),
-            eval_cost=task.eval_cost,
-            eval_budget=task.eval_budget,
-        )
-        m = run_metrics(result)
-        m["seed"] = task.seed
-        out.append(m)
-    return out
+    return run_policies(
+        workload,
+        task.policies,
+        task.seed,
+        gpus=task.workload.gpus,
+        observation=task.observation,
+        eval_cost=task.eval_cost,
+        eval_budget=task.eval_budget,
+    )
 
 
 def on_regular_grid(trace: RealTrace, n_evals: int) -> RealTrace:
@@ -451,7 +442,7 @@ def replay(
     Raises:
         ValueError: ``seeds`` < 1, ``n_evals`` < 2, or every trace is ambiguous (nothing to deal to the platform).
     """
-    from .runner import SerialRunner
+    from platform_sim.sim.runner import SerialRunner
 
     if seeds < 1:
         raise ValueError(f"seeds must be >= 1, got {seeds}")
@@ -593,7 +584,7 @@ def replay_markdown(results: Mapping[str, Any], command: str) -> str:
     """The ``--out`` report of ``replay``."""
     import json
 
-    from .report import markdown_table
+    from platform_sim.sim.report import markdown_table
 
     cfg = results["config"]
     return "\n".join(
@@ -625,7 +616,7 @@ def replay_markdown(results: Mapping[str, Any], command: str) -> str:
 
 def replay_text(results: Mapping[str, Any]) -> str:
     """The human output of ``replay``: per-trace rows, the summary line, the main and composability tables."""
-    from .report import markdown_table
+    from platform_sim.sim.report import markdown_table
 
     return "\n".join(
         [
