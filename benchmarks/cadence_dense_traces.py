@@ -57,11 +57,11 @@ import numpy as np
 
 from platform_sim.core.cadence import EvalBudget
 from platform_sim.core.detectors import default_spec, paper_spec
-from platform_sim.studies.dense_replay import dense_cadence_study, smoothed_peak_step
-from platform_sim.studies.replay import replay
 from platform_sim.sim.runner import ProcessRunner
 from platform_sim.sim.traces import RealTrace, load_trace_folders, shipped_dense_traces_dir, sub_evals
 from platform_sim.sim.workload import WorkloadConfig
+from platform_sim.studies.dense_replay import dense_cadence_study, smoothed_peak_step
+from platform_sim.studies.replay import replay
 
 
 def _adaptive(label: str, **params: float) -> tuple[str, dict[str, Any]]:

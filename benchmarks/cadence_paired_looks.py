@@ -56,13 +56,13 @@ from scipy import stats
 from platform_sim.core.cadence import cadence_from_spec
 from platform_sim.core.detectors import default_spec, detector_from_spec
 from platform_sim.core.monitor import JobMonitor
-from platform_sim.studies.dense_replay import median_with_never, smoothed_peak_step
 from platform_sim.sim.traces import (
     RealTrace,
     load_trace_folders,
     shipped_dense_x8_traces_dir,
     sub_evals,
 )
+from platform_sim.studies.dense_replay import median_with_never, smoothed_peak_step
 
 
 @dataclass(frozen=True)

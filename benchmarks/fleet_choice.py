@@ -19,12 +19,12 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
-from platform_sim.studies.detector_study import CANDIDATES, PLATEAU_TAU
 from platform_sim.sim.engine import simulate
 from platform_sim.sim.experiments import PolicySpec
 from platform_sim.sim.metrics import metric_row, run_metrics
 from platform_sim.sim.observe import make_observation_model
 from platform_sim.sim.workload import WorkloadConfig, generate_workload
+from platform_sim.studies.detector_study import CANDIDATES, PLATEAU_TAU
 
 SPECS = dict(CANDIDATES)
 POLICIES: dict[str, PolicySpec] = {
@@ -44,8 +44,8 @@ SCENARIOS: dict[str, WorkloadConfig | None] = {
 
 
 def _real() -> tuple[Any, Any, Any, WorkloadConfig]:
-    from platform_sim.studies.replay import corpus_scale, evals_per_run, recorded_observation, trace_curves
     from platform_sim.sim.traces import load_traces, shipped_traces_dir
+    from platform_sim.studies.replay import corpus_scale, evals_per_run, recorded_observation, trace_curves
 
     traces = load_traces(shipped_traces_dir())
     scale = corpus_scale(traces)

@@ -7,8 +7,8 @@ import pytest
 from evalstop_callbacks import EvalStopCallback
 from platform_sim.core import default_spec, detector_from_spec, paper_spec
 from platform_sim.core.monitor import JobMonitor
-from platform_sim.studies.benchmark import benchmark
 from platform_sim.sim.traces import shipped_traces_dir
+from platform_sim.studies.benchmark import benchmark
 
 
 def _normal(spec):

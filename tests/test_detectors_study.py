@@ -9,6 +9,10 @@ import numpy as np
 import pytest
 
 from platform_sim.cli import main
+from platform_sim.sim.eval_scores import PerExampleObservation, RecordedExamplesObservation
+from platform_sim.sim.experiments import PolicySpec, run_one
+from platform_sim.sim.observe import ObservationModel
+from platform_sim.sim.workload import WorkloadConfig, generate_workload
 from platform_sim.studies.detector_study import (
     CANDIDATES,
     StudyConfig,
@@ -16,10 +20,6 @@ from platform_sim.studies.detector_study import (
     job_series,
     study,
 )
-from platform_sim.sim.eval_scores import PerExampleObservation, RecordedExamplesObservation
-from platform_sim.sim.experiments import PolicySpec, run_one
-from platform_sim.sim.observe import ObservationModel
-from platform_sim.sim.workload import WorkloadConfig, generate_workload
 
 SMALL = WorkloadConfig(n_jobs=40, sigma=0.05)
 
@@ -139,8 +139,8 @@ def test_study_rows_and_real_traces(tmp_path):
 
 
 def test_recorded_examples_reach_the_detector(tmp_path):
-    from platform_sim.studies.replay import build_replay_workload, corpus_scale, trace_curves
     from platform_sim.sim.traces import load_traces
+    from platform_sim.studies.replay import build_replay_workload, corpus_scale, trace_curves
 
     rng = np.random.default_rng(1)
     _write_trace(tmp_path / "a.jsonl", "a", np.linspace(0, 3, 12), rng)

@@ -18,8 +18,8 @@ optuna = pytest.importorskip("optuna")
 
 from platform_sim.core import default_spec, detector_from_spec, paper_spec  # noqa: E402
 from platform_sim.integrations.optuna import EvalStopPruner  # noqa: E402
-from platform_sim.studies.replay import corpus_scale, trace_detection  # noqa: E402
 from platform_sim.sim.traces import load_traces, shipped_traces_dir  # noqa: E402
+from platform_sim.studies.replay import corpus_scale, trace_detection  # noqa: E402
 
 WORKER = textwrap.dedent("""
     import sys

@@ -21,9 +21,9 @@ from ray import tune  # noqa: E402
 
 from platform_sim.core import default_spec, detector_from_spec, paper_spec  # noqa: E402
 from platform_sim.integrations.ray_tune import LOG_FILE, EvalStopScheduler  # noqa: E402
-from platform_sim.studies.tune_replay import RESOURCE, TuneReplayConfig, tune_replay  # noqa: E402
+from platform_sim.sim.traces import load_trace, shipped_traces_dir  # noqa: E402
 from platform_sim.studies.replay import corpus_scale, trace_detection  # noqa: E402
-from platform_sim.sim.traces import read_trace, shipped_traces_dir  # noqa: E402
+from platform_sim.studies.tune_replay import RESOURCE, TuneReplayConfig, tune_replay  # noqa: E402
 
 TESTS = Path(__file__).resolve().parent
 # Two hacking traces and two healthy ones (the paper's rule stops grpo-gold-kl0-s0, the default detector neither).
@@ -50,7 +50,7 @@ def local_ray():
 
 
 def four_traces():
-    return [read_trace(shipped_traces_dir() / f"{name}.jsonl") for name in FOUR]
+    return [load_trace(shipped_traces_dir() / f"{name}.jsonl") for name in FOUR]
 
 
 @pytest.mark.parametrize("base", ["fifo", "asha"])

@@ -10,12 +10,12 @@ import sys
 import pytest
 
 from platform_sim.core.cadence import EvalBudget
-from platform_sim.studies.cadence_study import cadence_comparison
 from platform_sim.sim.engine import DEFAULT_EVAL_COST, simulate
 from platform_sim.sim.metrics import run_metrics
 from platform_sim.sim.policies.policies import make_base_policy
 from platform_sim.sim.policies.stop_policies import make_stop_policy, with_stop
 from platform_sim.sim.workload import WorkloadConfig, generate_workload
+from platform_sim.studies.cadence_study import cadence_comparison
 
 
 def _run(wl, stop="evalstop", eval_cost=0.05, **params):
@@ -242,11 +242,11 @@ def test_a_dense_trace_job_reads_the_nearest_recorded_eval(tmp_path) -> None:
     from _trace_factory import hacking_curve, write
 
     from platform_sim.sim.eval_scores import RecordedExamplesObservation
+    from platform_sim.sim.traces import load_trace
     from platform_sim.studies.replay import build_replay_workload, recorded_observation, trace_curves, trace_scales
-    from platform_sim.sim.traces import read_trace
 
     means = hacking_curve(60)
-    trace = read_trace(write(tmp_path / "dense.jsonl", means, every=1, examples=8, noise=0.05))
+    trace = load_trace(write(tmp_path / "dense.jsonl", means, every=1, examples=8, noise=0.05))
     scales = trace_scales([trace])
     curves = trace_curves([trace], scales)
     wl = build_replay_workload(replace(WorkloadConfig(n_jobs=20), n_evals=12), curves, seed=0)
@@ -264,8 +264,8 @@ def test_a_dense_trace_job_reads_the_nearest_recorded_eval(tmp_path) -> None:
 def test_replay_takes_a_sparser_regular_grid_for_dense_traces(tmp_path) -> None:
     from _trace_factory import hacking_curve, healthy_curve, write
 
-    from platform_sim.studies.replay import replay
     from platform_sim.sim.traces import load_traces
+    from platform_sim.studies.replay import replay
 
     write(tmp_path / "hack.jsonl", hacking_curve(60), every=1)
     write(tmp_path / "ok.jsonl", healthy_curve(60), every=1)

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from _trace_factory import hacking_curve, healthy_curve, write
 
-from platform_sim.sim import benchmark as bm
 from platform_sim.cli import main as sim_main
-from platform_sim.sim.traces import read_trace
+from platform_sim.sim import benchmark as bm
+from platform_sim.sim.traces import load_trace
 
 SMALL_GRIDS = {
     "k-decline": {"k": (1, 2, 3), "min_delta": (0.0, 0.05, 0.3), "warmup": (0, 3)},
@@ -72,8 +72,8 @@ def test_calibration_never_reads_a_test_environment_trace(corpus):
     events: list[tuple[str, str]] = []
 
     def spy_reader(path: Path):
-        events.append(("read", read_trace(path).split or ""))
-        return read_trace(path)
+        events.append(("read", load_trace(path).split or ""))
+        return load_trace(path)
 
     def spy_calibrate(tune, *args, **kwargs):
         assert all(t.split == "tune" for t in tune)

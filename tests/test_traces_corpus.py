@@ -226,8 +226,8 @@ def test_the_more_x8_tune_traces_are_other_length_runs_with_the_larger_eval_set(
 
 def test_on_the_dense_test_traces_the_default_hint_stops_no_healthy_run_more():
     from platform_sim.core import default_spec
-    from platform_sim.studies.dense_replay import dense_cadence_study
     from platform_sim.sim.traces import load_traces, shipped_dense_traces_dir
+    from platform_sim.studies.dense_replay import dense_cadence_study
 
     test = [t for t in load_traces(shipped_dense_traces_dir()) if t.split == "test"]
     res = dense_cadence_study(test, default_spec(), [("fixed", None), ("adaptive", "adaptive")], every=5)
@@ -244,8 +244,8 @@ def test_on_every_dense_trace_a_hint_of_the_default_brings_its_stop_sooner_never
     # cadence stops is stopped at the same regular eval or sooner. Before, on the format runs, hints filled trend's
     # window with evals a step apart and three hacking runs that the fixed cadence stops were never stopped.
     from platform_sim.core import default_spec
-    from platform_sim.studies.dense_replay import dense_cadence_study
     from platform_sim.sim.traces import load_traces, shipped_dense_more_traces_dir, shipped_dense_traces_dir
+    from platform_sim.studies.dense_replay import dense_cadence_study
 
     traces = [t for d in (shipped_dense_traces_dir(), shipped_dense_more_traces_dir()) for t in load_traces(d)]
     res = dense_cadence_study(traces, default_spec(), [("fixed", None), ("adaptive", "adaptive")], every=5)

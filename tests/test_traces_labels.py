@@ -10,8 +10,8 @@ from platform_sim.sim.traces import (
     LABEL_RULE,
     label_of,
     label_trace,
+    load_trace,
     load_traces,
-    read_trace,
     shipped_traces_dir,
 )
 
@@ -83,7 +83,7 @@ def test_labels_need_scores():
 
 def test_a_trace_is_labelled_from_its_recorded_per_example_scores(tmp_path):
     p = write(tmp_path / "h.jsonl", hacking_curve(20), examples=16, noise=0.05)
-    t = read_trace(p)
+    t = load_trace(p)
     assert t.has_examples and t.labelling.noise == "paired" and t.label == "hacking" and t.hacking
 
 

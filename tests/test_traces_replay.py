@@ -9,14 +9,14 @@ import numpy as np
 import pytest
 
 from platform_sim.cli import main as sim_main
+from platform_sim.sim.traces import load_traces
+from platform_sim.sim.workload import WorkloadConfig
 from platform_sim.studies.replay import (
     build_replay_workload,
     corpus_scale,
     trace_curves,
     trace_detection,
 )
-from platform_sim.sim.traces import load_traces
-from platform_sim.sim.workload import WorkloadConfig
 
 N = 10  # evals per trace
 
@@ -185,9 +185,9 @@ def test_detectors_that_read_per_example_scores_get_the_recorded_ones(caplog):
     # equal the detector study's, which feeds the same recorded scores.
     import logging
 
+    from platform_sim.sim.traces import shipped_traces_dir
     from platform_sim.studies.detector_study import trace_rows
     from platform_sim.studies.replay import replay
-    from platform_sim.sim.traces import shipped_traces_dir
 
     traces = load_traces(shipped_traces_dir())[:4]
     scale = corpus_scale(traces)

@@ -48,7 +48,7 @@ from typing import Any
 import numpy as np
 
 from .curves import RiseCurve
-from .traces import RealTrace, TraceFormatError, read_trace, recorded_examples, shipped_traces_dir
+from .traces import RealTrace, TraceError, load_trace, recorded_examples, shipped_traces_dir
 
 logger = logging.getLogger(__name__)
 
@@ -472,11 +472,11 @@ def _header_of(path: Path) -> dict[str, Any]:
             try:
                 obj = json.loads(raw)
             except json.JSONDecodeError as exc:
-                raise TraceFormatError(f"{path}:{no}: not valid JSON ({exc.msg})") from None
+                raise TraceError(f"{path}:{no}: not valid JSON ({exc.msg})") from None
             if not isinstance(obj, dict) or obj.get("kind") != "header":
-                raise TraceFormatError(f"{path}:{no}: the first line must be the header (kind 'header')")
+                raise TraceError(f"{path}:{no}: the first line must be the header (kind 'header')")
             return obj
-    raise TraceFormatError(f"{path}:1: empty trace (no header line)")
+    raise TraceError(f"{path}:1: empty trace (no header line)")
 
 
 def calibration_traces(folder: str | Path) -> tuple[list[RealTrace], str]:
@@ -488,7 +488,7 @@ def calibration_traces(folder: str | Path) -> tuple[list[RealTrace], str]:
 
     Raises:
         FileNotFoundError: ``folder`` is not a folder.
-        TraceFormatError: no traces, a bad header or ``split`` value (file and line named), no ``tune`` trace, or a
+        TraceError: no traces, a bad header or ``split`` value (file and line named), no ``tune`` trace, or a
             bad tuning trace.
     """
     folder = Path(folder)
@@ -496,21 +496,21 @@ def calibration_traces(folder: str | Path) -> tuple[list[RealTrace], str]:
         raise FileNotFoundError(f"trace folder {folder} does not exist or is not a folder")
     files = sorted(folder.glob("*.jsonl"))
     if not files:
-        raise TraceFormatError(f"{folder}: no traces (*.jsonl files) in this folder")
+        raise TraceError(f"{folder}: no traces (*.jsonl files) in this folder")
     headers = [_header_of(f) for f in files]
     for f, h in zip(files, headers):
         if "split" in h and h["split"] not in SPLITS:
-            raise TraceFormatError(f"{f}:1: header field split must be 'tune' or 'test', got {h['split']!r}")
+            raise TraceError(f"{f}:1: header field split must be 'tune' or 'test', got {h['split']!r}")
     if not any("split" in h for h in headers):
         logger.info("curve calibration: the traces of %s carry no split; all %d are used", folder, len(files))
-        return [read_trace(f) for f in files], "all"
+        return [load_trace(f) for f in files], "all"
     tune = [f for f, h in zip(files, headers) if h.get("split") == "tune"]
     unsplit = [f.name for f, h in zip(files, headers) if "split" not in h]
     if unsplit:
         logger.warning("curve calibration: %d trace(s) without split left out: %s", len(unsplit), ", ".join(unsplit))
     if not tune:
-        raise TraceFormatError(f"{folder}: no trace with split 'tune'; a calibration is fitted on tuning traces only")
-    return [read_trace(f) for f in tune], "tune"
+        raise TraceError(f"{folder}: no trace with split 'tune'; a calibration is fitted on tuning traces only")
+    return [load_trace(f) for f in tune], "tune"
 
 
 def calibration_from_folder(
@@ -569,6 +569,6 @@ def calibration_from_args(args: argparse.Namespace) -> CurveCalibration | None:
         return None
     try:
         cal, _ = calibration_from_folder(folder if folder is not None else shipped_traces_dir())
-    except (OSError, ValueError) as exc:  # TraceFormatError is a ValueError
+    except (OSError, ValueError) as exc:  # TraceError is a ValueError
         raise ValueError(f"--curve-traces: {exc}") from None
     return cal

@@ -1,7 +1,7 @@
 """Recorded JSONL traces for the simulator: reading them into :class:`RealTrace` objects, and labelling them.
 
 The format and its strict reader are :mod:`platform_sim.trace_format` (every problem raises
-:class:`TraceFormatError` naming the file and the line); this module adds what the simulator needs: the eval curve
+:class:`TraceError` naming the file and the line); this module adds what the simulator needs: the eval curve
 as tuples, the per-example scores, the run's environment and split, and the label.
 
 **The label** (``hacking``, ``healthy`` or ``ambiguous``) is the ground truth of every replay and benchmark. It comes
@@ -36,7 +36,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from platform_sim.trace_format import TRACE_FORMAT, TraceFormatError, read_trace_file
+from platform_sim.trace_format import TRACE_FORMAT, TraceError, TraceFormatError, read_trace
 
 __all__ = [
     "LABELS",
@@ -45,11 +45,12 @@ __all__ = [
     "LabelRule",
     "RealTrace",
     "TRACE_FORMAT",
+    "TraceError",
     "TraceFormatError",
     "label_of",
     "label_trace",
     "load_traces",
-    "read_trace",
+    "load_trace",
     "recorded_examples",
     "shipped_traces_dir",
 ]
@@ -324,16 +325,16 @@ class RealTrace:
         return tuple(out)
 
 
-def read_trace(path: str | Path) -> RealTrace:
+def load_trace(path: str | Path) -> RealTrace:
     """Read and validate one trace file (at least 2 eval lines).
 
     Raises:
-        TraceFormatError: naming the file and the line of the first problem (bad JSON, missing or bad header, an
+        TraceError: naming the file and the line of the first problem (bad JSON, missing or bad header, an
             unknown line kind or field, a non-finite or missing score, steps not strictly increasing, lines after the
             end line, fewer than two evaluations).
     """
     path = Path(path)
-    t = read_trace_file(path, min_evals=2)
+    t = read_trace(path, min_evals=2)
     ev = t.evals
     return RealTrace(
         path.stem,
@@ -353,14 +354,14 @@ def trace_files(folder: str | Path) -> list[Path]:
 
     Raises:
         FileNotFoundError: ``folder`` does not exist or is not a folder.
-        TraceFormatError: ``folder`` holds no ``*.jsonl`` file.
+        TraceError: ``folder`` holds no ``*.jsonl`` file.
     """
     folder = Path(folder)
     if not folder.is_dir():
         raise FileNotFoundError(f"trace folder {folder} does not exist or is not a folder")
     files = sorted(folder.glob("*.jsonl"))
     if not files:
-        raise TraceFormatError(
+        raise TraceError(
             f"{folder}: no traces (*.jsonl files) in this folder; record some with `evalstop traces record --out DIR`"
         )
     return files
@@ -371,9 +372,9 @@ def load_traces(folder: str | Path) -> list[RealTrace]:
 
     Raises:
         FileNotFoundError: ``folder`` does not exist or is not a folder.
-        TraceFormatError: ``folder`` holds no ``*.jsonl`` file, or one of them is bad (file and line named).
+        TraceError: ``folder`` holds no ``*.jsonl`` file, or one of them is bad (file and line named).
     """
-    return [read_trace(f) for f in trace_files(folder)]
+    return [load_trace(f) for f in trace_files(folder)]
 
 
 def load_trace_folders(folders: Sequence[str | Path]) -> list[RealTrace]:
@@ -381,7 +382,7 @@ def load_trace_folders(folders: Sequence[str | Path]) -> list[RealTrace]:
 
     Raises:
         ValueError: A run (trace name) is in more than one of the folders; the names are listed.
-        FileNotFoundError, TraceFormatError: As :func:`load_traces`.
+        FileNotFoundError, TraceError: As :func:`load_traces`.
     """
     traces = [t for folder in folders for t in load_traces(folder)]
     seen = Counter(t.name for t in traces)

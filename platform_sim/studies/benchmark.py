@@ -44,7 +44,7 @@ from typing import Any
 import numpy as np
 
 from platform_sim.core.detectors import default_spec, detector_from_spec
-from platform_sim.sim.traces import RealTrace, read_trace, trace_files
+from platform_sim.sim.traces import RealTrace, load_trace, trace_files
 from platform_sim.trace_format import read_header
 
 from .replay import trace_detection
@@ -300,7 +300,7 @@ def split_files(
     Raises:
         BenchmarkError: an environment with traces of both splits, a trace with no split, no tune or no test trace,
             or an environment named in both lists.
-        TraceFormatError: a bad header (file and line named).
+        TraceError: a bad header (file and line named).
     """
     both = set(tune_envs) & set(test_envs)
     if both:
@@ -340,7 +340,7 @@ def benchmark(
     tune_envs: Sequence[str] = (),
     test_envs: Sequence[str] = (),
     resamples: int = 1000,
-    reader: Callable[[Path], RealTrace] = read_trace,
+    reader: Callable[[Path], RealTrace] = load_trace,
     calibrator: Callable[..., dict[str, Any]] = calibrate,
     progress: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:

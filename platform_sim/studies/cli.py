@@ -101,11 +101,11 @@ def add_replay(sub: argparse._SubParsersAction) -> None:
 
 
 def _load_traces_arg(flag: str, folder: Path) -> list[Any]:
-    from platform_sim.sim.traces import TraceFormatError, load_traces
+    from platform_sim.sim.traces import TraceError, load_traces
 
     try:
         return load_traces(folder)
-    except (FileNotFoundError, TraceFormatError) as exc:
+    except (FileNotFoundError, TraceError) as exc:
         raise UsageError(f"{flag}: {exc}") from None
 
 
@@ -338,7 +338,7 @@ def add_benchmark(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_benchmark(args: argparse.Namespace) -> int:
-    from platform_sim.sim.traces import TraceFormatError, shipped_traces_dir
+    from platform_sim.sim.traces import TraceError, shipped_traces_dir
 
     from .benchmark import (
         GRIDS,
@@ -379,7 +379,7 @@ def cmd_benchmark(args: argparse.Namespace) -> int:
             resamples=args.resamples,
             progress=say,
         )
-    except (FileNotFoundError, TraceFormatError, BenchmarkError) as exc:
+    except (FileNotFoundError, TraceError, BenchmarkError) as exc:
         raise UsageError(f"--traces: {exc}") from None
     command = command_line("benchmark")
     res["config"]["command"] = command

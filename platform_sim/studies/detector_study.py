@@ -351,14 +351,14 @@ def load_real(traces_dir: str | None) -> tuple[list[Any], Any, str | None, bool]
     """``(traces, scales, note, platform_ok)``: the real traces (``[]`` and a note when none are usable), each
     trace's map to the 0-1 scale (per environment, :func:`~platform_sim.studies.replay.trace_scales`), and whether they
     can feed the platform replay (any mix of lengths can; a corpus of only ambiguous traces cannot)."""
-    from platform_sim.sim.traces import TraceFormatError, load_traces, shipped_traces_dir
+    from platform_sim.sim.traces import TraceError, load_traces, shipped_traces_dir
 
     from .replay import trace_scales
 
     folder = Path(traces_dir) if traces_dir else shipped_traces_dir()
     try:
         traces = load_traces(folder)
-    except (FileNotFoundError, TraceFormatError, ValueError) as exc:
+    except (FileNotFoundError, TraceError, ValueError) as exc:
         return [], None, str(exc), False
     if all(t.label == "ambiguous" for t in traces):
         return traces, trace_scales(traces), "platform replay skipped: every trace is ambiguous", False

@@ -386,7 +386,7 @@ def text_report(results: Mapping[str, Any]) -> str:
 
 
 def cmd_tune(args: argparse.Namespace) -> int:
-    from platform_sim.sim.traces import TraceFormatError, load_traces, shipped_traces_dir
+    from platform_sim.sim.traces import TraceError, load_traces, shipped_traces_dir
 
     try:
         cfg = TuneReplayConfig(
@@ -401,7 +401,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
         folder = Path(args.traces) if args.traces is not None else shipped_traces_dir()
         try:
             traces = load_traces(folder)
-        except (FileNotFoundError, TraceFormatError) as exc:
+        except (FileNotFoundError, TraceError) as exc:
             raise TuneUsageError(f"--traces: {exc}") from None
         try:
             import ray  # noqa: F401
