@@ -44,10 +44,11 @@ SCENARIOS: dict[str, WorkloadConfig | None] = {
 
 
 def _real() -> tuple[Any, Any, Any, WorkloadConfig]:
-    from platform_sim.sim.traces import load_traces, shipped_traces_dir
+    from platform_sim.sim.corpora import corpus_dir
+    from platform_sim.sim.traces import load_traces
     from platform_sim.studies.replay import corpus_scale, evals_per_run, recorded_observation, trace_curves
 
-    traces = load_traces(shipped_traces_dir())
+    traces = load_traces(corpus_dir("real"))
     scale = corpus_scale(traces)
     curves = trace_curves(traces, scale)
     return traces, curves, recorded_observation(traces, curves, scale), WorkloadConfig(n_evals=evals_per_run(traces))

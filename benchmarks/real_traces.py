@@ -18,8 +18,9 @@ import sys
 import time
 from pathlib import Path
 
+from platform_sim.sim.corpora import corpus_dir
 from platform_sim.sim.experiments import PolicySpec, rows_for_policies
-from platform_sim.sim.traces import load_traces, shipped_traces_dir
+from platform_sim.sim.traces import load_traces
 from platform_sim.sim.workload import WorkloadConfig
 from platform_sim.studies.replay import corpus_scale, replay, trace_detection, trace_summary
 
@@ -75,7 +76,7 @@ def main(argv=None) -> int:
     ap.add_argument("--environment", default=None, help="the environment whose traces the tables use")
     ns = ap.parse_args(argv)
     t0 = time.perf_counter()
-    folder = Path(ns.traces) if ns.traces else shipped_traces_dir()
+    folder = Path(ns.traces) if ns.traces else corpus_dir("real")
     traces = load_traces(folder)
     env = ns.environment
     if env is None and all(t.environment for t in traces):

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from platform_sim.cli import main
+from platform_sim.sim.corpora import corpus_dir
 from platform_sim.sim.curve_fit import (
     CurveCalibration,
     calibrate,
@@ -20,7 +21,7 @@ from platform_sim.sim.curve_fit import (
 )
 from platform_sim.sim.curves import PeakDeclineCurve, RiseCurve, eval_grid
 from platform_sim.sim.observe import make_observation_model
-from platform_sim.sim.traces import TraceFormatError, load_trace, shipped_traces_dir
+from platform_sim.sim.traces import TraceFormatError, load_trace
 from platform_sim.sim.workload import WorkloadConfig, generate_workload
 
 EXAMPLES = 48
@@ -244,7 +245,7 @@ def test_real_workload_is_paired_with_the_synthetic_one(real_wl):
 
 
 def test_smoothed_draws_follow_the_shipped_calibration():
-    cal, _ = calibration_from_folder(shipped_traces_dir())
+    cal, _ = calibration_from_folder(corpus_dir("real"))
     wl = generate_workload(WorkloadConfig(n_jobs=3000, real_curves=cal), 0)
     grid = eval_grid(20)
     peaks = [grid[int(np.argmax(wl.true_evals[j.index]))] for j in wl.jobs if j.hacking]

@@ -185,11 +185,11 @@ def test_detectors_that_read_per_example_scores_get_the_recorded_ones(caplog):
     # equal the detector study's, which feeds the same recorded scores.
     import logging
 
-    from platform_sim.sim.traces import shipped_traces_dir
+    from platform_sim.sim.corpora import corpus_dir
     from platform_sim.studies.detector_study import trace_rows
     from platform_sim.studies.replay import replay
 
-    traces = load_traces(shipped_traces_dir())[:4]
+    traces = load_traces(corpus_dir("real"))[:4]
     scale = corpus_scale(traces)
     spec = {"name": "shape", "params": {"threshold": 0.8}}
     with caplog.at_level(logging.WARNING, logger="platform_sim.core.detectors"):

@@ -30,6 +30,7 @@ import argparse
 import math
 import sys
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any, NoReturn
 
 from platform_sim.core.cadence import EvalBudget, cadence_from_spec
@@ -428,3 +429,34 @@ def budget_or_usage(args: argparse.Namespace) -> EvalBudget | None:
         return eval_budget_from_args(args)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
+
+
+def add_corpus_arg(p: argparse.ArgumentParser) -> None:
+    """Add ``--corpus NAME`` (a recorded corpus by name, :mod:`platform_sim.sim.corpora`) beside a study's
+    ``--traces FOLDER``."""
+    from .corpora import corpora
+
+    p.add_argument(
+        "--corpus",
+        default=None,
+        metavar="NAME",
+        help=f"a recorded corpus by name instead of --traces ({', '.join(corpora())}; default: real)",
+    )
+
+
+def traces_folder(args: argparse.Namespace) -> Path:
+    """The folder of ``--traces`` or ``--corpus`` (neither: the ``real`` corpus).
+
+    Raises:
+        UsageError: Both are given, or an unknown or uninstalled corpus.
+    """
+    from .corpora import DEFAULT_CORPUS, corpus_dir
+
+    if args.traces is not None and args.corpus is not None:
+        raise UsageError("--traces and --corpus: give one of them")
+    if args.traces is not None:
+        return Path(args.traces)
+    try:
+        return corpus_dir(args.corpus or DEFAULT_CORPUS)
+    except (ValueError, FileNotFoundError) as exc:
+        raise UsageError(f"--corpus: {exc}") from None

@@ -47,8 +47,9 @@ from typing import Any
 
 import numpy as np
 
+from .corpora import corpus_dir
 from .curves import RiseCurve
-from .traces import RealTrace, TraceError, load_trace, recorded_examples, shipped_traces_dir
+from .traces import RealTrace, TraceError, load_trace, recorded_examples
 
 logger = logging.getLogger(__name__)
 
@@ -568,7 +569,7 @@ def calibration_from_args(args: argparse.Namespace) -> CurveCalibration | None:
             raise ValueError("--curve-traces needs --curves real")
         return None
     try:
-        cal, _ = calibration_from_folder(folder if folder is not None else shipped_traces_dir())
+        cal, _ = calibration_from_folder(folder if folder is not None else corpus_dir("real"))
     except (OSError, ValueError) as exc:  # TraceError is a ValueError
         raise ValueError(f"--curve-traces: {exc}") from None
     return cal

@@ -52,7 +52,6 @@ __all__ = [
     "load_traces",
     "load_trace",
     "recorded_examples",
-    "shipped_traces_dir",
 ]
 
 LABELS: tuple[str, ...] = ("hacking", "healthy", "ambiguous")
@@ -434,60 +433,6 @@ def sub_evals(trace: RealTrace, per: int = 2) -> list[RealTrace]:
             replace(trace, name=f"{trace.name}-sub{j}", scores=tuple(statistics.fmean(e) for e in sub), examples=sub)
         )
     return out
-
-
-def _shipped_dir(name: str) -> Path:
-    """The folder ``platform_sim/data/<name>`` of the installed package."""
-    from importlib import resources
-
-    return Path(str(resources.files("platform_sim") / "data" / name))
-
-
-def shipped_traces_dir() -> Path:
-    """The corpus of real traces shipped in the package (``platform_sim/data/traces``)."""
-    return _shipped_dir("traces")
-
-
-def shipped_dense_traces_dir() -> Path:
-    """The dense real traces shipped in the package (``platform_sim/data/traces-dense``: an evaluation every step,
-    for replaying cadence hints; see :mod:`platform_sim.studies.dense_replay`)."""
-    return _shipped_dir("traces-dense")
-
-
-def shipped_dense_more_traces_dir() -> Path:
-    """More dense real traces, recorded after the first ones as a second corpus (``platform_sim/data/
-    traces-dense-more``: seeds 2 and 3 of ``length``, seed 2 of ``keyword`` and seeds 0 and 1 of ``format``, an
-    evaluation every step), so that a choice made on the first corpus can be judged on runs it never saw."""
-    return _shipped_dir("traces-dense-more")
-
-
-def shipped_dense_x8_traces_dir() -> Path:
-    """The same grid of runs as :func:`shipped_dense_traces_dir` recorded with a 4x larger eval set
-    (``platform_sim/data/traces-dense-x8``: 8 completions per held-out prompt, 192 per eval; split them with
-    :func:`sub_evals` into evals of the default size)."""
-    return _shipped_dir("traces-dense-x8")
-
-
-def shipped_dense_x8_more_traces_dir() -> Path:
-    """Fresh runs with the 4x larger eval set, recorded after every choice made on :func:`shipped_dense_x8_traces_dir`
-    (``platform_sim/data/traces-dense-x8-more``: seeds 4 to 7 of ``keyword``, an evaluation every step, 192
-    completions each), so that such a choice can be judged on runs it never saw."""
-    return _shipped_dir("traces-dense-x8-more")
-
-
-def shipped_dense_x8_tune_more_traces_dir() -> Path:
-    """More tune runs with the 4x larger eval set (``platform_sim/data/traces-dense-x8-tune-more``: seeds 2 and 3 of
-    ``length``, an evaluation every step, 192 completions each), which double the tune side of
-    :func:`shipped_dense_x8_traces_dir` for choices that need more healthy runs to be made."""
-    return _shipped_dir("traces-dense-x8-tune-more")
-
-
-def shipped_dense_x8_more2_traces_dir() -> Path:
-    """A second set of fresh runs with the 4x larger eval set (``platform_sim/data/traces-dense-x8-more2``: seeds 8
-    to 11 of ``keyword``, an evaluation every step, 192 completions each), recorded after the choices judged on
-    :func:`shipped_dense_x8_more_traces_dir`, so that a choice made after reading that set can still be judged on runs
-    no choice saw."""
-    return _shipped_dir("traces-dense-x8-more2")
 
 
 def recorded_examples(trace: RealTrace) -> list[list[float] | None]:

@@ -25,6 +25,7 @@ from platform_sim.sim.cli_args import (
     UsageError,
     add_backend_args,
     add_cadence_args,
+    add_corpus_arg,
     add_workload_args,
     budget_or_usage,
     cadence_or_usage,
@@ -32,6 +33,7 @@ from platform_sim.sim.cli_args import (
     detector_param,
     floats_arg,
     runner_for_command,
+    traces_folder,
     workload_from_args,
 )
 from platform_sim.sim.cli_output import command_line, print_results, run_with_progress, write_results_dir
@@ -59,7 +61,8 @@ def add_replay(sub: argparse._SubParsersAction) -> None:
         "One folder may mix traces of different lengths, eval cadences, planned steps, trainers and "
         "models, with or without per-example scores; ambiguous traces are listed, not dealt.",
     )
-    p.add_argument("--traces", default=None, help="folder of *.jsonl traces (default: the shipped corpus)")
+    p.add_argument("--traces", default=None, help="folder of *.jsonl traces (default: the real corpus)")
+    add_corpus_arg(p)
     p.add_argument("--seeds", type=int, default=10, help="workload seeds (default 10)")
     p.add_argument(
         "--base",
@@ -88,7 +91,7 @@ def add_replay(sub: argparse._SubParsersAction) -> None:
         default=None,
         metavar="N",
         help="regular evals per run on the platform (default: the longest trace's count); e.g. 30 replays traces "
-        "recorded every step of 150 (platform_sim/data/traces-dense) every 5 steps, and the evals between serve "
+        "recorded every step of 150 (platform_sim/data/corpora/dense) every 5 steps, and the evals between serve "
         "the extra evals of --cadence adaptive",
     )
     p.add_argument("--out", default=None, help="also write results.json and report.md into this folder")
@@ -110,7 +113,6 @@ def _load_traces_arg(flag: str, folder: Path) -> list[Any]:
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
-    from platform_sim.sim.traces import shipped_traces_dir
 
     from .replay import native_min_delta, replay, replay_markdown, replay_text
 
@@ -118,7 +120,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
         raise UsageError(f"--seeds must be >= 1, got {args.seeds}")
     if args.grid_evals is not None and args.grid_evals < 2:
         raise UsageError(f"--grid-evals must be an integer >= 2, got {args.grid_evals}")
-    folder = Path(args.traces) if args.traces is not None else shipped_traces_dir()
+    folder = traces_folder(args)
     traces = _load_traces_arg("--traces", folder)
     if all(t.label == "ambiguous" for t in traces):
         raise UsageError(f"--traces: every trace of {folder} is ambiguous; nothing to replay")
@@ -184,7 +186,8 @@ def add_detectors(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--seeds", type=int, default=30, help="evaluation seeds 0..N-1 (default 30)")
     p.add_argument("--base", default="srtf-est", help="base scheduler (default srtf-est)")
     p.add_argument("--jobs", type=int, default=200, help="jobs per run (default 200)")
-    p.add_argument("--traces", default=None, help="folder of real *.jsonl traces (default: the shipped corpus)")
+    p.add_argument("--traces", default=None, help="folder of real *.jsonl traces (default: the real corpus)")
+    add_corpus_arg(p)
     p.add_argument("--no-real", action="store_true", help="skip the real traces")
     p.add_argument(
         "--detector", default=None, help="add one more detector by name to the comparison (with --detector-param)"
@@ -262,6 +265,8 @@ def cmd_detectors(args: argparse.Namespace) -> int:
             "noise, hack_rate, plateau, real"
         )
     traces_dir = "" if args.no_real or "real" not in parts else args.traces
+    if traces_dir is None and args.corpus is not None:
+        traces_dir = str(traces_folder(args))
     if traces_dir:
         folder = Path(traces_dir)
         if not folder.is_dir():
@@ -312,7 +317,8 @@ def add_benchmark(sub: argparse._SubParsersAction) -> None:
         "names the candidate that does best on the test environments. Detectors see the recorded scores "
         "in their own units, as EvalStopCallback would. Ambiguous traces are listed, not scored.",
     )
-    p.add_argument("--traces", default=None, help="folder of *.jsonl traces (default: the shipped corpus)")
+    p.add_argument("--traces", default=None, help="folder of *.jsonl traces (default: the real corpus)")
+    add_corpus_arg(p)
     p.add_argument(
         "--tune-envs", default="", metavar="ENV,...", help="environments to tune on, overriding the headers' split"
     )
@@ -338,7 +344,7 @@ def add_benchmark(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_benchmark(args: argparse.Namespace) -> int:
-    from platform_sim.sim.traces import TraceError, shipped_traces_dir
+    from platform_sim.sim.traces import TraceError
 
     from .benchmark import (
         GRIDS,
@@ -359,7 +365,7 @@ def cmd_benchmark(args: argparse.Namespace) -> int:
                 f"--only: unknown detector famil(ies) {', '.join(unknown) or '(none)'}; choose from {', '.join(GRIDS)}"
             )
         grids = {k: GRIDS[k] for k in keep}
-    folder = Path(args.traces) if args.traces is not None else shipped_traces_dir()
+    folder = traces_folder(args)
 
     def envs(text: str) -> list[str]:
         return [x.strip() for x in text.split(",") if x.strip()]

@@ -8,7 +8,7 @@ Four experiments, each a list of rows (one per detector and parameter value) wit
 - ``hack_rate``: the default workload at hacking rates 20% to 80%;
 - ``plateau``: healthy RLHF runs that reach their top by mid-run and then stay flat (``healthy_tau`` 0.1 to 0.25
   instead of 1.5 to 3), at several sigmas: the case where the paper's rule fires on healthy runs;
-- ``real``: the shipped real traces (``platform_sim/data/traces``) as the RLHF jobs of the platform, as in
+- ``real``: the shipped real traces (``platform_sim/data/corpora/real``) as the RLHF jobs of the platform, as in
   ``evalstop-sim replay``, with their *recorded* per-example scores; ``real_traces`` has one row per detector and
   trace (stopped, stop step, delivered step, delay, regret).
 
@@ -351,11 +351,12 @@ def load_real(traces_dir: str | None) -> tuple[list[Any], Any, str | None, bool]
     """``(traces, scales, note, platform_ok)``: the real traces (``[]`` and a note when none are usable), each
     trace's map to the 0-1 scale (per environment, :func:`~platform_sim.studies.replay.trace_scales`), and whether they
     can feed the platform replay (any mix of lengths can; a corpus of only ambiguous traces cannot)."""
-    from platform_sim.sim.traces import TraceError, load_traces, shipped_traces_dir
+    from platform_sim.sim.corpora import corpus_dir
+    from platform_sim.sim.traces import TraceError, load_traces
 
     from .replay import trace_scales
 
-    folder = Path(traces_dir) if traces_dir else shipped_traces_dir()
+    folder = Path(traces_dir) if traces_dir else corpus_dir("real")
     try:
         traces = load_traces(folder)
     except (FileNotFoundError, TraceError, ValueError) as exc:

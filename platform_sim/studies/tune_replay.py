@@ -32,11 +32,10 @@ import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from platform_sim.core import default_spec, detector_from_spec
-from platform_sim.sim.cli_args import add_detector_args, detector_from_args
+from platform_sim.sim.cli_args import add_corpus_arg, add_detector_args, detector_from_args, traces_folder
 from platform_sim.sim.report import detector_line
 
 logger = logging.getLogger(__name__)
@@ -340,9 +339,8 @@ def add_tune(sub: argparse._SubParsersAction) -> None:
         "alone and with EvalStopScheduler around it, and compare trials stopped, trial-hours, makespan "
         "and queue waits. Needs the ray extra.",
     )
-    p.add_argument(
-        "--traces", default=None, metavar="DIR", help="folder of *.jsonl traces (default: the shipped corpus)"
-    )
+    p.add_argument("--traces", default=None, metavar="DIR", help="folder of *.jsonl traces (default: the real corpus)")
+    add_corpus_arg(p)
     p.add_argument("--base", default="fifo", choices=list(BASES), help="base scheduler (default fifo)")
     p.add_argument("--gpus", type=int, default=8, help="units of the custom GPU resource (default 8)")
     p.add_argument("--gpus-per-trial", type=int, default=1, help="units each trial holds (default 1)")
@@ -386,7 +384,7 @@ def text_report(results: Mapping[str, Any]) -> str:
 
 
 def cmd_tune(args: argparse.Namespace) -> int:
-    from platform_sim.sim.traces import TraceError, load_traces, shipped_traces_dir
+    from platform_sim.sim.traces import TraceError, load_traces
 
     try:
         cfg = TuneReplayConfig(
@@ -398,7 +396,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
             detector=detector_from_args(args),
             cpus=args.cpus,
         )
-        folder = Path(args.traces) if args.traces is not None else shipped_traces_dir()
+        folder = traces_folder(args)
         try:
             traces = load_traces(folder)
         except (FileNotFoundError, TraceError) as exc:
