@@ -192,9 +192,7 @@ def test_the_second_fresh_x8_dense_traces_are_yet_other_keyword_runs():
     )
 
     traces = _load_x8(corpus_dir("dense-x8-more2"))
-    earlier = {
-        t.name for d in (corpus_dir("dense-x8"), corpus_dir("dense-x8-more")) for t in load_traces(d)
-    }
+    earlier = {t.name for d in (corpus_dir("dense-x8"), corpus_dir("dense-x8-more")) for t in load_traces(d)}
     assert not earlier & {t.name for t in traces}
     seeds = Counter((t.environment, t.name.removesuffix("-every1-x8").rsplit("-s", 1)[1]) for t in traces)
     assert seeds == {("keyword", str(s)): 8 for s in (8, 9, 10, 11)}
@@ -250,3 +248,34 @@ def test_on_every_dense_trace_a_hint_of_the_default_brings_its_stop_sooner_never
             assert hinted["stopped"] and hinted["stop_step"] <= fixed["stop_step"], (fixed, hinted)
             sooner += hinted["stop_step"] < fixed["stop_step"]
     assert sooner >= 5  # and the hint does bring some sooner
+
+
+# -- the manifest (platform_sim/data/corpora/manifest.json) ------------------------------------------------------------
+
+
+def test_the_manifest_lists_every_corpus_folder_and_each_holds_what_it_states():
+    import json
+
+    from platform_sim.sim.corpora import corpora, load_corpus
+
+    root = Path(corpus_dir("real")).parent
+    listed = corpora()
+    assert {c.folder for c in listed.values()} == {d.name for d in root.iterdir() if d.is_dir()}
+    assert [name for name, c in listed.items() if c.in_wheel] == ["real"]
+    for name, entry in listed.items():
+        traces = load_corpus(name)
+        assert len(traces) == entry.traces == sum(e["traces"] for e in entry.environments.values()), name
+        assert {t.environment for t in traces} == set(entry.environments), name
+        for t in traces:
+            env = entry.environments[t.environment]
+            assert t.split == env["split"], (name, t.name)
+            assert t.header["config"]["eval_steps"] in env["eval_every_steps"], (name, t.name)
+            assert len(t.examples[0] or ()) == entry.eval_samples, (name, t.name)
+        assert entry.recorded_for and all(cmd.startswith("evalstop traces record") for cmd in entry.recorded_with)
+    raw = json.loads((root / "manifest.json").read_text())
+    assert [c["name"] for c in raw["corpora"]] == list(listed)
+
+
+def test_an_unknown_corpus_is_named_in_the_error():
+    with pytest.raises(ValueError, match="unknown corpus 'nope'; choose one of real, dense"):
+        corpus_dir("nope")
