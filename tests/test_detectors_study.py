@@ -270,7 +270,7 @@ _METRICS = {
     ],
 )
 def test_calibration_selection_follows_its_rule(monkeypatch, rule_name, expected):
-    from platform_sim.sim import detector_study
+    from platform_sim.studies import detector_study
     from platform_sim.studies.detector_study import CALIBRATION_RULES, CALIBRATION_SCENARIOS, calibrate
 
     names = {id(cfg): name for name, cfg in CALIBRATION_SCENARIOS.items()}

@@ -9,7 +9,7 @@ import pytest
 from _trace_factory import hacking_curve, healthy_curve, write
 
 from platform_sim.cli import main as sim_main
-from platform_sim.sim import benchmark as bm
+from platform_sim.studies import benchmark as bm
 from platform_sim.sim.traces import load_trace
 
 SMALL_GRIDS = {
