@@ -46,7 +46,8 @@ SCENARIOS: dict[str, WorkloadConfig | None] = {
 def _real() -> tuple[Any, Any, Any, WorkloadConfig]:
     from platform_sim.sim.corpora import corpus_dir
     from platform_sim.sim.traces import load_traces
-    from platform_sim.studies.replay import corpus_scale, evals_per_run, recorded_observation, trace_curves
+    from platform_sim.studies.replay import evals_per_run, recorded_observation, trace_curves
+    from platform_sim.studies.trace_detection import corpus_scale
 
     traces = load_traces(corpus_dir("real"))
     scale = corpus_scale(traces)

@@ -22,7 +22,8 @@ from platform_sim.sim.corpora import corpus_dir
 from platform_sim.sim.experiments import PolicySpec, rows_for_policies
 from platform_sim.sim.traces import load_traces
 from platform_sim.sim.workload import WorkloadConfig
-from platform_sim.studies.replay import corpus_scale, replay, trace_detection, trace_summary
+from platform_sim.studies.replay import replay
+from platform_sim.studies.trace_detection import corpus_scale, trace_detection, trace_summary
 
 TOLERANCES_GOLD = (0.0, 0.05, 0.1, 0.15, 0.2, 0.3)
 WARMUP_EVALS = 3  # a tenth of the run

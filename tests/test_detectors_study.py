@@ -13,13 +13,7 @@ from platform_sim.sim.eval_scores import PerExampleObservation, RecordedExamples
 from platform_sim.sim.experiments import PolicySpec, run_one
 from platform_sim.sim.observe import ObservationModel
 from platform_sim.sim.workload import WorkloadConfig, generate_workload
-from platform_sim.studies.detector_study import (
-    CANDIDATES,
-    StudyConfig,
-    detection_metrics,
-    job_series,
-    study,
-)
+from platform_sim.studies.detector_study import CANDIDATES, StudyConfig, detection_metrics, job_series, study
 
 SMALL = WorkloadConfig(n_jobs=40, sigma=0.05)
 
@@ -140,7 +134,8 @@ def test_study_rows_and_real_traces(tmp_path):
 
 def test_recorded_examples_reach_the_detector(tmp_path):
     from platform_sim.sim.traces import load_traces
-    from platform_sim.studies.replay import build_replay_workload, corpus_scale, trace_curves
+    from platform_sim.studies.replay import build_replay_workload, trace_curves
+    from platform_sim.studies.trace_detection import corpus_scale
 
     rng = np.random.default_rng(1)
     _write_trace(tmp_path / "a.jsonl", "a", np.linspace(0, 3, 12), rng)

@@ -20,13 +20,13 @@ from platform_sim.core import default_spec, detector_from_spec, paper_spec  # no
 from platform_sim.integrations.optuna import EvalStopPruner  # noqa: E402
 from platform_sim.sim.corpora import corpus_dir  # noqa: E402
 from platform_sim.sim.traces import load_traces  # noqa: E402
-from platform_sim.studies.replay import corpus_scale, trace_detection  # noqa: E402
+from platform_sim.studies.trace_detection import corpus_scale, trace_detection  # noqa: E402
 
 WORKER = textwrap.dedent("""
     import sys
     import optuna
     from platform_sim.integrations.optuna import EvalStopPruner
-    from platform_sim.studies.replay import corpus_scale
+    from platform_sim.studies.trace_detection import corpus_scale
     from platform_sim.sim.traces import load_traces
     from platform_sim.sim.corpora import corpus_dir
 

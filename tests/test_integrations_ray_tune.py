@@ -23,7 +23,7 @@ from platform_sim.core import default_spec, detector_from_spec, paper_spec  # no
 from platform_sim.integrations.ray_tune import LOG_FILE, EvalStopScheduler  # noqa: E402
 from platform_sim.sim.corpora import corpus_dir  # noqa: E402
 from platform_sim.sim.traces import load_trace  # noqa: E402
-from platform_sim.studies.replay import corpus_scale, trace_detection  # noqa: E402
+from platform_sim.studies.trace_detection import corpus_scale, trace_detection  # noqa: E402
 from platform_sim.studies.tune_replay import RESOURCE, TuneReplayConfig, tune_replay  # noqa: E402
 
 TESTS = Path(__file__).resolve().parent

@@ -243,7 +243,8 @@ def test_a_dense_trace_job_reads_the_nearest_recorded_eval(tmp_path) -> None:
 
     from platform_sim.sim.eval_scores import RecordedExamplesObservation
     from platform_sim.sim.traces import load_trace
-    from platform_sim.studies.replay import build_replay_workload, recorded_observation, trace_curves, trace_scales
+    from platform_sim.studies.replay import build_replay_workload, recorded_observation, trace_curves
+    from platform_sim.studies.trace_detection import trace_scales
 
     means = hacking_curve(60)
     trace = load_trace(write(tmp_path / "dense.jsonl", means, every=1, examples=8, noise=0.05))

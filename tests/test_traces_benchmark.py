@@ -9,8 +9,8 @@ import pytest
 from _trace_factory import hacking_curve, healthy_curve, write
 
 from platform_sim.cli import main as sim_main
-from platform_sim.studies import benchmark as bm
 from platform_sim.sim.traces import load_trace
+from platform_sim.studies import benchmark as bm
 
 SMALL_GRIDS = {
     "k-decline": {"k": (1, 2, 3), "min_delta": (0.0, 0.05, 0.3), "warmup": (0, 3)},

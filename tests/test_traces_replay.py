@@ -11,12 +11,8 @@ import pytest
 from platform_sim.cli import main as sim_main
 from platform_sim.sim.traces import load_traces
 from platform_sim.sim.workload import WorkloadConfig
-from platform_sim.studies.replay import (
-    build_replay_workload,
-    corpus_scale,
-    trace_curves,
-    trace_detection,
-)
+from platform_sim.studies.replay import build_replay_workload, trace_curves
+from platform_sim.studies.trace_detection import corpus_scale, trace_detection
 
 N = 10  # evals per trace
 
@@ -289,7 +285,8 @@ def test_a_folder_mixing_lengths_cadences_trainers_and_units_replays(mixed, caps
 
 def test_each_trace_lands_on_the_shared_grid_at_its_own_progress(mixed):
     from platform_sim.sim.curves import eval_grid
-    from platform_sim.studies.replay import grid_evals, trace_scales
+    from platform_sim.studies.replay import grid_evals
+    from platform_sim.studies.trace_detection import trace_scales
 
     traces = load_traces(mixed)
     scales = trace_scales(traces)

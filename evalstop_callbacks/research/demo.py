@@ -225,7 +225,9 @@ def _platform(ns: argparse.Namespace) -> dict[str, Any]:
     from platform_sim.sim.report import markdown_table
     from platform_sim.sim.traces import load_traces
     from platform_sim.sim.workload import WorkloadConfig
-    from platform_sim.studies.replay import corpus_scale, replay, summary_line
+    from platform_sim.studies.replay import replay
+    from platform_sim.studies.replay_report import summary_line
+    from platform_sim.studies.trace_detection import corpus_scale
 
     folder = Path(ns.traces) if ns.traces else corpus_dir("real")
     traces = load_traces(folder)

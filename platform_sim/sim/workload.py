@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from .curve_fit import CurveCalibration
+from .curve_calibration import CurveCalibration
 from .curves import (
     Curve,
     ExpLossCurve,

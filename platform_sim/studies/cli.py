@@ -50,7 +50,8 @@ __all__ = ["STUDY_COMMANDS"]
 
 def add_replay(sub: argparse._SubParsersAction) -> None:
     """Add ``replay`` to ``evalstop-sim``."""
-    from .replay import REPLAY_BASES, SCORE_SCALES
+    from .replay import REPLAY_BASES
+    from .trace_detection import SCORE_SCALES
 
     p = sub.add_parser(
         "replay",
@@ -114,7 +115,9 @@ def _load_traces_arg(flag: str, folder: Path) -> list[Any]:
 
 def cmd_replay(args: argparse.Namespace) -> int:
 
-    from .replay import native_min_delta, replay, replay_markdown, replay_text
+    from .replay import replay
+    from .replay_report import replay_markdown, replay_text
+    from .trace_detection import native_min_delta
 
     if args.seeds < 1:
         raise UsageError(f"--seeds must be >= 1, got {args.seeds}")
@@ -218,14 +221,8 @@ def cmd_detectors(args: argparse.Namespace) -> int:
     from platform_sim.sim.experiments import HACK_RATES, SIGMAS
     from platform_sim.sim.workload import WorkloadConfig
 
-    from .detector_study import (
-        CANDIDATES,
-        PLATEAU_SIGMAS,
-        StudyConfig,
-        study,
-        study_markdown,
-        write_study_plots,
-    )
+    from .detector_study import CANDIDATES, PLATEAU_SIGMAS, StudyConfig, study
+    from .detector_study_report import study_markdown, write_study_plots
 
     if args.seeds < 1:
         raise UsageError(f"--seeds must be >= 1, got {args.seeds}")
@@ -346,13 +343,8 @@ def add_benchmark(sub: argparse._SubParsersAction) -> None:
 def cmd_benchmark(args: argparse.Namespace) -> int:
     from platform_sim.sim.traces import TraceError
 
-    from .benchmark import (
-        GRIDS,
-        BenchmarkError,
-        benchmark,
-        benchmark_markdown,
-        write_benchmark_plot,
-    )
+    from .benchmark import GRIDS, BenchmarkError, benchmark
+    from .benchmark_report import benchmark_markdown, write_benchmark_plot
 
     if args.resamples < 0:
         raise UsageError(f"--resamples must be >= 0, got {args.resamples}")

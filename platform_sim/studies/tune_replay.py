@@ -248,7 +248,7 @@ def tune_replay(traces: Sequence[Any], cfg: TuneReplayConfig, address: str | Non
     import ray
 
     from platform_sim.sim.traces import recorded_examples
-    from platform_sim.studies.replay import corpus_scale, trace_detection
+    from platform_sim.studies.trace_detection import corpus_scale, trace_detection
 
     if not traces:
         raise TuneUsageError("--traces: no traces")
