@@ -11,6 +11,7 @@ from _trace_factory import hacking_curve, healthy_curve, write
 from platform_sim.cli import main as sim_main
 from platform_sim.sim.traces import load_trace
 from platform_sim.studies import benchmark as bm
+from platform_sim.studies.benchmark_report import benchmark_markdown
 
 SMALL_GRIDS = {
     "k-decline": {"k": (1, 2, 3), "min_delta": (0.0, 0.05, 0.3), "warmup": (0, 3)},
@@ -108,6 +109,7 @@ def test_report_per_split_and_environment_and_the_best_candidate(corpus):
     res = bm.benchmark(corpus, SMALL_GRIDS, resamples=200)
     assert [c["label"] for c in res["candidates"]] == [
         "k-decline (paper, untuned)",
+        "default (untuned)",
         "k-decline (tuned)",
         "shape (tuned)",
     ]
@@ -132,7 +134,7 @@ def test_report_per_split_and_environment_and_the_best_candidate(corpus):
     assert {"trace", "environment", "split", "label", "stopped", "stop_step", "delay_evals", "regret"} <= set(
         res["rows"][0]
     )
-    md = bm.benchmark_markdown(res, "evalstop-sim benchmark")
+    md = benchmark_markdown(res, "evalstop-sim benchmark")
     assert "Best on the test environments" in md and "## Per environment" in md
 
 

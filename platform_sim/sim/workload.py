@@ -240,10 +240,6 @@ class Workload:
         }
 
 
-def _uniform(rng: np.random.Generator, lo_hi: tuple[float, float], n: int) -> np.ndarray:
-    return rng.uniform(lo_hi[0], lo_hi[1], n)
-
-
 def generate_workload(config: WorkloadConfig, seed: int) -> Workload:
     """Draw the jobs of one run.
 
