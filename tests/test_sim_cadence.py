@@ -155,9 +155,11 @@ def _cli_run(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_cli_cadence_params_reach_the_policy_and_bad_ones_name_the_flag() -> None:
-    loose = json.loads(_cli_run("--cadence", "adaptive", "--cadence-param", "fraction=0.75", "--json").stdout)
+    # k-decline, whose hints the fraction moves (the default detector's hints come from its p-value)
+    kd = ("--detector", "k-decline")
+    loose = json.loads(_cli_run(*kd, "--cadence", "adaptive", "--cadence-param", "fraction=0.75", "--json").stdout)
     tight = _cli_run(
-        "--cadence", "adaptive", "--cadence-param", "fraction=0.25", "--cadence-param", "p_hint=0.8", "--json"
+        *kd, "--cadence", "adaptive", "--cadence-param", "fraction=0.25", "--cadence-param", "p_hint=0.8", "--json"
     )
     m = json.loads(tight.stdout)
     assert m["config"]["cadence"] == {"name": "adaptive", "params": {"fraction": 0.25, "p_hint": 0.8}}
@@ -174,8 +176,9 @@ def test_cli_cadence_params_reach_the_policy_and_bad_ones_name_the_flag() -> Non
 
 
 def test_cli_max_extra_evals_caps_the_extra_evals_and_bad_ones_name_the_flag() -> None:
-    free = json.loads(_cli_run("--cadence", "adaptive", "--json").stdout)
-    capped = json.loads(_cli_run("--cadence", "adaptive", "--max-extra-evals", "1", "--json").stdout)
+    kd = ("--detector", "k-decline")  # hints often enough that a cap of one per job binds
+    free = json.loads(_cli_run(*kd, "--cadence", "adaptive", "--json").stdout)
+    capped = json.loads(_cli_run(*kd, "--cadence", "adaptive", "--max-extra-evals", "1", "--json").stdout)
     assert capped["config"]["max_extra_evals"] == 1 and free["config"]["max_extra_evals"] is None
     assert 0 < capped["extra_evals"] < free["extra_evals"]
     assert capped["extra_evals"] <= capped["jobs"]  # at most one per job
@@ -189,8 +192,9 @@ def test_cli_max_extra_evals_caps_the_extra_evals_and_bad_ones_name_the_flag() -
 
 
 def test_cli_max_eval_share_limits_the_extra_evals_and_bad_ones_name_the_flag() -> None:
-    free = json.loads(_cli_run("--cadence", "adaptive", "--json").stdout)
-    shared = json.loads(_cli_run("--cadence", "adaptive", "--max-eval-share", "0.052", "--json").stdout)
+    kd = ("--detector", "k-decline")  # hints often enough that the share binds
+    free = json.loads(_cli_run(*kd, "--cadence", "adaptive", "--json").stdout)
+    shared = json.loads(_cli_run(*kd, "--cadence", "adaptive", "--max-eval-share", "0.052", "--json").stdout)
     assert shared["config"]["max_eval_share"] == 0.052 and shared["config"]["max_extra_evals"] is None
     assert free["config"]["max_eval_share"] is None
     assert 0 < shared["extra_evals"] < free["extra_evals"] and shared["eval_gpu_h"] < free["eval_gpu_h"]

@@ -185,7 +185,7 @@ def test_cli_writes_json_report_and_png(corpus, tmp_path, capsys):
         == 0
     )
     res = json.loads(capsys.readouterr().out)
-    assert res["best"]["candidate"] in {"k-decline (paper, untuned)", "k-decline (tuned)"}
+    assert res["best"]["candidate"] in {"k-decline (paper, untuned)", "default (untuned)", "k-decline (tuned)"}
     assert {p.name for p in out.iterdir()} >= {"results.json", "report.md", "benchmark.png"}
     assert sim_main(["benchmark", "--traces", str(corpus), "--only", "nope"]) == 2
     assert "--only" in capsys.readouterr().err
