@@ -77,6 +77,10 @@ def benchmark_markdown(res: Mapping[str, Any], command: str) -> str:
             "",
             chosen,
             "",
+            "Untuned, as they are: "
+            + "; ".join(f"{c['label']} `{c['spec']}`" for c in res["candidates"] if "untuned" in c["label"])
+            + ".",
+            "",
             "## Per split (95% intervals: Wilson for shares, bootstrap for medians)",
             "",
             results_table(res["results"], "split"),
