@@ -29,7 +29,8 @@ def study_markdown(results: Mapping[str, Any], command: str, with_ci: bool = Tru
 
     parts = [
         f"# Detector comparison\n\nCommand: `{command}`; {results['config']['seeds']} seeds, base "
-        f"{results['config']['base']}.\n"
+        f"{results['config']['base']}.\n",
+        "Detectors: " + "; ".join(f"{d['label']} `{d['spec']}`" for d in results["config"]["detectors"]) + ".\n",
     ]
     for name, lead in (
         ("noise", (("sigma", "sigma", "f2"),)),
