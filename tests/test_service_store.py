@@ -144,7 +144,7 @@ def test_tenant_detector_command_applies_the_fleet_rule_to_finished_jobs(tmp_pat
     import numpy as np
     from service_support import cli
 
-    from platform_sim.core.stop_policies import FleetEvalStopPolicy
+    from platform_sim.sim.policies.stop_policies import FleetEvalStopPolicy
 
     db = tmp_path / "fleet.db"
     store = SQLiteStore(db)

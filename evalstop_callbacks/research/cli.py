@@ -19,7 +19,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import NoReturn
 
-from platform_sim.sim.backend_cli import detector_param  # the simulator's --detector-param type, shared
+from platform_sim.sim.cli_args import detector_param  # the simulator's --detector-param type, shared
 
 
 class _Parser(argparse.ArgumentParser):

@@ -221,12 +221,15 @@ def _run_demo(ns: argparse.Namespace) -> int:
 
 
 def _platform(ns: argparse.Namespace) -> dict[str, Any]:
-    from platform_sim.sim.replay import corpus_scale, replay, summary_line
+    from platform_sim.sim.corpora import corpus_dir
     from platform_sim.sim.report import markdown_table
-    from platform_sim.sim.traces import load_traces, shipped_traces_dir
+    from platform_sim.sim.traces import load_traces
     from platform_sim.sim.workload import WorkloadConfig
+    from platform_sim.studies.replay import replay
+    from platform_sim.studies.replay_report import summary_line
+    from platform_sim.studies.trace_detection import corpus_scale
 
-    folder = Path(ns.traces) if ns.traces else shipped_traces_dir()
+    folder = Path(ns.traces) if ns.traces else corpus_dir("real")
     traces = load_traces(folder)
     scale = corpus_scale(traces)
     # The demo's tolerance is in gold points; the platform's scores are on 0-1 (corpus min..max).
@@ -236,7 +239,7 @@ def _platform(ns: argparse.Namespace) -> dict[str, Any]:
     }
     results = replay(traces, WorkloadConfig(), det, ns.sim_seeds)
     s = results["trace_summary"]
-    where = folder if ns.traces else "the shipped corpus (platform_sim/data/traces)"
+    where = folder if ns.traces else "the shipped corpus (platform_sim/data/corpora/real)"
     _say(
         ns,
         f"{len(traces)} real traces from {where} ({s['hacking']} hacking, {s['healthy']} healthy), "

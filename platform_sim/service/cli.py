@@ -298,8 +298,8 @@ def _tenant_command(args: argparse.Namespace) -> int:
 
 
 def _fleet_detector(store, args: argparse.Namespace) -> int:  # noqa: ANN001 - the store type needs the extra
-    from platform_sim.core.fleet import FleetDetectorChoice
-    from platform_sim.core.stop_policies import FleetEvalStopPolicy
+    from platform_sim.sim.policies.fleet import FleetDetectorChoice
+    from platform_sim.sim.policies.stop_policies import FleetEvalStopPolicy
 
     tenant = next((t for t in store.list_tenants() if t.name == args.name), None)
     if tenant is None:

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from platform_sim.core.policies import (
+from platform_sim.sim.policies.policies import (
     BASE_POLICIES,
     FIFO,
     PREEMPTION_COST_H,
@@ -15,7 +15,7 @@ from platform_sim.core.policies import (
     SRTFEst,
     make_base_policy,
 )
-from platform_sim.core.stop_policies import (
+from platform_sim.sim.policies.stop_policies import (
     STOP_POLICIES,
     EvalStopPolicy,
     LossPlateau,
@@ -26,7 +26,7 @@ from platform_sim.core.stop_policies import (
     make_stop_policy,
     with_stop,
 )
-from platform_sim.core.views import JobView, ViewWriter
+from platform_sim.sim.policies.views import JobView, ViewWriter
 
 W = ViewWriter
 

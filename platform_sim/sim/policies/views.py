@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from .boundary import check_job_type
+from platform_sim.core.boundary import check_job_type
 
 
 class JobView:

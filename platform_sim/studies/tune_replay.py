@@ -9,7 +9,7 @@ most ``gpus / gpus_per_trial`` trials run at once and the others wait in Tune's 
 The experiment runs twice: with the base scheduler alone (``without``) and with
 :class:`~platform_sim.integrations.ray_tune.EvalStopScheduler` around it (``with``). Scores are mapped onto the
 simulator's 0-1 scale by the same corpus-wide affine map as ``evalstop-sim replay``, and the embedded core is run on
-every trace's eval sequence (``platform_sim.sim.replay.trace_detection``) to check that Tune's decisions equal the
+every trace's eval sequence (``platform_sim.studies.replay.trace_detection``) to check that Tune's decisions equal the
 core's for every trace.
 
 Measured figures (from the driver's clock, through a Tune callback, counted from the start of the first trial):
@@ -32,11 +32,11 @@ import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-from platform_sim.core import DETECTORS, default_spec, detector_from_spec
-from platform_sim.core.detectors import parse_detector_param
+from platform_sim.core import default_spec, detector_from_spec
+from platform_sim.sim.cli_args import add_corpus_arg, add_detector_args, detector_from_args, traces_folder
+from platform_sim.sim.report import detector_line
 
 logger = logging.getLogger(__name__)
 
@@ -171,7 +171,7 @@ def run_tune_experiment(
     """
     from ray import tune
 
-    from .ray_tune import EvalStopScheduler
+    from platform_sim.integrations.ray_tune import EvalStopScheduler
 
     n_evals = max(len(c["steps"]) for c in curves.values())
     base = _base_scheduler(cfg.base, n_evals)
@@ -247,8 +247,8 @@ def tune_replay(traces: Sequence[Any], cfg: TuneReplayConfig, address: str | Non
     """
     import ray
 
-    from platform_sim.sim.replay import corpus_scale, trace_detection
     from platform_sim.sim.traces import recorded_examples
+    from platform_sim.studies.trace_detection import corpus_scale, trace_detection
 
     if not traces:
         raise TuneUsageError("--traces: no traces")
@@ -329,13 +329,6 @@ def tune_replay(traces: Sequence[Any], cfg: TuneReplayConfig, address: str | Non
 # -- command line -------------------------------------------------------------------------------------------------
 
 
-def _detector_param(text: str) -> tuple[str, Any]:
-    try:
-        return parse_detector_param(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-
-
 def add_tune(sub: argparse._SubParsersAction) -> None:
     """Add ``tune`` to ``evalstop-sim``."""
     p = sub.add_parser(
@@ -346,9 +339,8 @@ def add_tune(sub: argparse._SubParsersAction) -> None:
         "alone and with EvalStopScheduler around it, and compare trials stopped, trial-hours, makespan "
         "and queue waits. Needs the ray extra.",
     )
-    p.add_argument(
-        "--traces", default=None, metavar="DIR", help="folder of *.jsonl traces (default: the shipped corpus)"
-    )
+    p.add_argument("--traces", default=None, metavar="DIR", help="folder of *.jsonl traces (default: the real corpus)")
+    add_corpus_arg(p)
     p.add_argument("--base", default="fifo", choices=list(BASES), help="base scheduler (default fifo)")
     p.add_argument("--gpus", type=int, default=8, help="units of the custom GPU resource (default 8)")
     p.add_argument("--gpus-per-trial", type=int, default=1, help="units each trial holds (default 1)")
@@ -366,39 +358,9 @@ def add_tune(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--cpus", type=int, default=2, help="CPUs of the local Ray instance (default 2)")
     p.add_argument("--address", default=None, help="an existing Ray cluster offering the evalstop_gpu resource")
-    p.add_argument(
-        "--detector",
-        default=None,
-        help="detector name (default: the project's default detector; --k/--min-delta alone: k-decline; "
-        f"registered: {', '.join(sorted(DETECTORS))})",
-    )
-    p.add_argument("--k", type=int, default=None, help="consecutive declines that stop a trial (k-decline)")
-    p.add_argument("--min-delta", type=float, default=None, help="decline tolerance on the 0-1 scale (k-decline)")
-    p.add_argument(
-        "--detector-param",
-        action="append",
-        type=_detector_param,
-        default=[],
-        metavar="KEY=VALUE",
-        help="extra detector parameter (repeatable; value parsed as JSON when it can be)",
-    )
+    add_detector_args(p)
     p.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
     p.set_defaults(func=cmd_tune)
-
-
-def _detector(args: argparse.Namespace) -> dict[str, Any]:
-    params: dict[str, Any] = {}
-    if args.k is not None:
-        params["k"] = args.k
-    if args.min_delta is not None:
-        params["min_delta"] = args.min_delta
-    params.update(dict(args.detector_param))
-    if args.detector is None and not params:
-        return detector_from_spec(default_spec()).spec()
-    try:
-        return detector_from_spec({"name": args.detector or "k-decline", "params": params}).spec()
-    except ValueError as exc:
-        raise TuneUsageError(f"--detector: {exc}") from None
 
 
 ROW_KEYS = ("trials", "stopped_hacking", "stopped_healthy", "trial_hours", "makespan_s", "mean_wait_s", "max_wait_s")
@@ -422,7 +384,7 @@ def text_report(results: Mapping[str, Any]) -> str:
 
 
 def cmd_tune(args: argparse.Namespace) -> int:
-    from platform_sim.sim.traces import TraceFormatError, load_traces, shipped_traces_dir
+    from platform_sim.sim.traces import TraceError, load_traces
 
     try:
         cfg = TuneReplayConfig(
@@ -431,13 +393,13 @@ def cmd_tune(args: argparse.Namespace) -> int:
             gpus_per_trial=args.gpus_per_trial,
             eval_seconds=args.eval_seconds,
             hours_per_eval=args.hours_per_eval,
-            detector=_detector(args),
+            detector=detector_from_args(args),
             cpus=args.cpus,
         )
-        folder = Path(args.traces) if args.traces is not None else shipped_traces_dir()
+        folder = traces_folder(args)
         try:
             traces = load_traces(folder)
-        except (FileNotFoundError, TraceFormatError) as exc:
+        except (FileNotFoundError, TraceError) as exc:
             raise TuneUsageError(f"--traces: {exc}") from None
         try:
             import ray  # noqa: F401
@@ -453,5 +415,5 @@ def cmd_tune(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(results, indent=2))
     else:
-        print(text_report(results))
+        print(text_report(results) + "\n" + detector_line(results["config"]["detector"]))
     return 0 if results["decisions_equal_core"] else 1

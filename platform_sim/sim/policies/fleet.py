@@ -14,7 +14,7 @@ right; where healthy runs plateau (the recorded real runs), only a detector that
   when it first reports, and kept for the whole run.
 
 Pure data in, a detector spec out; the state is plain JSON (``state_dict``). Used by the ``evalstop-fleet`` stop
-policy (:mod:`platform_sim.core.stop_policies`).
+policy (:mod:`platform_sim.sim.policies.stop_policies`).
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .checks import check_int, check_prob
-from .detectors import detector_from_spec
+from platform_sim.core.checks import check_int, check_prob
+from platform_sim.core.detectors import detector_from_spec
 
 #: Evals a finished run needs for its late gain (two per third).
 MIN_EVALS_FOR_LATE_GAIN = 6

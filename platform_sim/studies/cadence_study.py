@@ -12,13 +12,12 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from platform_sim.core.cadence import EvalBudget
-
-from .engine import DEFAULT_EVAL_COST
-from .eval_scores import observation_for
-from .experiments import PolicySpec, SimTask, run_task
-from .metrics import add_oracle_shares, metric_row
-from .runner import Runner, SerialRunner
-from .workload import WorkloadConfig
+from platform_sim.sim.engine import DEFAULT_EVAL_COST
+from platform_sim.sim.eval_scores import observation_for
+from platform_sim.sim.experiments import PolicySpec, SimTask, run_task
+from platform_sim.sim.metrics import add_oracle_shares, metric_row
+from platform_sim.sim.runner import Runner, SerialRunner
+from platform_sim.sim.workload import WorkloadConfig
 
 
 def cadence_comparison(

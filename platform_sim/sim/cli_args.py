@@ -1,13 +1,14 @@
-"""Flags and helpers shared by the commands of ``evalstop-sim`` (:mod:`platform_sim.sim.cli`).
+"""The argument-parser helpers of ``evalstop-sim`` (:mod:`platform_sim.cli`): one module for every command's flags.
 
-The simulator's library modules never import this module or ``cli``: the commands import the library, not the
-other way round. Here: :class:`UsageError` (bad input, exit code 2), the workload and detector flags
-(:func:`add_workload_args`, :func:`workload_from_args`, :func:`detector_from_args`, :func:`detector_param`), the
-cadence flags of ``run``, ``paper`` and ``replay`` (:func:`add_cadence_args`, :func:`cadence_from_args`), and the
-flags that choose where the independent simulations of a multi-run command run:
+The simulator's library modules never import this module: the commands import the library, not the other way round.
+Here: :class:`Parser` (argparse with one-line errors), :class:`UsageError` (bad input, exit code 2), the workload
+and detector flags (:func:`add_workload_args`, :func:`add_detector_args`, :func:`workload_from_args`,
+:func:`detector_from_args`, :func:`detector_param`), the cadence flags of ``run``, ``paper`` and ``replay``
+(:func:`add_cadence_args`, :func:`cadence_or_usage`, :func:`budget_or_usage`), and the flags that choose where the
+independent simulations of a multi-run command run:
 
 Every multi-run command of ``evalstop-sim`` (``paper``, ``replay``, ``detectors``, ``sweep``) calls
-:func:`add_backend_args` on its sub-parser and :func:`runner_from_args` to get its
+:func:`add_backend_args` on its sub-parser and :func:`runner_for_command` to get its
 :class:`~platform_sim.sim.runner.Runner`:
 
 - ``--backend pool`` (default): a local process pool of ``--workers`` processes;
@@ -15,51 +16,54 @@ Every multi-run command of ``evalstop-sim`` (``paper``, ``replay``, ``detectors`
   of ``--workers`` CPUs started for the command;
 - ``--backend serial``: in this process (debugging, profiling).
 
-Results are the same whatever the backend: each task carries its seed.
+Results are the same whatever the backend: each task carries its seed. What the commands print and write
+(progress bar, ``--out``, ``--json``) is in :mod:`platform_sim.sim.cli_output`.
 
-The rest of these commands' boilerplate lives here too, so that they all behave alike: :func:`runner_for_command`
-(a bad backend flag as a one-line usage error), :func:`run_with_progress` (the runner's lifetime, the progress bar
-and the wall time), :func:`command_line` (the command as typed, for reports), :func:`write_results_dir`
-(``--out``: ``results.json`` and ``report.md``) and :func:`print_results` (``--json`` or the human tables).
+**The detector a command runs when given none** is the project's default, :func:`platform_sim.core.default_spec`
+(``--k``/``--min-delta`` alone select ``k-decline``); only ``evalstop-sim paper`` runs the paper's rule
+(:func:`platform_sim.core.paper_spec`), since it reproduces the paper.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import sys
-import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, NoReturn
 
+from platform_sim.core.cadence import EvalBudget, cadence_from_spec
 from platform_sim.core.detectors import (
     DETECTORS,
+    default_spec,
     detector_from_spec,
+    paper_spec,
     parse_detector_param,
 )
 
-from ..core.cadence import EvalBudget, cadence_from_spec
 from .curve_fit import calibration_from_args
 from .engine import DEFAULT_EVAL_COST
 from .runner import ProcessRunner, Runner, SerialRunner
 from .workload import MIXES, WorkloadConfig
 
-T = TypeVar("T")
-
-Progress = Callable[[int], None]
-"""A callback taking a count: ``on_plan(total)`` once when the tasks are planned, ``progress(n)`` as they finish."""
-
 BACKENDS: tuple[str, ...] = ("pool", "ray", "serial")
 
 
 class UsageError(Exception):
-    """Bad command-line input: printed as one line, exit code 2 (re-exported by :mod:`platform_sim.sim.cli`).
+    """Bad command-line input: printed as one line by :func:`platform_sim.cli.main`, exit code 2.
 
-    Defined here, not in ``cli``, so that it is one class even under ``python -m platform_sim.sim.cli``, where
-    ``cli`` runs as ``__main__``.
+    Defined here, not in ``cli``, so that it is one class even under ``python -m platform_sim.cli``, where ``cli``
+    runs as ``__main__``.
     """
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse with a one-line error (``prog: error: message``, exit code 2) instead of the usage block."""
+
+    def error(self, message: str) -> NoReturn:
+        sys.stderr.write(f"{self.prog}: error: {message}\n")
+        raise SystemExit(2)
 
 
 class BackendArgError(ValueError):
@@ -131,71 +135,6 @@ def runner_for_command(args: argparse.Namespace) -> Runner:
         raise UsageError(str(exc)) from None
 
 
-def run_with_progress(
-    runner: Runner, study: Callable[[Runner, Progress, Progress], T], *, desc: str, unit: str, show: bool
-) -> tuple[T, float]:
-    """Run ``study(runner, progress, on_plan)`` inside ``with runner``, with a tqdm bar on stderr.
-
-    Args:
-        runner: The runner of :func:`runner_for_command`; entered here and closed when ``study`` returns.
-        study: The multi-run function (e.g. ``functools.partial(paper, cfg)``); it calls ``on_plan(total)`` once
-            it knows how many tasks it runs and ``progress(n)`` as ``n`` more finish.
-        desc: The bar's label.
-        unit: The bar's unit (``task``, ``seed``).
-        show: Whether to show the bar at all (not with ``--no-progress``, nor where stderr must stay quiet).
-
-    Returns:
-        ``study``'s result and the wall time in seconds of the whole run, bar included.
-    """
-    bar = None
-
-    def on_plan(total: int) -> None:
-        nonlocal bar
-        if show:
-            from tqdm import tqdm
-
-            bar = tqdm(total=total, desc=desc, unit=unit, file=sys.stderr)
-
-    def progress(n: int) -> None:
-        if bar is not None:
-            bar.update(n)
-
-    t0 = time.perf_counter()
-    with runner:
-        results = study(runner, progress, on_plan)
-    if bar is not None:
-        bar.close()
-    return results, time.perf_counter() - t0
-
-
-def command_line(name: str) -> str:
-    """The command as typed, for reports: ``evalstop-sim`` and the arguments when the process runs ``evalstop-sim
-    <name> ...``, else (called from Python, e.g. tests) just ``evalstop-sim <name>``."""
-    return "evalstop-sim " + " ".join(sys.argv[1:]) if sys.argv[1:2] == [name] else f"evalstop-sim {name}"
-
-
-def write_results_dir(out_dir: str | Path, results: Mapping[str, Any], markdown: str) -> Path:
-    """``--out``: create ``out_dir`` and write ``results.json`` (the results, indented) and ``report.md`` into it.
-
-    Returns:
-        The folder, for the caller's further files (plots).
-    """
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "results.json").write_text(json.dumps(results, indent=2))
-    (out / "report.md").write_text(markdown)
-    return out
-
-
-def print_results(results: Mapping[str, Any], as_json: bool, human: Callable[[], str]) -> int:
-    """Print ``results`` as indented JSON (``--json``) or else the text of ``human()``; return exit code 0.
-
-    ``human`` is called only when printed, so JSON output does not pay for the tables.
-    """
-    print(json.dumps(results, indent=2) if as_json else human())
-    return 0
-
-
 # -- workload and detector flags ----------------------------------------------------------------------------------
 
 #: ``WorkloadConfig`` field -> the flag that sets it, so that the config's own checks name the flag.
@@ -231,8 +170,13 @@ def seed_arg(text: str) -> int:
     return value
 
 
-def add_workload_args(p: argparse.ArgumentParser) -> None:
-    """Workload and detector flags shared by ``run``, ``paper`` and ``replay``."""
+def add_workload_args(p: argparse.ArgumentParser, *, paper_rule: bool = False) -> None:
+    """Workload and detector flags shared by ``run``, ``paper`` and ``replay``.
+
+    Args:
+        p: The command's parser.
+        paper_rule: See :func:`add_detector_args`.
+    """
     d = WorkloadConfig()
     g = p.add_argument_group("workload")
     g.add_argument("--gpus", type=int, default=d.gpus, help=f"cluster size (default {d.gpus})")
@@ -259,11 +203,28 @@ def add_workload_args(p: argparse.ArgumentParser) -> None:
         default=d.hack_gamma,
         help=f"steepness of the hacking curves' decline (default {d.hack_gamma}; 1 = Gao's d linear)",
     )
+    e = add_detector_args(p, paper_rule=paper_rule)
+    e.add_argument("--stop-at-p", type=float, default=0.65, help="p of the stop-at-p baseline (default 0.65)")
+
+
+def add_detector_args(p: argparse.ArgumentParser, *, paper_rule: bool = False) -> Any:
+    """Add ``--detector``, ``--k``, ``--min-delta`` and ``--detector-param`` (group "EvalStop detector").
+
+    Args:
+        p: The command's parser.
+        paper_rule: Whether the command's detector, when none is given, is the paper's rule (``paper`` only) rather
+            than the project's default; it changes the help text only (:func:`detector_from_args` takes the spec).
+
+    Returns:
+        The argument group, for a command's further detector flags.
+    """
+    default = "the paper's rule, k-decline k=2" if paper_rule else f"the project's default, {default_spec()['name']}"
     e = p.add_argument_group("EvalStop detector")
     e.add_argument(
         "--detector",
-        default="k-decline",
-        help=f"detector name (default k-decline; registered: {', '.join(sorted(DETECTORS))})",
+        default=None,
+        help=f"detector name (default: {default}; --k/--min-delta alone: k-decline; "
+        f"registered: {', '.join(sorted(DETECTORS))})",
     )
     e.add_argument("--k", type=int, default=None, help="consecutive declines that stop a job (k-decline default 2)")
     e.add_argument("--min-delta", type=float, default=None, help="decline tolerance (k-decline default 0)")
@@ -275,7 +236,7 @@ def add_workload_args(p: argparse.ArgumentParser) -> None:
         metavar="KEY=VALUE",
         help="extra detector parameter (repeatable; value parsed as JSON when it can be)",
     )
-    e.add_argument("--stop-at-p", type=float, default=0.65, help="p of the stop-at-p baseline (default 0.65)")
+    return e
 
 
 def workload_from_args(args: argparse.Namespace) -> WorkloadConfig:
@@ -312,13 +273,19 @@ def workload_from_args(args: argparse.Namespace) -> WorkloadConfig:
         raise UsageError(f"{flag}: {msg}") from None
 
 
-def detector_from_args(args: argparse.Namespace) -> dict[str, Any]:
-    """The detector spec of ``--detector/--k/--min-delta/--detector-param``, validated.
+def detector_from_args(args: argparse.Namespace, fallback: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The detector spec of ``--detector/--k/--min-delta/--detector-param``, validated and complete.
+
+    Args:
+        args: The parsed flags of :func:`add_detector_args`.
+        fallback: The spec when no detector flag is given (None: :func:`~platform_sim.core.default_spec`; ``paper``
+            passes :func:`~platform_sim.core.paper_spec`). ``--k``/``--min-delta``/``--detector-param`` without
+            ``--detector`` apply to ``k-decline``.
 
     Raises:
         UsageError: an unknown detector or a parameter it rejects (the message names the flag).
     """
-    if args.detector not in DETECTORS:
+    if args.detector is not None and args.detector not in DETECTORS:
         raise UsageError(
             f"--detector: unknown detector {args.detector!r}; choose one of {', '.join(sorted(DETECTORS))}"
         )
@@ -332,7 +299,9 @@ def detector_from_args(args: argparse.Namespace) -> dict[str, Any]:
             raise UsageError(f"--min-delta must be a finite number >= 0, got {args.min_delta}")
         params["min_delta"] = args.min_delta
     params.update(dict(args.detector_param))
-    spec = {"name": args.detector, "params": params}
+    if args.detector is None and not params:
+        return detector_from_spec(default_spec() if fallback is None else fallback).spec()
+    spec = {"name": args.detector or paper_spec()["name"], "params": params}
     try:
         return detector_from_spec(spec).spec()
     except ValueError as exc:
@@ -444,3 +413,50 @@ def cadence_from_args(args: Any) -> tuple[str | dict[str, Any] | None, float]:
         raise ValueError(f"--cadence-param: {exc}") from None
     assert policy is not None  # an adaptive spec always builds a policy
     return policy.spec(), float(cost)
+
+
+def cadence_or_usage(args: argparse.Namespace) -> tuple[str | dict[str, Any] | None, float]:
+    """:func:`cadence_from_args`, a bad value as the CLI's one-line usage error."""
+    try:
+        return cadence_from_args(args)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def budget_or_usage(args: argparse.Namespace) -> EvalBudget | None:
+    """:func:`eval_budget_from_args`, a bad value as the CLI's one-line usage error."""
+    try:
+        return eval_budget_from_args(args)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def add_corpus_arg(p: argparse.ArgumentParser) -> None:
+    """Add ``--corpus NAME`` (a recorded corpus by name, :mod:`platform_sim.sim.corpora`) beside a study's
+    ``--traces FOLDER``."""
+    from .corpora import corpora
+
+    p.add_argument(
+        "--corpus",
+        default=None,
+        metavar="NAME",
+        help=f"a recorded corpus by name instead of --traces ({', '.join(corpora())}; default: real)",
+    )
+
+
+def traces_folder(args: argparse.Namespace) -> Path:
+    """The folder of ``--traces`` or ``--corpus`` (neither: the ``real`` corpus).
+
+    Raises:
+        UsageError: Both are given, or an unknown or uninstalled corpus.
+    """
+    from .corpora import DEFAULT_CORPUS, corpus_dir
+
+    if args.traces is not None and args.corpus is not None:
+        raise UsageError("--traces and --corpus: give one of them")
+    if args.traces is not None:
+        return Path(args.traces)
+    try:
+        return corpus_dir(args.corpus or DEFAULT_CORPUS)
+    except (ValueError, FileNotFoundError) as exc:
+        raise UsageError(f"--corpus: {exc}") from None

@@ -14,12 +14,12 @@ import types
 import numpy as np
 import pytest
 
-from platform_sim.core.policies import BASE_POLICIES, BasePolicy
-from platform_sim.core.stop_policies import STOP_POLICIES, StopPolicy
-from platform_sim.core.views import JobView
 from platform_sim.sim.curves import Curve
 from platform_sim.sim.engine import simulate
 from platform_sim.sim.experiments import PolicySpec
+from platform_sim.sim.policies.policies import BASE_POLICIES, BasePolicy
+from platform_sim.sim.policies.stop_policies import STOP_POLICIES, StopPolicy
+from platform_sim.sim.policies.views import JobView
 from platform_sim.sim.workload import JobSpec, Workload, WorkloadConfig, generate_workload
 
 _OPAQUE = (

@@ -23,7 +23,8 @@ import math
 from abc import ABC, abstractmethod
 from typing import Any, ClassVar
 
-from .checks import check_nonneg
+from platform_sim.core.checks import check_nonneg
+
 from .views import JobView
 
 PREEMPTION_COST_H: float = 2.0 / 60.0

@@ -8,7 +8,7 @@ Four experiments, each a list of rows (one per detector and parameter value) wit
 - ``hack_rate``: the default workload at hacking rates 20% to 80%;
 - ``plateau``: healthy RLHF runs that reach their top by mid-run and then stay flat (``healthy_tau`` 0.1 to 0.25
   instead of 1.5 to 3), at several sigmas: the case where the paper's rule fires on healthy runs;
-- ``real``: the shipped real traces (``platform_sim/data/traces``) as the RLHF jobs of the platform, as in
+- ``real``: the shipped real traces (``platform_sim/data/corpora/real``) as the RLHF jobs of the platform, as in
   ``evalstop-sim replay``, with their *recorded* per-example scores; ``real_traces`` has one row per detector and
   trace (stopped, stop step, delivered step, delay, regret).
 
@@ -32,13 +32,13 @@ from typing import Any
 
 import numpy as np
 
-from platform_sim.core.detectors import detector_from_spec, shape_sens_spec
+from platform_sim.core.detectors import default_spec, detector_from_spec, shape_sens_spec
 from platform_sim.core.monitor import JobMonitor
-from platform_sim.core.policies import PREEMPTION_COST_H
-
-from .eval_scores import DEFAULT_EXAMPLES, DEFAULT_RHO, PerExampleObservation
-from .experiments import HACK_RATES, SIGMAS, PolicySpec
-from .workload import WorkloadConfig, generate_workload
+from platform_sim.sim.engine import SimResult
+from platform_sim.sim.eval_scores import DEFAULT_EXAMPLES, DEFAULT_RHO, PerExampleObservation
+from platform_sim.sim.experiments import HACK_RATES, SIGMAS, PolicySpec, run_policies
+from platform_sim.sim.policies.policies import PREEMPTION_COST_H
+from platform_sim.sim.workload import WorkloadConfig, generate_workload
 
 logger = logging.getLogger(__name__)
 
@@ -53,6 +53,8 @@ TUNING_SEEDS: tuple[int, ...] = tuple(range(1000, 1010))
 CANDIDATES: tuple[tuple[str, dict[str, Any]], ...] = (
     # The paper's rule, unchanged.
     ("paper k=2", {"name": "k-decline", "params": {"k": 2, "min_delta": 0.0}}),
+    # The project's default (what every entry point runs when given no detector).
+    ("default", default_spec()),
     # Calibrated with CalibrationRule() on TUNING_SEEDS (benchmarks/calibrate_detectors.py, docs/detectors.md):
     # precision >= 95% at sigma 0.02 and 0.12 and on plateaus at sigma 0.02, then recall at sigma 0.12.
     ("k-decline+tol", {"name": "k-decline", "params": {"k": 3, "min_delta": 0.05}}),
@@ -264,31 +266,31 @@ class StudyTask:
 
 def run_study_task(task: StudyTask) -> list[dict[str, Any]]:
     """Run every policy of ``task``; one :func:`run_metrics` dict per policy with the job-level ``delays`` added."""
-    from .engine import simulate
-    from .metrics import run_metrics
-    from .observe import make_observation_model
     from .replay import build_replay_workload
 
     if task.replay_curves:
         workload = build_replay_workload(task.workload, task.replay_curves, task.seed)
     else:
         workload = generate_workload(task.workload, task.seed)
-    out = []
-    for spec in task.policies:
-        result = simulate(
-            workload,
-            spec.build(workload),
-            gpus=task.workload.gpus,
-            preemption_cost_h=PREEMPTION_COST_H,
-            observation=make_observation_model(workload, task.observation),
-        )
-        m = run_metrics(result)
-        m["seed"] = task.seed
-        m["delays"] = [
-            o.stop_eval - o.peak_eval for o in result.outcomes if o.stopped and o.hacking and o.stop_eval is not None
-        ]
-        out.append(m)
-    return out
+
+    def delays(result: SimResult) -> dict[str, Any]:
+        return {
+            "delays": [
+                o.stop_eval - o.peak_eval
+                for o in result.outcomes
+                if o.stopped and o.hacking and o.stop_eval is not None
+            ]
+        }
+
+    return run_policies(
+        workload,
+        task.policies,
+        task.seed,
+        gpus=task.workload.gpus,
+        observation=task.observation,
+        preemption_cost_h=PREEMPTION_COST_H,
+        extra=delays,
+    )
 
 
 @dataclass
@@ -336,7 +338,7 @@ def _row(
     baseline: Sequence[Mapping[str, Any]],
     params: Mapping[str, Any],
 ) -> dict[str, Any]:
-    from .metrics import metric_row
+    from platform_sim.sim.metrics import metric_row
 
     row = metric_row(base, "evalstop", runs, baseline, detector=label, **params)
     delays = [d for r in runs for d in r["delays"]]
@@ -347,15 +349,17 @@ def _row(
 
 def load_real(traces_dir: str | None) -> tuple[list[Any], Any, str | None, bool]:
     """``(traces, scales, note, platform_ok)``: the real traces (``[]`` and a note when none are usable), each
-    trace's map to the 0-1 scale (per environment, :func:`~platform_sim.sim.replay.trace_scales`), and whether they
+    trace's map to the 0-1 scale (per environment, :func:`~platform_sim.studies.replay.trace_scales`), and whether they
     can feed the platform replay (any mix of lengths can; a corpus of only ambiguous traces cannot)."""
-    from .replay import trace_scales
-    from .traces import TraceFormatError, load_traces, shipped_traces_dir
+    from platform_sim.sim.corpora import corpus_dir
+    from platform_sim.sim.traces import TraceError, load_traces
 
-    folder = Path(traces_dir) if traces_dir else shipped_traces_dir()
+    from .trace_detection import trace_scales
+
+    folder = Path(traces_dir) if traces_dir else corpus_dir("real")
     try:
         traces = load_traces(folder)
-    except (FileNotFoundError, TraceFormatError, ValueError) as exc:
+    except (FileNotFoundError, TraceError, ValueError) as exc:
         return [], None, str(exc), False
     if all(t.label == "ambiguous" for t in traces):
         return traces, trace_scales(traces), "platform replay skipped: every trace is ambiguous", False
@@ -371,10 +375,10 @@ def trace_rows(
 
     Args:
         traces: The traces.
-        scale: One :class:`~platform_sim.sim.replay.Scale` for all, or one per trace name.
+        scale: One :class:`~platform_sim.studies.replay.Scale` for all, or one per trace name.
         detectors: ``(label, spec)`` pairs.
     """
-    from .replay import Scale, trace_detection
+    from .trace_detection import Scale, trace_detection
 
     keys = (
         "trace",
@@ -429,8 +433,9 @@ def study(
     on_plan: Callable[[int], None] | None = None,
 ) -> dict[str, Any]:
     """Run the comparison; ``{"noise", "hack_rate", "plateau", "real", "real_traces", "real_summary", "config"}``."""
+    from platform_sim.sim.runner import SerialRunner
+
     from .replay import grid_evals, recorded_observation, trace_curves
-    from .runner import SerialRunner
 
     if cfg.seeds < 1:
         raise ValueError(f"seeds must be >= 1, got {cfg.seeds}")
@@ -474,93 +479,3 @@ def study(
         "tasks": len(plan.tasks),
     }
     return out
-
-
-# -- output ------------------------------------------------------------------------------------------------------
-
-STUDY_COLUMNS: tuple[tuple[str, str, str], ...] = (
-    ("detector", "detector", "s"),
-    ("precision", "precision", "pct"),
-    ("recall", "recall", "pct"),
-    ("fpr", "FPR", "pct"),
-    ("fpr_healthy_rlhf", "FPR healthy RLHF", "pct"),
-    ("delay_median_evals", "median delay (evals)", "f1"),
-    ("regret", "regret", "f3"),
-    ("jct_gain_pct", "JCT gain", "gain"),
-    ("wasted_reduction_pct", "wasted cut", "gain"),
-)
-
-
-def study_markdown(results: Mapping[str, Any], command: str, with_ci: bool = True) -> str:
-    """The report: one table per experiment and the per-trace summary."""
-    from .report import markdown_table
-
-    parts = [
-        f"# Detector comparison\n\nCommand: `{command}`; {results['config']['seeds']} seeds, base "
-        f"{results['config']['base']}.\n"
-    ]
-    for name, lead in (
-        ("noise", (("sigma", "sigma", "f2"),)),
-        ("hack_rate", (("hack_rate", "hack rate", "pct"),)),
-        ("plateau", (("sigma", "sigma", "f2"),)),
-        ("real", ()),
-    ):
-        if results[name]:
-            parts.append(f"## {name}\n\n" + markdown_table(results[name], STUDY_COLUMNS, lead, with_ci) + "\n")
-    if results["real_summary"]:
-        lines = [
-            "| detector | hacking stopped | healthy stopped | median delay | worst regret |",
-            "|---|---|---|---|---|",
-        ]
-        for s in results["real_summary"]:
-            med = "-" if s["delay_median_evals"] is None else f"{s['delay_median_evals']:g}"
-            reg = "-" if s["max_regret_pct"] is None else f"{s['max_regret_pct']:.1f}%"
-            lines.append(
-                f"| {s['detector']} | {s['hacking_stopped']}/{s['hacking']} | "
-                f"{s['healthy_stopped']}/{s['healthy']} | {med} | {reg} |"
-            )
-        parts.append("## real traces, detector on each trace\n\n" + "\n".join(lines) + "\n")
-    if results["config"].get("real_missing"):
-        parts.append(f"Real traces not used: {results['config']['real_missing']}\n")
-    return "\n".join(parts)
-
-
-def write_study_plots(results: Mapping[str, Any], out_dir: Path) -> list[Path]:
-    """``detectors_<experiment>.png``: precision, recall and JCT gain against the swept parameter, per detector."""
-    import matplotlib
-
-    from .report import save_figure
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    written = []
-    for name, param, xlabel in (
-        ("noise", "sigma", "eval noise sigma"),
-        ("hack_rate", "hack_rate", "hacking rate"),
-        ("plateau", "sigma", "eval noise sigma (healthy runs plateau)"),
-    ):
-        rows = results[name]
-        if not rows:
-            continue
-        fig, axes = plt.subplots(1, 4, figsize=(16, 3.6))
-        for label in dict.fromkeys(r["detector"] for r in rows):
-            mine = [r for r in rows if r["detector"] == label]
-            xs = [r[param] for r in mine]
-            for ax, (metric, scale) in zip(
-                axes, (("precision", 100), ("recall", 100), ("delay_median_evals", 1), ("jct_gain_pct", 1))
-            ):
-                ax.plot(
-                    xs,
-                    [(r[metric] if r[metric] is not None else np.nan) * scale for r in mine],
-                    marker="o",
-                    label=label,
-                )
-        for ax, ylabel in zip(axes, ("precision (%)", "recall (%)", "median delay (evals)", "JCT gain (%)")):
-            ax.set_xlabel(xlabel)
-            ax.set_ylabel(ylabel)
-            ax.grid(alpha=0.3)
-        axes[0].legend(fontsize=7)
-        fig.suptitle(f"Detectors, {name} ({results['config']['seeds']} seeds, base {results['config']['base']})")
-        written.append(save_figure(fig, out_dir / f"detectors_{name}.png", dpi=100))
-    return written

@@ -13,7 +13,7 @@ for every trace of an environment. The benchmark runs in three phases, in this o
    per split and per environment. The candidate with the smallest shortfall on the *test* split is named as the best;
    the test results are reported as they come.
 
-Detection is per trace (:func:`~platform_sim.sim.replay.trace_detection`): the detector sees the recorded mean
+Detection is per trace (:func:`~platform_sim.studies.replay.trace_detection`): the detector sees the recorded mean
 scores and per-example scores **in their own units**, exactly what ``EvalStopCallback`` in that run would have seen,
 so a tuned ``min_delta`` is a number in score units, and the held-out environments show whether it transfers.
 
@@ -43,11 +43,11 @@ from typing import Any
 
 import numpy as np
 
-from platform_sim.core.detectors import detector_from_spec
+from platform_sim.core.detectors import default_spec, detector_from_spec
+from platform_sim.sim.traces import RealTrace, load_trace, trace_files
 from platform_sim.trace_format import read_header
 
-from .replay import trace_detection
-from .traces import RealTrace, read_trace, trace_files
+from .trace_detection import trace_detection
 
 logger = logging.getLogger(__name__)
 
@@ -76,6 +76,9 @@ REFERENCE: tuple[str, dict[str, Any]] = (
     {"name": "k-decline", "params": {"k": 2, "min_delta": 0.0}},
 )
 """The paper's rule, evaluated as it is, beside the tuned candidates."""
+
+DEFAULT_REFERENCE: tuple[str, dict[str, Any]] = ("default (untuned)", default_spec())
+"""The project's default detector (what every entry point runs when given none), evaluated as it is."""
 
 GRIDS: dict[str, dict[str, Sequence[Any]]] = {
     "k-decline": {"k": (1, 2, 3, 4), "min_delta": (0.0, 0.01, 0.03, 0.1, 0.3), "warmup": (0, 3)},
@@ -125,7 +128,7 @@ def bootstrap_median(
 
 
 def group_metrics(rows: Sequence[Mapping[str, Any]], resamples: int = 1000) -> dict[str, Any]:
-    """The metrics of one group of per-trace rows (:func:`~platform_sim.sim.replay.trace_detection`'s).
+    """The metrics of one group of per-trace rows (:func:`~platform_sim.studies.replay.trace_detection`'s).
 
     Args:
         rows: One row per trace.
@@ -297,7 +300,7 @@ def split_files(
     Raises:
         BenchmarkError: an environment with traces of both splits, a trace with no split, no tune or no test trace,
             or an environment named in both lists.
-        TraceFormatError: a bad header (file and line named).
+        TraceError: a bad header (file and line named).
     """
     both = set(tune_envs) & set(test_envs)
     if both:
@@ -337,7 +340,7 @@ def benchmark(
     tune_envs: Sequence[str] = (),
     test_envs: Sequence[str] = (),
     resamples: int = 1000,
-    reader: Callable[[Path], RealTrace] = read_trace,
+    reader: Callable[[Path], RealTrace] = load_trace,
     calibrator: Callable[..., dict[str, Any]] = calibrate,
     progress: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
@@ -368,7 +371,7 @@ def benchmark(
     if progress:
         progress(f"evaluating on {len(test_files)} test traces")
     test = [reader(f) for f in test_files]
-    candidates = [REFERENCE] + [(f"{name} (tuned)", spec) for name, spec in cal["chosen"].items()]
+    candidates = [REFERENCE, DEFAULT_REFERENCE] + [(f"{name} (tuned)", spec) for name, spec in cal["chosen"].items()]
     envs = sorted(env_split, key=lambda e: (env_split[e] != "tune", e))
     results: list[dict[str, Any]] = []
     all_rows: list[dict[str, Any]] = []
@@ -465,133 +468,3 @@ def misses(m: Mapping[str, Any], targets: Targets = TARGETS) -> list[str]:
     if m["regret_worst"] is not None and m["regret_worst"] > targets.regret_worst:
         out.append(f"worst regret of a stopped run {100 * m['regret_worst']:.1f}% > {100 * targets.regret_worst:g}%")
     return out
-
-
-# -- output -----------------------------------------------------------------------------------------------------
-
-
-def _pct(v: float | None, ci: Sequence[float | None] | None = None) -> str:
-    if v is None:
-        return "-"
-    s = f"{100 * v:.0f}%"
-    if ci and ci[0] is not None and ci[1] is not None:
-        s += f" [{100 * ci[0]:.0f}, {100 * ci[1]:.0f}]"
-    return s
-
-
-def _num(v: float | None, ci: Sequence[float | None] | None = None) -> str:
-    if v is None:
-        return "-"
-    s = f"{v:g}"
-    if ci and ci[0] is not None and ci[1] is not None:
-        s += f" [{ci[0]:g}, {ci[1]:g}]"
-    return s
-
-
-def results_table(results: Sequence[Mapping[str, Any]], kind: str) -> str:
-    """Markdown: one row per candidate and group of ``kind`` (``split`` or ``environment``)."""
-    split_col = kind != "split"
-    lines = [
-        "| candidate | " + kind + (" | split" if split_col else "") + " | hacking / healthy / ambiguous | "
-        "precision | recall | healthy stopped | median delay (evals) | worst regret | median regret | "
-        "meets targets |",
-        "|---|" + "---|" * (10 if split_col else 9),
-    ]
-    for r in results:
-        if r["kind"] != kind:
-            continue
-        lines.append(
-            f"| {r['candidate']} | {r['group']}{' | ' + r['split'] if split_col else ''} | {r['hacking']} / "
-            f"{r['healthy']} / {r['ambiguous']} | "
-            f"{_pct(r['precision'], r['precision_ci'])} | {_pct(r['recall'], r['recall_ci'])} | "
-            f"{_pct(r['healthy_stopped'], r['healthy_stopped_ci'])} | "
-            f"{_num(r['delay_median'], r['delay_median_ci'])} | {_pct(r['regret_worst'])} | "
-            f"{_pct(r['regret_median'], r['regret_median_ci'])} | {'yes' if r['meets_targets'] else 'no'} |"
-        )
-    return "\n".join(lines)
-
-
-def benchmark_markdown(res: Mapping[str, Any], command: str) -> str:
-    """The report: environments, chosen parameters, results per split and per environment, the best candidate."""
-    cfg, best, t = res["config"], res["best"], res["targets"]
-    envs = ", ".join(f"{e} ({v['split']}, {v['traces']})" for e, v in res["environments"].items())
-    amb = sorted(name for name, lab in res["labels"].items() if lab["label"] == "ambiguous")
-    chosen = "\n".join(f"- {name}: `{spec['params']}`" for name, spec in res["calibration"]["chosen"].items())
-    verdict = "meets every target" if best["meets_targets"] else "misses: " + "; ".join(best["misses"])
-    return "\n".join(
-        [
-            "# Detectors tuned on some environments, judged on others (evalstop-sim benchmark)",
-            "",
-            f"Command: `{command}`. {cfg['tune_traces']} tune and {cfg['test_traces']} test traces; environments: "
-            f"{envs}. {cfg['grid_points']} grid points tried on the tune traces in {cfg['calibration_s']:.1f} s; "
-            f"{cfg['wall_s']:.1f} s in all.",
-            "",
-            f"Targets on the test environments: hacking stopped >= {100 * t['recall']:g}%, healthy stopped <= "
-            f"{100 * t['healthy_stopped']:g}%, median delay <= {t['delay_median']:g} evals, worst regret of a stopped run "
-            f"<= {100 * t['regret_worst']:g}%.",
-            "",
-            f"Ambiguous traces (left out of every metric): {len(amb)}{': ' + ', '.join(amb) if amb else ''}.",
-            "",
-            "## Parameters chosen on the tune split",
-            "",
-            chosen,
-            "",
-            "## Per split (95% intervals: Wilson for shares, bootstrap for medians)",
-            "",
-            results_table(res["results"], "split"),
-            "",
-            "## Per environment",
-            "",
-            results_table(res["results"], "environment"),
-            "",
-            f"**Best on the test environments: {best['candidate']}** `{best['spec']}`: {verdict}.",
-            "",
-        ]
-    )
-
-
-def write_benchmark_plot(res: Mapping[str, Any], path: Path) -> Path:
-    """A PNG: recall, healthy stopped and median delay per candidate, tune vs test split, with intervals."""
-    import matplotlib
-
-    from .report import save_figure
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    cands = [c["label"] for c in res["candidates"]]
-    by = {(r["candidate"], r["group"]): r for r in res["results"] if r["kind"] == "split"}
-    t = res["targets"]
-    fig, axes = plt.subplots(1, 3, figsize=(16, 4.2))
-    x = np.arange(len(cands))
-    for ax, (metric, scale, target, title) in zip(
-        axes,
-        (
-            ("recall", 100, 100 * t["recall"], "hacking stopped (%)"),
-            ("healthy_stopped", 100, 100 * t["healthy_stopped"], "healthy stopped (%)"),
-            ("delay_median", 1, t["delay_median"], "median delay after the peak (evals)"),
-        ),
-    ):
-        for off, split, color in ((-0.2, "tune", "tab:gray"), (0.2, "test", "tab:blue")):
-            vals, lo, hi = [], [], []
-            for c in cands:
-                r = by[(c, split)]
-                v = r[metric]
-                ci = r[f"{metric}_ci"]
-                vals.append(np.nan if v is None else v * scale)
-                # a bootstrap interval of a median need not contain it (few traces): no negative whiskers
-                lo.append(0 if v is None or ci[0] is None else max(0.0, (v - ci[0]) * scale))
-                hi.append(0 if v is None or ci[1] is None else max(0.0, (ci[1] - v) * scale))
-            ax.bar(x + off, vals, 0.4, yerr=[lo, hi], color=color, label=split, capsize=2)
-        ax.axhline(target, color="tab:red", ls="--", lw=1, label="target")
-        ax.set_xticks(x, cands, rotation=35, ha="right", fontsize=7)
-        ax.set_title(title, fontsize=9)
-        ax.grid(alpha=0.3, axis="y")
-    axes[0].legend(fontsize=7)
-    fig.suptitle(
-        f"Detectors tuned on the tune environments, judged on the test environments "
-        f"({res['config']['tune_traces']} tune / {res['config']['test_traces']} test traces)",
-        fontsize=10,
-    )
-    fig.tight_layout()
-    return save_figure(fig, path, dpi=100)

@@ -26,9 +26,8 @@ from platform_sim.core.cadence import EvalBudget, cadence_from_spec
 from platform_sim.core.checks import check_nonneg
 from platform_sim.core.detectors import detector_from_spec
 from platform_sim.core.monitor import JobMonitor
-
-from .engine import DEFAULT_EVAL_COST
-from .traces import RealTrace
+from platform_sim.sim.engine import DEFAULT_EVAL_COST
+from platform_sim.sim.traces import RealTrace
 
 
 def smoothed_peak_step(trace: RealTrace, every: int) -> int:

@@ -12,7 +12,7 @@ Policies:
 - ``evalstop``: the job's detector (default ``k-decline``, k=2, min_delta=0) over its observed eval scores; delivers
   the best observed checkpoint (highest score, earliest on ties).
 - ``evalstop-fleet``: EvalStop whose detector for each new job is chosen from the platform's finished jobs
-  (:mod:`platform_sim.core.fleet`): the ``shape`` detector, or ``shape-sens`` once the jobs that finished unstopped
+  (:mod:`platform_sim.sim.policies.fleet`): the ``shape`` detector, or ``shape-sens`` once the jobs that finished unstopped
   show that healthy runs here keep rising until the end.
 - ``stop-at-p``: stops every covered job at the first eval at or after a fraction ``p`` (0.65) of its planned steps;
   delivers that checkpoint.
@@ -31,12 +31,13 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from .boundary import JOB_TYPES, Action
-from .cadence import cadence_from_spec
-from .checks import check_int, check_nonneg
-from .detectors import Detector, detector_from_spec, shape_sens_spec
+from platform_sim.core.boundary import JOB_TYPES, Action
+from platform_sim.core.cadence import cadence_from_spec
+from platform_sim.core.checks import check_int, check_nonneg
+from platform_sim.core.detectors import Detector, detector_from_spec, shape_sens_spec
+from platform_sim.core.monitor import JobMonitor
+
 from .fleet import FleetDetectorChoice
-from .monitor import JobMonitor
 from .policies import BasePolicy
 from .views import JobView
 
@@ -276,13 +277,13 @@ class Oracle(StopPolicy):
 class FleetEvalStopPolicy(EvalStopPolicy):
     """EvalStop whose detector for each new job is chosen from the platform's finished jobs.
 
-    A :class:`~platform_sim.core.fleet.FleetDetectorChoice` picks the ``conservative`` or the ``aggressive`` detector
+    A :class:`~platform_sim.sim.policies.fleet.FleetDetectorChoice` picks the ``conservative`` or the ``aggressive`` detector
     spec when a job first reports (from the late gains of the covered jobs that finished without being stopped); the
     job keeps that detector for its whole run. Everything else is :class:`EvalStopPolicy`.
 
     Args:
         conservative, aggressive, min_late_gain, min_runs, window: See
-            :class:`~platform_sim.core.fleet.FleetDetectorChoice`.
+            :class:`~platform_sim.sim.policies.fleet.FleetDetectorChoice`.
         job_types: Job types covered (and learned from).
     """
 

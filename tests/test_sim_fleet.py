@@ -7,9 +7,9 @@ import json
 import numpy as np
 import pytest
 
-from platform_sim.core.fleet import FleetDetectorChoice, late_gain
-from platform_sim.core.stop_policies import FleetEvalStopPolicy, make_stop_policy
-from platform_sim.core.views import JobView, ViewWriter
+from platform_sim.sim.policies.fleet import FleetDetectorChoice, late_gain
+from platform_sim.sim.policies.stop_policies import FleetEvalStopPolicy, make_stop_policy
+from platform_sim.sim.policies.views import JobView, ViewWriter
 
 CONSERVATIVE = {"name": "shape", "params": {}}
 AGGRESSIVE = {"name": "shape", "params": {"threshold": 0.7, "future": 1.5, "min_tau": 2.0}}
@@ -92,11 +92,11 @@ def test_policy_learns_only_from_runs_that_finished_unstopped():
 def test_in_the_simulator_the_choice_follows_the_workloads_healthy_runs():
     # Healthy runs that keep rising (default workload) turn the fleet aggressive once enough of them finished; runs
     # that plateau (the plateau scenario) keep it conservative.
-    from platform_sim.sim.detector_study import PLATEAU_TAU
     from platform_sim.sim.engine import simulate
     from platform_sim.sim.experiments import PolicySpec
     from platform_sim.sim.observe import make_observation_model
     from platform_sim.sim.workload import WorkloadConfig, generate_workload
+    from platform_sim.studies.detector_study import PLATEAU_TAU
 
     shares = {}
     for name, config in (
