@@ -11,11 +11,11 @@ from evalstop_callbacks.research import cli
 
 
 def _hello_module() -> SimpleNamespace:
-    # A subcommand module as a new one would be written: add_parser(subparsers) with set_defaults(run=handler).
+    # A subcommand module as a new one would be written: add_parser(subparsers) with set_defaults(func=handler).
     def add_parser(sub: argparse._SubParsersAction) -> None:
         p = sub.add_parser("hello", help="say hello")
         p.add_argument("--times", type=int, default=1)
-        p.set_defaults(run=lambda ns: 40 + ns.times)
+        p.set_defaults(func=lambda ns: 40 + ns.times)
 
     return SimpleNamespace(add_parser=add_parser)
 

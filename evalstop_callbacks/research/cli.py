@@ -8,13 +8,13 @@ Bad input ends with a one-line reason naming the flag and exit code 2; ``--json`
 Each subcommand lives in its own module, listed in :data:`SUBCOMMANDS`. Such a module provides
 ``add_parser(subparsers) -> None``: it adds its parser with ``subparsers.add_parser(NAME, ...)`` (the parser class
 is :class:`~evalstop_callbacks.research.cli_args.Parser`, so errors are one line) and sets
-``set_defaults(run=handler)``, where ``handler(namespace) -> int`` runs the command and returns the exit code.
+``set_defaults(func=handler)``, where ``handler(namespace) -> int`` sets up its logging, runs the command and returns
+the exit code. To add one, import its module here and append it to :data:`SUBCOMMANDS`.
 """
 
 from __future__ import annotations
 
 import argparse
-import logging
 import sys
 from collections.abc import Sequence
 
@@ -38,11 +38,10 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     ns = parser.parse_args(argv)
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    if getattr(ns, "run", None) is None:
+    if getattr(ns, "func", None) is None:
         parser.print_help()
         return 2
-    return int(ns.run(ns))
+    return int(ns.func(ns))
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ ends the same way everywhere: a one-line reason naming the flag, exit code 2.
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 from typing import Any, NoReturn
 
@@ -19,6 +20,11 @@ class Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def log_warnings() -> None:
+    """Log warnings and errors to stderr as ``LEVEL logger: message`` (the lab's subcommands; libraries stay quiet)."""
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
 
 
 def fail(flag: str, reason: str) -> int:

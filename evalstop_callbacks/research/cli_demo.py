@@ -7,7 +7,7 @@ from pathlib import Path
 
 from platform_sim.core import default_spec, detector_from_spec
 
-from .cli_args import detector_param, fail, nonneg_float, nonneg_int, pos_int
+from .cli_args import detector_param, fail, log_warnings, nonneg_float, nonneg_int, pos_int
 from .demo import run_demo
 
 
@@ -64,11 +64,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     demo.add_argument("--traces", default=None, help="trace folder for the platform part (default: the shipped corpus)")
     demo.add_argument("--sim-seeds", type=pos_int, default=3, help="simulator seeds for the platform table (default 3)")
     demo.add_argument("--no-sim", action="store_true", help="skip the simulated platform part")
-    demo.set_defaults(run=cmd_demo)
+    demo.set_defaults(func=cmd_demo)
 
 
 def cmd_demo(ns: argparse.Namespace) -> int:
     """Check the flags of ``ns`` (before minutes of training), settle the detector spec, run the demo."""
+    log_warnings()
     if ns.traces is not None and not Path(ns.traces).is_dir():
         return fail("--traces", f"{ns.traces} is not a folder")
     if ns.detector_param and ns.detector is None:

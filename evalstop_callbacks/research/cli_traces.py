@@ -13,7 +13,7 @@ from pathlib import Path
 
 from platform_sim.trace_format import trace_complete
 
-from .cli_args import Parser, fail, nonneg_int, pos_int
+from .cli_args import Parser, fail, log_warnings, nonneg_int, pos_int
 from .envs import ENVIRONMENTS, get
 from .record import run_in_subprocess
 from .runs import EVAL_SAMPLES_ENVS, default_grid
@@ -92,17 +92,18 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "--cache-dir", default=None, help="environment cache (default $EVALSTOP_CACHE or ~/.cache/evalstop)"
     )
     rec.add_argument("--json", action="store_true", help="print one JSON object with the recorded runs")
-    rec.set_defaults(run=cmd_record)
+    rec.set_defaults(func=cmd_record)
 
     def traces_help(ns: argparse.Namespace) -> int:
         traces.print_help()
         return 0
 
-    traces.set_defaults(run=traces_help)
+    traces.set_defaults(func=traces_help)
 
 
 def cmd_record(ns: argparse.Namespace) -> int:
     """Record the grid that the flags of ``ns`` select; returns 1 if any run failed."""
+    log_warnings()
     if ns.env == "bow-proxy":
         grid = default_grid(
             6 if ns.seeds is None else ns.seeds,
