@@ -1,7 +1,7 @@
 """Tiny models built locally in code: a word-level tokenizer and GPT-2 policies, reward and value models.
 
 Nothing here downloads anything. The tokenizer is trained with ``tokenizers`` on the small corpus shipped in
-``evalstop_callbacks/data/corpus.txt`` (made by :func:`generate_corpus`; regenerate it with
+``evalstop_callbacks/research/data/corpus.txt`` (made by :func:`generate_corpus`; regenerate it with
 ``python -m evalstop_callbacks.research.tiny``). The models are randomly initialised GPT-2s of a few layers; a short language
 model pretraining (:func:`pretrain_policy`, about 8 s on one CPU thread) makes the policy write sentence-like text.
 
