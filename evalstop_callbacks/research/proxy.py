@@ -90,6 +90,13 @@ def ProxyRewardModel(proxy: BagOfWordsProxy, tokenizer):  # noqa: N802 - a facto
     hidden state, and reads the value at the last non-pad token. Here the "backbone" returns the running word counts
     (cumulative one-hot vectors) and ``score`` is the ridge layer, so the value at the last token is exactly
     :meth:`BagOfWordsProxy.score` of prompt + response (special tokens have weight 0).
+
+    Args:
+        proxy: The fitted proxy.
+        tokenizer: The policy's word-level tokenizer (one token per word).
+
+    Returns:
+        A frozen ``torch.nn.Module``.
     """
     from types import SimpleNamespace
 
