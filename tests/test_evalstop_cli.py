@@ -26,7 +26,7 @@ def test_a_subcommand_module_plugs_in_through_the_list(monkeypatch, capsys):
     with pytest.raises(SystemExit) as exc:
         cli.main(["--help"])
     assert exc.value.code == 0
-    assert "{demo,traces,hello}" in capsys.readouterr().out
+    assert ",hello}" in capsys.readouterr().out
     with pytest.raises(SystemExit) as exc:
         cli.main(["hello", "--times", "x"])
     assert exc.value.code == 2
@@ -36,7 +36,7 @@ def test_a_subcommand_module_plugs_in_through_the_list(monkeypatch, capsys):
 
 def test_no_subcommand_prints_the_help_and_exits_2(capsys):
     assert cli.main([]) == 2
-    assert "usage: evalstop [-h] {demo,traces}" in capsys.readouterr().out
+    assert "usage: evalstop [-h] {demo,traces" in capsys.readouterr().out  # later subcommands may follow
 
 
 def test_traces_alone_prints_its_help(capsys):
@@ -48,6 +48,6 @@ def test_an_unknown_subcommand_is_named_in_one_line(capsys):
     with pytest.raises(SystemExit) as exc:
         cli.main(["bogus"])
     assert exc.value.code == 2
-    assert capsys.readouterr().err.strip() == (
-        "evalstop: error: argument {demo,traces}: invalid choice: 'bogus' (choose from 'demo', 'traces')"
-    )
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("evalstop: error: argument {demo,traces") and "\n" not in err
+    assert "invalid choice: 'bogus' (choose from 'demo', 'traces'" in err
