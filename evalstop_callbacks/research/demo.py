@@ -20,13 +20,14 @@ import logging
 import math
 import os
 import shutil
-import sys
 import time
 import warnings
 from pathlib import Path
 from typing import Any
 
-logger = logging.getLogger(__name__)
+from .overopt import EnvConfig, build_env
+from .runs import RunSpec
+from .trainers import grpo_trainer
 
 
 def _say(ns: argparse.Namespace, text: str = "") -> None:
@@ -85,9 +86,7 @@ def _run_demo(ns: argparse.Namespace) -> int:
     hf_logging.set_verbosity_error()
     hf_logging.disable_progress_bar()
 
-    from ..callback import EvalStopCallback
-    from .overopt import EnvConfig, build_env
-    from .record import RunSpec, grpo_trainer
+    from .. import EvalStopCallback  # transformers: loaded when the demo runs, not when the CLI starts
 
     out = Path(ns.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -253,9 +252,3 @@ def _platform(ns: argparse.Namespace) -> dict[str, Any]:
         for r in results["main"]
     }
     return {"traces": len(traces), "seeds": ns.sim_seeds, "detector": det, "trace_summary": s, "main": main}
-
-
-if __name__ == "__main__":  # pragma: no cover - use the evalstop command
-    from .cli import main
-
-    sys.exit(main(["demo", *sys.argv[1:]]))
