@@ -250,3 +250,59 @@ def _restore_peft(model: Any, path: Path) -> None:
     if unexpected:
         raise CheckpointError(f"adapter in {path} does not fit the live model: unexpected keys {unexpected[:3]}")
     logger.info("restored PEFT adapter from %s", path)
+
+
+def keep_best(
+    trainer: Any,
+    args: Any,
+    state: Any,
+    control: Any,
+    step: int,
+    previous: str | None,
+    metric: float,
+    stopping: bool,
+    is_main: bool,
+) -> tuple[str | None, float | None]:
+    """Keep the new best step's weights on disk and point ``state.best_model_checkpoint`` at them.
+
+    If the step is saved anyway (the trainer's own schedule, or the stop), the Trainer's full checkpoint folder is the
+    best one (``control.should_save`` is set). Otherwise the weights alone go to ``evalstop-best-<step>`` (no
+    optimizer state), replacing the previous such folder.
+
+    Args:
+        trainer: The trainer (its ``save_model`` writes weights-only folders), or None.
+        args: Its ``TrainingArguments`` (``output_dir``).
+        state: Its ``TrainerState``, pointed at the new best.
+        control: Its ``TrainerControl``.
+        step: The new best step (the one being evaluated).
+        previous: The previous best folder, or None.
+        metric: The best score in transformers' convention (:meth:`Evaluator.to_metric`).
+        stopping: Whether training stops at this step (its full checkpoint is saved).
+        is_main: Whether this is the main process (it deletes the previous weights-only folder).
+
+    Returns:
+        The new best folder (None when step 0 cannot be saved without a trainer) and the seconds a weights-only save
+        took (None when the trainer's own checkpoint is the best one).
+    """
+    import shutil
+    import time
+
+    if control.should_save or stopping or trainer is None or not callable(getattr(trainer, "save_model", None)):
+        if step == 0:
+            logger.warning("EvalStop: no trainer to save the step-0 weights with; restore cannot go back to them")
+            return previous, None
+        path = checkpoint_dir(args.output_dir, step)
+        control.should_save = True
+        if (
+            previous
+            and os.path.basename(previous).startswith(BEST_PREFIX + "-")
+            and is_main
+            and os.path.isdir(previous)
+        ):
+            shutil.rmtree(previous, ignore_errors=True)
+        return mark_best(state, path, step, metric), None
+    path = best_weights_dir(args.output_dir, step)
+    t0 = time.perf_counter()
+    save_best_weights(trainer, path, previous)
+    seconds = time.perf_counter() - t0
+    return mark_best(state, path, step, metric), seconds
