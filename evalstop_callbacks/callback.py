@@ -26,15 +26,15 @@ from transformers.trainer_callback import ExportableState
 
 from platform_sim.core import Decision, Report
 
-from .checkpoints import CheckpointError, keep_best, mark_best, restore_checkpoint
+from .checkpoints import keep_best, mark_best, restore_best
 from .client import BoundaryClient, EmbeddedClient
-from .distributed import barrier, share_from_main, world
+from .distributed import share_from_main, world
 from .evaluators import EvalResult, Evaluator, checked_result, error_at_step, unwrap_model
 from .schedule import EvalSchedule, check_has_cadence, resolve_cadence
 from .settings import MODES, CallbackSettings
-from .state import CallbackState, exported, saved_state
-from .trace_sink import TraceSink
-from .trainer_compat import EvalStopTrainingStopped, TrainerLink, is_ppo_model, resolve_evaluator, trainer_name
+from .state import export_state, load_state, saved_state
+from .trace_sink import TraceSink, trace_header
+from .trainer_compat import EvalStopTrainingStopped, TrainerLink, is_ppo_model, resolve_evaluator
 from .wandb_logging import WandbLogger, reports_to
 
 __all__ = ["MODES", "EvalStopCallback", "EvalStopTrainingStopped"]
@@ -149,61 +149,14 @@ class EvalStopCallback(TrainerCallback, ExportableState):
         self._metrics_at: tuple[int, dict[str, Any]] | None = None
         self._trace, self._link, self._wandb = TraceSink(), TrainerLink(), WandbLogger(False)
 
-    @property
-    def extra_eval_steps(self) -> list[int]:
-        """Steps of the evaluations made at a cadence hint."""
-        return self.schedule.extra_eval_steps
-
-    @property
-    def eval_seconds(self) -> list[float]:
-        """The evaluator's seconds of each evaluation on this process."""
-        return self.schedule.eval_seconds
-
-    @property
-    def max_extra_evals(self) -> int | None:
-        """The budget's count of hinted evaluations (see the class Args)."""
-        return self.eval_budget.max_extra_evals
-
-    @property
-    def max_eval_share(self) -> float | None:
-        """The budget's share of time for evaluating (see the class Args)."""
-        return self.eval_budget.max_eval_share
+    extra_eval_steps = property(lambda self: self.schedule.extra_eval_steps, doc="Steps of the hinted evaluations.")
+    eval_seconds = property(lambda self: self.schedule.eval_seconds, doc="Evaluator seconds of each evaluation.")
+    max_extra_evals = property(lambda self: self.eval_budget.max_extra_evals, doc="The budget's count of hints.")
+    max_eval_share = property(lambda self: self.eval_budget.max_eval_share, doc="The budget's share of time.")
 
     def state(self) -> dict[str, Any]:
         """ExportableState: what every checkpoint's ``trainer_state.json`` keeps of this callback."""
-        save = getattr(self.client, "state_dict", None)  # optional: clients that keep local state offer it
-        keys = ("eval_steps", "job_id", "job_type", "mode", "restore_best", "trace_path")
-        sch = self.schedule
-        saved = CallbackState(
-            self.job_id, self.detector_spec, list(self.history), self.best_step, self.best_score,
-            self.best_checkpoint, self.stopped_at, self.would_stop_at, sch.last_eval_step, list(sch.extra_eval_steps),
-            sch.hinted_step, sch.wall(), sch.eval_time(), save() if callable(save) else None,
-        )  # fmt: skip
-        return exported({**{key: getattr(self, key) for key in keys}, "detector": self.detector_spec}, saved)
-
-    def _load(self, saved: CallbackState) -> None:
-        saved.check_resumable(self.detector_spec, self.job_id)
-        self.job_id, self.history, self.best_checkpoint = saved.job_id, saved.history, saved.best_checkpoint
-        self.best_step, self.best_score = saved.best_step, saved.best_score
-        self.stopped_at, self.would_stop_at = saved.stopped_at, saved.would_stop_at
-        sch = self.schedule
-        sch.last_eval_step, sch.hinted_step, sch.extra_eval_steps = (
-            saved.last_eval_step,
-            saved.hinted_step,
-            saved.extra_eval_steps,
-        )
-        sch.wall_offset, sch.eval_offset = saved.wall_s, saved.eval_s
-        load = getattr(self.client, "load_state_dict", None)
-        if saved.client_state is not None and callable(load):
-            load(saved.client_state)
-        declines = self.history[-1]["declines"] if self.history else 0
-        logger.info(
-            "EvalStop resumed job %s: %d evals, best step %s, declines %s",
-            self.job_id,
-            len(self.history),
-            self.best_step,
-            declines,
-        )
+        return export_state(self)
 
     # -- events ------------------------------------------------------------------------------------------------------
 
@@ -232,7 +185,7 @@ class EvalStopCallback(TrainerCallback, ExportableState):
             raise ValueError("this EvalStopCallback already served a training run; create a new one for a new run")
         saved = saved_state(getattr(state, "stateful_callbacks", None), type(self).__name__, self.job_id)
         if resuming and saved is not None:
-            self._load(saved)
+            load_state(self, saved)
         if self.mode == "enforce" and getattr(args, "load_best_model_at_end", False):
             logger.warning(
                 "EvalStop keeps and restores its own best checkpoint (by the world score); "
@@ -243,7 +196,9 @@ class EvalStopCallback(TrainerCallback, ExportableState):
             self._register()
             self._wandb = WandbLogger(reports_to(args, "wandb"))
             if self.trace_path is not None:
-                self._open_trace(args, state, model, resuming)
+                self._trace.open(
+                    self.trace_path, state.global_step if resuming else None, trace_header(self, args, state, model)
+                )
         logger.info(
             "EvalStop job %s: cadence %s, detector %s, mode %s",
             self.job_id,
@@ -462,27 +417,6 @@ class EvalStopCallback(TrainerCallback, ExportableState):
             self.job_id = self.client.register(job, spec, job_id=self.job_id)
         self._registered = True
 
-    def _open_trace(self, args: Any, state: Any, model: Any, resuming: bool) -> None:
-        assert self.evaluator is not None and self.trace_path is not None
-        if self.job_id is None:
-            raise RuntimeError("EvalStop: a trace needs trace_path and a registered job id")
-        cadence = self.schedule.cadence
-        config = {
-            "eval_steps": self.eval_steps if self.eval_steps is not None else cadence[1] or cadence[0],
-            "detector": self.detector_spec,
-            "mode": self.mode,
-            **self.evaluator.describe(),
-        }
-        if self.cadence_spec is not None:  # extra evals are the trace's eval lines off the eval_steps cadence
-            config.update(cadence=self.cadence_spec, max_extra_evals=self.max_extra_evals)
-            if self.max_eval_share is not None:
-                config["max_eval_share"] = self.max_eval_share
-        policy = unwrap_model(model) if model is not None else None
-        header = dict(job_id=self.job_id, job_type=self.job_type, trainer=trainer_name(args),
-                      model=type(policy).__name__ if policy is not None else None,
-                      planned_steps=int(state.max_steps or 0), world_size=world()[1], config=config)  # fmt: skip
-        self._trace.open(self.trace_path, state.global_step if resuming else None, header)
-
     def _flush_trace(self, now_step: int | None = None) -> None:
         spent = self._trace.flush(now_step)
         if spent and self.overhead_seconds:
@@ -494,22 +428,11 @@ class EvalStopCallback(TrainerCallback, ExportableState):
             return
         self._finished = True
         self._flush_trace()
-        path = self.best_checkpoint
-        if (
-            self.mode == "enforce"
-            and self.restore_best
-            and self.best_step not in (None, state.global_step)
-            and model is not None
-            and path
-        ):
-            barrier()  # rank 0 wrote the checkpoint; every rank reads it
-            try:
-                restore_checkpoint(unwrap_model(model), path)
-            except CheckpointError:
-                logger.error("EvalStop could not restore the best checkpoint (step %s)", self.best_step)
-                raise
-            self.restored_from = path
-            logger.info("EvalStop restored the best checkpoint: step %s, score %s", self.best_step, self.best_score)
+        if self.mode == "enforce" and self.restore_best and self.best_step not in (None, state.global_step):
+            self.restored_from = (
+                restore_best(model and unwrap_model(model), self.best_checkpoint, self.best_step, self.best_score)
+                or self.restored_from
+            )
         if not self._is_main:
             return
         reason = "stopped" if self.stopped_at is not None else "completed"

@@ -306,3 +306,26 @@ def keep_best(
     save_best_weights(trainer, path, previous)
     seconds = time.perf_counter() - t0
     return mark_best(state, path, step, metric), seconds
+
+
+def restore_best(model: Any, path: str | None, step: int | None, score: float | None) -> str | None:
+    """Every rank: load the best checkpoint ``path`` (of ``step``, scored ``score``) into the live (unwrapped) ``model``.
+
+    Returns:
+        ``path`` once restored; None when there is no model or no checkpoint to restore.
+
+    Raises:
+        CheckpointError: The checkpoint cannot be loaded.
+    """
+    from .distributed import barrier
+
+    if model is None or not path:
+        return None
+    barrier()  # rank 0 wrote the checkpoint; every rank reads it
+    try:
+        restore_checkpoint(model, path)
+    except CheckpointError:
+        logger.error("EvalStop could not restore the best checkpoint (step %s)", step)
+        raise
+    logger.info("EvalStop restored the best checkpoint: step %s, score %s", step, score)
+    return path

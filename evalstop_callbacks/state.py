@@ -13,9 +13,12 @@ objects, not JSON.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -107,3 +110,57 @@ def saved_state(stateful_callbacks: Mapping[str, Any] | None, name: str, job_id:
     if not saved or "evalstop" not in saved.get("attributes", {}):
         return None
     return CallbackState.from_dict(saved["attributes"]["evalstop"])
+
+
+def export_state(callback: Any) -> dict[str, Any]:
+    """The ``ExportableState`` record of an :class:`~evalstop_callbacks.EvalStopCallback` (its ``state()``)."""
+    save = getattr(callback.client, "state_dict", None)  # optional: clients that keep local state offer it
+    schedule = callback.schedule
+    saved = CallbackState(
+        job_id=callback.job_id,
+        detector=callback.detector_spec,
+        history=list(callback.history),
+        best_step=callback.best_step,
+        best_score=callback.best_score,
+        best_checkpoint=callback.best_checkpoint,
+        stopped_at=callback.stopped_at,
+        would_stop_at=callback.would_stop_at,
+        last_eval_step=schedule.last_eval_step,
+        extra_eval_steps=list(schedule.extra_eval_steps),
+        hinted_step=schedule.hinted_step,
+        wall_s=schedule.wall(),
+        eval_s=schedule.eval_time(),
+        client_state=save() if callable(save) else None,
+    )
+    keys = ("eval_steps", "job_id", "job_type", "mode", "restore_best", "trace_path")
+    return exported({**{key: getattr(callback, key) for key in keys}, "detector": callback.detector_spec}, saved)
+
+
+def load_state(callback: Any, saved: CallbackState) -> None:
+    """Continue ``saved`` (a resumed checkpoint's state) in ``callback``, its client's state included.
+
+    Raises:
+        ValueError: The checkpoint ran another detector or belongs to another job.
+    """
+    saved.check_resumable(callback.detector_spec, callback.job_id)
+    callback.job_id, callback.history = saved.job_id, saved.history
+    callback.best_step, callback.best_score, callback.best_checkpoint = (
+        saved.best_step,
+        saved.best_score,
+        saved.best_checkpoint,
+    )
+    callback.stopped_at, callback.would_stop_at = saved.stopped_at, saved.would_stop_at
+    schedule = callback.schedule
+    schedule.last_eval_step, schedule.hinted_step = saved.last_eval_step, saved.hinted_step
+    schedule.extra_eval_steps = saved.extra_eval_steps
+    schedule.wall_offset, schedule.eval_offset = saved.wall_s, saved.eval_s
+    load = getattr(callback.client, "load_state_dict", None)
+    if saved.client_state is not None and callable(load):
+        load(saved.client_state)
+    logger.info(
+        "EvalStop resumed job %s: %d evals, best step %s, declines %s",
+        callback.job_id,
+        len(callback.history),
+        callback.best_step,
+        callback.history[-1]["declines"] if callback.history else 0,
+    )

@@ -13,7 +13,10 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from .distributed import world
+from .evaluators import unwrap_model
 from .trace import TraceRecorder, eval_prefix
+from .trainer_compat import trainer_name
 
 # Keys of the trainers' own logs that the trace may carry (first match wins). Research data only: never reported.
 LOG_KEYS: dict[str, tuple[str, ...]] = {
@@ -96,3 +99,34 @@ class TraceSink:
         """Close the trace with its ``end`` line (no-op without a trace)."""
         if self.recorder is not None:
             self.recorder.end(reason, **fields)
+
+
+def trace_header(callback: Any, args: Any, state: Any, model: Any) -> dict[str, Any]:
+    """The header fields of an :class:`~evalstop_callbacks.EvalStopCallback`'s trace (for :meth:`TraceSink.open`).
+
+    Raises:
+        RuntimeError: The callback has no registered job id yet.
+    """
+    if callback.job_id is None:
+        raise RuntimeError("EvalStop: a trace needs trace_path and a registered job id")
+    cadence = callback.schedule.cadence
+    config = {
+        "eval_steps": callback.eval_steps if callback.eval_steps is not None else cadence[1] or cadence[0],
+        "detector": callback.detector_spec,
+        "mode": callback.mode,
+        **callback.evaluator.describe(),
+    }
+    if callback.cadence_spec is not None:  # extra evals are the trace's eval lines off the eval_steps cadence
+        config.update(cadence=callback.cadence_spec, max_extra_evals=callback.max_extra_evals)
+        if callback.max_eval_share is not None:
+            config["max_eval_share"] = callback.max_eval_share
+    policy = unwrap_model(model) if model is not None else None
+    return {
+        "job_id": callback.job_id,
+        "job_type": callback.job_type,
+        "trainer": trainer_name(args),
+        "model": type(policy).__name__ if policy is not None else None,
+        "planned_steps": int(state.max_steps or 0),
+        "world_size": world()[1],
+        "config": config,
+    }
