@@ -1,17 +1,10 @@
 """``EvalStopCallback``: world-feedback early stopping inside any transformers or TRL trainer.
 
-At step 0 (the baseline) and then every ``eval_steps`` optimizer steps (and at the last step), or per epoch, the
-callback scores the live policy with its :class:`~evalstop_callbacks.evaluators.Evaluator`, sends a whitelisted
-:class:`~platform_sim.core.Report` through its boundary client and applies the :class:`~platform_sim.core.Decision`:
-at a new best it keeps that step's weights on disk and points ``state.best_model_checkpoint`` at them (so
-``save_total_limit`` rotation keeps them); on a stop it ends training with the stop step's checkpoint saved and loads
-the best weights back into the live model. Every evaluation is logged through the trainer (``evalstop/*`` keys), so
-every ``report_to`` backend receives it.
-
-The decision rule is not here: it lives in the scheduler core (``platform_sim.core``), reached through the client.
-When to evaluate is :mod:`~evalstop_callbacks.schedule`, the checked arguments :mod:`~evalstop_callbacks.settings`,
-the saved state :mod:`~evalstop_callbacks.state`, the trace :mod:`~evalstop_callbacks.trace_sink`, the trainer's
-quirks :mod:`~evalstop_callbacks.trainer_compat` and the best checkpoint :mod:`~evalstop_callbacks.checkpoints`.
+This module holds the trainer events and the loop "evaluate, report, apply the decision". The decision rule lives in
+the scheduler core (``platform_sim.core``), reached through the client; when to evaluate is in
+:mod:`~evalstop_callbacks.schedule`, the checked arguments in :mod:`~evalstop_callbacks.settings`, the saved state in
+:mod:`~evalstop_callbacks.state`, the trace in :mod:`~evalstop_callbacks.trace_sink`, the trainer's quirks in
+:mod:`~evalstop_callbacks.trainer_compat` and the best checkpoint in :mod:`~evalstop_callbacks.checkpoints`.
 """
 
 from __future__ import annotations
@@ -26,7 +19,8 @@ from transformers.trainer_callback import ExportableState
 
 from platform_sim.core import Decision, Report
 
-from .checkpoints import keep_best, mark_best, restore_best
+from . import trainer_compat as compat
+from .checkpoints import restore_best, update_best
 from .client import BoundaryClient, EmbeddedClient
 from .distributed import share_from_main, world
 from .evaluators import EvalResult, Evaluator, checked_result, error_at_step, unwrap_model
@@ -34,8 +28,9 @@ from .schedule import EvalSchedule, check_has_cadence, resolve_cadence
 from .settings import MODES, CallbackSettings
 from .state import export_state, load_state, saved_state
 from .trace_sink import TraceSink, trace_header
-from .trainer_compat import EvalStopTrainingStopped, TrainerLink, is_ppo_model, resolve_evaluator
 from .wandb_logging import WandbLogger, reports_to
+
+EvalStopTrainingStopped = compat.EvalStopTrainingStopped  # importable from here, as before
 
 __all__ = ["MODES", "EvalStopCallback", "EvalStopTrainingStopped"]
 
@@ -54,41 +49,21 @@ class EvalStopCallback(TrainerCallback, ExportableState):
     ``eval_loss``) on its ``eval_dataset``, on the trainer's ``eval_strategy`` cadence; online RL trainers (GRPO,
     RLOO, PPO) need a world evaluator, as their eval metrics score the reward being optimized.
 
-    Args:
-        evaluator (`Evaluator`, *optional*): The world-feedback evaluator (e.g. a [`RewardFunctionEvaluator`] on
-            held-out prompts; generating ones run on every rank, each on its shard). `None`: a [`MetricEvaluator`] of
-            the trainer's `metric_for_best_model` (else `"loss"`).
-        eval_steps (`int` or `"epoch"`, *optional*): Evaluate every `eval_steps` optimizer steps and at the last
-            step, or at every epoch end. `None`: the trainer's `eval_strategy` (an error at train start if `"no"`).
-        k (`int`, *optional*): With `min_delta` (and no `detector`): select the paper's `k-decline` rule, stop after
-            `k` consecutive declines (>= 1; 2 when only `min_delta` is given). With neither and no `detector`:
-            `platform_sim.core.default_spec()` decides. With `detector`: the spec decides (a warning says so).
-        min_delta (`float`, *optional*): With `k-decline`, a drop counts as a decline only above it (finite, >= 0).
-        client (`BoundaryClient`, *optional*): Where decisions come from; `None`: the core in this process
-            ([`EmbeddedClient`]); `PlatformClient(url, token)` reports to an `evalstop-server`. Only whitelisted
-            fields are sent (job id and type, step, eval score, per-example scores).
-        job_id (`str`, *optional*): The job's id at the scheduler (`None`: the client's choice, kept on resume).
-        job_type (`str`, defaults to `"rlhf"`): `"rlhf"`, `"dpo"`, `"lora"`, `"sft"` or `"other"`.
-        mode (`str`, defaults to `"enforce"`): `"enforce"` stops, keeps and restores the best checkpoint; `"observe"`
-            evaluates, reports and records only (`would_stop_at` tells where enforce mode would have stopped).
-        restore_best (`bool`, defaults to `True`): In enforce mode, load the best weights (PEFT adapters included)
-            into the live model when training stops or ends.
-        trace_path (`str` or `os.PathLike`, *optional*): Write the run's JSONL trace (`evalstop-trace/1`) there.
-        detector (`str` or `dict`, *optional*, keyword-only): A detector spec (`{"name", "params"}` or a name).
-        trace_extras (`Callable[[args, state], Mapping[str, float]]`, *optional*, keyword-only): Its `proxy_reward`,
-            `train_loss`, `kl`, `wall_s`, `gpu_s` go into each trace line (never to the scheduler).
-        cadence (`str` or `dict`, *optional*, keyword-only): `"adaptive"` (or a spec) asks the core for cadence
-            hints: an evaluation sooner than the next regular one while a decline may have begun (with `confirm`,
-            a weak stop is confirmed first). `None`/`"fixed"`: every `eval_steps` only. Needs a client whose
-            `register` takes a cadence (`EmbeddedClient`, `PlatformClient`).
-        max_extra_evals (`int`, defaults to 4, keyword-only): At most this many hinted evaluations per run (0: none);
-            each is a full one (reported, checkpointed at a new best, an eval line of the trace).
-        max_eval_share (`float`, *optional*, keyword-only): No hint is followed while the evaluations so far took
-            more than this share (0 < share < 1) of the run's wall time (the evaluator's measured time on the main
-            process; `MetricEvaluator`'s evaluations are not timed). One `platform_sim.core.EvalBudget` with the
-            simulator's `--max-eval-share`.
-        eval_on_start (`bool`, defaults to `True`, keyword-only): Evaluate at step 0: the baseline, and evaluation
-            errors raise before training starts.
+    Args (each one in full in :class:`~evalstop_callbacks.settings.CallbackSettings`, which checks them):
+        evaluator: The world-feedback [`Evaluator`]; `None`: a [`MetricEvaluator`] of the trainer's own metric.
+        eval_steps: Evaluate every `eval_steps` optimizer steps (and at the last), or `"epoch"`; `None`: the
+            trainer's `eval_strategy`.
+        k, min_delta: Select the paper's `k-decline` rule (no `detector` given); with neither nor `detector`,
+            `platform_sim.core.default_spec()` decides.
+        client: Where decisions come from; `None`: [`EmbeddedClient`], the core in this process.
+        job_id, job_type: The job at the scheduler (`job_type`: `"rlhf"`, `"dpo"`, `"lora"`, `"sft"`, `"other"`).
+        mode: `"enforce"` (stop, keep and restore the best) or `"observe"` (evaluate, report, record only).
+        restore_best: In enforce mode, load the best weights into the live model at the end.
+        trace_path: Write the run's JSONL trace (`evalstop-trace/1`) there.
+        detector: (keyword-only) A detector spec or name.
+        trace_extras: (keyword-only) Research fields for each trace line (never sent to the scheduler).
+        cadence, max_extra_evals, max_eval_share: (keyword-only) Cadence hints from the scheduler and their budget.
+        eval_on_start: (keyword-only) Evaluate at step 0, the baseline (errors raise before training starts).
 
     Attributes:
         history (`list[dict]`): One entry per evaluation: `step`, `eval_score`, `declines`, `action`.
@@ -101,25 +76,14 @@ class EvalStopCallback(TrainerCallback, ExportableState):
     """
 
     def __init__(
-        self,
-        evaluator: Evaluator | None = None,
-        eval_steps: int | str | None = None,
-        k: int | None = None,
-        min_delta: float | None = None,
-        client: BoundaryClient | None = None,
-        job_id: str | None = None,
-        job_type: str = "rlhf",
-        mode: str = "enforce",
-        restore_best: bool = True,
-        trace_path: str | None = None,
-        *,
+        self, evaluator: Evaluator | None = None, eval_steps: int | str | None = None, k: int | None = None,
+        min_delta: float | None = None, client: BoundaryClient | None = None, job_id: str | None = None,
+        job_type: str = "rlhf", mode: str = "enforce", restore_best: bool = True, trace_path: str | None = None, *,
         detector: str | Mapping[str, Any] | None = None,
         trace_extras: Callable[[Any, Any], Mapping[str, float]] | None = None,
-        cadence: str | Mapping[str, Any] | None = None,
-        max_extra_evals: int = 4,
-        max_eval_share: float | None = None,
-        eval_on_start: bool = True,
-    ) -> None:
+        cadence: str | Mapping[str, Any] | None = None, max_extra_evals: int = 4,
+        max_eval_share: float | None = None, eval_on_start: bool = True,
+    ) -> None:  # fmt: skip
         self.client: BoundaryClient = client if client is not None else EmbeddedClient()
         s = self.settings = CallbackSettings.check(
             evaluator=evaluator, eval_steps=eval_steps, k=k, min_delta=min_delta, client=self.client, job_id=job_id,
@@ -146,8 +110,7 @@ class EvalStopCallback(TrainerCallback, ExportableState):
         self._registered = self._finished = self._is_ppo = self._raise_after_save = False
         self._is_main, self._own_time = True, 0.0
         self._epoch_eval_at: int | None = None
-        self._metrics_at: tuple[int, dict[str, Any]] | None = None
-        self._trace, self._link, self._wandb = TraceSink(), TrainerLink(), WandbLogger(False)
+        self._trace, self._link, self._wandb = TraceSink(), compat.TrainerLink(), WandbLogger(False)
 
     extra_eval_steps = property(lambda self: self.schedule.extra_eval_steps, doc="Steps of the hinted evaluations.")
     eval_seconds = property(lambda self: self.schedule.eval_seconds, doc="Evaluator seconds of each evaluation.")
@@ -162,50 +125,35 @@ class EvalStopCallback(TrainerCallback, ExportableState):
 
     def on_init_end(self, args, state, control, **kwargs):
         if getattr(args, "restore_callback_states_from_checkpoint", False):
-            # transformers would rebuild the callback from JSON args, without its evaluator and client (see state.py).
-            raise ValueError(
-                "EvalStopCallback restores its own state from the checkpoint; leave "
-                "restore_callback_states_from_checkpoint=False (the default): transformers would rebuild the "
-                "callback without its evaluator"
-            )
+            raise ValueError(compat.RESTORE_REFUSED)  # why: evalstop_callbacks/state.py
         if self._link.find(self) is not None:  # a callback that cannot work fails when the trainer is built
-            resolve_evaluator(self.evaluator, args, self._link.trainer)
+            compat.resolve_evaluator(self.evaluator, args, self._link.trainer)
             check_has_cadence(self.eval_steps, args)
 
     def on_train_begin(self, args, state, control, model=None, processing_class=None, **kwargs):
         trainer = self._link.find(self)  # added with trainer.add_callback after the trainer was built
-        self.evaluator = resolve_evaluator(self.evaluator, args, trainer)
+        self.evaluator = compat.resolve_evaluator(self.evaluator, args, trainer)
         check_has_cadence(self.eval_steps, args)
         self.schedule.cadence = resolve_cadence(self.eval_steps, self.evaluator, args, state)
         self._is_main = bool(getattr(state, "is_world_process_zero", True))
-        self._is_ppo, self._finished, self._raise_after_save = is_ppo_model(model), False, False
+        self._is_ppo, self._finished, self._raise_after_save = compat.is_ppo_model(model), False, False
         resuming = state.global_step > 0
         if not resuming and (self.history or self._registered):
             # A second run would re-report steps the core has seen (conflicts) and inherit this run's best step.
             raise ValueError("this EvalStopCallback already served a training run; create a new one for a new run")
-        saved = saved_state(getattr(state, "stateful_callbacks", None), type(self).__name__, self.job_id)
-        if resuming and saved is not None:
+        saved = resuming and saved_state(getattr(state, "stateful_callbacks", None), type(self).__name__, self.job_id)
+        if saved:
             load_state(self, saved)
-        if self.mode == "enforce" and getattr(args, "load_best_model_at_end", False):
-            logger.warning(
-                "EvalStop keeps and restores its own best checkpoint (by the world score); "
-                "load_best_model_at_end with metric_for_best_model competes for state.best_model_checkpoint"
-            )
+        compat.warn_competing_best(args, self.mode)
         self.schedule.start_clock()
         if self._is_main:
             self._register()
             self._wandb = WandbLogger(reports_to(args, "wandb"))
             if self.trace_path is not None:
-                self._trace.open(
-                    self.trace_path, state.global_step if resuming else None, trace_header(self, args, state, model)
-                )
-        logger.info(
-            "EvalStop job %s: cadence %s, detector %s, mode %s",
-            self.job_id,
-            self.schedule.cadence,
-            self.detector_spec,
-            self.mode,
-        )
+                header = trace_header(self, args, state, model)
+                self._trace.open(self.trace_path, state.global_step if resuming else None, header)
+        cadence, spec = self.schedule.cadence, self.detector_spec
+        logger.info("EvalStop job %s: cadence %s, detector %s, mode %s", self.job_id, cadence, spec, self.mode)
         if self.eval_on_start and not resuming and self.schedule.last_eval_step is None:
             self._baseline(args, state, control, model, processing_class)
 
@@ -226,25 +174,24 @@ class EvalStopCallback(TrainerCallback, ExportableState):
         return not done and self.schedule.due(step, int(getattr(state, "max_steps", 0) or 0), any_step)
 
     def on_step_end(self, args, state, control, model=None, processing_class=None, **kwargs):
-        step = state.global_step
-        self._flush_trace(step)
-        if self.schedule.cadence[0] != "steps" or not self._due(step, state):
-            return control
-        if self.evaluator.uses_trainer_metrics:
-            control.should_evaluate = True  # the report happens in on_evaluate, with the trainer's metrics
-        else:
-            self._evaluate_now(args, state, control, step, model, processing_class)
-        return control
+        self._flush_trace(state.global_step)
+        return self._on_cadence("steps", args, state, control, model, processing_class)
 
     def on_epoch_end(self, args, state, control, model=None, processing_class=None, **kwargs):
+        return self._on_cadence("epoch", args, state, control, model, processing_class)
+
+    def _on_cadence(self, kind: str, args: Any, state: Any, control: Any, model: Any, tok: Any) -> Any:
+        """A step or epoch ended: evaluate now if it is due (trainer metrics: ask the trainer to evaluate)."""
         step = state.global_step
-        if self.schedule.cadence[0] != "epoch" or not self._due(step, state, any_step=True):
+        if self.schedule.cadence[0] != kind or not self._due(step, state, any_step=kind == "epoch"):
             return control
-        if self.evaluator.uses_trainer_metrics:
+        assert self.evaluator is not None
+        if not self.evaluator.uses_trainer_metrics:
+            self._evaluate_now(args, state, control, step, model, tok)
+            return control
+        if kind == "epoch":
             self._epoch_eval_at = step
-            control.should_evaluate = True
-        else:
-            self._evaluate_now(args, state, control, step, model, processing_class)
+        control.should_evaluate = True  # the report happens in on_evaluate, with the trainer's metrics
         return control
 
     def on_evaluate(self, args, state, control, metrics=None, **kwargs):
@@ -259,13 +206,8 @@ class EvalStopCallback(TrainerCallback, ExportableState):
         )
         if not due or self.stopped_at is not None or self._finished:
             return control
-        # A dict eval_dataset gives one on_evaluate per dataset, each with its own eval_<name>_* metrics.
-        if self._metrics_at is None or self._metrics_at[0] != step:
-            self._metrics_at = (step, {})
-        seen = self._metrics_at[1]
-        seen.update(metrics or {})
-        key = getattr(self.evaluator, "key", None)
-        if key is not None and key(seen) is None and not self._link.all_datasets_seen(seen):
+        seen = self._link.gather_metrics(step, metrics or {}, self.evaluator)
+        if seen is None:
             return control  # the metric belongs to a dataset evaluated next
         try:
             result = self.evaluator.from_metrics(seen)
@@ -286,7 +228,7 @@ class EvalStopCallback(TrainerCallback, ExportableState):
             self._raise_after_save = False
             self._finish(args, state, model)
             stop = self.stopped_at or state.global_step
-            raise EvalStopTrainingStopped(stop, self.best_step, self.best_score, self.stop_reason)
+            raise compat.EvalStopTrainingStopped(stop, self.best_step, self.best_score, self.stop_reason)
         return control
 
     def on_train_end(self, args, state, control, model=None, **kwargs):
@@ -344,7 +286,7 @@ class EvalStopCallback(TrainerCallback, ExportableState):
                 raise payload["exc"]
             raise RuntimeError(f"EvalStop evaluation failed on the main process at step {step}: {shared['error']}")
         decision = self.last_decision = Decision.from_dict(shared["decision"])
-        score, enforce = shared["score"], self.mode == "enforce"
+        score = shared["score"]
         entry = {"step": step, "eval_score": score, "declines": decision.declines, "action": decision.action.value}
         if self.schedule.record(step):
             entry["extra"] = True
@@ -352,35 +294,10 @@ class EvalStopCallback(TrainerCallback, ExportableState):
         max_steps = int(getattr(state, "max_steps", 0) or 0)
         self.schedule.take_hint(step, decision, max_steps, bool(shared.get("hint_allowed", True)))
         stopping = decision.should_stop and self.would_stop_at is None
-        if decision.best_step is not None and decision.best_step != self.best_step:
-            if decision.best_step != step:
-                # Only the step being evaluated can still be saved; a scheduler naming another step as best (a
-                # history this run does not share) would point restore at a checkpoint that was never written.
-                logger.warning(
-                    "EvalStop: the scheduler names step %s as best, but this run evaluated step %s "
-                    "and has no checkpoint of step %s", decision.best_step, step, decision.best_step,
-                )  # fmt: skip
-            self.best_step, self.best_score = decision.best_step, decision.best_score
-            if enforce:
-                metric = self._metric(self.best_score)
-                self.best_checkpoint, seconds = keep_best(
-                    self._link.trainer, args, state, control, step, self.best_checkpoint, metric, stopping,
-                    self._is_main,
-                )  # fmt: skip
-                if seconds is not None:
-                    self.save_seconds.append(seconds)
-        elif decision.best_step is not None and self.best_step is not None and enforce and self.best_checkpoint:
-            # keep it set (resume, other tools, the trainer's own best-metric bookkeeping)
-            mark_best(state, self.best_checkpoint, self.best_step, self._metric(self.best_score))
+        update_best(self, self._link.trainer, args, state, control, step, decision, stopping, self._is_main)
         if stopping:
             self._stop(control, step, decision.reason)
-        logs: dict[str, float] = {
-            "evalstop/eval_score": score,
-            "evalstop/declines": decision.declines,
-            "evalstop/stopped": int(self.stopped_at is not None),
-        }
-        if self.best_score is not None and self.best_step is not None:
-            logs["evalstop/best_score"], logs["evalstop/best_step"] = self.best_score, self.best_step
+        logs = compat.evalstop_logs(score, decision.declines, self.stopped_at, self.best_step, self.best_score)
         if stopping:
             logs["evalstop/stop_step"] = step  # the stop event (in observe mode: where enforce would stop)
         self._link.log(args, state, control, logs)
@@ -405,17 +322,8 @@ class EvalStopCallback(TrainerCallback, ExportableState):
         if self._is_main:
             self._wandb.on_stop(step, reason, self.best_step, self.best_score)
 
-    def _metric(self, score: float | None) -> float:
-        assert self.evaluator is not None and score is not None
-        return float(self.evaluator.to_metric(score))
-
     def _register(self) -> None:
-        client, job, spec = self.settings.cadence_client, self.job_type, self.detector_spec
-        if client is not None:  # only with a cadence: other clients' register() takes none
-            self.job_id = client.register(job, spec, job_id=self.job_id, cadence=self.cadence_spec)
-        else:
-            self.job_id = self.client.register(job, spec, job_id=self.job_id)
-        self._registered = True
+        self.job_id, self._registered = self.settings.register(self.client, self.job_id), True
 
     def _flush_trace(self, now_step: int | None = None) -> None:
         spent = self._trace.flush(now_step)

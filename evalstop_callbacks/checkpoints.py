@@ -329,3 +329,46 @@ def restore_best(model: Any, path: str | None, step: int | None, score: float | 
         raise
     logger.info("EvalStop restored the best checkpoint: step %s, score %s", step, score)
     return path
+
+
+def update_best(
+    callback: Any, trainer: Any, args: Any, state: Any, control: Any, step: int, decision: Any, stopping: bool,
+    is_main: bool,
+) -> None:  # fmt: skip
+    """Follow the decision's best step in an :class:`~evalstop_callbacks.EvalStopCallback` (``best_step``,
+    ``best_score``) and, in enforce mode, keep its weights (:func:`keep_best`) and the trainer state's pointer.
+
+    Args:
+        callback: The callback (its best fields, mode, evaluator and ``save_seconds``).
+        trainer: The trainer (saves weights-only folders), or None.
+        args, state, control: The trainer's arguments, state and control of this event.
+        step: The step being evaluated.
+        decision: The scheduler's :class:`~platform_sim.core.Decision` for it.
+        stopping: Whether training stops at this step.
+        is_main: Whether this is the main process (it deletes an older weights-only folder).
+    """
+    enforce = callback.mode == "enforce"
+    if decision.best_step is not None and decision.best_step != callback.best_step:
+        if decision.best_step != step:
+            # Only the step being evaluated can still be saved; a scheduler naming another step as best (a history
+            # this run does not share) would point restore at a checkpoint that was never written.
+            logger.warning(
+                "EvalStop: the scheduler names step %s as best, but this run evaluated step %s "
+                "and has no checkpoint of step %s",
+                decision.best_step,
+                step,
+                decision.best_step,
+            )
+        callback.best_step, callback.best_score = decision.best_step, decision.best_score
+        if enforce:
+            metric = float(callback.evaluator.to_metric(callback.best_score))
+            previous = callback.best_checkpoint
+            callback.best_checkpoint, seconds = keep_best(
+                trainer, args, state, control, step, previous, metric, stopping, is_main
+            )
+            if seconds is not None:
+                callback.save_seconds.append(seconds)
+    elif decision.best_step is not None and callback.best_step is not None and enforce and callback.best_checkpoint:
+        # keep it set (resume, other tools, the trainer's own best-metric bookkeeping)
+        metric = float(callback.evaluator.to_metric(callback.best_score))
+        mark_best(state, callback.best_checkpoint, callback.best_step, metric)

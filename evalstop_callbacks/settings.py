@@ -58,24 +58,80 @@ def check_detector_args(spec: Mapping[str, Any], k: Any, min_delta: Any) -> None
 
 @dataclass(frozen=True)
 class CallbackSettings:
-    """The checked arguments of :class:`~evalstop_callbacks.EvalStopCallback` (see its Args for their meaning).
+    """The checked arguments of :class:`~evalstop_callbacks.EvalStopCallback`, built by :meth:`check` from them.
 
-    Args:
-        eval_steps: An integer >= 1, ``"epoch"`` or None (the trainer's ``eval_strategy``).
-        k: The paper rule's ``k`` (2 when not given); used only when ``detector_spec`` is that rule.
-        min_delta: The paper rule's ``min_delta`` (0.0 when not given), finite and >= 0.
-        job_type: One of :data:`platform_sim.core.JOB_TYPES`.
-        mode: One of :data:`MODES`.
-        job_id: The job's id at the scheduler, or None (the client chooses one).
-        restore_best: Whether enforce mode loads the best weights back at the end.
-        trace_path: Where the JSONL trace goes, or None (no trace).
-        detector_spec: The detector's built spec: ``default_spec()`` with no detector, k nor min_delta; the paper's
-            ``k-decline`` with ``k``/``min_delta`` only.
-        cadence_spec: The cadence policy's spec, or None (fixed cadence).
-        cadence_client: The client, when a cadence is set (its ``register`` takes one); else None.
-        eval_budget: The limits on hinted evaluations.
-        eval_on_start: Whether step 0 is evaluated before training.
-        trace_extras: The callable adding research fields to the trace, or None.
+    The callback's arguments:
+        evaluator (`Evaluator`, *optional*):
+            The world-feedback evaluator, e.g. a [`RewardFunctionEvaluator`] on held-out prompts. Generating
+            evaluators run on every rank, each on its shard of the held-out set. `None`: a [`MetricEvaluator`] of the
+            trainer's `metric_for_best_model` (else `"loss"`), with its `greater_is_better`.
+        eval_steps (`int` or `"epoch"`, *optional*):
+            Evaluate every `eval_steps` optimizer steps (`state.global_step`) and once more at the last step, or at
+            every epoch end with `"epoch"`. `None`: the trainer's `eval_strategy` (`"steps"` with its `eval_steps`,
+            or `"epoch"`); an error at train start if that is `"no"`.
+        k (`int`, *optional*):
+            Passing `k` or `min_delta` (and no `detector`) selects the paper's rule, `k-decline`: stop after `k`
+            consecutive declines (integer >= 1; 2 when only `min_delta` is given). With neither, and no `detector`,
+            the project's default detector decides (`platform_sim.core.default_spec()`, chosen by the held-out
+            real-trace benchmark). With `detector`, the spec decides (a warning says when `k` differs from it).
+        min_delta (`float`, *optional*):
+            With `k-decline`: a drop counts as a decline only if it exceeds `min_delta` (the paper uses 0; 0 when only
+            `k` is given). Finite, >= 0. With `detector`, the spec decides (a warning says when it differs).
+        client (`BoundaryClient`, *optional*):
+            Where decisions come from. `None` means the scheduler core embedded in this process
+            ([`EmbeddedClient`]). Pass `PlatformClient(url, token)` to report to an `evalstop-server` instead; nothing
+            else changes. Only whitelisted fields (job id and type, step, eval score and per-example scores) are sent.
+        job_id (`str`, *optional*):
+            The job's id at the scheduler. `None` lets the client choose one (kept across resumes).
+        job_type (`str`, *optional*, defaults to `"rlhf"`):
+            One of `"rlhf"`, `"dpo"`, `"lora"`, `"sft"`, `"other"`.
+        mode (`str`, *optional*, defaults to `"enforce"`):
+            `"enforce"` stops training on the scheduler's stop decision, keeps the best checkpoint and restores it.
+            `"observe"` evaluates, reports and records the same way but never stops, never saves checkpoints and
+            never restores weights: for shadow runs and for recording full traces (`would_stop_at` tells when
+            enforce mode would have stopped).
+        restore_best (`bool`, *optional*, defaults to `True`):
+            In enforce mode, load the best checkpoint's weights (PEFT adapters included) into the live model when
+            training stops or ends, so that the model in memory is the best one.
+        trace_path (`str` or `os.PathLike`, *optional*):
+            Write the run's JSONL trace (format `evalstop-trace/1`) there, from the main process.
+        detector (`str` or `dict`, *optional*):
+            Keyword-only. A detector spec for the scheduler core (`{"name": ..., "params": {...}}` or a name) that
+            replaces the default detector (e.g. `"k-decline"` for the paper's rule).
+        trace_extras (`Callable[[TrainingArguments, TrainerState], Mapping[str, float]]`, *optional*):
+            Keyword-only. Called on the main process at each evaluation; its `proxy_reward`, `train_loss`, `kl`,
+            `wall_s`, `gpu_s` go into the trace line (they override the values taken from the trainer's logs). Never
+            sent to the scheduler.
+        cadence (`str` or `dict`, *optional*):
+            Keyword-only. `"adaptive"` (or `{"name": "adaptive", "params": {"fraction": ...}}`) asks the scheduler
+            core for cadence hints: while a decline may have begun (the paper's rule: after a first decline; a
+            detector that tests, such as the default `trend`: while its last test's p-value is below `p_hint`, 0.5 by
+            default), its decisions name a `next_eval_step` sooner than the next regular evaluation, and the
+            callback evaluates there too. With `confirm` in the params, a weak stop is first confirmed by such a
+            sooner evaluation (`platform_sim.core.cadence.CadencePolicy`). `None` (the default) or
+            `"fixed"`: every `eval_steps` only. Needs a client whose `register` takes a cadence (`EmbeddedClient`,
+            `PlatformClient`: the service then decides the hints); a hint that a client's decision carries anyway is
+            honoured within `max_extra_evals`.
+        max_extra_evals (`int`, *optional*, defaults to 4):
+            Keyword-only. At most this many evaluations per run beyond the regular ones (0: ignore hints). An extra
+            evaluation is a full one: reported, checkpointed when it is a new best, and written to the trace as an
+            eval line at its (off-cadence) step.
+        max_eval_share (`float`, *optional*):
+            Keyword-only. A time budget for hinted evaluations, on top of `max_extra_evals`: a hint is not followed
+            while the evaluations so far (regular and extra, the evaluator's measured time on the main process) took
+            more than this share of the run's wall time since training began (e.g. `0.1`). Strictly between 0 and 1;
+            `None` (the default): no time budget. Decided on the main process and shared, so every rank takes the
+            same evaluations. Evaluations run by the trainer itself (`MetricEvaluator`) are not timed by the callback
+            and do not count. Both limits are one `platform_sim.core.EvalBudget`, the one the simulator applies
+            (`evalstop-sim ... --max-eval-share`).
+        eval_on_start (`bool`, *optional*, defaults to `True`):
+            Keyword-only. Evaluate at step 0, before the first optimizer step: the baseline of the decline rule, and
+            tokenizer, metric, dataset and reward-function errors raise before training starts.
+
+    Fields: the arguments as checked; ``detector_spec`` is the built detector spec (``default_spec()`` with no
+    detector, ``k`` nor ``min_delta``; the paper's ``k-decline`` with ``k``/``min_delta`` only), ``cadence_spec``
+    the cadence policy's (None: fixed), ``cadence_client`` the client when a cadence is set (its ``register`` takes
+    one), ``eval_budget`` the :class:`~platform_sim.core.EvalBudget` of ``max_extra_evals``/``max_eval_share``.
     """
 
     eval_steps: int | str | None
@@ -181,3 +237,11 @@ class CallbackSettings:
             eval_on_start=eval_on_start,
             trace_extras=trace_extras,
         )
+
+    def register(self, client: BoundaryClient, job_id: str | None) -> str:
+        """Register the job with ``client`` (with its cadence when one is set) and return its id."""
+        if self.cadence_client is not None:  # only with a cadence: other clients' register() takes none
+            return self.cadence_client.register(
+                self.job_type, self.detector_spec, job_id=job_id, cadence=self.cadence_spec
+            )
+        return client.register(self.job_type, self.detector_spec, job_id=job_id)

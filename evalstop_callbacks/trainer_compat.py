@@ -8,11 +8,22 @@ Finding the trainer (:class:`TrainerLink`: through the caller frames of an event
 from __future__ import annotations
 
 import inspect
+import logging
 import weakref
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from .evaluators import Evaluator, MetricEvaluator, unwrap_model
+
+logger = logging.getLogger(__name__)
+
+# transformers' restore_callback_states_from_checkpoint rebuilds the callback from JSON args, without its evaluator
+# and client; the callback reads its saved state back itself (evalstop_callbacks/state.py).
+RESTORE_REFUSED = (
+    "EvalStopCallback restores its own state from the checkpoint; leave "
+    "restore_callback_states_from_checkpoint=False (the default): transformers would rebuild the "
+    "callback without its evaluator"
+)
 
 
 class EvalStopTrainingStopped(RuntimeError):
@@ -119,6 +130,29 @@ def resolve_evaluator(evaluator: Evaluator | None, args: Any, trainer: Any) -> E
     return evaluator
 
 
+def warn_competing_best(args: Any, mode: str) -> None:
+    """Warn when the trainer's ``load_best_model_at_end`` competes with enforce mode for the best checkpoint."""
+    if mode == "enforce" and getattr(args, "load_best_model_at_end", False):
+        logger.warning(
+            "EvalStop keeps and restores its own best checkpoint (by the world score); "
+            "load_best_model_at_end with metric_for_best_model competes for state.best_model_checkpoint"
+        )
+
+
+def evalstop_logs(
+    score: float, declines: int, stopped_at: int | None, best_step: int | None, best_score: float | None
+) -> dict[str, float]:
+    """The ``evalstop/*`` values of one evaluation, as logged through the trainer (every ``report_to`` backend)."""
+    logs: dict[str, float] = {
+        "evalstop/eval_score": score,
+        "evalstop/declines": declines,
+        "evalstop/stopped": int(stopped_at is not None),
+    }
+    if best_score is not None and best_step is not None:
+        logs["evalstop/best_score"], logs["evalstop/best_step"] = best_score, best_step
+    return logs
+
+
 class TrainerLink:
     """The trainer a callback serves, held weakly (the trainer holds the callback), and logging through it.
 
@@ -130,6 +164,7 @@ class TrainerLink:
     def __init__(self) -> None:
         self._ref: Callable[[], Any] = lambda: None
         self.emitting = False
+        self._metrics_at: tuple[int, dict[str, Any]] | None = None
 
     @property
     def trainer(self) -> Any:
@@ -170,3 +205,15 @@ class TrainerLink:
         if not isinstance(eval_dataset, Mapping):
             return True
         return all(any(k.startswith(f"eval_{name}_") for k in metrics) for name in eval_dataset)
+
+    def gather_metrics(self, step: int, metrics: Mapping[str, Any], evaluator: Evaluator) -> dict[str, Any] | None:
+        """The trainer's eval metrics of ``step`` so far, or None while the evaluator's metric is still to come (a
+        dict ``eval_dataset`` gives one ``on_evaluate`` per dataset, each with its own ``eval_<name>_*`` metrics)."""
+        if self._metrics_at is None or self._metrics_at[0] != step:
+            self._metrics_at = (step, {})
+        seen = self._metrics_at[1]
+        seen.update(metrics)
+        key = getattr(evaluator, "key", None)
+        if key is not None and key(seen) is None and not self.all_datasets_seen(seen):
+            return None
+        return seen
