@@ -24,7 +24,7 @@ from .checkpoints import restore_best, update_best
 from .client import BoundaryClient, EmbeddedClient
 from .distributed import share_from_main, world
 from .evaluators import EvalResult, Evaluator, checked_result, error_at_step, unwrap_model
-from .schedule import EvalSchedule, check_has_cadence, resolve_cadence
+from .schedule import EvalSchedule, resolve_cadence
 from .settings import MODES, CallbackSettings
 from .state import export_state, load_state, saved_state
 from .trace_sink import TraceSink, trace_header
@@ -40,14 +40,12 @@ logger = logging.getLogger(__name__)
 class EvalStopCallback(TrainerCallback, ExportableState):
     """A [`TrainerCallback`] that stops training when a held-out world-feedback score declines.
 
-    It evaluates the live model at step 0 (the baseline, before any optimizer step), then on its cadence, reports the
-    score through a boundary client to the EvalStop scheduler core, and applies the decision. Works with ``Trainer``,
-    ``SFTTrainer``, ``DPOTrainer``, ``GRPOTrainer``, ``RLOOTrainer`` and (through :mod:`evalstop_callbacks.ppo`) TRL
-    1.12's ``PPOTrainer``. Its state (:class:`~evalstop_callbacks.state.CallbackState`) is saved in every
-    checkpoint's ``trainer_state.json`` and restored by ``trainer.train(resume_from_checkpoint=...)``.
-    ``EvalStopCallback()`` with no arguments watches the trainer's own eval metric (``metric_for_best_model``, else
-    ``eval_loss``) on its ``eval_dataset``, on the trainer's ``eval_strategy`` cadence; online RL trainers (GRPO,
-    RLOO, PPO) need a world evaluator, as their eval metrics score the reward being optimized.
+    It evaluates the live model at step 0 (the baseline) and on its cadence, reports the score through a boundary
+    client to the scheduler core and applies the decision: at a new best it keeps that step's weights (and points
+    ``state.best_model_checkpoint`` at them); on a stop it ends training, the stop step saved, and loads the best
+    weights back into the live model. Every evaluation is logged through the trainer (``evalstop/*`` keys). Works with
+    ``Trainer``, ``SFTTrainer``, ``DPOTrainer``, ``GRPOTrainer``, ``RLOOTrainer`` and (through
+    :mod:`evalstop_callbacks.ppo`) TRL 1.12's ``PPOTrainer``; its state survives ``resume_from_checkpoint``.
 
     Args (each one in full in :class:`~evalstop_callbacks.settings.CallbackSettings`, which checks them):
         evaluator: The world-feedback [`Evaluator`]; `None`: a [`MetricEvaluator`] of the trainer's own metric.
@@ -84,13 +82,9 @@ class EvalStopCallback(TrainerCallback, ExportableState):
         cadence: str | Mapping[str, Any] | None = None, max_extra_evals: int = 4,
         max_eval_share: float | None = None, eval_on_start: bool = True,
     ) -> None:  # fmt: skip
+        arguments = {name: value for name, value in locals().items() if name != "self"}  # each argument, by name
         self.client: BoundaryClient = client if client is not None else EmbeddedClient()
-        s = self.settings = CallbackSettings.check(
-            evaluator=evaluator, eval_steps=eval_steps, k=k, min_delta=min_delta, client=self.client, job_id=job_id,
-            job_type=job_type, mode=mode, restore_best=restore_best, trace_path=trace_path, detector=detector,
-            trace_extras=trace_extras, cadence=cadence, max_extra_evals=max_extra_evals,
-            max_eval_share=max_eval_share, eval_on_start=eval_on_start,
-        )  # fmt: skip
+        s = self.settings = CallbackSettings.check(**{**arguments, "client": self.client})
         self.evaluator, self.job_id, self.job_type, self.mode = evaluator, s.job_id, s.job_type, s.mode
         self.eval_steps, self.k, self.min_delta, self.restore_best = s.eval_steps, s.k, s.min_delta, s.restore_best
         self.trace_path, self.trace_extras, self.eval_on_start = s.trace_path, s.trace_extras, s.eval_on_start
@@ -109,7 +103,6 @@ class EvalStopCallback(TrainerCallback, ExportableState):
         self.save_seconds: list[float] = []
         self._registered = self._finished = self._is_ppo = self._raise_after_save = False
         self._is_main, self._own_time = True, 0.0
-        self._epoch_eval_at: int | None = None
         self._trace, self._link, self._wandb = TraceSink(), compat.TrainerLink(), WandbLogger(False)
 
     extra_eval_steps = property(lambda self: self.schedule.extra_eval_steps, doc="Steps of the hinted evaluations.")
@@ -127,13 +120,11 @@ class EvalStopCallback(TrainerCallback, ExportableState):
         if getattr(args, "restore_callback_states_from_checkpoint", False):
             raise ValueError(compat.RESTORE_REFUSED)  # why: evalstop_callbacks/state.py
         if self._link.find(self) is not None:  # a callback that cannot work fails when the trainer is built
-            compat.resolve_evaluator(self.evaluator, args, self._link.trainer)
-            check_has_cadence(self.eval_steps, args)
+            compat.resolve_evaluator(self.evaluator, self.eval_steps, args, self._link.trainer)
 
     def on_train_begin(self, args, state, control, model=None, processing_class=None, **kwargs):
         trainer = self._link.find(self)  # added with trainer.add_callback after the trainer was built
-        self.evaluator = compat.resolve_evaluator(self.evaluator, args, trainer)
-        check_has_cadence(self.eval_steps, args)
+        self.evaluator = compat.resolve_evaluator(self.evaluator, self.eval_steps, args, trainer)
         self.schedule.cadence = resolve_cadence(self.eval_steps, self.evaluator, args, state)
         self._is_main = bool(getattr(state, "is_world_process_zero", True))
         self._is_ppo, self._finished, self._raise_after_save = compat.is_ppo_model(model), False, False
@@ -154,27 +145,23 @@ class EvalStopCallback(TrainerCallback, ExportableState):
                 self._trace.open(self.trace_path, state.global_step if resuming else None, header)
         cadence, spec = self.schedule.cadence, self.detector_spec
         logger.info("EvalStop job %s: cadence %s, detector %s, mode %s", self.job_id, cadence, spec, self.mode)
-        if self.eval_on_start and not resuming and self.schedule.last_eval_step is None:
-            self._baseline(args, state, control, model, processing_class)
+        if self.eval_on_start and not resuming and self.schedule.last_eval_step is None:  # step 0: the baseline
+            if self.evaluator.uses_trainer_metrics:
+                compat.evaluate_at_start(self._link.trainer, args)  # its on_evaluate reports step 0
+            else:
+                self._evaluate_now(args, state, control, 0, model, processing_class)
 
-    def _baseline(self, args: Any, state: Any, control: Any, model: Any, processing_class: Any) -> None:
-        """Step 0: the score before any optimizer step, so that a broken evaluation fails before training."""
-        assert self.evaluator is not None
-        if not self.evaluator.uses_trainer_metrics:
-            self._evaluate_now(args, state, control, 0, model, processing_class)
-        elif getattr(args, "eval_on_start", False):
-            return  # the trainer evaluates at step 0 itself, right after on_train_begin; on_evaluate reports it
-        elif self._link.trainer is None:
-            logger.warning("EvalStop: no trainer found, so no step-0 evaluation of the trainer's metrics")
-        else:
-            self._link.trainer.evaluate()  # on_evaluate reports step 0 (and raises on a metric that does not exist)
+    def _done(self) -> bool:
+        return self.stopped_at is not None or self._finished
+
+    def _max_steps(self, state: Any) -> int:
+        return int(getattr(state, "max_steps", 0) or 0)
 
     def _due(self, step: int, state: Any, any_step: bool = False) -> bool:
-        done = self.stopped_at is not None or self._finished
-        return not done and self.schedule.due(step, int(getattr(state, "max_steps", 0) or 0), any_step)
+        return not self._done() and self.schedule.due(step, self._max_steps(state), any_step)
 
     def on_step_end(self, args, state, control, model=None, processing_class=None, **kwargs):
-        self._flush_trace(state.global_step)
+        self._trace.flush(state.global_step, self.overhead_seconds)
         return self._on_cadence("steps", args, state, control, model, processing_class)
 
     def on_epoch_end(self, args, state, control, model=None, processing_class=None, **kwargs):
@@ -183,28 +170,22 @@ class EvalStopCallback(TrainerCallback, ExportableState):
     def _on_cadence(self, kind: str, args: Any, state: Any, control: Any, model: Any, tok: Any) -> Any:
         """A step or epoch ended: evaluate now if it is due (trainer metrics: ask the trainer to evaluate)."""
         step = state.global_step
-        if self.schedule.cadence[0] != kind or not self._due(step, state, any_step=kind == "epoch"):
+        if self.schedule.cadence[0] != kind or not self._due(step, state, kind == "epoch"):
             return control
         assert self.evaluator is not None
         if not self.evaluator.uses_trainer_metrics:
             self._evaluate_now(args, state, control, step, model, tok)
             return control
         if kind == "epoch":
-            self._epoch_eval_at = step
+            self.schedule.epoch_eval_at = step
         control.should_evaluate = True  # the report happens in on_evaluate, with the trainer's metrics
         return control
 
     def on_evaluate(self, args, state, control, metrics=None, **kwargs):
         if self._link.emitting or self.evaluator is None or not self.evaluator.uses_trainer_metrics:
             return control
-        step, last, kind = state.global_step, self.schedule.last_eval_step, self.schedule.cadence[0]
-        due = (last is None or step > last) and (
-            (step == 0 and self.eval_on_start)
-            or kind == "trainer"
-            or self._epoch_eval_at == step
-            or (kind == "steps" and self._due(step, state))
-        )
-        if not due or self.stopped_at is not None or self._finished:
+        step = state.global_step
+        if not self.schedule.metrics_due(step, self._max_steps(state), self.eval_on_start) or self._done():
             return control
         seen = self._link.gather_metrics(step, metrics or {}, self.evaluator)
         if seen is None:
@@ -291,8 +272,7 @@ class EvalStopCallback(TrainerCallback, ExportableState):
         if self.schedule.record(step):
             entry["extra"] = True
         self.history.append(entry)
-        max_steps = int(getattr(state, "max_steps", 0) or 0)
-        self.schedule.take_hint(step, decision, max_steps, bool(shared.get("hint_allowed", True)))
+        self.schedule.take_hint(step, decision, self._max_steps(state), bool(shared.get("hint_allowed", True)))
         stopping = decision.should_stop and self.would_stop_at is None
         update_best(self, self._link.trainer, args, state, control, step, decision, stopping, self._is_main)
         if stopping:
@@ -325,17 +305,12 @@ class EvalStopCallback(TrainerCallback, ExportableState):
     def _register(self) -> None:
         self.job_id, self._registered = self.settings.register(self.client, self.job_id), True
 
-    def _flush_trace(self, now_step: int | None = None) -> None:
-        spent = self._trace.flush(now_step)
-        if spent and self.overhead_seconds:
-            self.overhead_seconds[-1] += spent
-
     def _finish(self, args: Any, state: Any, model: Any) -> None:
         """End of the run (stop or completion): restore the best weights, close the trace, tell the scheduler."""
         if self._finished:
             return
         self._finished = True
-        self._flush_trace()
+        self._trace.flush(None, self.overhead_seconds)
         if self.mode == "enforce" and self.restore_best and self.best_step not in (None, state.global_step):
             self.restored_from = (
                 restore_best(model and unwrap_model(model), self.best_checkpoint, self.best_step, self.best_score)

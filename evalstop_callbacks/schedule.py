@@ -87,6 +87,7 @@ class EvalSchedule:
         self.hinted_step: int | None = None
         self.extra_eval_steps: list[int] = []
         self.eval_seconds: list[float] = []
+        self.epoch_eval_at: int | None = None  # an epoch end asked the trainer to evaluate at this step
         self.wall_offset = 0.0
         self.eval_offset = 0.0
         self._t0 = time.perf_counter()
@@ -112,6 +113,19 @@ class EvalSchedule:
             return step > 0
         last = bool(max_steps) and step >= max_steps
         return step > 0 and (step % self.cadence[1] == 0 or last or step == self.hinted_step)
+
+    def metrics_due(self, step: int, max_steps: int, eval_on_start: bool) -> bool:
+        """Whether the trainer's evaluation at ``step`` is one to report (trainer metrics): step 0's baseline, every
+        one on the trainer's own cadence, the one an epoch end asked for, or one due on a steps cadence."""
+        if self.last_eval_step is not None and step <= self.last_eval_step:
+            return False
+        kind = self.cadence[0]
+        return (
+            (step == 0 and eval_on_start)
+            or kind == "trainer"
+            or self.epoch_eval_at == step
+            or (kind == "steps" and self.due(step, max_steps))
+        )
 
     def hint_allowed(self, step: int) -> bool:
         """Whether the budget leaves room for one more hinted evaluation after the one of ``step`` (counted as extra

@@ -77,14 +77,19 @@ class TraceSink:
                     self._pending["fields"][name] = float(value)
                     break
 
-    def flush(self, now_step: int | None = None) -> float:
-        """Write the held line (unless ``now_step`` is still its step); returns the seconds spent writing."""
+    def flush(self, now_step: int | None, overhead: list[float]) -> None:
+        """Write the held line (unless ``now_step`` is still its step; None: always).
+
+        Args:
+            now_step: The step training is at, or None at the end of the run.
+            overhead: The callback's own seconds per evaluation: the time spent writing counts to the last one.
+        """
         pending = self._pending
         if pending is None or (now_step is not None and now_step <= pending["step"]):
-            return 0.0
+            return
         self._pending = None
         if self.recorder is None or self.recorder.closed:
-            return 0.0
+            return
         t0 = time.perf_counter()
         self.recorder.eval(
             pending["step"],
@@ -93,7 +98,8 @@ class TraceSink:
             wall_s=pending["wall_s"],
             **pending["fields"],
         )
-        return time.perf_counter() - t0
+        if overhead:
+            overhead[-1] += time.perf_counter() - t0
 
     def end(self, reason: str, **fields: Any) -> None:
         """Close the trace with its ``end`` line (no-op without a trace)."""

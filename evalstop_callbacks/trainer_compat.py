@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from .evaluators import Evaluator, MetricEvaluator, unwrap_model
+from .schedule import check_has_cadence
 
 logger = logging.getLogger(__name__)
 
@@ -90,12 +91,14 @@ def is_ppo_model(model: Any) -> bool:
     return model is not None and unwrap_model(model) is not model and hasattr(model, "value_model")
 
 
-def resolve_evaluator(evaluator: Evaluator | None, args: Any, trainer: Any) -> Evaluator:
+def resolve_evaluator(evaluator: Evaluator | None, eval_steps: int | str | None, args: Any, trainer: Any) -> Evaluator:
     """The evaluator to use: ``evaluator``, or for ``EvalStopCallback()`` a :class:`MetricEvaluator` of the trainer's
-    ``metric_for_best_model`` (else ``"loss"``); raise a one-line error when the trainer cannot serve it.
+    ``metric_for_best_model`` (else ``"loss"``); raise a one-line error when the trainer cannot serve it or there is
+    no cadence.
 
     Args:
         evaluator: The callback's evaluator, or None.
+        eval_steps: The callback's ``eval_steps`` (None: the trainer's ``eval_strategy`` must give a cadence).
         args: The trainer's ``TrainingArguments``.
         trainer: The trainer, or None when it was not found.
     """
@@ -127,7 +130,19 @@ def resolve_evaluator(evaluator: Evaluator | None, args: Any, trainer: Any) -> E
                 f"the trainer's eval metrics, but {name} has no eval_dataset; pass eval_dataset= "
                 "to the trainer or a world evaluator to the callback"
             )
+    check_has_cadence(eval_steps, args)
     return evaluator
+
+
+def evaluate_at_start(trainer: Any, args: Any) -> None:
+    """Step 0 of a trainer-metric evaluator: run ``trainer.evaluate()`` (its ``on_evaluate`` reports the score, and a
+    metric that does not exist raises before training), unless the trainer's ``eval_on_start`` does it anyway."""
+    if getattr(args, "eval_on_start", False):
+        return  # the trainer evaluates at step 0 itself, right after on_train_begin
+    if trainer is None:
+        logger.warning("EvalStop: no trainer found, so no step-0 evaluation of the trainer's metrics")
+        return
+    trainer.evaluate()
 
 
 def warn_competing_best(args: Any, mode: str) -> None:
