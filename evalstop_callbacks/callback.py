@@ -22,7 +22,7 @@ from platform_sim.core import Decision, Report
 from . import trainer_compat as compat
 from .checkpoints import restore_best, update_best
 from .client import BoundaryClient, EmbeddedClient
-from .distributed import share_from_main, world
+from .distributed import failure, share_outcome, world
 from .evaluators import EvalResult, Evaluator, checked_result, error_at_step, unwrap_model
 from .schedule import EvalSchedule, resolve_cadence
 from .settings import MODES, CallbackSettings
@@ -42,24 +42,19 @@ class EvalStopCallback(TrainerCallback, ExportableState):
 
     It evaluates the live model at step 0 (the baseline) and on its cadence, reports the score through a boundary
     client to the scheduler core and applies the decision: at a new best it keeps that step's weights (and points
-    ``state.best_model_checkpoint`` at them); on a stop it ends training, the stop step saved, and loads the best
-    weights back into the live model. Every evaluation is logged through the trainer (``evalstop/*`` keys). Works with
-    ``Trainer``, ``SFTTrainer``, ``DPOTrainer``, ``GRPOTrainer``, ``RLOOTrainer`` and (through
-    :mod:`evalstop_callbacks.ppo`) TRL 1.12's ``PPOTrainer``; its state survives ``resume_from_checkpoint``.
+    ``state.best_model_checkpoint`` at them); on a stop it ends training and loads the best weights back. Every
+    evaluation is logged through the trainer (``evalstop/*`` keys). Works with transformers' and TRL's trainers (PPO
+    through :mod:`evalstop_callbacks.ppo`); its state survives ``resume_from_checkpoint``.
 
     Args (each one in full in :class:`~evalstop_callbacks.settings.CallbackSettings`, which checks them):
         evaluator: The world-feedback [`Evaluator`]; `None`: a [`MetricEvaluator`] of the trainer's own metric.
-        eval_steps: Evaluate every `eval_steps` optimizer steps (and at the last), or `"epoch"`; `None`: the
-            trainer's `eval_strategy`.
-        k, min_delta: Select the paper's `k-decline` rule (no `detector` given); with neither nor `detector`,
-            `platform_sim.core.default_spec()` decides.
+        eval_steps: Every `eval_steps` optimizer steps (and the last), or `"epoch"`; `None`: the trainer's cadence.
+        k, min_delta: The paper's `k-decline` rule (no `detector`); with neither nor `detector`: `default_spec()`.
         client: Where decisions come from; `None`: [`EmbeddedClient`], the core in this process.
         job_id, job_type: The job at the scheduler (`job_type`: `"rlhf"`, `"dpo"`, `"lora"`, `"sft"`, `"other"`).
         mode: `"enforce"` (stop, keep and restore the best) or `"observe"` (evaluate, report, record only).
-        restore_best: In enforce mode, load the best weights into the live model at the end.
-        trace_path: Write the run's JSONL trace (`evalstop-trace/1`) there.
-        detector: (keyword-only) A detector spec or name.
-        trace_extras: (keyword-only) Research fields for each trace line (never sent to the scheduler).
+        restore_best, trace_path: Load the best weights at the end (enforce mode); the run's JSONL trace file.
+        detector, trace_extras: (keyword-only) A detector spec or name; research fields for each trace line.
         cadence, max_extra_evals, max_eval_share: (keyword-only) Cadence hints from the scheduler and their budget.
         eval_on_start: (keyword-only) Evaluate at step 0, the baseline (errors raise before training starts).
 
@@ -114,8 +109,6 @@ class EvalStopCallback(TrainerCallback, ExportableState):
         """ExportableState: what every checkpoint's ``trainer_state.json`` keeps of this callback."""
         return export_state(self)
 
-    # -- events ------------------------------------------------------------------------------------------------------
-
     def on_init_end(self, args, state, control, **kwargs):
         if getattr(args, "restore_callback_states_from_checkpoint", False):
             raise ValueError(compat.RESTORE_REFUSED)  # why: evalstop_callbacks/state.py
@@ -138,27 +131,20 @@ class EvalStopCallback(TrainerCallback, ExportableState):
         compat.warn_competing_best(args, self.mode)
         self.schedule.start_clock()
         if self._is_main:
-            self._register()
+            self.job_id, self._registered = self.settings.register(self.client, self.job_id), True
             self._wandb = WandbLogger(reports_to(args, "wandb"))
             if self.trace_path is not None:
                 header = trace_header(self, args, state, model)
                 self._trace.open(self.trace_path, state.global_step if resuming else None, header)
-        cadence, spec = self.schedule.cadence, self.detector_spec
-        logger.info("EvalStop job %s: cadence %s, detector %s, mode %s", self.job_id, cadence, spec, self.mode)
+        logger.info("EvalStop job %s: cadence %s, detector %s", self.job_id, self.schedule.cadence, self.detector_spec)
         if self.eval_on_start and not resuming and self.schedule.last_eval_step is None:  # step 0: the baseline
             if self.evaluator.uses_trainer_metrics:
                 compat.evaluate_at_start(self._link.trainer, args)  # its on_evaluate reports step 0
             else:
                 self._evaluate_now(args, state, control, 0, model, processing_class)
 
-    def _done(self) -> bool:
-        return self.stopped_at is not None or self._finished
-
-    def _max_steps(self, state: Any) -> int:
-        return int(getattr(state, "max_steps", 0) or 0)
-
     def _due(self, step: int, state: Any, any_step: bool = False) -> bool:
-        return not self._done() and self.schedule.due(step, self._max_steps(state), any_step)
+        return self.stopped_at is None and not self._finished and self.schedule.due(step, _max_steps(state), any_step)
 
     def on_step_end(self, args, state, control, model=None, processing_class=None, **kwargs):
         self._trace.flush(state.global_step, self.overhead_seconds)
@@ -184,8 +170,8 @@ class EvalStopCallback(TrainerCallback, ExportableState):
     def on_evaluate(self, args, state, control, metrics=None, **kwargs):
         if self._link.emitting or self.evaluator is None or not self.evaluator.uses_trainer_metrics:
             return control
-        step = state.global_step
-        if not self.schedule.metrics_due(step, self._max_steps(state), self.eval_on_start) or self._done():
+        step, ended = state.global_step, self.stopped_at is not None or self._finished
+        if ended or not self.schedule.metrics_due(step, _max_steps(state), self.eval_on_start):
             return control
         seen = self._link.gather_metrics(step, metrics or {}, self.evaluator)
         if seen is None:
@@ -216,8 +202,6 @@ class EvalStopCallback(TrainerCallback, ExportableState):
         self._finish(args, state, model)
         return control
 
-    # -- evaluate, report, apply the decision ------------------------------------------------------------------------
-
     def _evaluate_now(self, args: Any, state: Any, control: Any, step: int, model: Any, tok: Any) -> None:
         """Evaluate (on every rank for sharding evaluators, else on the main process), report, apply everywhere."""
         assert self.evaluator is not None
@@ -235,8 +219,7 @@ class EvalStopCallback(TrainerCallback, ExportableState):
             raise error  # the evaluator gathered the failure: every rank raises it at this step, none waits
         payload: dict[str, Any] | None = None
         if self._is_main:
-            failed = error is not None and {"error": f"{type(error).__name__}: {error}", "exc": error}
-            payload = failed or self._report(args, state, step, result)
+            payload = failure(error) if error is not None else self._report(args, state, step, result)
         self._apply(args, state, control, step, payload)
 
     def _report(self, args: Any, state: Any, step: int, result: Any) -> dict[str, Any]:
@@ -245,7 +228,7 @@ class EvalStopCallback(TrainerCallback, ExportableState):
         try:
             checked_result(result, self.evaluator, step)
             if not self._registered:
-                self._register()
+                self.job_id, self._registered = self.settings.register(self.client, self.job_id), True
             if self.job_id is None:
                 raise RuntimeError("EvalStop: the client returned no job id at registration")
             scores = tuple(result.scores) if result.scores else None
@@ -254,25 +237,21 @@ class EvalStopCallback(TrainerCallback, ExportableState):
             self._trace.hold(step, result.score, result.scores, extras, self.schedule.wall())
             allowed = self.schedule.hint_allowed(step)
         except Exception as exc:  # noqa: BLE001 - shared with every rank by _apply, then raised everywhere
-            return {"error": f"{type(exc).__name__}: {exc}", "exc": exc}
+            return failure(exc)
         self._own_time = time.perf_counter() - t0
         return {"step": step, "score": result.score, "decision": decision.to_dict(), "hint_allowed": allowed}
 
     def _apply(self, args: Any, state: Any, control: Any, step: int, payload: dict[str, Any] | None) -> None:
         """Every rank: apply the main process's decision (best checkpoint, stop, logs), or raise its error."""
         t0, saves_before = time.perf_counter(), sum(self.save_seconds)  # the weights-only save is timed apart
-        shared = share_from_main(None if payload is None else {k: v for k, v in payload.items() if k != "exc"})
-        if "error" in shared:
-            if payload is not None and "exc" in payload:
-                raise payload["exc"]
-            raise RuntimeError(f"EvalStop evaluation failed on the main process at step {step}: {shared['error']}")
+        shared = share_outcome(payload, step)  # a failure raises on every rank here
         decision = self.last_decision = Decision.from_dict(shared["decision"])
         score = shared["score"]
         entry = {"step": step, "eval_score": score, "declines": decision.declines, "action": decision.action.value}
         if self.schedule.record(step):
             entry["extra"] = True
         self.history.append(entry)
-        self.schedule.take_hint(step, decision, self._max_steps(state), bool(shared.get("hint_allowed", True)))
+        self.schedule.take_hint(step, decision, _max_steps(state), bool(shared.get("hint_allowed", True)))
         stopping = decision.should_stop and self.would_stop_at is None
         update_best(self, self._link.trainer, args, state, control, step, decision, stopping, self._is_main)
         if stopping:
@@ -296,14 +275,9 @@ class EvalStopCallback(TrainerCallback, ExportableState):
         control.should_training_stop = True
         control.should_save = True  # the stop step's full checkpoint, for inspection and resume
         self._raise_after_save = self._is_ppo
-        logger.warning(
-            "EvalStop: stopping at step %d (%s); best step %s, score %s", step, reason, self.best_step, self.best_score
-        )
+        logger.warning("EvalStop: stopping at step %d (%s); best step %s", step, reason, self.best_step)
         if self._is_main:
             self._wandb.on_stop(step, reason, self.best_step, self.best_score)
-
-    def _register(self) -> None:
-        self.job_id, self._registered = self.settings.register(self.client, self.job_id), True
 
     def _finish(self, args: Any, state: Any, model: Any) -> None:
         """End of the run (stop or completion): restore the best weights, close the trace, tell the scheduler."""
@@ -312,13 +286,15 @@ class EvalStopCallback(TrainerCallback, ExportableState):
         self._finished = True
         self._trace.flush(None, self.overhead_seconds)
         if self.mode == "enforce" and self.restore_best and self.best_step not in (None, state.global_step):
-            self.restored_from = (
-                restore_best(model and unwrap_model(model), self.best_checkpoint, self.best_step, self.best_score)
-                or self.restored_from
-            )
+            policy = model and unwrap_model(model)
+            self.restored_from = restore_best(policy, self.best_checkpoint, self.best_step, self.best_score)
         if not self._is_main:
             return
         reason = "stopped" if self.stopped_at is not None else "completed"
         self._trace.end(reason, best_step=self.best_step, best_score=self.best_score, stopped_at=self.stopped_at)
         if self._registered and self.job_id is not None:
             self.client.finish(self.job_id, reason)
+
+
+def _max_steps(state: Any) -> int:
+    return int(getattr(state, "max_steps", 0) or 0)

@@ -111,7 +111,7 @@ def _finite_scores(
     return tuple(out)
 
 
-def checked_result(result: Any, evaluator: Evaluator, step: int) -> EvalResult:
+def checked_result(result: Any, evaluator: object, step: int) -> EvalResult:
     """``result`` if it is a finite :class:`EvalResult`, else an :class:`EvaluatorError` naming the evaluator and step.
 
     Args:
