@@ -1,4 +1,4 @@
-"""Experiment-tracker integrations: a wandb alert and run-summary fields when EvalStop stops a run.
+"""wandb logging of the stop: a wandb alert and run-summary fields when EvalStop stops a run.
 
 The per-evaluation ``evalstop/*`` values reach wandb (and every other ``report_to`` backend) through the trainer's
 own logs; this module adds what a log line cannot carry. Active only when the trainer reports to wandb
