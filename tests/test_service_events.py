@@ -10,7 +10,6 @@ events and outbox methods run in the ``postgres``-marked test.
 from __future__ import annotations
 
 import json
-import os
 import sqlite3
 import time
 from collections.abc import Iterator
@@ -19,7 +18,7 @@ from typing import Any
 
 import httpx
 import pytest
-from service_support import Server, add_tenant, auth, cli, free_port
+from service_support import Server, add_tenant, auth, cli, free_port, postgres_database
 
 from platform_sim.core import Report
 from platform_sim.service.store import JobRecord
@@ -267,17 +266,14 @@ def test_retention_prunes_old_events_and_ids_stay_monotone(tmp_path: Path) -> No
 
 @pytest.mark.postgres
 def test_postgres_events_outbox_history_and_summary() -> None:
-    psycopg = pytest.importorskip("psycopg")
-    base = os.environ.get("EVALSTOP_PG_URL")
-    if not base:
-        pytest.skip("no PostgreSQL server (set EVALSTOP_PG_URL or run tests/pg.sh)")
+    with postgres_database("evalstop_events") as url:
+        _postgres_events(url)
+
+
+def _postgres_events(url: str) -> None:
     from platform_sim.service.store_postgres import PostgresStore
 
-    name = f"evalstop_events_{os.getpid()}"
-    with psycopg.connect(base, autocommit=True) as admin:
-        admin.execute(f"DROP DATABASE IF EXISTS {name}")
-        admin.execute(f"CREATE DATABASE {name}")
-    store = PostgresStore(base.rsplit("/", 1)[0] + "/" + name, workers=2)
+    store = PostgresStore(url, workers=2)
     try:
         tenant, _ = store.add_tenant("t")
         other, _ = store.add_tenant("o")
@@ -326,5 +322,3 @@ def test_postgres_events_outbox_history_and_summary() -> None:
         assert store.list_webhooks() == []
     finally:
         store.close()
-        with psycopg.connect(base, autocommit=True) as admin:
-            admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
