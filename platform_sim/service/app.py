@@ -25,6 +25,7 @@ from .errors import ApiError, install_error_handlers, no_unknown_query
 from .metrics import ServiceMetrics
 from .ratelimit import RATE_BYTES_PER_TOKEN, TenantRateLimit
 from .routes import API_VERSION, jobs, operator, reports
+from .routes import dashboard as dashboard_routes
 from .store import Store
 from .wire import MAX_EVAL_SCORES
 
@@ -93,4 +94,5 @@ def create_app(
     jobs.add_routes(app, ctx)
     reports.add_routes(app, report_work)
     operator.add_routes(app, ctx)
+    dashboard_routes.add_routes(app, ctx)
     return app
