@@ -51,6 +51,13 @@ def _signed_in(client: httpx.Client, token: str) -> httpx.Client:
     return client
 
 
+def grab(pattern: str, text: str, group: int = 1) -> str:
+    """The ``group`` of ``pattern``'s first match in ``text`` (which must match)."""
+    match = re.search(pattern, text, re.S)
+    assert match is not None, pattern
+    return match.group(group)
+
+
 def job_ids(page: str) -> list[str]:
     """The job ids of the list's rows, in order."""
     return [html.unescape(m) for m in re.findall(r'<tr data-job="([^"]+)"', page)]
@@ -69,7 +76,7 @@ def test_sign_in_sets_a_strict_http_only_session_cookie_without_the_token(scenar
     client = httpx.Client(base_url=scenario.server.url)
     form = client.get("/login")
     assert 'name="token"' in form.text and 'type="password"' in form.text
-    nonce = html.unescape(re.search(r'name="login_nonce" value="([^"]+)"', form.text).group(1))  # type: ignore[union-attr]
+    nonce = html.unescape(grab(r'name="login_nonce" value="([^"]+)"', form.text))
     r = client.post("/login", data={"token": scenario.alpha, "login_nonce": nonce})
     assert r.status_code == 303 and r.headers["location"] == "/"
     cookie = next(c for c in r.headers.get_list("set-cookie") if c.startswith("evalstop_session="))
@@ -84,7 +91,7 @@ def test_sign_in_sets_a_strict_http_only_session_cookie_without_the_token(scenar
 def test_sign_in_refuses_a_wrong_token_and_a_form_from_elsewhere(scenario: Scenario) -> None:
     with httpx.Client(base_url=scenario.server.url) as client:
         form = client.get("/login")
-        nonce = html.unescape(re.search(r'name="login_nonce" value="([^"]+)"', form.text).group(1))  # type: ignore[union-attr]
+        nonce = html.unescape(grab(r'name="login_nonce" value="([^"]+)"', form.text))
         r = client.post("/login", data={"token": "es_not-a-token", "login_nonce": nonce})
         assert r.status_code == 401 and "Unknown or revoked token" in r.text
         assert "evalstop_session" not in client.cookies
@@ -102,7 +109,7 @@ def test_the_list_shows_the_tenants_jobs_only(scenario: Scenario) -> None:
     assert r.status_code == 200 and r.headers["content-type"].startswith("text/html")
     assert sorted(job_ids(r.text)) == sorted([STOPPED_JOB, RUNNING_JOB, FINISHED_JOB])
     assert OTHER_TENANTS_JOB not in r.text
-    row = re.search(r'<tr data-job="%s">(.*?)</tr>' % re.escape(STOPPED_JOB), r.text).group(1)  # type: ignore[union-attr]
+    row = grab(f'<tr data-job="{re.escape(STOPPED_JOB)}">(.*?)</tr>', r.text)
     cells = [html.unescape(re.sub("<[^>]+>", "", c)) for c in re.findall(r"<td[^>]*>(.*?)</td>", row)]
     n = scenario.stop_step // 10
     # Job, type, status, reports, last score, declines, best step, best score, stop step, stop reason, GPU-h freed.
@@ -135,8 +142,8 @@ def test_the_job_page_draws_the_curve_with_the_best_and_stop_steps(scenario: Sce
     with sign_in(scenario.server.url, scenario.alpha) as client:
         r = client.get(f"/jobs/{STOPPED_JOB}")
     assert r.status_code == 200
-    svg = re.search(r'<svg class="curve".*?</svg>', r.text, re.S).group(0)  # type: ignore[union-attr]
-    points = re.search(r'<polyline class="line" points="([^"]+)"', svg).group(1).split()  # type: ignore[union-attr]
+    svg = grab(r'<svg class="curve".*?</svg>', r.text, 0)
+    points = grab(r'<polyline class="line" points="([^"]+)"', svg).split()
     assert len(points) == scenario.stop_step // 10
     xs = [float(p.split(",")[0]) for p in points]
     assert xs == sorted(xs)
@@ -183,7 +190,7 @@ def test_security_headers_and_no_inline_style_attributes(scenario: Scenario) -> 
     nonces = set()
     for r in pages:
         csp = r.headers["content-security-policy"]
-        nonce = re.search(r"style-src 'nonce-([^']+)'", csp).group(1)  # type: ignore[union-attr]
+        nonce = grab(r"style-src 'nonce-([^']+)'", csp)
         nonces.add(nonce)
         assert "default-src 'self'" in csp and "frame-ancestors 'none'" in csp and f"script-src 'nonce-{nonce}'" in csp
         assert r.headers["x-frame-options"] == "DENY" and r.headers["cache-control"] == "no-store"
@@ -201,7 +208,7 @@ def test_sign_out_needs_the_form_token_and_ends_the_session(scenario: Scenario) 
 
 def _sign_out(scenario: Scenario, client: httpx.Client) -> None:
     page = client.get("/").text
-    csrf = html.unescape(re.search(r'name="csrf" value="([^"]+)"', page).group(1))  # type: ignore[union-attr]
+    csrf = html.unescape(grab(r'name="csrf" value="([^"]+)"', page))
     assert client.post("/logout", data={"csrf": "wrong"}).status_code == 403
     assert client.get("/").status_code == 200  # still signed in
     session = client.cookies["evalstop_session"]

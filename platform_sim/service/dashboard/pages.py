@@ -204,7 +204,7 @@ def job_cells(row: JobRow) -> str:
     """A job's cells in the list, in :data:`COLUMNS` order."""
     job = row.job
     return (
-        f'<td><a class="job-link" href="{escape(job_href(job.job_id))}">{escape(job.job_id)}</a></td>'
+        f'<td class="job"><a class="job-link" href="{escape(job_href(job.job_id))}">{escape(job.job_id)}</a></td>'
         f"<td>{escape(job.job_type)}</td>"
         f'<td><span class="badge {job.status}">{job.status}</span></td>'
         f'<td class="num">{job.n_reports}</td>'

@@ -36,6 +36,7 @@ th a { color: var(--ink); text-decoration: none; }
 th a.on { color: var(--accent); }
 td.num, th.num { text-align: right; font-variant-numeric: tabular-nums; }
 td.reason { color: var(--muted); max-width: 260px; }
+td.job { white-space: nowrap; font-weight: 600; }
 tr:hover td { background: #f8faff; }
 .badge { display: inline-block; padding: 1px 8px; border-radius: 10px; font-size: 12px; font-weight: 600;
   color: #fff; }

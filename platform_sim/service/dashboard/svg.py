@@ -10,9 +10,9 @@ import math
 from collections.abc import Sequence
 from html import escape
 
-WIDTH, HEIGHT = 760, 300
+WIDTH, HEIGHT = 760, 320
 """The drawing's size in SVG units (it scales to the page's width)."""
-_LEFT, _RIGHT, _TOP, _BOTTOM = 58, 18, 26, 40
+_LEFT, _RIGHT, _TOP, _BOTTOM = 58, 18, 48, 40
 
 
 def nice_ticks(lo: float, hi: float, count: int = 5) -> list[float]:
@@ -96,22 +96,23 @@ def eval_curve(
         parts.extend(f'<circle class="dot" cx="{x(s):.1f}" cy="{y(v):.1f}" r="2.5"/>' for s, v in points)
     by_step = dict(points)
     if stop_step is not None:
-        parts.append(_marker("stop-marker", stop_step, f"stop at step {stop_step}", x(stop_step), plot_h, 14))
+        parts.append(_marker("stop-marker", stop_step, f"stop at step {stop_step}", x(stop_step), plot_h, 16))
     if best_step is not None and best_step in by_step:
         bx, by = x(best_step), y(by_step[best_step])
         text = f"best step {best_step} ({_fmt(by_step[best_step])})"
-        parts.append(_marker("best-marker", best_step, text, bx, plot_h, 30, by))
+        parts.append(_marker("best-marker", best_step, text, bx, plot_h, 34, by))
     parts.append("</svg>")
     return "".join(parts)
 
 
-def _marker(cls: str, step: int, text: str, mx: float, plot_h: float, dy: float, point_y: float | None = None) -> str:
-    """A labelled vertical marker at ``mx``; ``point_y`` adds a ring around the marked point."""
+def _marker(cls: str, step: int, text: str, mx: float, plot_h: float, ty: float, point_y: float | None = None) -> str:
+    """A vertical marker at ``mx`` labelled at height ``ty``, above the plot (where no curve can hide the label);
+    ``point_y`` adds a ring around the marked point."""
     # Labels right of the line, or left of it in the right third, so that they stay inside the drawing.
     anchor, tx = ("end", mx - 5) if mx > _LEFT + 0.66 * (WIDTH - _LEFT - _RIGHT) else ("start", mx + 5)
     ring = "" if point_y is None else f'<circle class="ring" cx="{mx:.1f}" cy="{point_y:.1f}" r="6"/>'
     return (
         f'<g class="{cls}" data-step="{step}">'
-        f'<line x1="{mx:.1f}" x2="{mx:.1f}" y1="{_TOP}" y2="{_TOP + plot_h}"/>{ring}'
-        f'<text x="{tx:.1f}" y="{_TOP + dy}" text-anchor="{anchor}">{escape(text)}</text></g>'
+        f'<line x1="{mx:.1f}" x2="{mx:.1f}" y1="{ty - 12}" y2="{_TOP + plot_h}"/>{ring}'
+        f'<text x="{tx:.1f}" y="{ty}" text-anchor="{anchor}">{escape(text)}</text></g>'
     )
