@@ -25,6 +25,7 @@ from .errors import ApiError, install_error_handlers, no_unknown_query
 from .metrics import ServiceMetrics
 from .ratelimit import RATE_BYTES_PER_TOKEN, TenantRateLimit
 from .routes import API_VERSION, history, jobs, operator, reports
+from .routes import dashboard as dashboard_routes
 from .store import Store
 from .webhooks import DeliveryWorker, WebhookSettings
 from .wire import MAX_EVAL_SCORES
@@ -106,4 +107,5 @@ def create_app(
     reports.add_routes(app, report_work)
     operator.add_routes(app, ctx)
     history.add_routes(app, ctx, admin_token)
+    dashboard_routes.add_routes(app, ctx)
     return app
