@@ -97,16 +97,22 @@ class CheckpointKeeper:
     def __init__(self, folder: Path, mirror: Path | None = None) -> None:
         self.folder = folder
         self.mirror = mirror if mirror is not None else folder / "evalstop-best"
-        self._source: Path | None = None
+        self._source: Path | None = None  # the folder mirrored, and its step
+        self._step: int | None = None
         self._methods: set[str] = set()
-        self._files = -1  # files in the source when last mirrored (a top-up is due when it changes)
+        try:  # a restarted watcher takes over the mirror it made before (its source may be rotated away by now)
+            held = json.loads((self.mirror / MARKER).read_text())
+            self._source, self._step, self._methods = Path(held["checkpoint"]), int(held["step"]), {held["method"]}
+        except (OSError, ValueError, KeyError, TypeError):
+            pass
 
     def _swap_in(self, source: Path, step: int) -> None:
         """Build a new mirror of ``source`` beside the old one, then replace it."""
         staging = self.mirror.with_name(self.mirror.name + ".staging")
         shutil.rmtree(staging, ignore_errors=True)
         self._methods = _mirror_tree(source, staging)
-        (staging / MARKER).write_text(json.dumps({"step": step, "checkpoint": str(source)}) + "\n")
+        marker = {"step": step, "checkpoint": str(source), "method": _method(self._methods)}
+        (staging / MARKER).write_text(json.dumps(marker) + "\n")
         old = self.mirror.with_name(self.mirror.name + ".old")
         shutil.rmtree(old, ignore_errors=True)
         if self.mirror.exists():
@@ -117,26 +123,29 @@ class CheckpointKeeper:
         logger.info("evalstop watch: checkpoint %s %s into %s", source, _method(self._methods), self.mirror)
 
     def update(self, best_step: int | None) -> Protected:
-        """Mirror the checkpoint of ``best_step`` (or the nearest before it) if it is not mirrored yet."""
+        """Mirror the checkpoint of ``best_step`` (else the nearest one before it) unless the mirror holds it."""
         if best_step is None:
             return Protected(None, None, None, None, None)
         steps = checkpoint_steps(self.folder)
-        exact = steps.get(best_step)
+        if best_step not in steps and self._step == best_step and self._source is not None:
+            # Mirrored while it existed, deleted by the framework's rotation since: the mirror is all that is left.
+            note = f"{self._source} was removed by the framework since; {self.mirror} holds it"
+            return Protected(self._source, self.mirror, _method(self._methods), note, self._source)
         before = [s for s in steps if s < best_step]
-        source_step = best_step if exact is not None else (max(before) if before else None)
-        source = None if source_step is None else steps[source_step]
+        source_step = best_step if best_step in steps else (max(before) if before else None)
+        if source_step is None or (self._step is not None and self._step < best_step and self._step > source_step):
+            source_step = self._step  # the mirror holds a later one before the best step than what is left
+        exact = source_step == best_step
+        source = None if source_step is None else steps.get(source_step, self._source)
         note = None
-        if exact is None:
-            note = f"step {best_step} has no checkpoint in {self.folder}; " + (
-                f"the nearest one before it is {source}" if source is not None else "there is none before it"
-            )
-        if source is None or source_step is None:
+        if not exact:
+            nearest = "there is none before it" if source is None else f"the nearest one before it is {source}"
+            note = f"step {best_step} has no checkpoint in {self.folder}; {nearest}"
+        if source_step is None or source is None:
             return Protected(None, None, None, note, None)
-        files = sum(len(f) for _r, _d, f in os.walk(source))
-        if source != self._source:
+        if source_step != self._step:
             self._swap_in(source, source_step)
-            self._files = files
-        elif files != self._files:  # the framework is still writing it: add what is new
+            self._step = source_step
+        elif source.exists():  # the framework may still be writing it: add what is new
             self._methods |= _mirror_tree(source, self.mirror)
-            self._files = files
-        return Protected(exact, self.mirror, _method(self._methods), note, source)
+        return Protected(source if exact else None, self.mirror, _method(self._methods), note, source)
