@@ -94,23 +94,22 @@ class LineTail:
         """The complete lines written since the last call (without their newlines), in order."""
         if self._fd is None and not self._open():
             return []
-        lines = self._drain()
+        assert self._fd is not None
         try:
             st = os.stat(self.path)
         except FileNotFoundError:  # renamed away, the new file not created yet: keep reading the old one
-            return lines
+            return self._drain()
         if (st.st_dev, st.st_ino) != self._inode:
             logger.info("evalstop watch: %s was replaced (rotated); reading the new file from its start", self.path)
+            lines = self._drain()  # the old file's last lines first
             self.close()
             self.restarts += 1
             return lines + (self._drain() if self._open() else [])
-        assert self._fd is not None
         if st.st_size < self._offset or os.pread(self._fd, len(self._head), 0) != self._head:
-            logger.info("evalstop watch: %s was truncated; reading it again from its start", self.path)
+            logger.info("evalstop watch: %s was truncated or rewritten; reading it again from its start", self.path)
             self._offset, self._partial, self._head = 0, b"", b""
             self.restarts += 1
-            lines += self._drain()
-        return lines
+        return self._drain()
 
     def rest(self) -> bytes:
         """The unterminated last line, if any (read it only when the writer is known to be done)."""
