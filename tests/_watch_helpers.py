@@ -62,9 +62,9 @@ def child(name: str, log: Path, fmt: str, metric: str, *extra: str) -> subproces
     )
 
 
-def watch(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    """Run ``python -m evalstop_callbacks.watch ARGS`` to its end."""
-    return subprocess.run([*WATCH, *args], env=env(), capture_output=True, text=True, timeout=timeout)
+def watch(*args: str, timeout: float = 60, environ: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """Run ``python -m evalstop_callbacks.watch ARGS`` to its end (in ``environ``, default :func:`env`)."""
+    return subprocess.run([*WATCH, *args], env=environ or env(), capture_output=True, text=True, timeout=timeout)
 
 
 def last_json(stdout: str) -> dict[str, Any]:
