@@ -129,15 +129,15 @@ class CheckpointKeeper:
         steps = checkpoint_steps(self.folder)
         if best_step not in steps and self._step == best_step and self._source is not None:
             # Mirrored while it existed, deleted by the framework's rotation since: the mirror is all that is left.
-            note = f"{self._source} was removed by the framework since; {self.mirror} holds it"
-            return Protected(self._source, self.mirror, _method(self._methods), note, self._source)
+            gone = f"{self._source} was removed by the framework since; {self.mirror} holds it"
+            return Protected(self._source, self.mirror, _method(self._methods), gone, self._source)
         before = [s for s in steps if s < best_step]
         source_step = best_step if best_step in steps else (max(before) if before else None)
         if source_step is None or (self._step is not None and self._step < best_step and self._step > source_step):
             source_step = self._step  # the mirror holds a later one before the best step than what is left
         exact = source_step == best_step
         source = None if source_step is None else steps.get(source_step, self._source)
-        note = None
+        note: str | None = None
         if not exact:
             nearest = "there is none before it" if source is None else f"the nearest one before it is {source}"
             note = f"step {best_step} has no checkpoint in {self.folder}; {nearest}"

@@ -152,7 +152,11 @@ class Watcher:
         self.sign = 1.0 if greater_is_better else -1.0
         self.selector = SeriesSelector(metric)
         self.examples = None if examples is None else ExampleDumps(Path(examples), negate=not greater_is_better)
-        self.keeper = None if checkpoints is None else CheckpointKeeper(Path(checkpoints), best_dir and Path(best_dir))
+        self.keeper = (
+            None
+            if checkpoints is None
+            else CheckpointKeeper(Path(checkpoints), None if best_dir is None else Path(best_dir))
+        )
         self.client: BoundaryClient = client if client is not None else EmbeddedClient()
         self.job_type = job_type
         try:
