@@ -16,7 +16,7 @@ from _watch_helpers import HACKING, PER_EXAMPLE, embedded_stop, evals, last_json
 from service_support import auth, tenant_server
 
 from evalstop_callbacks.watch import Watcher, WatchError
-from evalstop_callbacks.watch.checkpoints import CheckpointKeeper
+from evalstop_callbacks.watch.checkpoints import CheckpointKeeper, checkpoint_steps
 from evalstop_callbacks.watch.follow import LineTail
 
 
@@ -139,6 +139,29 @@ def test_examples_pair_samples_by_input_and_reach_the_detector(tmp_path: Path) -
     (dumps / "5.jsonl").write_text('{"input": "prompt-0"}\n')
     with pytest.raises(WatchError, match="5.jsonl:1: a sample needs 'input' and 'score'"):
         Watcher(log, "val-core/gsm8k/reward/mean@1", examples=dumps).finish()
+
+
+def test_checkpoint_folders_of_each_framework_are_found_by_step(tmp_path: Path) -> None:
+    names = [
+        "global_step_10",
+        "checkpoint-20",
+        "global_step30",
+        "best_global_step40",
+        "step_50",
+        "tmp_step_60",
+        "evalstop-best",
+        "checkpoint-last",
+    ]
+    for name in names:
+        (tmp_path / name).mkdir()
+    (tmp_path / "step_70").write_text("a file, not a checkpoint folder")
+    assert {s: p.name for s, p in checkpoint_steps(tmp_path).items()} == {
+        10: "global_step_10",
+        20: "checkpoint-20",
+        30: "global_step30",
+        40: "best_global_step40",
+        50: "step_50",
+    }
 
 
 def test_best_step_without_checkpoint_names_the_nearest_before_and_copies_across_devices(tmp_path: Path) -> None:

@@ -1,7 +1,8 @@
 """The best step's checkpoint folder: found by the frameworks' names, and kept out of their rotation.
 
 Names read (the step is the number): verl's ``global_step_<N>``, transformers' (and TRL's) ``checkpoint-<N>``,
-OpenRLHF's ``global_step<N>`` and its ``best_global_step<N>``. Frameworks delete old checkpoints (transformers'
+OpenRLHF's ``global_step<N>`` and its ``best_global_step<N>``, NeMo-RL's ``step_<N>`` (never its unfinished
+``tmp_step_<N>``). Frameworks delete old checkpoints (transformers'
 ``save_total_limit``, verl's ``max_actor_ckpt_to_keep``, OpenRLHF's ``--ckpt.max_num``), so the best one is mirrored
 into an ``evalstop-best`` folder: every file hard-linked (no copy of the bytes, and the files outlive the framework's
 delete) or, where the file system refuses links (another device), copied. The mirror is rebuilt when the best step
@@ -20,7 +21,7 @@ from pathlib import Path
 
 logger = logging.getLogger(__name__)
 
-CHECKPOINT_NAME = re.compile(r"^(?:checkpoint-|global_step_?|best_global_step)(\d+)$")
+CHECKPOINT_NAME = re.compile(r"^(?:checkpoint-|global_step_?|best_global_step|step_)(\d+)$")
 MARKER = "EVALSTOP_BEST.json"  # written into the mirror: which step and folder it holds
 
 

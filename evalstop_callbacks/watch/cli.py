@@ -167,7 +167,7 @@ def configure(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
         type=Path,
         metavar="DIR",
         help="the framework's checkpoint folder (verl global_step_<N>, "
-        "transformers/OpenRLHF checkpoint-<N> or global_step<N>): the best step's folder is named in the result "
+        "transformers checkpoint-<N>, OpenRLHF global_step<N>, NeMo-RL step_<N>): the best step's folder is named in the result "
         "and protected from rotation in an evalstop-best folder (hard-linked, else copied; said which)",
     )
     add(

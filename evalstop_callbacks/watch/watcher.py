@@ -43,6 +43,37 @@ EXAMPLES_WAIT_S = 10.0
 the log line, so a dump that is late by this much is not coming); a later evaluation ends the wait at once."""
 
 
+def _quiet(record: logging.LogRecord) -> bool:
+    return False
+
+
+def _warm(spec: dict[str, Any]) -> None:
+    """Run the detector once on a made-up falling curve, in a throwaway embedded core, and forget it.
+
+    Why: detectors load their statistics code (scipy) at their first full window, about a second of CPU. Paid at
+    the watcher's start it no longer delays the first real decision, which matters when many watchers reach that
+    window at once (benchmarks/bench_watch.py). The real job's state is untouched, and the made-up job's warnings
+    (a means-only curve) are not shown.
+    """
+    # A logger's filter sees only its own records, so every logger of the core gets one (they exist once imported).
+    names = [n for n in logging.root.manager.loggerDict if n == "platform_sim" or n.startswith("platform_sim.")]
+    core_loggers = [logging.getLogger(n) for n in names]
+    for core_logger in core_loggers:
+        core_logger.addFilter(_quiet)
+    try:
+        for per_example in (False, True):
+            client = EmbeddedClient()
+            job = client.register("other", detector=spec, job_id="warm-up")
+            for i in range(24):
+                score = 1.0 - 0.05 * i + 0.03 * (i % 2)  # falling, with noise: a real test, not a zero variance
+                scores = (score, score - 0.1, score + 0.1, score) if per_example else None
+                if client.report(Report(job, "other", i, score, scores)).should_stop:
+                    break
+    finally:
+        for core_logger in core_loggers:
+            core_logger.removeFilter(_quiet)
+
+
 def default_job_id(log: Path) -> str:
     """A job id stable across restarts of the watcher: the log's name and a hash of its absolute path."""
     stem = re.sub(r"[^A-Za-z0-9._-]+", "-", log.name)[:48].strip("-") or "log"
@@ -121,6 +152,8 @@ class Watcher:
         job_type: The job's type (``rlhf``, ``dpo``, ``sft``, ``lora``, ``other``).
         checkpoints: The framework's checkpoint folder, to name and protect the best step's checkpoint, or None.
         best_dir: Where the protected mirror goes (default ``<checkpoints>/evalstop-best``).
+        warm_up: Run the detector once on a made-up curve first (see :func:`_warm`), so that its first real decision
+            is not delayed by loading its statistics code.
 
     Raises:
         WatchError: A bad format name, detector spec or job type.
@@ -140,6 +173,7 @@ class Watcher:
         job_type: str = "rlhf",
         checkpoints: str | os.PathLike[str] | None = None,
         best_dir: str | os.PathLike[str] | None = None,
+        warm_up: bool = True,
     ) -> None:
         if format not in FORMATS:
             raise WatchError(f"--format must be one of {', '.join(FORMATS)}, got {format!r}")
@@ -147,6 +181,8 @@ class Watcher:
             self.spec = detector_from_spec(default_spec() if detector is None else detector).spec()
         except ValueError as exc:
             raise WatchError(f"--detector: {exc}") from None
+        if warm_up:
+            _warm(self.spec)
         self.log = Path(log)
         self.format = format
         self.sign = 1.0 if greater_is_better else -1.0
