@@ -98,6 +98,9 @@ class EvalStopTrainerMixin:
         decision = monitor.observe(step, metrics, self._evalstop_samples)
         if decision.best_step == step and step > 0:
             self._evalstop_keep_best(step)
+        else:
+            # verl saves a save_freq step before validating it: that checkpoint's state must hold this eval too.
+            self._evalstop_write_state()
         metrics.update(monitor.log_fields(decision, float(monitor.evals[-1][1])))
         if decision.should_stop:
             logger.warning(
@@ -120,6 +123,8 @@ class EvalStopTrainerMixin:
         saved_anyway = trainer.save_freq > 0 and (step % trainer.save_freq == 0 or step >= self.total_training_steps)
         if settings.save_best and not saved_anyway:
             self._save_checkpoint()
+        else:
+            self._evalstop_write_state()
         folder = os.path.join(trainer.default_local_dir, f"global_step_{step}")
         if not os.path.isdir(folder):
             logger.warning("evalstop: best step %d has no checkpoint folder %s", step, folder)
@@ -137,11 +142,19 @@ class EvalStopTrainerMixin:
 
     def _save_checkpoint(self) -> None:
         super()._save_checkpoint()  # type: ignore[misc]
+        self._evalstop_write_state()
+
+    def _evalstop_write_state(self) -> None:
+        """The core's state into this step's checkpoint folder (if there is one), replaced, never rewritten in place:
+        the file may also be hard-linked into ``evalstop-best``."""
         folder = os.path.join(self.config.trainer.default_local_dir, f"global_step_{self.global_steps}")
+        if not os.path.isdir(folder):
+            return
         state = {"monitor": self.evalstop.state_dict(), "best_checkpoint": self._evalstop_best_checkpoint}
-        os.makedirs(folder, exist_ok=True)
-        with open(os.path.join(folder, STATE_FILE), "w", encoding="utf-8") as fh:
+        path = os.path.join(folder, STATE_FILE)
+        with open(path + ".tmp", "w", encoding="utf-8") as fh:
             json.dump(state, fh)
+        os.replace(path + ".tmp", path)
 
     def _load_checkpoint(self) -> None:
         super()._load_checkpoint()  # type: ignore[misc]
