@@ -80,7 +80,9 @@ class EvalStopTrainerMixin:
 
     # ---- validation: report, keep the best, stop ----
 
-    def _maybe_log_val_generations(self, inputs: Sequence[str], outputs: Sequence[str], scores: Sequence[float]) -> None:
+    def _maybe_log_val_generations(
+        self, inputs: Sequence[str], outputs: Sequence[str], scores: Sequence[float]
+    ) -> None:
         # verl's _validate hands every validation sample's prompt and summed reward here, and nowhere else.
         self._evalstop_samples = [(str(i), float(s)) for i, s in zip(inputs, scores)]
         super()._maybe_log_val_generations(inputs, outputs, scores)  # type: ignore[misc]
