@@ -199,8 +199,13 @@ class EvalStopMonitor:
                 out["evalstop/best_score"] = best
         return out
 
-    def result(self, best_checkpoint: str | None) -> dict[str, Any]:
-        """The outcome in ``evalstop watch``'s result format."""
+    def result(self, best_checkpoint: str | None, protected_checkpoint: str | None = None) -> dict[str, Any]:
+        """The outcome in ``evalstop watch``'s result format.
+
+        Args:
+            best_checkpoint: The best step's ``global_step_<N>`` folder, or None (none was saved).
+            protected_checkpoint: Its copy out of the rotation's reach (``evalstop-best``), or None.
+        """
         d = self.decision
         stopped = d is not None and d.should_stop
         return {
@@ -209,6 +214,7 @@ class EvalStopMonitor:
             "best_step": d.best_step if d else None,
             "best_score": self.best_score(),
             "best_checkpoint": best_checkpoint,
+            "protected_checkpoint": protected_checkpoint,
             "detector": self.detector(),
             "metric": self.metric_name,
             "evals": self.evals,

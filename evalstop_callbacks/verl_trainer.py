@@ -75,7 +75,8 @@ class EvalStopTrainerMixin:
         job_id = settings.job_id or f"{config.trainer.project_name}/{config.trainer.experiment_name}"
         self.evalstop = EvalStopMonitor(settings, make_client(settings), job_id)
         self._evalstop_samples: list[tuple[str, float]] | None = None
-        self._evalstop_best_checkpoint: str | None = None
+        # The best step's checkpoint folder and its protected copy, as evalstop watch's result names them.
+        self._evalstop_best: dict[str, str | None] = {"best_checkpoint": None, "protected_checkpoint": None}
         self._evalstop_finished = False
 
     # ---- validation: report, keep the best, stop ----
@@ -112,7 +113,7 @@ class EvalStopTrainerMixin:
                 decision.best_step,
                 monitor.metric_name,
                 monitor.best_score(),
-                self._evalstop_best_checkpoint,
+                self._evalstop_best["protected_checkpoint"] or self._evalstop_best["best_checkpoint"],
             )
             # fit() loops while global_steps <= total_training_steps and counts the step up after logging it:
             # capping the total at this step makes this pass the last one, and fit() then calls on_train_end.
@@ -128,17 +129,16 @@ class EvalStopTrainerMixin:
         else:
             self._evalstop_write_state()
         folder = os.path.join(trainer.default_local_dir, f"global_step_{step}")
-        if not os.path.isdir(folder):
+        if not os.path.isdir(folder):  # save_best off, or an asynchronous save not on disk yet
             logger.warning("evalstop: best step %d has no checkpoint folder %s", step, folder)
-            self._evalstop_best_checkpoint = None
+            self._evalstop_best = {"best_checkpoint": None, "protected_checkpoint": None}
             return
+        target = None
         if settings.protect_best:
             target = os.path.join(trainer.default_local_dir, BEST_DIR)
             how = protect_folder(folder, target)
             logger.info("evalstop: best step %d: %s %s into %s", step, how, folder, target)
-            self._evalstop_best_checkpoint = target
-        else:
-            self._evalstop_best_checkpoint = folder
+        self._evalstop_best = {"best_checkpoint": folder, "protected_checkpoint": target}
 
     # ---- checkpoints carry the core's state ----
 
@@ -152,7 +152,7 @@ class EvalStopTrainerMixin:
         folder = os.path.join(self.config.trainer.default_local_dir, f"global_step_{self.global_steps}")
         if not os.path.isdir(folder):
             return
-        state = {"monitor": self.evalstop.state_dict(), "best_checkpoint": self._evalstop_best_checkpoint}
+        state = {"monitor": self.evalstop.state_dict(), "best": self._evalstop_best}
         path = os.path.join(folder, STATE_FILE)
         with open(path + ".tmp", "w", encoding="utf-8") as fh:
             json.dump(state, fh)
@@ -169,7 +169,7 @@ class EvalStopTrainerMixin:
         with open(path, encoding="utf-8") as fh:
             state = json.load(fh)
         self.evalstop.load_state_dict(state["monitor"])
-        self._evalstop_best_checkpoint = state.get("best_checkpoint")
+        self._evalstop_best = dict(state.get("best") or self._evalstop_best)
 
     # ---- the end of the run ----
 
@@ -187,7 +187,7 @@ class EvalStopTrainerMixin:
             return
         self._evalstop_finished = True
         monitor = self.evalstop
-        result = monitor.result(self._evalstop_best_checkpoint)
+        result = monitor.result(**self._evalstop_best)
         monitor.client.finish(monitor.job_id, "stopped" if result["decision"] == "stop" else "completed")
         path = monitor.config.result or os.path.join(self.config.trainer.default_local_dir, RESULT_FILE)
         os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)

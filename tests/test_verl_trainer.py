@@ -136,7 +136,8 @@ def test_a_stop_ends_verls_loop_cleanly_at_the_cores_step(tmp_path: Path, monkey
     assert (protected / "data.pt").exists()
     result = json.loads((tmp_path / "ckpt" / "evalstop-result.json").read_text())
     assert (result["decision"], result["stop_step"], result["best_step"]) == ("stop", stop, best)
-    assert result["best_checkpoint"] == str(protected) and result["detector"]["name"] == "trend"
+    assert result["best_checkpoint"] == str(kept.parents[1]) and result["protected_checkpoint"] == str(protected)
+    assert result["detector"]["name"] == "trend"
     assert result["evals"][-1] == [stop, pytest.approx(curve.at(stop)[0])]
 
 

@@ -89,7 +89,8 @@ def test_watch_stops_a_verl_run_where_the_core_stops_its_curve(tmp_path: Path) -
     assert json.loads(watch.stdout.strip().splitlines()[-1]) == result
     # The best step's folder was rotated away by the child; the watcher's protected copy holds its weights.
     assert not (tmp_path / "ckpt" / f"global_step_{best}").exists()
-    kept = Path(result["best_checkpoint"])
+    assert Path(result["best_checkpoint"]).name == f"global_step_{best}"
+    kept = Path(result["protected_checkpoint"])
     assert (kept / "actor" / "model.pt").read_text() == f"weights of step {best}"
 
 
