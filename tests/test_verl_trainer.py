@@ -183,3 +183,32 @@ def test_a_metric_glob_matching_nothing_names_what_verl_logged(tmp_path: Path, m
     trainer = _trainer(tmp_path, curve, 30, monkeypatch, metric="val-core/*/acc/mean@1")
     with pytest.raises(ValueError, match="val-core/bow-proxy/reward/mean@1"):
         trainer.fit(agent_loop_manager=None)
+
+
+def test_verls_own_launcher_finds_the_evalstop_trainer_in_its_ray_worker(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """verl's ``run_ppo`` (its ``ray.init`` with the config's runtime env) and the setup hook the docs give: the
+    trainer lookup ``TaskRunnerV1.run`` makes in its Ray actor finds ``evalstop_sync`` there."""
+    import ray
+    from verl.trainer.main_ppo import run_ppo
+
+    from evalstop_callbacks.verl_trainer import SETUP_HOOK
+
+    here = str(Path(__file__).resolve().parent)  # the workers import the probe from the tests folder
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(p for p in (here, os.environ.get("PYTHONPATH")) if p))
+    from _verl_ray_probe import TrainerLookup
+
+    config = verl_config(
+        [
+            "trainer.v1.trainer_mode=evalstop_sync",
+            "+" + SETUP_HOOK,
+            "ray_kwargs.ray_init.num_cpus=1",
+            f"trainer.default_local_dir={tmp_path}",
+        ]
+    )
+    try:
+        run_ppo(config, task_runner_class=TrainerLookup)
+    finally:
+        ray.shutdown()
+    assert (tmp_path / "trainer.txt").read_text() == "evalstop_callbacks.verl_trainer.EvalStopPPOTrainerSync"
