@@ -2,6 +2,8 @@
 
 - ``evalstop demo``: the CPU reward-hacking demo, end to end (see :mod:`evalstop_callbacks.research.demo`).
 - ``evalstop traces record``: record real training runs of the overoptimization environment as JSONL traces.
+- ``evalstop watch``: follow any run's metrics log (verl, OpenRLHF, TensorBoard, JSONL) and stop it when its eval score
+  declines (the library's :mod:`evalstop_callbacks.watch`).
 
 Bad input ends with a one-line reason naming the flag and exit code 2; ``--json`` prints machine-readable output.
 
@@ -18,16 +20,20 @@ import argparse
 import sys
 from collections.abc import Sequence
 
+from ..watch import cli as cli_watch
 from . import cli_demo, cli_traces
 from .cli_args import Parser
 
 #: The modules of the ``evalstop`` subcommands, in the order ``--help`` lists them.
-SUBCOMMANDS = (cli_demo, cli_traces)
+SUBCOMMANDS = (cli_demo, cli_traces, cli_watch)
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The ``evalstop`` parser with every subcommand of :data:`SUBCOMMANDS`."""
-    parser = Parser(prog="evalstop", description="EvalStop, trainer side: the CPU demo and trace recording.")
+    parser = Parser(
+        prog="evalstop",
+        description="EvalStop, trainer side: the CPU demo, trace recording, and watching a run's metrics log.",
+    )
     sub = parser.add_subparsers(dest="command", parser_class=Parser)
     for module in SUBCOMMANDS:
         module.add_parser(sub)
