@@ -23,8 +23,9 @@ from dashboard_support import (
     Scenario,
     dashboard_scenario,
 )
-from service_support import cli
+from service_support import auth, cli
 
+from platform_sim.service.dashboard.pages import number
 from platform_sim.service.dashboard.sessions import SessionStore
 
 
@@ -153,7 +154,8 @@ def test_the_job_page_draws_the_curve_with_the_best_and_stop_steps(scenario: Sce
     assert (int(stop.group(1)), stop.group(2)) == (scenario.stop_step, f"stop at step {scenario.stop_step}")
     assert int(best.group(1)) == scenario.best_step and best.group(2).startswith(f"best step {scenario.best_step}")
     # The reports table lists every report, newest first.
-    steps = [int(s) for s in re.findall(r'<tr><td class="num">(\d+)</td>', r.text)]
+    reports = grab(r'<table id="reports">.*?</table>', r.text, 0)
+    steps = [int(s) for s in re.findall(r'<tr><td class="num">(\d+)</td>', reports)]
     assert steps == list(range(scenario.stop_step, 0, -10))
 
 
@@ -242,3 +244,22 @@ def test_session_store_bounds_its_size_and_checks_form_tokens() -> None:
     assert store.get(ids[-1]) is None
     with pytest.raises(ValueError):
         SessionStore(ttl_s=0)
+
+
+def test_the_job_page_shows_the_outcome_totals_and_events_the_api_reports(scenario: Scenario) -> None:
+    api = httpx.get(f"{scenario.server.url}/v1/jobs/{STOPPED_JOB}", headers=auth(scenario.alpha)).json()
+    summary = httpx.get(f"{scenario.server.url}/v1/summary", headers=auth(scenario.alpha)).json()
+    assert api["gpu_hours_freed"] is not None  # the job said its GPUs and planned steps
+    with sign_in(scenario.server.url, scenario.alpha) as client:
+        page = client.get(f"/jobs/{STOPPED_JOB}").text
+        listing = client.get("/").text
+    # The outcome is the store's, as GET /v1/jobs/{id} gives it, not recomputed by the page.
+    assert number(api["gpu_hours_freed"]) in grab(r'<section class="cards" id="totals">.*?</section>', listing, 0)
+    totals = grab(r'<section class="cards" id="totals">.*?</section>', page, 0)
+    for key in ("running", "stopped", "finished"):
+        assert re.search(rf'<div class="value">{summary[key]}</div><div class="label">{key}</div>', totals, re.I)
+    # The job's own events, newest first: the stop comes before the registration.
+    events = grab(r'<table id="events">.*?</table>', page, 0)
+    types = re.findall(r'<tr><td class="num">\d+</td><td>[^<]*</td><td>([a-z.]+)</td>', events)
+    assert types and types[0] == "job.stopped" and types[-1] == "job.registered"
+    assert "report.accepted" in types

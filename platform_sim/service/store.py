@@ -352,6 +352,10 @@ class Store(abc.ABC):
         """
 
     @abc.abstractmethod
+    def recent_events(self, tenant_id: int, job_id: str | None = None, limit: int = 20) -> list[Event]:
+        """The tenant's newest events (of ``job_id`` only, if given), newest first, ``limit`` at most (the dashboard)."""
+
+    @abc.abstractmethod
     def prune_events(self, older_than: float, batch: int = 10_000) -> int:
         """Delete events written before Unix time ``older_than`` (the retention setting); returns how many.
 

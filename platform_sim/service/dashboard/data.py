@@ -7,6 +7,7 @@ Every call here is blocking; the routes run them off the event loop.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -99,14 +100,16 @@ class EventRow:
 
 def stop_reason(job: JobRecord) -> str | None:
     """Why the core stopped ``job`` (the reason of its stop decision), or None if it was not stopped."""
-    if job.stopped_at is None or job.last_decision is None:
+    if job.stopped_at is None:
         return None
-    return job.last_decision.reason
+    if job.stop_reason is not None:
+        return job.stop_reason
+    return None if job.last_decision is None else job.last_decision.reason
 
 
 def gpu_hours_freed(job: JobRecord) -> float | None:
-    """GPU-hours ``job``'s stop freed, or None while the store does not say."""
-    return None
+    """GPU-hours ``job``'s stop freed (the store's estimate), or None when the job never said its GPUs or steps."""
+    return job.gpu_hours_freed
 
 
 class DashboardData:
@@ -160,20 +163,15 @@ class DashboardData:
 
     def totals(self, tenant_id: int) -> Totals:
         """The tenant's totals."""
-        jobs, _ = self.jobs(tenant_id)
-        counts = {"running": 0, "stopped": 0, "finished": 0}
-        freed: float | None = None
-        for job in jobs:
-            counts[job.status] += 1
-            hours = gpu_hours_freed(job)
-            if hours is not None:
-                freed = (freed or 0.0) + hours
-        return Totals(counts["running"], counts["stopped"], counts["finished"], freed)
+        s = self.store.summary(tenant_id)
+        return Totals(s.running, s.stopped, s.finished, s.gpu_hours_freed)
 
     def events(self, tenant_id: int, job_id: str | None = None, limit: int = 20) -> list[EventRow] | None:
-        """The tenant's most recent events (of ``job_id`` only, if given), newest first, or None while the store
-        keeps no events."""
-        return None
+        """The tenant's most recent events (of ``job_id`` only, if given), newest first."""
+        return [
+            EventRow(e.id, e.type, e.job_id, e.time, json.dumps(e.details, sort_keys=True, separators=(", ", ": ")))
+            for e in self.store.recent_events(tenant_id, job_id, limit)
+        ]
 
 
 def _declines(job: JobRecord) -> int | None:

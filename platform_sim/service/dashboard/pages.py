@@ -47,7 +47,10 @@ def number(value: float | int | None, digits: int = 1) -> str:
     """A count or amount for display, or a dash."""
     if value is None:
         return DASH
-    return str(value) if isinstance(value, int) else f"{value:,.{digits}f}"
+    if isinstance(value, int):
+        return str(value)
+    # A small amount keeps two significant digits rather than showing as 0.0 (a short job frees little).
+    return f"{value:.2g}" if 0 < abs(value) < 10**-digits else f"{value:,.{digits}f}"
 
 
 def when(unix: float | None) -> str:
