@@ -239,3 +239,21 @@ def test_through_a_real_server_only_the_report_crosses(tmp_path: Path) -> None:
     result = last_json(done.stdout)
     assert result["stop_step"] == embedded_stop(HACKING)[0]
     assert job["status"] == "stopped" and job["detector"] == result["detector"], job
+
+
+def test_the_subcommand_plugs_into_another_parser(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import argparse
+
+    from evalstop_callbacks.watch.cli import add_parser
+
+    log = tmp_path / "log.jsonl"
+    write_verl(log, HACKING)
+    parser = argparse.ArgumentParser(prog="evalstop")
+    add_parser(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(
+        ["watch", str(log), "--metric", "val-core/*/reward/mean@1", "--result", str(tmp_path / "r.json")]
+    )
+    assert args.func(args) == 0
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert result == json.loads((tmp_path / "r.json").read_text())
+    assert result["stop_step"] == embedded_stop(HACKING)[0]

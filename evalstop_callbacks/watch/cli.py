@@ -17,10 +17,9 @@ from types import FrameType
 from typing import Any, NoReturn
 
 from platform_sim.core import default_spec
-from platform_sim.core.detectors.registry import parse_detector_param
 
 from .follow import Backoff
-from .loop import StopPlan, run
+from .loop import StopPlan, run, write_result
 from .records import FORMATS, WatchError
 from .watcher import Watcher
 
@@ -44,7 +43,8 @@ EVALSTOP_BEST_CHECKPOINT, EVALSTOP_PROTECTED_CHECKPOINT and EVALSTOP_RESULT in i
 
 Exit status: 0 after a stop carried out, or when the watch ended with decision "continue" after --timeout; the
 exit status of --pid when that process ended on its own; 1 when the --on-stop command failed; 2 on bad input (a log
-of no known format, a --metric glob matching several series, the metric never seen before --timeout)."""
+of no known format, a --metric glob matching several series, the metric never seen before --timeout); 130 when
+interrupted (SIGINT or SIGTERM), after writing the decision so far."""
 
 
 class _Parser(argparse.ArgumentParser):
@@ -53,23 +53,22 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _positive(text: str) -> float:
+    """Seconds: a finite number > 0."""
     try:
         value = float(text)
+        ok = 0 < value < float("inf")
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
-    if not 0 < value < float("inf"):
-        raise argparse.ArgumentTypeError(f"must be a number > 0, got {text}")
+        value, ok = 0.0, False
+    if not ok:
+        raise argparse.ArgumentTypeError(f"must be a number > 0, got {text!r}")
     return value
 
 
 def _pid(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a process id, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be a process id >= 1, got {value}")
-    return value
+    """A process id: an integer >= 1."""
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"must be a process id >= 1, got {text!r}")
+    return int(text)
 
 
 def _detector(text: str) -> Any:
@@ -83,10 +82,14 @@ def _detector(text: str) -> Any:
 
 
 def _detector_param(text: str) -> tuple[str, Any]:
+    """``KEY=VALUE``, the value read as JSON (else kept as text), as the other commands' --detector-param."""
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"expected key=value, got {text!r}")
     try:
-        return parse_detector_param(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
+        return key, json.loads(value)
+    except json.JSONDecodeError:
+        return key, value
 
 
 def configure(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
@@ -237,7 +240,7 @@ def run_args(args: argparse.Namespace) -> int:
     if args.examples is not None and not args.examples.exists():
         logger.info("evalstop watch: %s does not exist yet: waiting for verl's first validation dump", args.examples)
     result_file = args.result or args.log.with_name(args.log.name + ".evalstop.json")
-    signal.signal(signal.SIGTERM, _on_signal)
+    previous = signal.signal(signal.SIGTERM, _on_signal)  # a SIGTERM still writes the decision so far
     watcher = None
     try:
         watcher = Watcher(
@@ -269,9 +272,12 @@ def run_args(args: argparse.Namespace) -> int:
             return 130
         result = watcher.result()
         result.ended = "interrupted"
+        if result_file is not None:
+            write_result(result, result_file)
         print(json.dumps(result.to_dict()), flush=True)
         return 130
     finally:
+        signal.signal(signal.SIGTERM, previous)
         if watcher is not None and hasattr(watcher.client, "close"):
             watcher.client.close()
     logger.info("evalstop watch: %s", outcome.message)
