@@ -17,6 +17,7 @@ from types import FrameType
 from typing import Any, NoReturn
 
 from platform_sim.core import default_spec
+from platform_sim.core.detectors.registry import parse_detector_param
 
 from .follow import Backoff
 from .loop import StopPlan, run, write_result
@@ -83,13 +84,10 @@ def _detector(text: str) -> Any:
 
 def _detector_param(text: str) -> tuple[str, Any]:
     """``KEY=VALUE``, the value read as JSON (else kept as text), as the other commands' --detector-param."""
-    key, sep, value = text.partition("=")
-    if not sep or not key:
-        raise argparse.ArgumentTypeError(f"expected key=value, got {text!r}")
     try:
-        return key, json.loads(value)
-    except json.JSONDecodeError:
-        return key, value
+        return parse_detector_param(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def configure(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
