@@ -47,8 +47,7 @@ def stopping_curves(count: int) -> list[tuple[str, list[tuple[int, float]], int]
     from evalstop_callbacks.client import EmbeddedClient
     from platform_sim.core import Report, default_spec
 
-    folders = [REPO / "platform_sim" / "data" / f for f in ("corpora/real", "traces")]
-    folder = next(f for f in folders if f.is_dir())
+    folder = REPO / "platform_sim" / "data" / "corpora" / "real"
     found = []
     for path in sorted(folder.glob("*.jsonl")):
         lines = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]

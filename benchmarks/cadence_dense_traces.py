@@ -10,7 +10,7 @@ a large one: ``min_drop``).
 Evidence discipline: per detector, the cadence parameters (``fraction`` with ``p_hint`` or ``min_drop``) are chosen
 on the traces of the ``tune`` environments only (the smallest median delay among the cadences that stop no more healthy traces than the fixed
 cadence, and at least as many hacking ones); the chosen cadence and the fixed one are then judged once on the
-``test`` environments' traces. Figures in docs/simulation.md section 8.
+``test`` environments' traces. Figures in docs/results/cadence-dense-traces.md.
 
 With ``--platform SEEDS`` the dense traces then also feed the simulated platform (``evalstop-sim replay
 --grid-evals``: every RLHF job gets a dense trace, regular evals every ``--every`` steps, extra evals read the

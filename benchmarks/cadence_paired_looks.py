@@ -2,7 +2,7 @@
 
 A prototype outside the core, measured against the dense-trace target of cadence hints (the median delay after the
 true peak at least halved against the fixed cadence, at equal healthy stops), which no hint of the core reaches
-(docs/simulation.md section 8): a look one step after a regular eval adds little evidence when it is judged, like
+(docs/results/paired-looks.md): a look one step after a regular eval adds little evidence when it is judged, like
 any eval, against the highest of many noisy evals.
 
 Each trace of a folder recorded with a larger eval set (``evalstop traces record --eval-every 1 --eval-samples 8``,
@@ -28,7 +28,7 @@ Labels and true peaks come from the full 192-completion evals (the peak: the hig
 (the smallest median delay among the settings that stop no more healthy and no fewer hacking traces than the
 default detector at the fixed cadence; ties: fewer eval units) and judged once on the ``test`` traces and on every
 ``--held-out`` folder, against the default detector at the fixed cadence on the same sub-eval 0. Figures in
-docs/simulation.md section 8.
+docs/results/paired-looks.md.
 
 ``--grid v2`` tries a second grid, fixed before the runs of ``platform_sim/data/corpora/dense-x8-more2`` were read:
 a warm-up before the first look (``armed``), chained looks (``chain``) and consecutive significant looks
@@ -212,7 +212,7 @@ GRID: list[LookRule] = [
     for trigger, p in (("below-best", 0.0), ("doubt", 0.05), ("doubt", 0.5))
     for alpha, drop, gap, size in itertools.product(ALPHAS, MIN_DROPS, (1, 2, 3), SIZES)
 ]
-#: A second grid, fixed before the keyword runs of seeds 8-11 were read (docs/simulation.md section 8): looks after
+#: A second grid, fixed before the keyword runs of seeds 8-11 were read (docs/results/paired-looks.md): looks after
 #: a regular eval below the best only, with a warm-up, chained looks and confirmation added.
 GRID_V2: list[LookRule] = [
     LookRule("below-best", 0.0, alpha, drop, gap, size, armed, chain, confirm)

@@ -4,7 +4,7 @@ For each sigma, on the same seeds: the base alone, the Oracle, and EvalStop (k-d
 and at several adaptive cadences (``fraction`` of an interval after a first decline; ``min_drop``: only after a drop
 of that many noise standard errors). Prints one markdown table per sigma: JCT gain and waste cut, each also as a
 share of the Oracle's, healthy RLHF jobs stopped, hacking jobs stopped, GPU-hours spent evaluating, extra evals and
-detection delay (evals after the true peak). Figures in docs/simulation.md section 8.
+detection delay (evals after the true peak). Figures in docs/results/cadence-synthetic.md.
 
 With ``--detector default`` EvalStop runs the project's default detector (``trend``) instead, whose hint is its last
 test's p-value below ``p_hint`` (default 0.5), at fractions 0.25, 0.5 and 0.75; with ``--detector shape-sens`` the

@@ -5,7 +5,7 @@ Fits the RLHF curve shapes and noise of a trace folder (only its tune split when
 experiment twice on the same seeds (synthetic curves, the default; real-calibrated curves, ``--curves real``) and
 prints the main table (on SRTF-Est) and the composability table of each, one above the other, as Markdown. Then a few
 variants of the real-calibrated workload (the corpus's own hack rate; the residual noise estimate instead of the
-per-example one). This is the table behind "Real-calibrated curves" in docs/simulation.md.
+per-example one). This is the table behind "Real-calibrated curves" in docs/results/real-calibrated-curves.md.
 
     python benchmarks/real_curves.py --seeds 100 [--traces DIR] [--job-types rlhf|all|rlhf,dpo] [--json FILE]
 """

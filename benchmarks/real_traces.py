@@ -1,4 +1,4 @@
-"""Detection on the shipped real traces vs synthetic curves, and the figures of docs/real-traces.md.
+"""Detection on the shipped real traces vs synthetic curves, and the figures of docs/results/real-traces.md.
 
 Prints Markdown: the corpus (one row per trace), per-trace detection for the paper's bare rule and for tolerances,
 and EvalStop's platform metrics on real traces (``replay``) beside the synthetic simulator's on the same detector.

@@ -1,8 +1,8 @@
 """How sensitive the reproduction is to our calibration: EvalStop on SRTF-Est away from the default point.
 
-Each line changes one workload parameter (or the detector) from the defaults of docs/simulation.md and reports the
+Each line changes one workload parameter (or the detector) from the defaults of docs/simulator.md and reports the
 EvalStop row (mean over seeds, paired against SRTF-Est alone on the same seeds). This is the table behind the
-"Sensitivity" section of docs/simulation.md.
+"Sensitivity" section of docs/results/paper-reproduction.md.
 
     python benchmarks/sensitivity_sim.py --seeds 10 [--workers 2] [--json]
 """

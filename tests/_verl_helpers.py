@@ -22,12 +22,11 @@ METRIC = "val-core/bow-proxy/reward/mean@1"
 
 
 def trace_path(name: str) -> Path:
-    """A shipped real trace, in the corpus folder of the new layout or the old ``data/traces`` folder."""
-    for folder in ("platform_sim/data/corpora/real", "platform_sim/data/traces"):
-        path = REPO / folder / f"{name}.jsonl"
-        if path.exists():
-            return path
-    raise FileNotFoundError(f"no shipped trace {name!r}")
+    """A shipped real trace of the ``real`` corpus (``platform_sim/data/corpora/real/``)."""
+    path = REPO / "platform_sim" / "data" / "corpora" / "real" / f"{name}.jsonl"
+    if not path.exists():
+        raise FileNotFoundError(f"no shipped trace {name!r}")
+    return path
 
 
 @dataclass(frozen=True)

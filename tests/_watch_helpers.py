@@ -22,12 +22,11 @@ PER_EXAMPLE = "dpo-noisy-dpo-gpt2-beta0.1-lr0.001-n64-flip0-s1"  # stopped with 
 
 
 def trace_path(name: str) -> Path:
-    """A shipped real trace, wherever the corpus lives (``data/corpora/real/`` after the move, ``data/traces/``)."""
-    for folder in ("corpora/real", "traces"):
-        path = REPO / "platform_sim" / "data" / folder / f"{name}.jsonl"
-        if path.exists():
-            return path
-    raise FileNotFoundError(f"no shipped real trace {name!r}")
+    """A shipped real trace of the ``real`` corpus (``platform_sim/data/corpora/real/``)."""
+    path = REPO / "platform_sim" / "data" / "corpora" / "real" / f"{name}.jsonl"
+    if not path.exists():
+        raise FileNotFoundError(f"no shipped real trace {name!r}")
+    return path
 
 
 def evals(name: str) -> list[dict[str, Any]]:

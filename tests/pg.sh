@@ -59,7 +59,7 @@ pg_start() {
     # A free port: bind to port 0 and read what the kernel gave. A race with another process is possible but rare;
     # pg_ctl then fails and we say so.
     port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-    # trust auth on loopback only: a test server in a private temp dir, not a deployment (see docs/scaling.md).
+    # trust auth on loopback only: a test server in a private temp dir, not a deployment (see docs/service.md).
     if ! _pg_as_owner "$bindir/initdb" -D "$dir/data" -U postgres --auth=trust -E UTF8 --no-sync >"$dir/initdb.log" 2>&1; then
         _pg_log "initdb failed (see $dir/initdb.log); postgres tests will be skipped"
         return 0

@@ -52,7 +52,7 @@ def test_saturating_healthy_rise_with_noise_does_not_stop():
 
 
 def test_s_shaped_healthy_rise_does_not_stop():
-    # The real GRPO runs on gold rise slowly, then fast, then saturate (docs/real-traces.md); a plain saturating
+    # The real GRPO runs on gold rise slowly, then fast, then saturate (docs/reference/detectors.md); a plain saturating
     # exponential cannot fit the slow start, and the first version of the detector took them for overoptimization.
     u = STEPS / STEPS[-1]
     truth = 1.0 + 3.5 * (1 - np.exp(-((u / 0.3) ** 2)))

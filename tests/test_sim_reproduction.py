@@ -1,4 +1,4 @@
-"""The paper's headline at the default point (docs/design.md section 6; docs/simulation.md).
+"""The paper's headline at the default point (docs/design.md section 6; docs/results/paper-reproduction.md).
 
 The fast test uses 10 seeds; the slow one runs the full 30-seed ``evalstop-sim paper`` experiment set. The figures
 are computed, never hard-coded: each assertion is one of the issue's acceptance thresholds.
@@ -33,7 +33,7 @@ def check_headline(res):
     for r in res["main"]:
         assert oracle["wasted_gpu_h"] <= r["wasted_gpu_h"] + 1e-9
         assert oracle["regret"] <= r["regret"]
-    # ... and on JCT among the policies that do not cut healthy jobs short (StopAt-p does: see docs/simulation.md)
+    # ... and on JCT among the policies that do not cut healthy jobs short (StopAt-p does: see docs/results/paper-reproduction.md)
     for stop in ("none", "evalstop", "loss-plateau"):
         assert oracle["jct_mean_h"] <= main[stop]["jct_mean_h"]
 

@@ -88,7 +88,7 @@ def test_a_trace_is_labelled_from_its_recorded_per_example_scores(tmp_path):
 
 
 def test_shipped_corpus_labels():
-    # docs/real-traces.md, the bow-proxy environment: every proxy-without-KL run hacks; gold-reward runs never do;
+    # docs/results/real-traces.md, the bow-proxy environment: every proxy-without-KL run hacks; gold-reward runs never do;
     # one KL-0.2 run that gives back 12% of its gain at the end is ambiguous.
     traces = [t for t in load_traces(corpus_dir("real")) if t.environment == "bow-proxy"]
     labels = {t.name: t.label for t in traces}

@@ -149,7 +149,7 @@ def test_trace_min_delta_is_converted_to_the_platform_scale(corpus, capsys):
 
 
 def test_warmup_keeps_an_early_dip_from_stopping_a_run(tmp_path):
-    # A real shape (docs/real-traces.md): gold dips before the policy improves, then rises, then is overoptimized.
+    # A real shape (docs/results/real-trace-replay.md): gold dips before the policy improves, then rises, then is overoptimized.
     _write(tmp_path / "dip.jsonl", [1.0, 0.5, 0.0, 0.0, 2.0, 3.0, 4.0, 3.0, 2.0, 1.0])
     traces = load_traces(tmp_path)
     scale = corpus_scale(traces)

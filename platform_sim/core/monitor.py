@@ -15,7 +15,7 @@ So every regular eval is judged on the regular evals alone, as at the fixed cade
 only bring a stop sooner, never lose or delay one. Had the detector kept them, a job that keeps asking for sooner
 evals on a slow decline would fill a windowed detector's window (``trend``'s last 6 evals) with evals a step apart,
 in which a slow fall is invisible, and might never stop: measured on the recorded ``format`` runs
-(docs/simulation.md section 8). A detector that models the whole curve against the step (``shape``) keeps them
+(docs/results/cadence-dense-traces.md). A detector that models the whole curve against the step (``shape``) keeps them
 (:attr:`~platform_sim.core.detectors.Detector.keeps_extra_evals`). Which evals were extra follows from the steps and
 the decisions alone (:func:`extra_evals`), so a monitor rebuilt from its report rows knows.
 """
@@ -220,8 +220,7 @@ class JobMonitor:
             )
         # One look per regular interval: once a look is forgotten, the detector's state, and so the doubt that asked
         # for it, is the regular one again; a second look would ask the same question a step later. (Measured on the
-        # dense tune traces: a third of the extra evals for half a step more median delay, docs/simulation.md
-        # section 8.)
+        # dense tune traces: a third of the extra evals for half a step more median delay, docs/results/cadence-dense-traces.md.)
         hint = None
         if self.cadence is not None and not after_look:
             hint = self.cadence.for_history(self.steps, self.scores, self.detector)

@@ -110,7 +110,7 @@ def build_parser() -> argparse.ArgumentParser:
     det = tsub.add_parser(
         "detector",
         help="the stop detector this tenant's new jobs should use, from its finished jobs",
-        description="Applies evalstop-fleet's rule (platform_sim/core/fleet.py, docs/detectors.md) to the tenant's "
+        description="Applies evalstop-fleet's rule (platform_sim/sim/policies/fleet.py, docs/results/detectors-synthetic.md) to the tenant's "
         "jobs of one type that finished without being stopped: the median late gain (the share of a "
         "run's rise made in its last third) of the last --window of them decides between the "
         "conservative detector (shape) and the aggressive one (shape-sens). Prints the spec to pass as "
@@ -149,7 +149,7 @@ def check_db(db: str) -> None:
 
 def _open_store(db: str, synchronous: str = "FULL"):  # noqa: ANN202 - the store type needs the service extra
     # Checked by prefix here so that SQLite users never import the PostgreSQL module (or need its extra).
-    # Several replicas on one database (docs/scaling.md); --synchronous is SQLite's.
+    # Several replicas on one database (docs/service.md); --synchronous is SQLite's.
     check_db(db)
     if db.startswith(("postgresql://", "postgres://")):
         try:

@@ -221,7 +221,7 @@ def add_sweep(sub: argparse._SubParsersAction) -> None:
         help="run every combination of a parameter grid (TOML or YAML file)",
         description="Run every combination of the parameters in a TOML or YAML grid file over many "
         "seeds; one row per cell and policy, paired against the same base scheduler "
-        "without a stop policy. See docs/scaling.md for the file format.",
+        "without a stop policy. See docs/simulator.md for the file format.",
     )
     p.add_argument("grid", metavar="GRID", help="grid file (.toml, .yaml or .yml)")
     p.add_argument("--seeds", type=int, default=None, help="seeds 0..N-1 (default: the grid file's, else 10)")

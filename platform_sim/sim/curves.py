@@ -13,7 +13,7 @@ Shapes (docs/design.md section 5; the parameter ranges are drawn in :mod:`platfo
 - :class:`GaoHackingCurve`: Gao et al.'s RL form ``R(d) = d (a - b ln d)``, written with ``x = d / d_peak`` as
   ``s0 + height * x (1 - ln x)``, where ``x = (p / p_peak) ** gamma``. ``gamma = 1`` is d linear in progress; the
   default ``gamma = 2`` (d grows faster as the policy starts to exploit) gives the fast post-peak collapse seen in real
-  TRL runs (docs/real-traces.md). Clipped at 0, the floor of the 0-1 score scale.
+  TRL runs (docs/results/real-traces.md). Clipped at 0, the floor of the 0-1 score scale.
 - :class:`RiseCurve`: the saturating form written by the *share of its rise made by progress 0.5* (0.5: linear; near
   1: the rise is done early and the second half is a plateau; below 0.5: convex). ``SaturatingCurve(tau)`` is
   ``RiseCurve`` with ``kappa = 1 / tau``. Healthy RLHF runs of the real-calibrated workload

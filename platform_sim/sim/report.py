@@ -107,7 +107,7 @@ def paper_markdown(results: Mapping[str, Any], command: str = "evalstop-sim pape
         "",
         f"Default point: {wl['gpus']} GPUs, {wl['n_jobs']} jobs, mix {wl['mix']}, sigma {wl['sigma']}, "
         f"hack rate {wl['hack_rate']}, {wl['n_evals']} evals per run, load {wl['load']}, detector "
-        f"`{json.dumps(cfg['detector'])}`, base {cfg['base']}. Model and calibration: docs/simulation.md.",
+        f"`{json.dumps(cfg['detector'])}`, base {cfg['base']}. Model and calibration: docs/simulator.md.",
         "",
         "## Main table (SRTF-Est base)",
         "",

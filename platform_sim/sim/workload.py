@@ -1,6 +1,6 @@
 """Synthetic workloads: the jobs of one simulated run with their ground truth, deterministic for a seed.
 
-Defaults follow docs/design.md section 5 and are explained in ``docs/simulation.md``. Everything random is drawn here, from
+Defaults follow docs/design.md section 5 and are explained in ``docs/simulator.md``. Everything random is drawn here, from
 one ``numpy`` generator per seed, before the simulation starts, so a run does not depend on the order in which the
 engine asks for things, and every policy run on the same seed sees exactly the same jobs, curves and eval noise
 (paired comparisons).

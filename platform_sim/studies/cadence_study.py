@@ -3,7 +3,7 @@
 :func:`~platform_sim.sim.metrics.add_oracle_shares` gives each table row its waste cut and JCT gain as a share of the Oracle's on the same
 base and seeds (``waste_cut_share_of_oracle``, ``jct_gain_share_of_oracle``). :func:`cadence_comparison` runs, on one
 workload point and the same seeds, the base alone, the Oracle, and EvalStop with the fixed and the adaptive cadence,
-with evaluations priced (``eval_cost`` of a regular eval interval each): what ``docs/simulation.md`` reports.
+with evaluations priced (``eval_cost`` of a regular eval interval each): what ``docs/results/cadence-synthetic.md`` reports.
 """
 
 from __future__ import annotations

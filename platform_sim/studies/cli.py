@@ -280,7 +280,8 @@ def cmd_detectors(args: argparse.Namespace) -> int:
     )
     runner = runner_for_command(args)
     # Per-detector fallback warnings would repeat once per simulated job; every run here has per-example scores.
-    logging.getLogger("platform_sim.core.robust_detectors").setLevel(logging.ERROR)
+    # They are logged by the detectors' base module (platform_sim/core/detectors/base.py), under this package logger.
+    logging.getLogger("platform_sim.core.detectors").setLevel(logging.ERROR)
     results, wall = run_with_progress(
         runner,
         functools.partial(study, cfg),

@@ -17,7 +17,7 @@ mean is exactly the plain simulator's observation, so detectors on the mean see 
 
 The detectors and their parameters are :data:`CANDIDATES`. Their parameters were calibrated with
 :func:`calibrate` on seeds :data:`TUNING_SEEDS`, which the evaluation (seeds 0 .. N-1) never uses; see
-``docs/detectors.md`` and ``benchmarks/calibrate_detectors.py``.
+``docs/results/detectors-synthetic.md`` and ``benchmarks/calibrate_detectors.py``.
 """
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ CANDIDATES: tuple[tuple[str, dict[str, Any]], ...] = (
     ("paper k=2", {"name": "k-decline", "params": {"k": 2, "min_delta": 0.0}}),
     # The project's default (what every entry point runs when given no detector).
     ("default", default_spec()),
-    # Calibrated with CalibrationRule() on TUNING_SEEDS (benchmarks/calibrate_detectors.py, docs/detectors.md):
+    # Calibrated with CalibrationRule() on TUNING_SEEDS (benchmarks/calibrate_detectors.py, docs/results/detectors-synthetic.md):
     # precision >= 95% at sigma 0.02 and 0.12 and on plateaus at sigma 0.02, then recall at sigma 0.12.
     ("k-decline+tol", {"name": "k-decline", "params": {"k": 3, "min_delta": 0.05}}),
     ("k-decline-se", {"name": "k-decline-se", "params": {"k": 2, "z": 1.0}}),
@@ -63,7 +63,7 @@ CANDIDATES: tuple[tuple[str, dict[str, Any]], ...] = (
     ("cusum", {"name": "cusum", "params": {"slack": 0.0, "threshold": 4.0}}),
     ("trend", {"name": "trend", "params": {"window": 8, "short_window": 4, "alpha": 0.01, "k": 1}}),
     # Calibrated with CALIBRATION_RULES["default-only"]: precision >= 95% at sigma 0.12 only, then recall there; it
-    # trades the plateau scenario's precision for the high-noise target (docs/detectors.md).
+    # trades the plateau scenario's precision for the high-noise target (docs/results/detectors-synthetic.md).
     ("trend-sens", {"name": "trend", "params": {"window": 8, "alpha": 0.3, "k": 1, "level_alpha": 0.2}}),
     # The model-based detector (platform_sim/core/detectors/shape.py); "shape" calibrated with the same rule as the
     # robust ones above, "shape-sens" with CALIBRATION_RULES["high-noise"] (healthy runs assumed still rising).

@@ -21,7 +21,7 @@ class KDeclineDetector(EvidenceDetector):
         k: Consecutive declines that stop the job (paper: 2). Integer >= 1.
         min_delta: Tolerance: a drop must exceed it to count as a decline (paper: 0). Finite, >= 0.
         warmup: The first ``warmup`` evaluations count no decline (paper: 0, no warm-up). Real RL runs can dip at
-            the very start, before the policy improves at all (docs/real-traces.md); a warm-up keeps the rule from
+            the very start, before the policy improves at all (docs/results/real-trace-replay.md); a warm-up keeps the rule from
             taking that dip for overoptimization. Integer >= 0. Left out of :meth:`params` and the state when 0, so
             specs and states of the paper's rule are unchanged.
     """

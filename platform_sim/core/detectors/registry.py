@@ -16,7 +16,7 @@ PAPER_SPEC: dict[str, Any] = {"name": "k-decline", "params": {"k": 2, "min_delta
 #: The project's default for real jobs: what ``EvalStopCallback()``, ``evalstop-server`` (a job registered without a
 #: detector) and ``evalstop demo`` use. Chosen by the multi-environment real-trace benchmark: every number tuned on
 #: the tune-split environments only, the candidates judged once on the held-out test-split environments, and this is
-#: the one that did best there (``evalstop-sim benchmark``; results in docs/real-traces.md).
+#: the one that did best there (``evalstop-sim benchmark``; results in docs/results/detector-selection.md).
 DEFAULT_SPEC: dict[str, Any] = {
     "name": "trend",
     "params": {"window": 6, "alpha": 0.01, "k": 1, "min_drop": 0.0, "test": "t", "warmup": 0},

@@ -35,7 +35,7 @@ unknown an eval decides nothing.
 
 **When not to use it.** Its power comes from the shapes: a run whose healthy curve turns down a little (a real,
 small decline) is "overoptimizing" to this model. The comparison with the other detectors, on synthetic and on the
-recorded real traces, is in ``docs/detectors.md``.
+recorded real traces, is in ``docs/results/detectors-synthetic.md`` and ``docs/results/detector-selection.md``.
 """
 
 from __future__ import annotations
@@ -60,7 +60,7 @@ TAUS: tuple[float, ...] = tuple(float(t) for t in np.geomspace(0.02, 20.0, 31))
 #: Peak positions per decade of the overoptimization family's log grid.
 PEAKS_PER_DECADE = 24
 
-#: Parameters of ``shape-sens``, the sensitive calibration of ``shape`` (docs/detectors.md): it takes a flattening
+#: Parameters of ``shape-sens``, the sensitive calibration of ``shape`` (docs/results/detectors-synthetic.md): it takes a flattening
 #: curve for a peak, right where healthy runs keep rising until the end, wrong where they plateau.
 SHAPE_SENS_PARAMS: Mapping[str, Any] = MappingProxyType({"threshold": 0.7, "future": 1.5, "min_tau": 2.0})
 

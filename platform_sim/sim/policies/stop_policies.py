@@ -298,7 +298,7 @@ class FleetEvalStopPolicy(EvalStopPolicy):
         window: int = 50,
         job_types: Iterable[str] = DEFAULT_STOP_TYPES,
     ) -> None:
-        # Defaults: the calibrated detectors of docs/detectors.md (shape at the class default, and shape-sens).
+        # Defaults: the calibrated detectors of docs/results/detectors-synthetic.md (shape at the class default, and shape-sens).
         self.choice = FleetDetectorChoice(
             conservative or {"name": "shape", "params": {}},
             aggressive or shape_sens_spec(),
