@@ -23,7 +23,6 @@ from typing import Any
 
 import httpx
 import pytest
-
 from service_support import Server, add_tenant, auth, cli, free_port
 
 FAST = ("--webhook-backoff-s", "0.2", "--webhook-backoff-max-s", "0.4", "--webhook-poll-s", "0.05")

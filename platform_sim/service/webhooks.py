@@ -141,11 +141,13 @@ class DeliveryWorker:
             self._thread = threading.Thread(target=self._loop, name="evalstop-webhooks", daemon=True)
             self._thread.start()
 
-    def stop(self) -> None:
-        """Stop the thread after its current round (deliveries in flight finish or time out)."""
+    def stop(self, wait_s: float = 2.0) -> None:
+        """Ask the thread to stop and wait at most ``wait_s`` for it: a shutdown never waits on a hanging endpoint.
+        A delivery still in flight is not lost: its row stays claimed and the next server process sends it again
+        after the lease."""
         self._stop.set()
         if self._thread is not None:
-            self._thread.join(timeout=2 * self.settings.timeout_s + 5)
+            self._thread.join(timeout=wait_s)
 
     def _loop(self) -> None:
         import httpx  # the service extra
