@@ -387,6 +387,11 @@ class Store(abc.ABC):
         on failure append ``webhook.failed`` and either schedule the next attempt at ``retry_at`` or, with None, drop
         the row (given up). ``detail`` goes into the event's details (status, error, attempt)."""
 
+    # -- the dashboard -------------------------------------------------------------------------------------------
+    @abc.abstractmethod
+    def recent_events(self, tenant_id: int, limit: int = 20) -> list[Event]:
+        """The tenant's ``limit`` newest events, newest first (the dashboard's "recent events")."""
+
     # -- operations ----------------------------------------------------------------------------------------------
     @abc.abstractmethod
     def ready(self) -> bool:

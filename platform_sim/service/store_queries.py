@@ -302,3 +302,15 @@ class SharedQueries:
         self, delivery: Delivery, ok: bool, detail: dict[str, Any], retry_at: float | None, now: float
     ) -> None:
         self._on_writer(lambda c: finish_delivery(c, self._ph, delivery, ok, detail, retry_at, now))
+
+    def recent_events(self, tenant_id: int, limit: int = 20) -> list[Event]:
+        return self._on_reader(lambda c: recent_events(c, self._ph, tenant_id, limit))  # type: ignore[no-any-return]
+
+
+def recent_events(conn: Any, p: str, tenant_id: int, limit: int) -> list[Event]:
+    """:meth:`Store.recent_events <platform_sim.service.store.Store.recent_events>` on ``conn`` (the dashboard's;
+    a backward walk of the ``(tenant_id, id)`` index)."""
+    rows = conn.execute(
+        f"SELECT {EVENT_COLUMNS} FROM events WHERE tenant_id = {p} ORDER BY id DESC LIMIT {p}", (tenant_id, int(limit))
+    ).fetchall()
+    return [event_from_row(r) for r in rows]
