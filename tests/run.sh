@@ -16,6 +16,12 @@ setup_env() {  # $1 = venv dir, $2 = constraints file, rest = requirement specs
     "$venv/bin/pip" install -q -c "$constraints" "$@"
 }
 
+# The dashboard's browser test drives Debian's chromium through its chromedriver (no browser download); installed
+# here when missing and root, otherwise that test skips saying why.
+if ! command -v chromedriver >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    (apt-get update -qq && apt-get install -y -qq chromium chromium-driver >/dev/null) \
+        || echo "tests/run.sh: could not install chromium; the dashboard browser test will be skipped" >&2
+fi
 setup_env .venv tests/constraints.txt -e ".[all]"
 setup_env .venv-ppo tests/constraints-ppo.txt -e ".[train,test]" "trl==1.12.0"
 

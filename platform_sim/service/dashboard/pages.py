@@ -128,7 +128,7 @@ def events_table(events: Sequence[EventRow], current_job: str | None = None) -> 
         mark = ' class="this-job"' if current_job is not None and ev.job_id == current_job else ""
         rows.append(
             f'<tr{mark}><td class="num">{ev.event_id}</td><td>{when(ev.time)}</td><td><code>{escape(ev.type)}</code>'
-            f'</td><td>{job}</td><td class="reason">{escape(ev.details)}</td></tr>'
+            f'</td><td>{job}</td><td class="details">{escape(ev.details)}</td></tr>'
         )
     return (
         '<table id="events"><thead><tr><th class="num">#</th><th>Time</th><th>Type</th><th>Job</th><th>Details</th>'
