@@ -24,10 +24,13 @@ from dashboard_support import (
     Scenario,
     dashboard_scenario,
 )
-from service_support import auth, cli
+from service_support import auth, cli, postgres_database
 
+from platform_sim.core import Report
 from platform_sim.service.dashboard.sessions import SessionStore
 from platform_sim.service.dashboard.svg import MAX_POINTS, eval_curve
+from platform_sim.service.sqlite_store import SQLiteStore
+from platform_sim.service.store import JobRecord, Store
 
 
 @pytest.fixture(scope="module")
@@ -280,3 +283,37 @@ def test_a_long_history_is_drawn_thinned_with_its_marked_points() -> None:
     assert 'data-step="785"' in svg and 'data-step="9999"' in svg and '<circle class="ring"' in svg
     assert '<circle class="dot"' not in svg  # no dots on a dense line
     assert "no reports yet" in eval_curve([])
+
+
+def _recent_events(store: Store) -> None:
+    tenant, _ = store.add_tenant("t")
+    other, _ = store.add_tenant("o")
+    store.register_job(tenant.tenant_id, JobRecord("j", "rlhf", {"name": "k-decline", "params": {"k": 2}}))
+    for step, value in ((10, 0.5), (20, 0.4), (30, 0.3)):
+        store.submit_report(tenant.tenant_id, Report("j", "rlhf", step, value)).result()
+    everything = store.list_events(tenant.tenant_id, limit=1000)
+    newest = store.recent_events(tenant.tenant_id, limit=3)
+    assert [e.id for e in newest] == [e.id for e in reversed(everything)][:3]
+    assert [e.type for e in newest] == ["job.stopped", "report.accepted", "report.accepted"]
+    assert [e.type for e in store.recent_events(other.tenant_id)] == ["tenant.added"]
+    assert len(store.recent_events(tenant.tenant_id, limit=100)) == len(everything)
+
+
+def test_recent_events_on_sqlite(tmp_path: Path) -> None:
+    store = SQLiteStore(tmp_path / "service.db")
+    try:
+        _recent_events(store)
+    finally:
+        store.close()
+
+
+@pytest.mark.postgres
+def test_recent_events_on_postgres() -> None:
+    from platform_sim.service.store_postgres import PostgresStore
+
+    with postgres_database("evalstop_dashboard") as url:
+        store = PostgresStore(url, workers=2)
+        try:
+            _recent_events(store)
+        finally:
+            store.close()
