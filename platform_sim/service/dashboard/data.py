@@ -161,7 +161,7 @@ class DashboardData:
         s = self.store.summary(tenant_id)
         return Totals(s.running, s.stopped, s.finished, s.gpu_hours_freed)
 
-    def events(self, tenant_id: int, limit: int = 20) -> list[EventRow]:
+    def events(self, tenant_id: int, limit: int = 10) -> list[EventRow]:
         """The tenant's ``limit`` most recent events, newest first."""
         return [
             EventRow(e.id, e.type, e.job_id, e.time, event_details(e.details))

@@ -219,7 +219,7 @@ def add_routes(app: FastAPI, ctx: ServiceContext, sessions: SessionStore | None 
         shown = ordered[(number - 1) * PER_PAGE : number * PER_PAGE]
         rows = await ctx.call(data.rows, tenant.tenant_id, shown)
         totals = await ctx.call(data.totals, tenant.tenant_id)
-        events = await ctx.call(data.events, tenant.tenant_id, 10)
+        events = await ctx.call(data.events, tenant.tenant_id)
         listing = pages.Listing(status, sort, order, number, n_pages, len(ordered), truncated)
         return _html(chrome, pages.jobs_page(chrome, rows, listing, totals, events))
 
