@@ -17,16 +17,15 @@ setup_env() {  # $1 = venv dir, $2 = constraints file, rest = requirement specs
     "$venv/bin/pip" install -q -c "$constraints" "$@"
 }
 
+# The dashboard's browser test drives Debian's chromium through its chromedriver (no browser download); installed
+# here when missing and root, otherwise that test skips saying why.
+if ! command -v chromedriver >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    (apt-get update -qq && apt-get install -y -qq chromium chromium-driver >/dev/null) \
+        || echo "tests/run.sh: could not install chromium; the dashboard browser test will be skipped" >&2
+fi
 setup_env .venv tests/constraints.txt -e ".[all]"
 setup_env .venv-ppo tests/constraints-ppo.txt -e ".[train,test]" "trl==1.12.0"
 . tests/verl_env.sh
-# The dashboard's browser test drives Debian's chromium through its chromedriver (Selenium downloads nothing). Installed
-# here when missing and we are root with apt-get; otherwise that one test skips and says why.
-if ! command -v chromedriver >/dev/null 2>&1 && [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null 2>&1; then
-    { DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null 2>&1 \
-        || { apt-get update -qq >/dev/null 2>&1 && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null 2>&1; }; } \
-        || echo "tests/run.sh: could not install chromium (the dashboard's browser test will skip)" >&2
-fi
 
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 # Lint, format and type checks first: a finding fails the run like a failing test.

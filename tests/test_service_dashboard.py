@@ -5,6 +5,7 @@ isolation, security headers, sign-out. A real server process on loopback with a 
 from __future__ import annotations
 
 import html
+import math
 import re
 import time
 from collections.abc import Iterator
@@ -23,10 +24,13 @@ from dashboard_support import (
     Scenario,
     dashboard_scenario,
 )
-from service_support import auth, cli
+from service_support import auth, cli, postgres_database
 
-from platform_sim.service.dashboard.pages import number
+from platform_sim.core import Report
 from platform_sim.service.dashboard.sessions import SessionStore
+from platform_sim.service.dashboard.svg import MAX_POINTS, eval_curve
+from platform_sim.service.sqlite_store import SQLiteStore
+from platform_sim.service.store import JobRecord, Store
 
 
 @pytest.fixture(scope="module")
@@ -119,6 +123,11 @@ def test_the_list_shows_the_tenants_jobs_only(scenario: Scenario) -> None:
     assert cells[5] == "2"
     assert cells[6:9] == [str(scenario.best_step), f"{scenario.best_score:.4f}", str(scenario.stop_step)]
     assert "decline" in cells[9]
+    api = httpx.get(f"{scenario.server.url}/v1/jobs/{STOPPED_JOB}", headers=auth(scenario.alpha)).json()
+    assert api["gpu_hours_freed"] is not None and cells[10] == f"{api['gpu_hours_freed']:,.2f}"
+    assert cells[9] == api["stop_reason"]
+    running = grab(f'<tr data-job="{RUNNING_JOB}">(.*?)</tr>', r.text)
+    assert running.endswith('<td class="num">\u2014</td>')  # declared no GPUs: no estimate
     assert 'id="totals"' in r.text and "tenant <strong>alpha</strong>" in r.text
 
 
@@ -154,7 +163,7 @@ def test_the_job_page_draws_the_curve_with_the_best_and_stop_steps(scenario: Sce
     assert (int(stop.group(1)), stop.group(2)) == (scenario.stop_step, f"stop at step {scenario.stop_step}")
     assert int(best.group(1)) == scenario.best_step and best.group(2).startswith(f"best step {scenario.best_step}")
     # The reports table lists every report, newest first.
-    reports = grab(r'<table id="reports">.*?</table>', r.text, 0)
+    reports = grab(r'<table id="reports">(.*?)</table>', r.text)
     steps = [int(s) for s in re.findall(r'<tr><td class="num">(\d+)</td>', reports)]
     assert steps == list(range(scenario.stop_step, 0, -10))
 
@@ -183,6 +192,26 @@ def test_user_text_is_escaped(scenario: Scenario) -> None:
         page = client.get(f"/jobs/{FINISHED_JOB}").text
     assert HOSTILE_REASON not in page and "<b>bold</b>" not in page
     assert html.escape(HOSTILE_REASON) in page
+    assert "<script>" not in page  # the only script is the nonce'd refresh
+    assert page.count("<script") == 1
+
+
+def test_the_job_page_shows_the_tenants_recent_events_and_totals(scenario: Scenario) -> None:
+    with sign_in(scenario.server.url, scenario.alpha) as client:
+        page = client.get(f"/jobs/{FINISHED_JOB}").text
+        listing = client.get("/").text
+    events = grab(r'<table id="events">(.*?)</table>', page)
+    ids = [int(i) for i in re.findall(r'<tr[^>]*><td class="num">(\d+)</td>', events)]
+    assert ids == sorted(ids, reverse=True) and len(ids) == len(set(ids)) > 0  # newest first
+    newest = grab(r"<tbody><tr([^>]*)>(.*?)</tr>", events, 0)
+    assert 'class="this-job"' in newest and "job.finished" in newest  # the last thing alpha did
+    assert OTHER_TENANTS_JOB not in page and OTHER_TENANTS_JOB not in listing
+    summary = httpx.get(f"{scenario.server.url}/v1/summary", headers=auth(scenario.alpha)).json()
+    cards = grab(r'<section class="cards" id="totals">(.*?)</section>', page)
+    values = [html.unescape(v) for v in re.findall(r'<div class="value">([^<]*)</div>', cards)]
+    expected = [summary["running"], summary["stopped"], summary["finished"]]
+    assert values == [*map(str, expected), f"{summary['gpu_hours_freed']:,.2f}"]
+    assert expected == [1, 1, 1]
 
 
 def test_security_headers_and_no_inline_style_attributes(scenario: Scenario) -> None:
@@ -246,20 +275,45 @@ def test_session_store_bounds_its_size_and_checks_form_tokens() -> None:
         SessionStore(ttl_s=0)
 
 
-def test_the_job_page_shows_the_outcome_totals_and_events_the_api_reports(scenario: Scenario) -> None:
-    api = httpx.get(f"{scenario.server.url}/v1/jobs/{STOPPED_JOB}", headers=auth(scenario.alpha)).json()
-    summary = httpx.get(f"{scenario.server.url}/v1/summary", headers=auth(scenario.alpha)).json()
-    assert api["gpu_hours_freed"] is not None  # the job said its GPUs and planned steps
-    with sign_in(scenario.server.url, scenario.alpha) as client:
-        page = client.get(f"/jobs/{STOPPED_JOB}").text
-        listing = client.get("/").text
-    # The outcome is the store's, as GET /v1/jobs/{id} gives it, not recomputed by the page.
-    assert number(api["gpu_hours_freed"]) in grab(r'<section class="cards" id="totals">.*?</section>', listing, 0)
-    totals = grab(r'<section class="cards" id="totals">.*?</section>', page, 0)
-    for key in ("running", "stopped", "finished"):
-        assert re.search(rf'<div class="value">{summary[key]}</div><div class="label">{key}</div>', totals, re.I)
-    # The job's own events, newest first: the stop comes before the registration.
-    events = grab(r'<table id="events">.*?</table>', page, 0)
-    types = re.findall(r'<tr><td class="num">\d+</td><td>[^<]*</td><td>([a-z.]+)</td>', events)
-    assert types and types[0] == "job.stopped" and types[-1] == "job.registered"
-    assert "report.accepted" in types
+def test_a_long_history_is_drawn_thinned_with_its_marked_points() -> None:
+    points = [(step, math.sin(step / 500.0)) for step in range(1, 10_001)]
+    svg = eval_curve(points, best_step=785, stop_step=9_999)
+    drawn = grab(r'<polyline class="line" points="([^"]+)"', svg).split()
+    assert 1000 < len(drawn) <= MAX_POINTS + 3
+    assert 'data-step="785"' in svg and 'data-step="9999"' in svg and '<circle class="ring"' in svg
+    assert '<circle class="dot"' not in svg  # no dots on a dense line
+    assert "no reports yet" in eval_curve([])
+
+
+def _recent_events(store: Store) -> None:
+    tenant, _ = store.add_tenant("t")
+    other, _ = store.add_tenant("o")
+    store.register_job(tenant.tenant_id, JobRecord("j", "rlhf", {"name": "k-decline", "params": {"k": 2}}))
+    for step, value in ((10, 0.5), (20, 0.4), (30, 0.3)):
+        store.submit_report(tenant.tenant_id, Report("j", "rlhf", step, value)).result()
+    everything = store.list_events(tenant.tenant_id, limit=1000)
+    newest = store.recent_events(tenant.tenant_id, limit=3)
+    assert [e.id for e in newest] == [e.id for e in reversed(everything)][:3]
+    assert [e.type for e in newest] == ["job.stopped", "report.accepted", "report.accepted"]
+    assert [e.type for e in store.recent_events(other.tenant_id)] == ["tenant.added"]
+    assert len(store.recent_events(tenant.tenant_id, limit=100)) == len(everything)
+
+
+def test_recent_events_on_sqlite(tmp_path: Path) -> None:
+    store = SQLiteStore(tmp_path / "service.db")
+    try:
+        _recent_events(store)
+    finally:
+        store.close()
+
+
+@pytest.mark.postgres
+def test_recent_events_on_postgres() -> None:
+    from platform_sim.service.store_postgres import PostgresStore
+
+    with postgres_database("evalstop_dashboard") as url:
+        store = PostgresStore(url, workers=2)
+        try:
+            _recent_events(store)
+        finally:
+            store.close()

@@ -352,10 +352,6 @@ class Store(abc.ABC):
         """
 
     @abc.abstractmethod
-    def recent_events(self, tenant_id: int, job_id: str | None = None, limit: int = 20) -> list[Event]:
-        """The tenant's newest events (of ``job_id`` only, if given), newest first, ``limit`` at most (the dashboard)."""
-
-    @abc.abstractmethod
     def prune_events(self, older_than: float, batch: int = 10_000) -> int:
         """Delete events written before Unix time ``older_than`` (the retention setting); returns how many.
 
@@ -390,6 +386,11 @@ class Store(abc.ABC):
         """Record an attempt in one transaction: on success delete the outbox row and append ``webhook.delivered``;
         on failure append ``webhook.failed`` and either schedule the next attempt at ``retry_at`` or, with None, drop
         the row (given up). ``detail`` goes into the event's details (status, error, attempt)."""
+
+    # -- the dashboard -------------------------------------------------------------------------------------------
+    @abc.abstractmethod
+    def recent_events(self, tenant_id: int, limit: int = 20) -> list[Event]:
+        """The tenant's ``limit`` newest events, newest first (the dashboard's "recent events")."""
 
     # -- operations ----------------------------------------------------------------------------------------------
     @abc.abstractmethod

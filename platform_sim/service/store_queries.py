@@ -88,17 +88,6 @@ def list_events(conn: Any, p: str, tenant_id: int | None, after: int, limit: int
     return [event_from_row(r) for r in rows]
 
 
-def recent_events(conn: Any, p: str, tenant_id: int, job_id: str | None, limit: int) -> list[Event]:
-    """:meth:`Store.recent_events <platform_sim.service.store.Store.recent_events>` on ``conn``."""
-    where, args = f"tenant_id = {p}", list[Any]([tenant_id])
-    if job_id is not None:
-        where, args = where + f" AND job_id = {p}", [*args, job_id]
-    rows = conn.execute(
-        f"SELECT {EVENT_COLUMNS} FROM events WHERE {where} ORDER BY id DESC LIMIT {p}", [*args, int(limit)]
-    ).fetchall()
-    return [event_from_row(r) for r in rows]
-
-
 def record(
     conn: Any, p: str, tenant_id: int, kind: str, job_id: str | None, now: float, details: dict[str, Any]
 ) -> None:
@@ -285,9 +274,6 @@ class SharedQueries:
     def list_events(self, tenant_id: int | None, after: int = 0, limit: int = 100) -> list[Event]:
         return self._on_reader(lambda c: list_events(c, self._ph, tenant_id, after, limit))  # type: ignore[no-any-return]
 
-    def recent_events(self, tenant_id: int, job_id: str | None = None, limit: int = 20) -> list[Event]:
-        return self._on_reader(lambda c: recent_events(c, self._ph, tenant_id, job_id, limit))  # type: ignore[no-any-return]
-
     def prune_events(self, older_than: float, batch: int = 10_000) -> int:
         below = self._on_reader(lambda c: prune_bounds(c, self._ph, older_than))
         total = 0
@@ -316,3 +302,15 @@ class SharedQueries:
         self, delivery: Delivery, ok: bool, detail: dict[str, Any], retry_at: float | None, now: float
     ) -> None:
         self._on_writer(lambda c: finish_delivery(c, self._ph, delivery, ok, detail, retry_at, now))
+
+    def recent_events(self, tenant_id: int, limit: int = 20) -> list[Event]:
+        return self._on_reader(lambda c: recent_events(c, self._ph, tenant_id, limit))  # type: ignore[no-any-return]
+
+
+def recent_events(conn: Any, p: str, tenant_id: int, limit: int) -> list[Event]:
+    """:meth:`Store.recent_events <platform_sim.service.store.Store.recent_events>` on ``conn`` (the dashboard's;
+    a backward walk of the ``(tenant_id, id)`` index)."""
+    rows = conn.execute(
+        f"SELECT {EVENT_COLUMNS} FROM events WHERE tenant_id = {p} ORDER BY id DESC LIMIT {p}", (tenant_id, int(limit))
+    ).fetchall()
+    return [event_from_row(r) for r in rows]

@@ -26,10 +26,12 @@ class JobRow:
 
     Args:
         job: The job's record.
-        last_score: Score of its last accepted report, or None before any (or when not read, see :meth:`DashboardData.rows`).
+        last_score: Score of its last accepted report, or None before any (or when not read, see
+            :meth:`DashboardData.rows`).
         declines: The detector's evidence count after the last report, or None before any.
         stop_reason: Why the core stopped it, or None while it was not stopped.
-        gpu_hours_freed: GPU-hours its stop freed, or None when not known.
+        gpu_hours_freed: GPU-hours its stop freed (0 while not stopped), or None when the job never said its GPUs
+            or planned steps.
     """
 
     job: JobRecord
@@ -70,13 +72,13 @@ class Totals:
         running: Jobs running.
         stopped: Jobs the core stopped (and not yet finished).
         finished: Jobs finished.
-        gpu_hours_freed: GPU-hours freed by its stops, or None when none of its jobs could tell.
+        gpu_hours_freed: GPU-hours freed by its stops (jobs without an estimate count 0).
     """
 
     running: int
     stopped: int
     finished: int
-    gpu_hours_freed: float | None
+    gpu_hours_freed: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,18 +100,14 @@ class EventRow:
     details: str
 
 
-def stop_reason(job: JobRecord) -> str | None:
-    """Why the core stopped ``job`` (the reason of its stop decision), or None if it was not stopped."""
-    if job.stopped_at is None:
-        return None
-    if job.stop_reason is not None:
-        return job.stop_reason
-    return None if job.last_decision is None else job.last_decision.reason
-
-
 def gpu_hours_freed(job: JobRecord) -> float | None:
-    """GPU-hours ``job``'s stop freed (the store's estimate), or None when the job never said its GPUs or steps."""
+    """GPU-hours ``job``'s stop freed (0 while running), or None when the job never said its GPUs or planned steps."""
     return job.gpu_hours_freed
+
+
+def event_details(details: dict[str, Any]) -> str:
+    """An event's details in one line (``key=value``, JSON values)."""
+    return ", ".join(f"{k}={json.dumps(v, separators=(',', ':'))}" for k, v in details.items())
 
 
 class DashboardData:
@@ -141,17 +139,14 @@ class DashboardData:
     def row(self, job: JobRecord, last_score: float | None = None) -> JobRow:
         """``job`` as a row, with ``last_score`` if read."""
         declines = None if job.last_decision is None else job.last_decision.declines
-        return JobRow(job, last_score, declines, stop_reason(job), gpu_hours_freed(job))
+        return JobRow(job, last_score, declines, job.stop_reason, gpu_hours_freed(job))
 
     def rows(self, tenant_id: int, jobs: list[JobRecord]) -> list[JobRow]:
-        """``jobs`` as rows, each with its last score (one read per job: call it for one page of the list)."""
+        """``jobs`` as rows, each with its last score (one indexed read per job: call it for one page of the list)."""
         out = []
         for job in jobs:
-            last = None
-            if job.n_reports:
-                history = self.history(tenant_id, job.job_id)
-                last = history[-1].score if history else None
-            out.append(self.row(job, last))
+            last = self.store.list_evals(tenant_id, job.job_id, order="newest", limit=1) if job.n_reports else []
+            out.append(self.row(job, last[0].eval_score if last else None))
         return out
 
     def history(self, tenant_id: int, job_id: str) -> list[EvalPoint]:
@@ -162,15 +157,15 @@ class DashboardData:
         ]
 
     def totals(self, tenant_id: int) -> Totals:
-        """The tenant's totals."""
+        """The tenant's totals (``GET /v1/summary``)."""
         s = self.store.summary(tenant_id)
         return Totals(s.running, s.stopped, s.finished, s.gpu_hours_freed)
 
-    def events(self, tenant_id: int, job_id: str | None = None, limit: int = 20) -> list[EventRow] | None:
-        """The tenant's most recent events (of ``job_id`` only, if given), newest first."""
+    def events(self, tenant_id: int, limit: int = 10) -> list[EventRow]:
+        """The tenant's ``limit`` most recent events, newest first."""
         return [
-            EventRow(e.id, e.type, e.job_id, e.time, json.dumps(e.details, sort_keys=True, separators=(", ", ": ")))
-            for e in self.store.recent_events(tenant_id, job_id, limit)
+            EventRow(e.id, e.type, e.job_id, e.time, event_details(e.details))
+            for e in self.store.recent_events(tenant_id, limit)
         ]
 
 

@@ -47,10 +47,7 @@ def number(value: float | int | None, digits: int = 1) -> str:
     """A count or amount for display, or a dash."""
     if value is None:
         return DASH
-    if isinstance(value, int):
-        return str(value)
-    # A small amount keeps two significant digits rather than showing as 0.0 (a short job frees little).
-    return f"{value:.2g}" if 0 < abs(value) < 10**-digits else f"{value:,.{digits}f}"
+    return str(value) if isinstance(value, int) else f"{value:,.{digits}f}"
 
 
 def when(unix: float | None) -> str:
@@ -112,7 +109,7 @@ def totals_cards(totals: Totals) -> str:
         ("running", number(totals.running)),
         ("stopped", number(totals.stopped)),
         ("finished", number(totals.finished)),
-        ("GPU-hours freed", number(totals.gpu_hours_freed)),
+        ("GPU-hours freed", number(totals.gpu_hours_freed, 2)),
     ]
     inner = "".join(
         f'<div class="card"><div class="value">{value}</div><div class="label">{escape(label)}</div></div>'
@@ -121,27 +118,22 @@ def totals_cards(totals: Totals) -> str:
     return f'<section class="cards" id="totals">{inner}</section>'
 
 
-def events_table(events: Sequence[EventRow] | None, with_job: bool = True) -> str:
-    """Recent events as a table ("not recorded" when the store keeps none)."""
-    if events is None:
-        return '<p class="muted">This service does not record events.</p>'
+def events_table(events: Sequence[EventRow], current_job: str | None = None) -> str:
+    """The tenant's recent events as a table, newest first (``current_job``'s rows marked)."""
     if not events:
         return '<p class="muted">No events yet.</p>'
-    head = "<th>#</th><th>Time</th><th>Type</th>" + ("<th>Job</th>" if with_job else "") + "<th>Details</th>"
     rows = []
     for ev in events:
-        job = ""
-        if with_job:
-            job = (
-                f'<td><a href="{escape(job_href(ev.job_id))}">{escape(ev.job_id)}</a></td>'
-                if ev.job_id
-                else "<td></td>"
-            )
+        job = f'<a href="{escape(job_href(ev.job_id))}">{escape(ev.job_id)}</a>' if ev.job_id else ""
+        mark = ' class="this-job"' if current_job is not None and ev.job_id == current_job else ""
         rows.append(
-            f'<tr><td class="num">{ev.event_id}</td><td>{when(ev.time)}</td><td>{escape(ev.type)}</td>{job}'
-            f'<td class="reason">{escape(ev.details)}</td></tr>'
+            f'<tr{mark}><td class="num">{ev.event_id}</td><td>{when(ev.time)}</td><td><code>{escape(ev.type)}</code>'
+            f'</td><td>{job}</td><td class="details">{escape(ev.details)}</td></tr>'
         )
-    return f'<table id="events"><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table>'
+    return (
+        '<table id="events"><thead><tr><th class="num">#</th><th>Time</th><th>Type</th><th>Job</th><th>Details</th>'
+        f"</tr></thead><tbody>{''.join(rows)}</tbody></table>"
+    )
 
 
 COLUMNS: tuple[tuple[str, str | None, bool], ...] = (
@@ -217,12 +209,12 @@ def job_cells(row: JobRow) -> str:
         f'<td class="num">{score(job.best_score)}</td>'
         f'<td class="num">{number(row.stop_step)}</td>'
         f'<td class="reason">{escape(row.stop_reason or DASH)}</td>'
-        f'<td class="num">{number(row.gpu_hours_freed)}</td>'
+        f'<td class="num">{number(row.gpu_hours_freed, 2)}</td>'
     )
 
 
 def jobs_page(
-    chrome: Chrome, rows: Sequence[JobRow], listing: Listing, totals: Totals, events: Sequence[EventRow] | None
+    chrome: Chrome, rows: Sequence[JobRow], listing: Listing, totals: Totals, events: Sequence[EventRow]
 ) -> str:
     """The job list: totals, status filter, the sortable table, pages, recent events."""
     tabs = "".join(
@@ -265,7 +257,7 @@ def _spec(spec: object) -> str:
 
 
 def job_page(
-    chrome: Chrome, row: JobRow, history: Sequence[EvalPoint], totals: Totals, events: Sequence[EventRow] | None
+    chrome: Chrome, row: JobRow, history: Sequence[EvalPoint], totals: Totals, events: Sequence[EventRow]
 ) -> str:
     """A job: its facts, its eval curve with the best and stop steps marked, its reports, the tenant's totals and
     the job's recent events."""
@@ -286,7 +278,7 @@ def job_page(
         ("Declines", number(row.declines)),
         ("Stop step", number(job.stopped_at)),
         ("Stop reason", escape(row.stop_reason or DASH)),
-        ("GPU-hours freed", number(row.gpu_hours_freed)),
+        ("GPU-hours freed", number(row.gpu_hours_freed, 2)),
         ("Finished", when(job.finished_at)),
         ("Finish reason", escape(job.finish_reason or DASH)),
     ]
@@ -317,6 +309,6 @@ def job_page(
         '<table id="reports"><thead><tr><th class="num">Step</th><th class="num">Score</th><th>Decision</th>'
         f"<th>Reason</th><th>Received</th></tr></thead><tbody>{report_rows}</tbody></table>{more}"
         f"<h2>Tenant totals</h2>{totals_cards(totals)}"
-        f"<h2>Recent events of this job</h2>{events_table(events, with_job=False)}"
+        f"<h2>Recent events of the tenant</h2>{events_table(events, job.job_id)}"
     )
     return page(chrome, job.job_id, body, refresh=True)

@@ -37,7 +37,9 @@ th a.on { color: var(--accent); }
 td.num, th.num { text-align: right; font-variant-numeric: tabular-nums; }
 td.reason { color: var(--muted); max-width: 260px; }
 td.job { white-space: nowrap; font-weight: 600; }
+td.details { color: var(--muted); font-size: 12px; max-width: 560px; word-break: break-word; }
 tr:hover td { background: #f8faff; }
+tr.this-job td { background: #fff8e6; }
 .badge { display: inline-block; padding: 1px 8px; border-radius: 10px; font-size: 12px; font-weight: 600;
   color: #fff; }
 .badge.running { background: var(--run); } .badge.stopped { background: var(--stop); }

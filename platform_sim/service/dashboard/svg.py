@@ -13,6 +13,18 @@ from html import escape
 WIDTH, HEIGHT = 760, 320
 """The drawing's size in SVG units (it scales to the page's width)."""
 _LEFT, _RIGHT, _TOP, _BOTTOM = 58, 18, 48, 40
+MAX_POINTS = 2000
+"""Most points drawn; a longer history is thinned to every n-th report (a 760-unit wide drawing shows no more)."""
+
+
+def thin(points: Sequence[tuple[int, float]], keep: set[int]) -> list[tuple[int, float]]:
+    """``points`` thinned to about :data:`MAX_POINTS`: every n-th, the last, and the steps in ``keep`` (the marked
+    ones, so that a marker always sits on the line)."""
+    if len(points) <= MAX_POINTS:
+        return list(points)
+    stride = math.ceil(len(points) / MAX_POINTS)
+    last = len(points) - 1
+    return [p for i, p in enumerate(points) if i % stride == 0 or i == last or p[0] in keep]
 
 
 def nice_ticks(lo: float, hi: float, count: int = 5) -> list[float]:
@@ -60,6 +72,7 @@ def eval_curve(
     )
     if not points:
         return head + f'<text class="empty" x="{WIDTH / 2}" y="{HEIGHT / 2}">no reports yet</text></svg>'
+    points = thin(points, {s for s in (best_step, stop_step) if s is not None})
     steps = [p[0] for p in points]
     scores = [p[1] for p in points]
     x_lo, x_hi = _span(float(min(steps)), float(max(steps)))

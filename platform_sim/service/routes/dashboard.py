@@ -242,5 +242,5 @@ def add_routes(app: FastAPI, ctx: ServiceContext, sessions: SessionStore | None 
             return missing
         row = data.row(job, history[-1].score if history else None)
         totals = await ctx.call(data.totals, tenant.tenant_id)
-        events = await ctx.call(data.events, tenant.tenant_id, job_id)
+        events = await ctx.call(data.events, tenant.tenant_id)
         return _html(chrome, pages.job_page(chrome, row, history, totals, events))
