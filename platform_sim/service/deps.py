@@ -16,7 +16,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from .errors import ApiError
 from .metrics import ServiceMetrics
-from .ratelimit import RATE_BYTES_PER_TOKEN, TenantRateLimit
+from .ratelimit import RATE_BYTES_PER_TOKEN, READ_ROWS_PER_TOKEN, TenantRateLimit
 from .store import JobRecord, Store, Tenant
 
 BEARER = HTTPBearer(auto_error=False, description="A tenant token from `evalstop-server tenant add NAME`.")
@@ -53,8 +53,11 @@ class ServiceContext:
         """``fn(*args, **kwargs)`` (a blocking store call) on a worker thread, off the event loop."""
         return await anyio.to_thread.run_sync(functools.partial(fn, *args, **kwargs))
 
-    def authenticate(self, token: str | None, body_bytes: int = 0) -> Tenant:
+    async def authenticate(self, token: str | None, body_bytes: int = 0) -> Tenant:
         """The active tenant holding ``token``, charged to the rate limit for a request of ``body_bytes``.
+
+        A cached token is answered without leaving the event loop (the report path's common case); on a miss the
+        store lookup runs on a worker thread (:meth:`call`), so that a slow database never stalls other requests.
 
         Raises:
             ApiError: 401 (no token, unknown or revoked), 429 (over the tenant's rate, with ``Retry-After``).
@@ -68,7 +71,7 @@ class ServiceContext:
         if hit is not None and hit[1] > now:
             found: Tenant | None = hit[0]
         else:
-            found = self.store.tenant_for_token(token)
+            found = await self.call(self.store.tenant_for_token, token)
             if found is not None and self.token_cache_ttl > 0:
                 if len(self._tokens) >= TOKEN_CACHE_MAX:
                     self._tokens.clear()
@@ -90,12 +93,24 @@ class ServiceContext:
                 )
         return found
 
+    def charge_rows(self, tenant: Tenant, rows: int) -> None:
+        """Charge ``tenant``'s rate limit for a read that returned ``rows`` rows: one token per
+        :data:`~platform_sim.service.ratelimit.READ_ROWS_PER_TOKEN` rows, on top of the request's one token taken by
+        :meth:`authenticate`. Charged after the read (its size is known only then), so the bucket may go into debt
+        and the tenant's next requests wait for it to refill: a 1,000-job page costs 11 tokens, as much as 11 small
+        requests. Does nothing without a rate limit.
+        """
+        if self.rate_limit is not None and rows > 0:
+            self.rate_limit.charge(tenant.tenant_id, rows / READ_ROWS_PER_TOKEN)
+
     async def tenant(
         self, request: Request, creds: Annotated[HTTPAuthorizationCredentials | None, Depends(BEARER)]
     ) -> Tenant:
         """The FastAPI dependency of every authenticated route: the request's tenant (see :meth:`authenticate`)."""
         length = request.headers.get("content-length", "0")
-        return self.authenticate(None if creds is None else creds.credentials, int(length) if length.isdigit() else 0)
+        return await self.authenticate(
+            None if creds is None else creds.credentials, int(length) if length.isdigit() else 0
+        )
 
 
 def job_out(job: JobRecord) -> dict[str, Any]:

@@ -73,8 +73,12 @@ def add_routes(app: FastAPI, ctx: ServiceContext) -> None:
         limit: Annotated[int, Query(ge=1, le=1000)] = 100,
         after: Annotated[str | None, Query(max_length=128)] = None,
     ) -> JSONResponse:
-        """The tenant's jobs, ordered by id (keyset pagination with ``after``)."""
-        jobs = store.list_jobs(t.tenant_id, status=status, limit=limit, after=after)
+        """The tenant's jobs, ordered by id (keyset pagination with ``after``).
+
+        With a rate limit, a page costs one token plus one per 100 jobs it returns (charged after the read).
+        """
+        jobs = await ctx.call(store.list_jobs, t.tenant_id, status=status, limit=limit, after=after)
+        ctx.charge_rows(t, len(jobs))
         nxt = jobs[-1].job_id if len(jobs) == limit else None
         return JSONResponse({"jobs": [job_out(j) for j in jobs], "next_after": nxt})
 
@@ -82,7 +86,7 @@ def add_routes(app: FastAPI, ctx: ServiceContext) -> None:
     async def get_job(job_id: JobIdPath, t: TenantDep) -> JSONResponse:
         """One of the tenant's jobs (committed state)."""
         try:
-            return JSONResponse(job_out(store.get_job(t.tenant_id, job_id)))
+            return JSONResponse(job_out(await ctx.call(store.get_job, t.tenant_id, job_id)))
         except JobNotFound:
             raise not_found(job_id) from None
 
