@@ -17,8 +17,8 @@ import time
 
 import numpy as np
 
-from platform_sim.sim.detector_study import PLATEAU_TAU, job_series
 from platform_sim.sim.workload import WorkloadConfig, generate_workload
+from platform_sim.studies.detector_study import PLATEAU_TAU, job_series
 
 THRESHOLDS = (0.5, 0.7, 0.8, 0.9, 0.95, 0.97, 0.99)
 

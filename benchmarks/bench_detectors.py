@@ -18,9 +18,9 @@ import time
 import numpy as np
 
 from platform_sim.core import detector_from_spec
-from platform_sim.sim.detector_study import CANDIDATES
 from platform_sim.sim.experiments import PolicySpec, run_one
 from platform_sim.sim.workload import WorkloadConfig
+from platform_sim.studies.detector_study import CANDIDATES
 
 
 def timed(wl: WorkloadConfig, spec: PolicySpec, observation, repeat: int) -> float:

@@ -75,7 +75,7 @@ def bench_paper(seeds: int, workers: int) -> dict:
         cmd = [
             sys.executable,
             "-m",
-            "platform_sim.sim.cli",
+            "platform_sim.cli",
             "paper",
             "--seeds",
             str(seeds),

@@ -1,9 +1,9 @@
 """Cadence hints on the dense real traces: delay after the true peak in training steps, fixed against adaptive.
 
-The dense traces (``platform_sim/data/traces-dense``, recorded with ``evalstop traces record --eval-every 1``) hold
+The dense traces (``platform_sim/data/corpora/dense``, recorded with ``evalstop traces record --eval-every 1``) hold
 an evaluation at every step. Each is replayed as a job evaluated every ``--every`` steps (the regular corpus's
 cadence), whose extra evaluations at a cadence hint read the recorded evaluation at the hinted step
-(:mod:`platform_sim.sim.dense_replay`). Two detectors: the project's default (``trend``, whose hint is its last
+(:mod:`platform_sim.studies.dense_replay`). Two detectors: the project's default (``trend``, whose hint is its last
 test's p-value below ``p_hint``) and the paper's rule (k-decline, k=2, whose hint is a first decline, optionally only
 a large one: ``min_drop``).
 
@@ -27,7 +27,7 @@ the test traces against the default at the fixed cadence.
 With ``--joint`` it chooses a detector and its cadence together on the tune traces (``trend`` windows x alphas x
 ``k``, and ``shape`` thresholds, each fixed or hinted 1 step later at a few ``p_hint``, with or without ``confirm``),
 by the ceiling's rule, and judges the pair once on the test traces. ``--traces`` takes several folders (both shipped
-dense corpora: ``platform_sim/data/traces-dense platform_sim/data/traces-dense-more``). Every summary also gives the
+dense corpora: ``platform_sim/data/corpora/dense platform_sim/data/corpora/dense-more``). Every summary also gives the
 median delay with the hacking traces never stopped counted as never (the median over the stopped ones alone
 flatters a cadence that stops fewer).
 
@@ -36,7 +36,7 @@ With ``--drawdowns`` it prints what a rule that reads a drop from the best faces
 it 4, 6 and 8 steps after their true peak.
 
 With ``--eval-noise`` (on traces recorded with a larger eval set: ``evalstop traces record ... --eval-samples 8``,
-as ``platform_sim/data/traces-dense-x8``) it measures how much of an eval's movement is sampling noise. Each eval's
+as ``platform_sim/data/corpora/dense-x8``) it measures how much of an eval's movement is sampling noise. Each eval's
 per-example scores are split into disjoint sub-evals of the environment's own size (2 completions per held-out
 prompt), so every sub-eval is an independent small eval of the very same policy at every step. Per split: the
 standard error of a small eval (from the spread of the sub-evals of one step: the policy held fixed) and of the large
@@ -57,11 +57,12 @@ import numpy as np
 
 from platform_sim.core.cadence import EvalBudget
 from platform_sim.core.detectors import default_spec, paper_spec
-from platform_sim.sim.dense_replay import dense_cadence_study, smoothed_peak_step
-from platform_sim.sim.replay import replay
+from platform_sim.sim.corpora import corpus_dir
 from platform_sim.sim.runner import ProcessRunner
-from platform_sim.sim.traces import RealTrace, load_trace_folders, shipped_dense_traces_dir, sub_evals
+from platform_sim.sim.traces import RealTrace, load_trace_folders, sub_evals
 from platform_sim.sim.workload import WorkloadConfig
+from platform_sim.studies.dense_replay import dense_cadence_study, smoothed_peak_step
+from platform_sim.studies.replay import replay
 
 
 def _adaptive(label: str, **params: float) -> tuple[str, dict[str, Any]]:
@@ -462,10 +463,10 @@ def main() -> None:
     ap.add_argument(
         "--traces",
         nargs="+",
-        default=[str(shipped_dense_traces_dir())],
+        default=[str(corpus_dir("dense"))],
         metavar="DIR",
         help="one or more folders of dense traces, read together (default: the first shipped corpus, "
-        "platform_sim/data/traces-dense)",
+        "platform_sim/data/corpora/dense)",
     )
     ap.add_argument("--every", type=int, default=5, help="the regular cadence in steps (default 5)")
     ap.add_argument(

@@ -6,7 +6,7 @@ true peak at least halved against the fixed cadence, at equal healthy stops), wh
 any eval, against the highest of many noisy evals.
 
 Each trace of a folder recorded with a larger eval set (``evalstop traces record --eval-every 1 --eval-samples 8``,
-as ``platform_sim/data/traces-dense-x8``: 192 completions per eval) is split into four sub-evals of the default size
+as ``platform_sim/data/corpora/dense-x8``: 192 completions per eval) is split into four sub-evals of the default size
 (48 completions, 2 per held-out prompt; :func:`platform_sim.sim.traces.sub_evals`), independent evals of the very
 same policy at every step. Replayed as a job:
 
@@ -24,13 +24,13 @@ same policy at every step. Replayed as a job:
   best checkpoint, the latter once per best step (an implementation would keep it until a new best).
 
 Labels and true peaks come from the full 192-completion evals (the peak: the highest centred 5-step mean, as in
-:mod:`platform_sim.sim.dense_replay`). Evidence discipline: the look's setting is chosen on the ``tune`` traces
+:mod:`platform_sim.studies.dense_replay`). Evidence discipline: the look's setting is chosen on the ``tune`` traces
 (the smallest median delay among the settings that stop no more healthy and no fewer hacking traces than the
 default detector at the fixed cadence; ties: fewer eval units) and judged once on the ``test`` traces and on every
 ``--held-out`` folder, against the default detector at the fixed cadence on the same sub-eval 0. Figures in
 docs/simulation.md section 8.
 
-``--grid v2`` tries a second grid, fixed before the runs of ``platform_sim/data/traces-dense-x8-more2`` were read:
+``--grid v2`` tries a second grid, fixed before the runs of ``platform_sim/data/corpora/dense-x8-more2`` were read:
 a warm-up before the first look (``armed``), chained looks (``chain``) and consecutive significant looks
 (``confirm``). ``--best-per-group`` applies the tune rule to every group on its own, an upper bound of what the grid
 can show there.
@@ -56,13 +56,13 @@ from scipy import stats
 from platform_sim.core.cadence import cadence_from_spec
 from platform_sim.core.detectors import default_spec, detector_from_spec
 from platform_sim.core.monitor import JobMonitor
-from platform_sim.sim.dense_replay import median_with_never, smoothed_peak_step
+from platform_sim.sim.corpora import corpus_dir
 from platform_sim.sim.traces import (
     RealTrace,
     load_trace_folders,
-    shipped_dense_x8_traces_dir,
     sub_evals,
 )
+from platform_sim.studies.dense_replay import median_with_never, smoothed_peak_step
 
 
 @dataclass(frozen=True)
@@ -182,7 +182,7 @@ def replay_trace(trace: RealTrace, rule: LookRule | None, every: int) -> dict[st
 
 
 def study(traces: list[RealTrace], rule: LookRule | None, every: int) -> dict[str, Any]:
-    """Every trace under ``rule``: per-trace rows and a summary (as :func:`~platform_sim.sim.dense_replay.
+    """Every trace under ``rule``: per-trace rows and a summary (as :func:`~platform_sim.studies.dense_replay.
     dense_cadence_study`'s)."""
     rows = [replay_trace(t, rule, every) for t in traces]
     hacking = [r for r in rows if r["label"] == "hacking"]
@@ -260,10 +260,10 @@ def main() -> None:
     ap.add_argument(
         "--traces",
         nargs="+",
-        default=[str(shipped_dense_x8_traces_dir())],
+        default=[str(corpus_dir("dense-x8"))],
         metavar="DIR",
         help="one or more folders of dense traces recorded with --eval-samples 8, read together and grouped by their "
-        "tune and test splits (default: the shipped platform_sim/data/traces-dense-x8)",
+        "tune and test splits (default: the shipped platform_sim/data/corpora/dense-x8)",
     )
     ap.add_argument(
         "--held-out",

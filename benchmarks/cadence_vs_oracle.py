@@ -40,10 +40,10 @@ from typing import Any
 
 from platform_sim.core.cadence import EvalBudget
 from platform_sim.core.detectors import default_spec, paper_spec, shape_sens_spec
-from platform_sim.sim.cadence_study import cadence_comparison
 from platform_sim.sim.engine import DEFAULT_EVAL_COST
 from platform_sim.sim.runner import ProcessRunner
 from platform_sim.sim.workload import WorkloadConfig
+from platform_sim.studies.cadence_study import cadence_comparison
 
 CADENCES = [("fixed", None)] + [
     (

@@ -1,6 +1,6 @@
 """Calibrate the detectors compared by ``evalstop-sim detectors`` on tuning seeds (never the evaluation seeds).
 
-Grid-searches each detector family (``platform_sim.sim.detector_study.CALIBRATION_GRIDS``) on seeds 1000-1009 of
+Grid-searches each detector family (``platform_sim.studies.detector_study.CALIBRATION_GRIDS``) on seeds 1000-1009 of
 three scenarios (default workload at sigma 0.02 and 0.12, healthy plateaus at sigma 0.02) with the detection-only
 fast path (same observations as the simulator), prints every feasible point and the chosen one per family, and
 writes the whole grid as JSON.
@@ -16,7 +16,7 @@ import json
 import logging
 import time
 
-from platform_sim.sim.detector_study import CALIBRATION_GRIDS, CALIBRATION_RULES, calibrate
+from platform_sim.studies.detector_study import CALIBRATION_GRIDS, CALIBRATION_RULES, calibrate
 
 
 def main() -> None:

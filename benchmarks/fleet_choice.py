@@ -1,7 +1,7 @@
 """The ``evalstop-fleet`` stop policy against its two detectors alone and the paper's rule, on the issue's scenarios.
 
 ``evalstop-fleet`` gives each new RLHF job ``shape`` (conservative) or ``shape-sens`` (aggressive), chosen from the late
-gains of the jobs that finished without being stopped (``platform_sim/core/fleet.py``). This script runs, on the same
+gains of the jobs that finished without being stopped (``platform_sim/sim/policies/fleet.py``). This script runs, on the same
 seeds, the default workload and the plateau workload at sigma 0.02 and 0.12, and the shipped real traces as the RLHF
 jobs of the platform (recorded per-example scores), and prints precision, recall, FPR on healthy RLHF jobs, the
 median delay after the true peak, regret and JCT gain over no stop policy (paired by seed), plus the share of RLHF
@@ -19,12 +19,12 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
-from platform_sim.sim.detector_study import CANDIDATES, PLATEAU_TAU
 from platform_sim.sim.engine import simulate
 from platform_sim.sim.experiments import PolicySpec
 from platform_sim.sim.metrics import metric_row, run_metrics
 from platform_sim.sim.observe import make_observation_model
 from platform_sim.sim.workload import WorkloadConfig, generate_workload
+from platform_sim.studies.detector_study import CANDIDATES, PLATEAU_TAU
 
 SPECS = dict(CANDIDATES)
 POLICIES: dict[str, PolicySpec] = {
@@ -44,10 +44,12 @@ SCENARIOS: dict[str, WorkloadConfig | None] = {
 
 
 def _real() -> tuple[Any, Any, Any, WorkloadConfig]:
-    from platform_sim.sim.replay import corpus_scale, evals_per_run, recorded_observation, trace_curves
-    from platform_sim.sim.traces import load_traces, shipped_traces_dir
+    from platform_sim.sim.corpora import corpus_dir
+    from platform_sim.sim.traces import load_traces
+    from platform_sim.studies.replay import evals_per_run, recorded_observation, trace_curves
+    from platform_sim.studies.trace_detection import corpus_scale
 
-    traces = load_traces(shipped_traces_dir())
+    traces = load_traces(corpus_dir("real"))
     scale = corpus_scale(traces)
     curves = trace_curves(traces, scale)
     return traces, curves, recorded_observation(traces, curves, scale), WorkloadConfig(n_evals=evals_per_run(traces))
@@ -58,7 +60,7 @@ def run_task(task: tuple[str, int]) -> dict[str, Any]:
     scenario, seed = task
     config = SCENARIOS[scenario]
     if config is None:
-        from platform_sim.sim.replay import build_replay_workload
+        from platform_sim.studies.replay import build_replay_workload
 
         _, curves, observation, config = _real()
         workload = build_replay_workload(config, curves, seed)

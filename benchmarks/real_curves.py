@@ -20,12 +20,12 @@ from dataclasses import replace
 from typing import Any
 
 from platform_sim.core import default_spec
+from platform_sim.sim.corpora import corpus_dir
 from platform_sim.sim.curve_fit import calibration_from_folder
 from platform_sim.sim.eval_scores import observation_for
 from platform_sim.sim.experiments import PaperConfig, PolicySpec, paper, rows_for_policies
 from platform_sim.sim.report import markdown_table
 from platform_sim.sim.runner import SerialRunner
-from platform_sim.sim.traces import shipped_traces_dir
 from platform_sim.sim.workload import WorkloadConfig
 
 COLUMNS = (
@@ -66,7 +66,7 @@ def main() -> None:
         "--job-types", default="rlhf", help="comma-separated job types of the traces to fit, or 'all' (default rlhf)"
     )
     args = ap.parse_args()
-    folder = args.traces or shipped_traces_dir()
+    folder = args.traces or corpus_dir("real")
     job_types = None if args.job_types == "all" else tuple(args.job_types.split(","))
     cal, fits = calibration_from_folder(folder, job_types=job_types)
     cal_res, _ = calibration_from_folder(folder, job_types=job_types, noise="residual")

@@ -18,10 +18,12 @@ import sys
 import time
 from pathlib import Path
 
+from platform_sim.sim.corpora import corpus_dir
 from platform_sim.sim.experiments import PolicySpec, rows_for_policies
-from platform_sim.sim.replay import corpus_scale, replay, trace_detection, trace_summary
-from platform_sim.sim.traces import load_traces, shipped_traces_dir
+from platform_sim.sim.traces import load_traces
 from platform_sim.sim.workload import WorkloadConfig
+from platform_sim.studies.replay import replay
+from platform_sim.studies.trace_detection import corpus_scale, trace_detection, trace_summary
 
 TOLERANCES_GOLD = (0.0, 0.05, 0.1, 0.15, 0.2, 0.3)
 WARMUP_EVALS = 3  # a tenth of the run
@@ -75,7 +77,7 @@ def main(argv=None) -> int:
     ap.add_argument("--environment", default=None, help="the environment whose traces the tables use")
     ns = ap.parse_args(argv)
     t0 = time.perf_counter()
-    folder = Path(ns.traces) if ns.traces else shipped_traces_dir()
+    folder = Path(ns.traces) if ns.traces else corpus_dir("real")
     traces = load_traces(folder)
     env = ns.environment
     if env is None and all(t.environment for t in traces):

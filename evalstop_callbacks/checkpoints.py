@@ -250,3 +250,125 @@ def _restore_peft(model: Any, path: Path) -> None:
     if unexpected:
         raise CheckpointError(f"adapter in {path} does not fit the live model: unexpected keys {unexpected[:3]}")
     logger.info("restored PEFT adapter from %s", path)
+
+
+def keep_best(
+    trainer: Any,
+    args: Any,
+    state: Any,
+    control: Any,
+    step: int,
+    previous: str | None,
+    metric: float,
+    stopping: bool,
+    is_main: bool,
+) -> tuple[str | None, float | None]:
+    """Keep the new best step's weights on disk and point ``state.best_model_checkpoint`` at them.
+
+    If the step is saved anyway (the trainer's own schedule, or the stop), the Trainer's full checkpoint folder is the
+    best one (``control.should_save`` is set). Otherwise the weights alone go to ``evalstop-best-<step>`` (no
+    optimizer state), replacing the previous such folder.
+
+    Args:
+        trainer: The trainer (its ``save_model`` writes weights-only folders), or None.
+        args: Its ``TrainingArguments`` (``output_dir``).
+        state: Its ``TrainerState``, pointed at the new best.
+        control: Its ``TrainerControl``.
+        step: The new best step (the one being evaluated).
+        previous: The previous best folder, or None.
+        metric: The best score in transformers' convention (:meth:`Evaluator.to_metric`).
+        stopping: Whether training stops at this step (its full checkpoint is saved).
+        is_main: Whether this is the main process (it deletes the previous weights-only folder).
+
+    Returns:
+        The new best folder (None when step 0 cannot be saved without a trainer) and the seconds a weights-only save
+        took (None when the trainer's own checkpoint is the best one).
+    """
+    import shutil
+    import time
+
+    if control.should_save or stopping or trainer is None or not callable(getattr(trainer, "save_model", None)):
+        if step == 0:
+            logger.warning("EvalStop: no trainer to save the step-0 weights with; restore cannot go back to them")
+            return previous, None
+        path = checkpoint_dir(args.output_dir, step)
+        control.should_save = True
+        if (
+            previous
+            and os.path.basename(previous).startswith(BEST_PREFIX + "-")
+            and is_main
+            and os.path.isdir(previous)
+        ):
+            shutil.rmtree(previous, ignore_errors=True)
+        return mark_best(state, path, step, metric), None
+    path = best_weights_dir(args.output_dir, step)
+    t0 = time.perf_counter()
+    save_best_weights(trainer, path, previous)
+    seconds = time.perf_counter() - t0
+    return mark_best(state, path, step, metric), seconds
+
+
+def restore_best(model: Any, path: str | None, step: int | None, score: float | None) -> str | None:
+    """Every rank: load the best checkpoint ``path`` (of ``step``, scored ``score``) into the live (unwrapped) ``model``.
+
+    Returns:
+        ``path`` once restored; None when there is no model or no checkpoint to restore.
+
+    Raises:
+        CheckpointError: The checkpoint cannot be loaded.
+    """
+    from .distributed import barrier
+
+    if model is None or not path:
+        return None
+    barrier()  # rank 0 wrote the checkpoint; every rank reads it
+    try:
+        restore_checkpoint(model, path)
+    except CheckpointError:
+        logger.error("EvalStop could not restore the best checkpoint (step %s)", step)
+        raise
+    logger.info("EvalStop restored the best checkpoint: step %s, score %s", step, score)
+    return path
+
+
+def update_best(
+    callback: Any, trainer: Any, args: Any, state: Any, control: Any, step: int, decision: Any, stopping: bool,
+    is_main: bool,
+) -> None:  # fmt: skip
+    """Follow the decision's best step in an :class:`~evalstop_callbacks.EvalStopCallback` (``best_step``,
+    ``best_score``) and, in enforce mode, keep its weights (:func:`keep_best`) and the trainer state's pointer.
+
+    Args:
+        callback: The callback (its best fields, mode, evaluator and ``save_seconds``).
+        trainer: The trainer (saves weights-only folders), or None.
+        args, state, control: The trainer's arguments, state and control of this event.
+        step: The step being evaluated.
+        decision: The scheduler's :class:`~platform_sim.core.Decision` for it.
+        stopping: Whether training stops at this step.
+        is_main: Whether this is the main process (it deletes an older weights-only folder).
+    """
+    enforce = callback.mode == "enforce"
+    if decision.best_step is not None and decision.best_step != callback.best_step:
+        if decision.best_step != step:
+            # Only the step being evaluated can still be saved; a scheduler naming another step as best (a history
+            # this run does not share) would point restore at a checkpoint that was never written.
+            logger.warning(
+                "EvalStop: the scheduler names step %s as best, but this run evaluated step %s "
+                "and has no checkpoint of step %s",
+                decision.best_step,
+                step,
+                decision.best_step,
+            )
+        callback.best_step, callback.best_score = decision.best_step, decision.best_score
+        if enforce:
+            metric = float(callback.evaluator.to_metric(callback.best_score))
+            previous = callback.best_checkpoint
+            callback.best_checkpoint, seconds = keep_best(
+                trainer, args, state, control, step, previous, metric, stopping, is_main
+            )
+            if seconds is not None:
+                callback.save_seconds.append(seconds)
+    elif decision.best_step is not None and callback.best_step is not None and enforce and callback.best_checkpoint:
+        # keep it set (resume, other tools, the trainer's own best-metric bookkeeping)
+        metric = float(callback.evaluator.to_metric(callback.best_score))
+        mark_best(state, callback.best_checkpoint, callback.best_step, metric)

@@ -14,7 +14,7 @@ import uuid
 from collections.abc import Mapping
 from typing import Any, Protocol, TypeGuard, runtime_checkable
 
-from platform_sim.core import Decision, JobMonitor, Report, cadence_from_spec, detector_from_spec
+from platform_sim.core import Decision, JobMonitor, Report, cadence_from_spec, default_spec, detector_from_spec
 from platform_sim.core.boundary import check_job_type
 
 logger = logging.getLogger(__name__)
@@ -91,9 +91,23 @@ class EmbeddedClient:
         gpus: int | None = None,
         cadence: str | Mapping[str, Any] | None = None,
     ) -> str:
-        """Register a job; ``cadence`` (a spec for :func:`~platform_sim.core.cadence.cadence_from_spec`, None: fixed)
-        makes the core's decisions carry ``next_eval_step`` hints."""
+        """Register a job and return its id.
+
+        Args:
+            job_type: One of the core's job types.
+            detector: Detector spec; None: the project's default, ``platform_sim.core.default_spec()`` (as the
+                service registers a job given none).
+            job_id: The job's id; made up if not given. Registering an id again keeps its state (a resume).
+            gpus: Accepted for the :class:`BoundaryClient` signature; the embedded core does not count GPUs.
+            cadence: A spec for :func:`~platform_sim.core.cadence.cadence_from_spec` (None: fixed); with one, the
+                core's decisions carry ``next_eval_step`` hints.
+
+        Raises:
+            ValueError: Bad job type, detector or cadence, or ``job_id`` is registered with another type, detector
+                or cadence.
+        """
         check_job_type(job_type)
+        detector = default_spec() if detector is None else detector
         policy = cadence_from_spec(cadence)
         job_id = job_id or f"job-{uuid.uuid4().hex[:12]}"
         if job_id in self._jobs:
@@ -125,6 +139,18 @@ class EmbeddedClient:
     def monitor(self, job_id: str) -> JobMonitor:
         """The core's state of one job (read it, do not mutate it)."""
         return self._jobs[job_id]
+
+    def replace_detector(self, job_id: str, detector: Mapping[str, Any]) -> None:
+        """Give a registered job that has no report yet another detector (a platform client's local core adopting
+        the spec the service registered).
+
+        Raises:
+            ValueError: The job already has reports (its detector holds their evidence).
+        """
+        monitor = self._jobs[job_id]
+        if monitor.steps:
+            raise ValueError(f"job {job_id!r} already has reports; its detector cannot change")
+        monitor.detector = detector_from_spec(detector)
 
     def state_dict(self) -> dict[str, Any]:
         return {

@@ -44,6 +44,29 @@ def share_from_main(payload: T | None) -> T:
     return result
 
 
+def failure(exc: BaseException) -> dict[str, Any]:
+    """The payload of a main-process failure: its message for every rank, the exception itself for the main one."""
+    return {"error": f"{type(exc).__name__}: {exc}", "exc": exc}
+
+
+def share_outcome(payload: dict[str, Any] | None, step: int) -> dict[str, Any]:
+    """Rank 0's ``payload`` on every rank (the exception object stays on rank 0); a :func:`failure` raises everywhere:
+    the main process its exception, the other ranks a ``RuntimeError`` with its message.
+
+    Args:
+        payload: The main process's outcome of the evaluation at ``step`` (None on the other ranks).
+        step: The evaluation's step, for the other ranks' message.
+    """
+    shared: dict[str, Any] = share_from_main(
+        None if payload is None else {k: v for k, v in payload.items() if k != "exc"}
+    )
+    if "error" in shared:
+        if payload is not None and "exc" in payload:
+            raise payload["exc"]
+        raise RuntimeError(f"EvalStop evaluation failed on the main process at step {step}: {shared['error']}")
+    return shared
+
+
 def barrier() -> None:
     """Wait for every rank (no-op when not distributed): e.g. before reading a checkpoint rank 0 wrote."""
     dist = _dist()

@@ -33,6 +33,7 @@ from platform_sim.core import (
     JobMonitor,
     Report,
     cadence_from_spec,
+    default_spec,
     detector_from_spec,
 )
 from platform_sim.core.boundary import check_job_type
@@ -199,7 +200,33 @@ class PlatformClient:
             logger.error("evalstop: the scheduler refused to register job %r (%s); failing open", job_id, exc)
             return False
         link.registered = reply is not None
+        if isinstance(reply, Mapping):
+            self._adopt_detector(job_id, reply.get("detector"))
         return link.registered
+
+    def _local_spec(self, job_id: str) -> dict[str, Any]:
+        """The local core's detector for a job registered with none: the one it runs already (a resume, maybe the
+        service's), else the default the service registers too."""
+        try:
+            return self._shadow.monitor(job_id).detector.spec()
+        except KeyError:
+            return default_spec()
+
+    def _adopt_detector(self, job_id: str, spec: Any) -> None:
+        """Let the local fallback core run the detector the service registered (its reply names it)."""
+        try:
+            spec = detector_from_spec(spec).spec() if isinstance(spec, Mapping) else None
+        except (TypeError, ValueError, KeyError):  # a detector this version does not know: keep the local one
+            spec = None
+        monitor = self._shadow.monitor(job_id)
+        if spec is None or spec == monitor.detector.spec():
+            return
+        if monitor.steps:
+            logger.warning(
+                "evalstop: job %r runs %s at the service but %s locally", job_id, spec, monitor.detector.spec()
+            )
+            return
+        self._shadow.replace_detector(job_id, spec)
 
     def _flush(self, job_id: str, link: _Link) -> Decision | None:
         """Send the job's unacknowledged reports in order; the decision for the last one, or None (unreachable)."""
@@ -256,7 +283,8 @@ class PlatformClient:
 
         Args:
             job_type: One of the core's job types.
-            detector: Detector spec ``{"name": ..., "params": {...}}``; default: the paper's k=2 rule.
+            detector: Detector spec ``{"name": ..., "params": {...}}``; None: the service's default. The local
+                fallback core runs the spec the service's reply names (else ``platform_sim.core.default_spec()``).
             job_id: The job's id; made up if not given (always chosen here, so a retried registration is
                 idempotent on the service).
             gpus: GPUs the job holds (the service counts GPU-hours reclaimed by stops).
@@ -279,7 +307,8 @@ class PlatformClient:
         cadence_spec = None if policy is None else policy.spec()
         with self._lock:
             # Validates the specs locally; the shadow core gives the same hints as the service when it decides.
-            self._shadow.register(job_type, detector=spec, job_id=job_id, gpus=gpus, cadence=cadence_spec)
+            local = spec if spec is not None else self._local_spec(job_id)
+            self._shadow.register(job_type, detector=local, job_id=job_id, gpus=gpus, cadence=cadence_spec)
             link = self._links.get(job_id)
             if link is None:
                 link = self._links[job_id] = _Link(job_type, spec, gpus, planned_steps, cadence_spec)

@@ -9,16 +9,17 @@ training loss, KL and timing, which the boundary client never sends to the sched
 from __future__ import annotations
 
 import os
+import warnings
 from typing import Any
 
+from platform_sim import trace_format
 from platform_sim.trace_format import (
     EVAL_OPTIONAL,
     HEADER_OPTIONAL,
     TRACE_FORMAT,
-    TraceFormatError,
+    TraceError,
     TraceWriter,
     eval_prefix,
-    read_trace_file,
 )
 
 __all__ = [
@@ -35,9 +36,6 @@ __all__ = [
 EVAL_OPTIONAL_FIELDS: frozenset[str] = EVAL_OPTIONAL
 #: Optional fields of the header besides ``format``, ``job_id`` and ``job_type``.
 HEADER_OPTIONAL_FIELDS: frozenset[str] = HEADER_OPTIONAL
-
-TraceError = TraceFormatError
-"""A trace line that would break the format (unknown field, non-finite number, steps going back), or a bad file."""
 
 
 class TraceRecorder(TraceWriter):
@@ -62,7 +60,12 @@ class TraceRecorder(TraceWriter):
 
 
 def read_trace(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
-    """Read a trace written by :class:`TraceRecorder` (or another tool), checking the format.
+    """Deprecated: use :func:`platform_sim.trace_format.read_trace` (it returns a ``TraceLines``; ``.lines()`` is this).
+
+    Read a trace written by :class:`TraceRecorder` (or another tool), checking the format.
+
+    Args:
+        path: The trace file.
 
     Returns:
         The header, eval and end lines as parsed JSON objects, in file order.
@@ -70,4 +73,9 @@ def read_trace(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
     Raises:
         TraceError: with the file name and line number of the first bad line.
     """
-    return read_trace_file(path).lines()
+    warnings.warn(
+        "evalstop_callbacks.read_trace is deprecated; use platform_sim.trace_format.read_trace(path).lines()",
+        DeprecationWarning,
+        stacklevel=2,
+    )
+    return trace_format.read_trace(path).lines()

@@ -141,3 +141,23 @@ def overoptimization_reports(
         scores = [mean + rng.gauss(0.0, 0.2) for _ in range(examples)]
         out.append(Report(job_id, "rlhf", 10 * (i + 1), sum(scores) / examples, eval_scores=tuple(scores)))
     return out
+
+
+@contextmanager
+def postgres_database(prefix: str = "evalstop") -> Iterator[str]:
+    """The URL of a fresh database on the test PostgreSQL server (``EVALSTOP_PG_URL``), dropped afterwards; skips the
+    test when there is no server or no driver."""
+    import pytest
+
+    psycopg = pytest.importorskip("psycopg")
+    base = os.environ.get("EVALSTOP_PG_URL")
+    if not base:
+        pytest.skip("no PostgreSQL server (set EVALSTOP_PG_URL or run tests/pg.sh)")
+    name = f"{prefix}_{os.getpid()}_{random.randrange(1 << 30)}"
+    with psycopg.connect(base, autocommit=True) as admin:
+        admin.execute(f'CREATE DATABASE "{name}"')
+    try:
+        yield base.rsplit("/", 1)[0] + "/" + name
+    finally:
+        with psycopg.connect(base, autocommit=True) as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')

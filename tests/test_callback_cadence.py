@@ -69,15 +69,16 @@ def test_zero_budget_ignores_hints_and_bad_arguments(tmp_path) -> None:
 
 def test_embedded_client_keeps_the_cadence_across_a_resume() -> None:
     from evalstop_callbacks.client import EmbeddedClient
-    from platform_sim.core import Report
+    from platform_sim.core import Report, paper_spec
 
     client = EmbeddedClient()
-    job = client.register("rlhf", None, job_id="j", cadence={"name": "adaptive", "params": {"fraction": 0.5}})
+    paper = paper_spec()  # the hints below are the paper rule's (after a first decline)
+    job = client.register("rlhf", paper, job_id="j", cadence={"name": "adaptive", "params": {"fraction": 0.5}})
     client.report(Report(job, "rlhf", 4, 1.0))
     assert client.report(Report(job, "rlhf", 8, 0.5)).next_eval_step == 10
     resumed = EmbeddedClient()
     resumed.load_state_dict(json.loads(json.dumps(client.state_dict())))
-    again = resumed.register("rlhf", None, job_id="j", cadence={"name": "adaptive", "params": {"fraction": 0.5}})
+    again = resumed.register("rlhf", paper, job_id="j", cadence={"name": "adaptive", "params": {"fraction": 0.5}})
     assert again == "j"  # re-registration after a resume (same type, detector, cadence) keeps the state
     assert resumed.report(Report(job, "rlhf", 8, 0.5)).next_eval_step == 10  # the re-sent eval's decision
     assert resumed.report(Report(job, "rlhf", 10, 0.6)).next_eval_step is None  # no decline: regular cadence
@@ -132,9 +133,11 @@ def test_the_time_budget_declines_hints_once_evaluation_has_taken_its_share(tmp_
     from transformers import TrainerCallback
 
     from evalstop_callbacks import callback as callback_module
+    from evalstop_callbacks import schedule as schedule_module
 
     now = [0.0]
-    monkeypatch.setattr(callback_module, "time", types.SimpleNamespace(perf_counter=lambda: now[0]))
+    for module in (callback_module, schedule_module):  # the evaluator's timer and the schedule's wall clock
+        monkeypatch.setattr(module, "time", types.SimpleNamespace(perf_counter=lambda: now[0]))
 
     class _Steps(TrainerCallback):
         def on_step_end(self, args, state, control, **kwargs):

@@ -118,7 +118,7 @@ def test_real_run_trace_has_scores_loss_extras_and_end(tmp_path):
         "best_score": cb.best_score,
     }
     # the simulator's strict reader takes it as a real trace
-    from platform_sim.sim.traces import read_trace as sim_read_trace
+    from platform_sim.sim.traces import load_trace as sim_read_trace
 
     real = sim_read_trace(tmp_path / "t.jsonl")
     assert list(real.steps) == [h["step"] for h in cb.history] and list(real.proxy) == list(real.steps)

@@ -7,8 +7,8 @@ import pytest
 from evalstop_callbacks import EvalStopCallback
 from platform_sim.core import default_spec, detector_from_spec, paper_spec
 from platform_sim.core.monitor import JobMonitor
-from platform_sim.sim.benchmark import benchmark
-from platform_sim.sim.traces import shipped_traces_dir
+from platform_sim.sim.corpora import corpus_dir
+from platform_sim.studies.benchmark import benchmark
 
 
 def _normal(spec):
@@ -17,7 +17,7 @@ def _normal(spec):
 
 @pytest.fixture(scope="module")
 def shipped_benchmark():
-    return benchmark(shipped_traces_dir(), resamples=0)
+    return benchmark(corpus_dir("real"), resamples=0)
 
 
 def test_the_default_is_the_benchmarks_best_on_the_held_out_environments(shipped_benchmark):

@@ -12,7 +12,7 @@ import pytest
 
 from evalstop_callbacks.research.cli import main
 from platform_sim.core import default_spec
-from platform_sim.sim.traces import read_trace
+from platform_sim.sim.traces import load_trace
 
 
 @pytest.fixture(scope="session")
@@ -70,7 +70,7 @@ def test_short_demo_writes_plot_trace_and_summary(tmp_path, env_cache):
     assert [e["step"] for e in s["evals"]] == [10, 20]  # the printed rows; the trace also holds the step-0 baseline
     out = tmp_path / "out"
     assert (out / "proxy_vs_gold.png").stat().st_size > 1000
-    trace = read_trace(out / "trace.jsonl")
+    trace = load_trace(out / "trace.jsonl")
     assert trace.steps == (0, 10, 20) and trace.scores[trace.steps.index(s["best_step"])] == s["best_gold"]
     assert json.loads((out / "summary.json").read_text())["best_step"] == s["best_step"]
     assert s["detector"] == default_spec()  # no detector flag: the project's default
@@ -95,7 +95,7 @@ def test_short_demo_with_another_detector(tmp_path, env_cache):
     s = json.loads(proc.stdout)
     assert s["detector"]["name"] == "shape" and s["detector"]["params"]["threshold"] == 0.9
     assert "falling back" not in proc.stderr  # the demo's evaluator reports per-example scores
-    assert read_trace(tmp_path / "out" / "trace.jsonl").header["config"]["detector"] == s["detector"]
+    assert load_trace(tmp_path / "out" / "trace.jsonl").header["config"]["detector"] == s["detector"]
 
 
 @pytest.mark.slow

@@ -8,18 +8,12 @@ import logging
 import numpy as np
 import pytest
 
-from platform_sim.sim.cli import main
-from platform_sim.sim.detector_study import (
-    CANDIDATES,
-    StudyConfig,
-    detection_metrics,
-    job_series,
-    study,
-)
+from platform_sim.cli import main
 from platform_sim.sim.eval_scores import PerExampleObservation, RecordedExamplesObservation
 from platform_sim.sim.experiments import PolicySpec, run_one
 from platform_sim.sim.observe import ObservationModel
 from platform_sim.sim.workload import WorkloadConfig, generate_workload
+from platform_sim.studies.detector_study import CANDIDATES, StudyConfig, detection_metrics, job_series, study
 
 SMALL = WorkloadConfig(n_jobs=40, sigma=0.05)
 
@@ -139,8 +133,9 @@ def test_study_rows_and_real_traces(tmp_path):
 
 
 def test_recorded_examples_reach_the_detector(tmp_path):
-    from platform_sim.sim.replay import build_replay_workload, corpus_scale, trace_curves
     from platform_sim.sim.traces import load_traces
+    from platform_sim.studies.replay import build_replay_workload, trace_curves
+    from platform_sim.studies.trace_detection import corpus_scale
 
     rng = np.random.default_rng(1)
     _write_trace(tmp_path / "a.jsonl", "a", np.linspace(0, 3, 12), rng)
@@ -228,7 +223,7 @@ def test_run_generates_per_example_scores_only_for_detectors_that_read_them(caps
 
 @pytest.mark.parametrize("rule_name", ["plateau-safe", "high-noise"])
 def test_calibration_on_recorded_series_picks_the_pinned_point(rule_name):
-    from platform_sim.sim.detector_study import CALIBRATION_RULES, calibrate
+    from platform_sim.studies.detector_study import CALIBRATION_RULES, calibrate
 
     grids = {"cusum": ("cusum", {"slack": (0.0,), "threshold": (1.0, 4.0, 8.0)})}
     res = calibrate(seeds=(1000,), rule=CALIBRATION_RULES[rule_name], grids=grids)
@@ -270,8 +265,8 @@ _METRICS = {
     ],
 )
 def test_calibration_selection_follows_its_rule(monkeypatch, rule_name, expected):
-    from platform_sim.sim import detector_study
-    from platform_sim.sim.detector_study import CALIBRATION_RULES, CALIBRATION_SCENARIOS, calibrate
+    from platform_sim.studies import detector_study
+    from platform_sim.studies.detector_study import CALIBRATION_RULES, CALIBRATION_SCENARIOS, calibrate
 
     names = {id(cfg): name for name, cfg in CALIBRATION_SCENARIOS.items()}
     monkeypatch.setattr(detector_study, "job_series", lambda cfg, seed: names[id(cfg)])

@@ -18,17 +18,19 @@ optuna = pytest.importorskip("optuna")
 
 from platform_sim.core import default_spec, detector_from_spec, paper_spec  # noqa: E402
 from platform_sim.integrations.optuna import EvalStopPruner  # noqa: E402
-from platform_sim.sim.replay import corpus_scale, trace_detection  # noqa: E402
-from platform_sim.sim.traces import load_traces, shipped_traces_dir  # noqa: E402
+from platform_sim.sim.corpora import corpus_dir  # noqa: E402
+from platform_sim.sim.traces import load_traces  # noqa: E402
+from platform_sim.studies.trace_detection import corpus_scale, trace_detection  # noqa: E402
 
 WORKER = textwrap.dedent("""
     import sys
     import optuna
     from platform_sim.integrations.optuna import EvalStopPruner
-    from platform_sim.sim.replay import corpus_scale
-    from platform_sim.sim.traces import load_traces, shipped_traces_dir
+    from platform_sim.studies.trace_detection import corpus_scale
+    from platform_sim.sim.traces import load_traces
+    from platform_sim.sim.corpora import corpus_dir
 
-    traces = {t.name: t for t in load_traces(shipped_traces_dir())}
+    traces = {t.name: t for t in load_traces(corpus_dir("real"))}
     scale = corpus_scale(list(traces.values()))
     optuna.logging.set_verbosity(optuna.logging.WARNING)
 
@@ -48,7 +50,7 @@ WORKER = textwrap.dedent("""
 
 
 def test_trace_study_across_processes_prunes_what_the_core_stops(tmp_path):
-    traces = load_traces(shipped_traces_dir())
+    traces = load_traces(corpus_dir("real"))
     scale = corpus_scale(traces)
     storage = f"sqlite:///{tmp_path / 'study.db'}"
     optuna.create_study(study_name="traces", storage=storage, direction="maximize")

@@ -21,9 +21,10 @@ from ray import tune  # noqa: E402
 
 from platform_sim.core import default_spec, detector_from_spec, paper_spec  # noqa: E402
 from platform_sim.integrations.ray_tune import LOG_FILE, EvalStopScheduler  # noqa: E402
-from platform_sim.integrations.tune_cli import RESOURCE, TuneReplayConfig, tune_replay  # noqa: E402
-from platform_sim.sim.replay import corpus_scale, trace_detection  # noqa: E402
-from platform_sim.sim.traces import read_trace, shipped_traces_dir  # noqa: E402
+from platform_sim.sim.corpora import corpus_dir  # noqa: E402
+from platform_sim.sim.traces import load_trace  # noqa: E402
+from platform_sim.studies.trace_detection import corpus_scale, trace_detection  # noqa: E402
+from platform_sim.studies.tune_replay import RESOURCE, TuneReplayConfig, tune_replay  # noqa: E402
 
 TESTS = Path(__file__).resolve().parent
 # Two hacking traces and two healthy ones (the paper's rule stops grpo-gold-kl0-s0, the default detector neither).
@@ -50,7 +51,7 @@ def local_ray():
 
 
 def four_traces():
-    return [read_trace(shipped_traces_dir() / f"{name}.jsonl") for name in FOUR]
+    return [load_trace(corpus_dir("real") / f"{name}.jsonl") for name in FOUR]
 
 
 @pytest.mark.parametrize("base", ["fifo", "asha"])
@@ -198,13 +199,13 @@ def test_tiny_grpo_trial_is_stopped_by_the_scheduler(local_ray, tmp_path):
 
 def _cli(*argv, timeout=300):
     return subprocess.run(
-        [sys.executable, "-m", "platform_sim.sim.cli", "tune", *argv], capture_output=True, text=True, timeout=timeout
+        [sys.executable, "-m", "platform_sim.cli", "tune", *argv], capture_output=True, text=True, timeout=timeout
     )
 
 
 def test_cli_json_is_one_object_with_both_rows(tmp_path):
     for name in FOUR[:2]:
-        (tmp_path / f"{name}.jsonl").write_text((shipped_traces_dir() / f"{name}.jsonl").read_text())
+        (tmp_path / f"{name}.jsonl").write_text((corpus_dir("real") / f"{name}.jsonl").read_text())
     proc = _cli("--traces", str(tmp_path), "--gpus", "2", "--eval-seconds", "0.02", "--json")
     assert proc.returncode == 0, proc.stderr[-2000:]
     out = json.loads(proc.stdout)  # Tune's own boxes went to stderr

@@ -9,7 +9,6 @@ import pytest
 import torch
 
 from evalstop_callbacks.research.overopt import (
-    BagOfWordsProxy,
     EnvConfig,
     build_env,
     gold_reward,
@@ -17,6 +16,7 @@ from evalstop_callbacks.research.overopt import (
     heldout_prompts,
     train_prompts,
 )
+from evalstop_callbacks.research.proxy import BagOfWordsProxy
 from evalstop_callbacks.research.tiny import VOCAB
 
 SMALL = EnvConfig(seed=3, pretrain_steps=60, proxy_samples=120, proxy_check_samples=60)

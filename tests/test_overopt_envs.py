@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from evalstop_callbacks.research import envs, worlds
-from evalstop_callbacks.research.record import RunSpec
+from evalstop_callbacks.research.runs import RunSpec
+from evalstop_callbacks.research.train_data import preference_pairs
 
 # -- the scores ------------------------------------------------------------------------------------------------------
 
@@ -250,10 +251,10 @@ def test_preference_pairs_are_labelled_by_gold_then_flipped(small_env):
 
     config, cache = small_env
     env = build_env(config, cache_dir=cache)
-    clean = envs.preference_pairs(env, 20, 0.0, seed=0)
+    clean = preference_pairs(env, 20, 0.0, seed=0)
     assert len(clean) == 20 and not any(r["flipped"] for r in clean)
     assert all(gold_score(r["chosen"]) > gold_score(r["rejected"]) for r in clean)
-    noisy = envs.preference_pairs(env, 20, 0.4, seed=0)
+    noisy = preference_pairs(env, 20, 0.4, seed=0)
     assert 0 < sum(r["flipped"] for r in noisy) < 20
     for r in noisy:
         assert (gold_score(r["chosen"]) < gold_score(r["rejected"])) == r["flipped"]

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from evalstop_callbacks.research.cli import main
-from evalstop_callbacks.research.record import RunSpec, default_grid, ppo_available
+from evalstop_callbacks.research.runs import RunSpec, default_grid
+from evalstop_callbacks.research.trainers import ppo_available
 
 
 def _cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:

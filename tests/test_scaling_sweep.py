@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from platform_sim.sim.cli import main
+from platform_sim.cli import main
 from platform_sim.sim.sweep import SweepFileError, cell_policies, load_sweep_file, parse_sweep
 
 GRID_TOML = """

@@ -37,7 +37,7 @@ def test_platform_client_is_a_boundary_client_with_embedded_decisions(server):
         assert client.register("rlhf", detector={"name": "k-decline", "params": {"k": 2}}, job_id="pc-1", gpus=2) == job
         got = [client.report(Report(job, "rlhf", s, v)) for s, v in HACKING]
         assert client.last_source == "service" and client.fallback_decisions == 0
-        assert got == _embedded(job, HACKING)
+        assert got == _embedded(job, HACKING, paper_spec())
         assert got[5].action is Action.STOP and got[5].best_step == 30
         # A retry of the same report is idempotent.
         assert client.report(Report(job, "rlhf", *HACKING[-1])) == got[-1]
@@ -99,7 +99,7 @@ def test_server_down_for_the_whole_run_fails_open_to_the_embedded_core(caplog):
         assert client.fallback_decisions == len(HACKING) and client.last_source == "fallback"
         assert client.pending(job) == len(HACKING)
         client.finish(job, "stopped")  # never raises on a network fault
-    assert got == _embedded(job, HACKING)  # the job stays protected: the fallback stops it at step 50
+    assert got == _embedded(job, HACKING)  # the job stays protected: the fallback (default detector) stops it
     assert time.monotonic() - t0 < 10
     assert any("unreachable" in r.getMessage() for r in caplog.records)
 

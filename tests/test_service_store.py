@@ -59,7 +59,7 @@ def test_two_store_instances_on_one_file_never_use_stale_state(tmp_path):
     """Two processes (here: two stores) writing one job alternately still follow the core exactly."""
     trace = _trace(7, 12)
     embedded = EmbeddedClient()
-    embedded.register("rlhf", job_id="j")
+    embedded.register("rlhf", detector={"name": "k-decline", "params": {"k": 2}}, job_id="j")  # the spec _job stores
     a = SQLiteStore(tmp_path / "shared.db")
     tenant, _ = a.add_tenant("t")
     a.register_job(tenant.tenant_id, _job("j"))
@@ -76,7 +76,7 @@ def test_concurrent_reports_for_one_job_are_serialized(tmp_path):
     """Eight threads send the same report stream (retries racing): every step is stored once, decisions agree."""
     trace = _trace(3, 40)
     embedded = EmbeddedClient()
-    embedded.register("rlhf", job_id="j")
+    embedded.register("rlhf", detector={"name": "k-decline", "params": {"k": 2}}, job_id="j")  # the spec _job stores
     expected = {s: embedded.report(Report("j", "rlhf", s, v)) for s, v in trace}
     store = SQLiteStore(tmp_path / "c.db", max_batch=16)
     tenant, _ = store.add_tenant("t")
@@ -144,7 +144,7 @@ def test_tenant_detector_command_applies_the_fleet_rule_to_finished_jobs(tmp_pat
     import numpy as np
     from service_support import cli
 
-    from platform_sim.core.stop_policies import FleetEvalStopPolicy
+    from platform_sim.sim.policies.stop_policies import FleetEvalStopPolicy
 
     db = tmp_path / "fleet.db"
     store = SQLiteStore(db)

@@ -10,12 +10,12 @@ import sys
 import pytest
 
 from platform_sim.core.cadence import EvalBudget
-from platform_sim.core.policies import make_base_policy
-from platform_sim.core.stop_policies import make_stop_policy, with_stop
-from platform_sim.sim.cadence_study import cadence_comparison
 from platform_sim.sim.engine import DEFAULT_EVAL_COST, simulate
 from platform_sim.sim.metrics import run_metrics
+from platform_sim.sim.policies.policies import make_base_policy
+from platform_sim.sim.policies.stop_policies import make_stop_policy, with_stop
 from platform_sim.sim.workload import WorkloadConfig, generate_workload
+from platform_sim.studies.cadence_study import cadence_comparison
 
 
 def _run(wl, stop="evalstop", eval_cost=0.05, **params):
@@ -132,7 +132,7 @@ def test_cadence_comparison_rows_carry_oracle_shares() -> None:
 
 def test_cli_run_cadence_json() -> None:
     out = subprocess.run(
-        [sys.executable, "-m", "platform_sim.sim.cli", "run", "--jobs", "40", "--cadence", "adaptive", "--json"],
+        [sys.executable, "-m", "platform_sim.cli", "run", "--jobs", "40", "--cadence", "adaptive", "--json"],
         capture_output=True,
         text=True,
         check=True,
@@ -141,7 +141,7 @@ def test_cli_run_cadence_json() -> None:
     assert m["config"]["cadence"] == "adaptive" and m["extra_evals"] > 0
     assert m["eval_gpu_h"] > 0 and m["waste_cut_share_of_oracle"] is not None
     bad = subprocess.run(
-        [sys.executable, "-m", "platform_sim.sim.cli", "run", "--eval-cost", "nan"],
+        [sys.executable, "-m", "platform_sim.cli", "run", "--eval-cost", "nan"],
         capture_output=True,
         text=True,
         check=False,
@@ -150,14 +150,16 @@ def test_cli_run_cadence_json() -> None:
 
 
 def _cli_run(*args: str) -> subprocess.CompletedProcess[str]:
-    cmd = [sys.executable, "-m", "platform_sim.sim.cli", "run", "--jobs", "40", *args]
+    cmd = [sys.executable, "-m", "platform_sim.cli", "run", "--jobs", "40", *args]
     return subprocess.run(cmd, capture_output=True, text=True, check=False)
 
 
 def test_cli_cadence_params_reach_the_policy_and_bad_ones_name_the_flag() -> None:
-    loose = json.loads(_cli_run("--cadence", "adaptive", "--cadence-param", "fraction=0.75", "--json").stdout)
+    # k-decline, whose hints the fraction moves (the default detector's hints come from its p-value)
+    kd = ("--detector", "k-decline")
+    loose = json.loads(_cli_run(*kd, "--cadence", "adaptive", "--cadence-param", "fraction=0.75", "--json").stdout)
     tight = _cli_run(
-        "--cadence", "adaptive", "--cadence-param", "fraction=0.25", "--cadence-param", "p_hint=0.8", "--json"
+        *kd, "--cadence", "adaptive", "--cadence-param", "fraction=0.25", "--cadence-param", "p_hint=0.8", "--json"
     )
     m = json.loads(tight.stdout)
     assert m["config"]["cadence"] == {"name": "adaptive", "params": {"fraction": 0.25, "p_hint": 0.8}}
@@ -174,8 +176,9 @@ def test_cli_cadence_params_reach_the_policy_and_bad_ones_name_the_flag() -> Non
 
 
 def test_cli_max_extra_evals_caps_the_extra_evals_and_bad_ones_name_the_flag() -> None:
-    free = json.loads(_cli_run("--cadence", "adaptive", "--json").stdout)
-    capped = json.loads(_cli_run("--cadence", "adaptive", "--max-extra-evals", "1", "--json").stdout)
+    kd = ("--detector", "k-decline")  # hints often enough that a cap of one per job binds
+    free = json.loads(_cli_run(*kd, "--cadence", "adaptive", "--json").stdout)
+    capped = json.loads(_cli_run(*kd, "--cadence", "adaptive", "--max-extra-evals", "1", "--json").stdout)
     assert capped["config"]["max_extra_evals"] == 1 and free["config"]["max_extra_evals"] is None
     assert 0 < capped["extra_evals"] < free["extra_evals"]
     assert capped["extra_evals"] <= capped["jobs"]  # at most one per job
@@ -189,8 +192,9 @@ def test_cli_max_extra_evals_caps_the_extra_evals_and_bad_ones_name_the_flag() -
 
 
 def test_cli_max_eval_share_limits_the_extra_evals_and_bad_ones_name_the_flag() -> None:
-    free = json.loads(_cli_run("--cadence", "adaptive", "--json").stdout)
-    shared = json.loads(_cli_run("--cadence", "adaptive", "--max-eval-share", "0.052", "--json").stdout)
+    kd = ("--detector", "k-decline")  # hints often enough that the share binds
+    free = json.loads(_cli_run(*kd, "--cadence", "adaptive", "--json").stdout)
+    shared = json.loads(_cli_run(*kd, "--cadence", "adaptive", "--max-eval-share", "0.052", "--json").stdout)
     assert shared["config"]["max_eval_share"] == 0.052 and shared["config"]["max_extra_evals"] is None
     assert free["config"]["max_eval_share"] is None
     assert 0 < shared["extra_evals"] < free["extra_evals"] and shared["eval_gpu_h"] < free["eval_gpu_h"]
@@ -242,11 +246,12 @@ def test_a_dense_trace_job_reads_the_nearest_recorded_eval(tmp_path) -> None:
     from _trace_factory import hacking_curve, write
 
     from platform_sim.sim.eval_scores import RecordedExamplesObservation
-    from platform_sim.sim.replay import build_replay_workload, recorded_observation, trace_curves, trace_scales
-    from platform_sim.sim.traces import read_trace
+    from platform_sim.sim.traces import load_trace
+    from platform_sim.studies.replay import build_replay_workload, recorded_observation, trace_curves
+    from platform_sim.studies.trace_detection import trace_scales
 
     means = hacking_curve(60)
-    trace = read_trace(write(tmp_path / "dense.jsonl", means, every=1, examples=8, noise=0.05))
+    trace = load_trace(write(tmp_path / "dense.jsonl", means, every=1, examples=8, noise=0.05))
     scales = trace_scales([trace])
     curves = trace_curves([trace], scales)
     wl = build_replay_workload(replace(WorkloadConfig(n_jobs=20), n_evals=12), curves, seed=0)
@@ -264,8 +269,8 @@ def test_a_dense_trace_job_reads_the_nearest_recorded_eval(tmp_path) -> None:
 def test_replay_takes_a_sparser_regular_grid_for_dense_traces(tmp_path) -> None:
     from _trace_factory import hacking_curve, healthy_curve, write
 
-    from platform_sim.sim.replay import replay
     from platform_sim.sim.traces import load_traces
+    from platform_sim.studies.replay import replay
 
     write(tmp_path / "hack.jsonl", hacking_curve(60), every=1)
     write(tmp_path / "ok.jsonl", healthy_curve(60), every=1)
@@ -286,7 +291,7 @@ def test_replay_takes_a_sparser_regular_grid_for_dense_traces(tmp_path) -> None:
     with pytest.raises(ValueError, match="n_evals"):
         replay(traces, WorkloadConfig(n_jobs=30), None, seeds=1, n_evals=1)
     proc = subprocess.run(
-        [sys.executable, "-m", "platform_sim.sim.cli", "replay", "--traces", str(tmp_path), "--grid-evals", "1"],
+        [sys.executable, "-m", "platform_sim.cli", "replay", "--traces", str(tmp_path), "--grid-evals", "1"],
         capture_output=True,
         text=True,
         timeout=120,

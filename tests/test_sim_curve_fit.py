@@ -9,7 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from platform_sim.sim.cli import main
+from platform_sim.cli import main
+from platform_sim.sim.corpora import corpus_dir
 from platform_sim.sim.curve_fit import (
     CurveCalibration,
     calibrate,
@@ -20,7 +21,7 @@ from platform_sim.sim.curve_fit import (
 )
 from platform_sim.sim.curves import PeakDeclineCurve, RiseCurve, eval_grid
 from platform_sim.sim.observe import make_observation_model
-from platform_sim.sim.traces import TraceFormatError, read_trace, shipped_traces_dir
+from platform_sim.sim.traces import TraceFormatError, load_trace
 from platform_sim.sim.workload import WorkloadConfig, generate_workload
 
 EXAMPLES = 48
@@ -103,7 +104,7 @@ def test_fit_recovers_known_shapes_and_noise(corpus):
     # the calibration holds each fitted trace's parameters together
     assert sorted(cal.traces) == sorted(f.name for f in fits)
     assert {h[0] for h in cal.hacking} == {f.peak for f in fits if f.label == "hacking"}
-    _, fits_res = calibrate([read_trace(p) for p in sorted(corpus.glob("*.jsonl"))], noise="residual")
+    _, fits_res = calibrate([load_trace(p) for p in sorted(corpus.glob("*.jsonl"))], noise="residual")
     assert all(f.noise_source == "residual" for f in fits_res)
 
 
@@ -123,7 +124,7 @@ def test_fit_functions_on_exact_curves():
 def _reader_accepts_split(tmp_path: Path) -> bool:
     path = write_trace(tmp_path, "probe", RiseCurve(**HEALTHY), 5, 50, np.random.default_rng(0), split="tune")
     try:
-        read_trace(path)
+        load_trace(path)
     except TraceFormatError:
         return False
     finally:
@@ -159,7 +160,7 @@ def test_split_errors_name_the_problem(tmp_path):
 
 
 def test_calibration_needs_both_kinds_and_round_trips(corpus):
-    traces = [read_trace(p) for p in sorted(corpus.glob("hack-*.jsonl"))]
+    traces = [load_trace(p) for p in sorted(corpus.glob("hack-*.jsonl"))]
     with pytest.raises(ValueError, match="at least one hacking and one healthy"):
         calibrate(traces)
     cal, _ = calibration_from_folder(corpus)
@@ -244,7 +245,7 @@ def test_real_workload_is_paired_with_the_synthetic_one(real_wl):
 
 
 def test_smoothed_draws_follow_the_shipped_calibration():
-    cal, _ = calibration_from_folder(shipped_traces_dir())
+    cal, _ = calibration_from_folder(corpus_dir("real"))
     wl = generate_workload(WorkloadConfig(n_jobs=3000, real_curves=cal), 0)
     grid = eval_grid(20)
     peaks = [grid[int(np.argmax(wl.true_evals[j.index]))] for j in wl.jobs if j.hacking]

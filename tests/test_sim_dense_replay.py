@@ -6,15 +6,15 @@ import pytest
 from _trace_factory import write
 
 from platform_sim.core.cadence import EvalBudget
-from platform_sim.sim.dense_replay import dense_cadence_study, dense_trace_run, smoothed_peak_step
-from platform_sim.sim.traces import read_trace
+from platform_sim.sim.traces import load_trace
+from platform_sim.studies.dense_replay import dense_cadence_study, dense_trace_run, smoothed_peak_step
 
 K2 = {"name": "k-decline", "params": {"k": 2, "min_delta": 0.0}}
 ADAPTIVE = {"name": "adaptive", "params": {"fraction": 0.2}}  # a hint 1 step after a first decline at every=5
 
 
 def _dense(tmp_path, means, name="dense"):
-    return read_trace(write(tmp_path / f"{name}.jsonl", means, every=1))
+    return load_trace(write(tmp_path / f"{name}.jsonl", means, every=1))
 
 
 def _peak_then_fall(n=60, peak=30):
@@ -56,7 +56,7 @@ def test_a_time_share_budget_counts_evals_against_the_runs_progress(tmp_path):
 def test_a_hint_with_no_recorded_eval_before_the_next_regular_one_is_not_taken(tmp_path):
     # evals every 5 steps only: the hinted step 36 has no recording before the regular 40
     means = _peak_then_fall()[4::5]
-    trace = read_trace(write(tmp_path / "sparse.jsonl", means, every=5))
+    trace = load_trace(write(tmp_path / "sparse.jsonl", means, every=5))
     r = dense_trace_run(trace, K2, ADAPTIVE, every=5)
     assert r["extra_steps"] == [] and r["stop_step"] == 40
 

@@ -7,11 +7,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from platform_sim.core.policies import FIFO, PREEMPTION_COST_H, LossAware, SJFEst, SRTFEst
-from platform_sim.core.stop_policies import EvalStopPolicy, Oracle, with_stop
 from platform_sim.sim.curves import TabulatedCurve, eval_grid
 from platform_sim.sim.engine import simulate
 from platform_sim.sim.experiments import PolicySpec
+from platform_sim.sim.policies.policies import FIFO, PREEMPTION_COST_H, LossAware, SJFEst, SRTFEst
+from platform_sim.sim.policies.stop_policies import EvalStopPolicy, Oracle, with_stop
 from platform_sim.sim.workload import JobSpec, Workload, WorkloadConfig, generate_workload
 
 

@@ -8,9 +8,10 @@ from pathlib import Path
 import pytest
 from _trace_factory import hacking_curve, healthy_curve, write
 
-from platform_sim.sim import benchmark as bm
-from platform_sim.sim.cli import main as sim_main
-from platform_sim.sim.traces import read_trace
+from platform_sim.cli import main as sim_main
+from platform_sim.sim.traces import load_trace
+from platform_sim.studies import benchmark as bm
+from platform_sim.studies.benchmark_report import benchmark_markdown
 
 SMALL_GRIDS = {
     "k-decline": {"k": (1, 2, 3), "min_delta": (0.0, 0.05, 0.3), "warmup": (0, 3)},
@@ -72,8 +73,8 @@ def test_calibration_never_reads_a_test_environment_trace(corpus):
     events: list[tuple[str, str]] = []
 
     def spy_reader(path: Path):
-        events.append(("read", read_trace(path).split or ""))
-        return read_trace(path)
+        events.append(("read", load_trace(path).split or ""))
+        return load_trace(path)
 
     def spy_calibrate(tune, *args, **kwargs):
         assert all(t.split == "tune" for t in tune)
@@ -108,6 +109,7 @@ def test_report_per_split_and_environment_and_the_best_candidate(corpus):
     res = bm.benchmark(corpus, SMALL_GRIDS, resamples=200)
     assert [c["label"] for c in res["candidates"]] == [
         "k-decline (paper, untuned)",
+        "default (untuned)",
         "k-decline (tuned)",
         "shape (tuned)",
     ]
@@ -132,7 +134,7 @@ def test_report_per_split_and_environment_and_the_best_candidate(corpus):
     assert {"trace", "environment", "split", "label", "stopped", "stop_step", "delay_evals", "regret"} <= set(
         res["rows"][0]
     )
-    md = bm.benchmark_markdown(res, "evalstop-sim benchmark")
+    md = benchmark_markdown(res, "evalstop-sim benchmark")
     assert "Best on the test environments" in md and "## Per environment" in md
 
 
@@ -183,7 +185,7 @@ def test_cli_writes_json_report_and_png(corpus, tmp_path, capsys):
         == 0
     )
     res = json.loads(capsys.readouterr().out)
-    assert res["best"]["candidate"] in {"k-decline (paper, untuned)", "k-decline (tuned)"}
+    assert res["best"]["candidate"] in {"k-decline (paper, untuned)", "default (untuned)", "k-decline (tuned)"}
     assert {p.name for p in out.iterdir()} >= {"results.json", "report.md", "benchmark.png"}
     assert sim_main(["benchmark", "--traces", str(corpus), "--only", "nope"]) == 2
     assert "--only" in capsys.readouterr().err

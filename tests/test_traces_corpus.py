@@ -1,4 +1,4 @@
-"""The shipped corpus of real traces (platform_sim/data/traces): what it must hold.
+"""The shipped corpus of real traces (platform_sim/data/corpora/real): what it must hold.
 
 Read line by line as JSON here, so that these checks are about the corpus itself (its size, environments, splits,
 per-example scores), whatever the trace reader accepts; how detectors do on it is the replay study's business.
@@ -14,12 +14,13 @@ from pathlib import Path
 import pytest
 
 from evalstop_callbacks.research import envs
-from platform_sim.sim.traces import RealTrace, label_of, shipped_traces_dir
+from platform_sim.sim.corpora import corpus_dir
+from platform_sim.sim.traces import RealTrace, label_of
 
 
 @pytest.fixture(scope="module")
 def corpus() -> dict[str, list[dict]]:
-    folder = Path(shipped_traces_dir())
+    folder = Path(corpus_dir("real"))
     return {
         p.stem: [json.loads(x) for x in p.read_text(encoding="utf-8").splitlines() if x.strip()]
         for p in sorted(folder.glob("*.jsonl"))
@@ -83,18 +84,19 @@ def test_every_environment_has_runs_that_overoptimize_and_runs_that_do_not(corpu
 
 
 def test_the_corpus_stays_small_on_disk():
-    folder = Path(shipped_traces_dir())
+    folder = Path(corpus_dir("real"))
     sizes = [p.stat().st_size for p in folder.glob("*.jsonl")]
     assert sum(sizes) < 4 * 2**20 and max(sizes) < 2**20
 
 
-# -- the dense traces (platform_sim/data/traces-dense) ----------------------------------------------------------------
+# -- the dense traces (platform_sim/data/corpora/dense) ----------------------------------------------------------------
 
 
 def test_dense_traces_hold_an_eval_at_every_step_in_both_splits():
-    from platform_sim.sim.traces import load_traces, shipped_dense_traces_dir
+    from platform_sim.sim.corpora import corpus_dir
+    from platform_sim.sim.traces import load_traces
 
-    traces = load_traces(shipped_dense_traces_dir())
+    traces = load_traces(corpus_dir("dense"))
     assert len(traces) >= 30
     assert {t.split for t in traces} == {"tune", "test"}
     for t in traces:
@@ -103,19 +105,20 @@ def test_dense_traces_hold_an_eval_at_every_step_in_both_splits():
         assert steps == list(range(1, steps[-1] + 1)), t.name  # every step, none missing
         assert t.has_examples, t.name
         # the regular name of the same run is in the regular corpus: a dense trace never replaces it
-        assert (shipped_traces_dir() / f"{t.name.removesuffix('-every1')}.jsonl").exists(), t.name
+        assert (corpus_dir("real") / f"{t.name.removesuffix('-every1')}.jsonl").exists(), t.name
     for split in ("tune", "test"):
         labels = Counter(t.label for t in traces if t.split == split)
         assert labels["hacking"] >= 5 and labels["healthy"] >= 5, (split, labels)
 
 
 def test_the_second_dense_corpus_holds_other_runs_than_the_first():
-    from platform_sim.sim.traces import load_traces, shipped_dense_more_traces_dir, shipped_dense_traces_dir
+    from platform_sim.sim.corpora import corpus_dir
+    from platform_sim.sim.traces import load_traces
 
-    folder = shipped_dense_more_traces_dir()
+    folder = corpus_dir("dense-more")
     assert sum(p.stat().st_size for p in folder.glob("*.jsonl")) < 4 * 2**20
     traces = load_traces(folder)
-    first = {t.name for t in load_traces(shipped_dense_traces_dir())}
+    first = {t.name for t in load_traces(corpus_dir("dense"))}
     assert not first & {t.name for t in traces}  # fresh runs: a choice made on the first corpus never saw them
     seeds = Counter((t.environment, t.name.removesuffix("-every1").rsplit("-s", 1)[1]) for t in traces)
     assert seeds == {
@@ -151,13 +154,11 @@ def _load_x8(folder: Path) -> list[RealTrace]:
 def test_the_x8_dense_traces_are_the_same_grid_with_a_four_times_larger_eval_set():
     from platform_sim.sim.traces import (
         load_traces,
-        shipped_dense_traces_dir,
-        shipped_dense_x8_traces_dir,
         sub_evals,
     )
 
-    traces = _load_x8(shipped_dense_x8_traces_dir())
-    dense = {t.name for t in load_traces(shipped_dense_traces_dir())}
+    traces = _load_x8(corpus_dir("dense-x8"))
+    dense = {t.name for t in load_traces(corpus_dir("dense"))}
     assert {t.name.removesuffix("-x8") for t in traces} == dense  # the same runs, one each
     for split in ("tune", "test"):
         labels = Counter(t.label for t in traces if t.split == split)
@@ -172,13 +173,10 @@ def test_the_x8_dense_traces_are_the_same_grid_with_a_four_times_larger_eval_set
 def test_the_fresh_x8_dense_traces_are_other_keyword_runs_with_the_larger_eval_set():
     from platform_sim.sim.traces import (
         load_traces,
-        shipped_dense_more_traces_dir,
-        shipped_dense_traces_dir,
-        shipped_dense_x8_more_traces_dir,
     )
 
-    traces = _load_x8(shipped_dense_x8_more_traces_dir())
-    earlier = {t.name for d in (shipped_dense_traces_dir(), shipped_dense_more_traces_dir()) for t in load_traces(d)}
+    traces = _load_x8(corpus_dir("dense-x8-more"))
+    earlier = {t.name for d in (corpus_dir("dense"), corpus_dir("dense-more")) for t in load_traces(d)}
     # fresh runs: no choice made on the earlier corpora (or the x8 recording of the first) saw them
     assert not earlier & {t.name.removesuffix("-x8") for t in traces}
     seeds = Counter((t.environment, t.name.removesuffix("-every1-x8").rsplit("-s", 1)[1]) for t in traces)
@@ -191,15 +189,10 @@ def test_the_fresh_x8_dense_traces_are_other_keyword_runs_with_the_larger_eval_s
 def test_the_second_fresh_x8_dense_traces_are_yet_other_keyword_runs():
     from platform_sim.sim.traces import (
         load_traces,
-        shipped_dense_x8_more2_traces_dir,
-        shipped_dense_x8_more_traces_dir,
-        shipped_dense_x8_traces_dir,
     )
 
-    traces = _load_x8(shipped_dense_x8_more2_traces_dir())
-    earlier = {
-        t.name for d in (shipped_dense_x8_traces_dir(), shipped_dense_x8_more_traces_dir()) for t in load_traces(d)
-    }
+    traces = _load_x8(corpus_dir("dense-x8-more2"))
+    earlier = {t.name for d in (corpus_dir("dense-x8"), corpus_dir("dense-x8-more")) for t in load_traces(d)}
     assert not earlier & {t.name for t in traces}
     seeds = Counter((t.environment, t.name.removesuffix("-every1-x8").rsplit("-s", 1)[1]) for t in traces)
     assert seeds == {("keyword", str(s)): 8 for s in (8, 9, 10, 11)}
@@ -211,12 +204,10 @@ def test_the_second_fresh_x8_dense_traces_are_yet_other_keyword_runs():
 def test_the_more_x8_tune_traces_are_other_length_runs_with_the_larger_eval_set():
     from platform_sim.sim.traces import (
         load_traces,
-        shipped_dense_x8_traces_dir,
-        shipped_dense_x8_tune_more_traces_dir,
     )
 
-    traces = _load_x8(shipped_dense_x8_tune_more_traces_dir())
-    assert not {t.name for t in load_traces(shipped_dense_x8_traces_dir())} & {t.name for t in traces}
+    traces = _load_x8(corpus_dir("dense-x8-tune-more"))
+    assert not {t.name for t in load_traces(corpus_dir("dense-x8"))} & {t.name for t in traces}
     seeds = Counter((t.environment, t.name.removesuffix("-every1-x8").rsplit("-s", 1)[1]) for t in traces)
     assert seeds == {("length", "2"): 8, ("length", "3"): 8}
     assert {t.split for t in traces} == {"tune"}
@@ -226,10 +217,11 @@ def test_the_more_x8_tune_traces_are_other_length_runs_with_the_larger_eval_set(
 
 def test_on_the_dense_test_traces_the_default_hint_stops_no_healthy_run_more():
     from platform_sim.core import default_spec
-    from platform_sim.sim.dense_replay import dense_cadence_study
-    from platform_sim.sim.traces import load_traces, shipped_dense_traces_dir
+    from platform_sim.sim.corpora import corpus_dir
+    from platform_sim.sim.traces import load_traces
+    from platform_sim.studies.dense_replay import dense_cadence_study
 
-    test = [t for t in load_traces(shipped_dense_traces_dir()) if t.split == "test"]
+    test = [t for t in load_traces(corpus_dir("dense")) if t.split == "test"]
     res = dense_cadence_study(test, default_spec(), [("fixed", None), ("adaptive", "adaptive")], every=5)
     fixed, adaptive = res["summaries"]["fixed"], res["summaries"]["adaptive"]
     assert adaptive["healthy_stopped"] <= fixed["healthy_stopped"]
@@ -244,10 +236,11 @@ def test_on_every_dense_trace_a_hint_of_the_default_brings_its_stop_sooner_never
     # cadence stops is stopped at the same regular eval or sooner. Before, on the format runs, hints filled trend's
     # window with evals a step apart and three hacking runs that the fixed cadence stops were never stopped.
     from platform_sim.core import default_spec
-    from platform_sim.sim.dense_replay import dense_cadence_study
-    from platform_sim.sim.traces import load_traces, shipped_dense_more_traces_dir, shipped_dense_traces_dir
+    from platform_sim.sim.corpora import corpus_dir
+    from platform_sim.sim.traces import load_traces
+    from platform_sim.studies.dense_replay import dense_cadence_study
 
-    traces = [t for d in (shipped_dense_traces_dir(), shipped_dense_more_traces_dir()) for t in load_traces(d)]
+    traces = [t for d in (corpus_dir("dense"), corpus_dir("dense-more")) for t in load_traces(d)]
     res = dense_cadence_study(traces, default_spec(), [("fixed", None), ("adaptive", "adaptive")], every=5)
     sooner = 0
     for fixed, hinted in zip(res["rows"]["fixed"], res["rows"]["adaptive"]):
@@ -255,3 +248,34 @@ def test_on_every_dense_trace_a_hint_of_the_default_brings_its_stop_sooner_never
             assert hinted["stopped"] and hinted["stop_step"] <= fixed["stop_step"], (fixed, hinted)
             sooner += hinted["stop_step"] < fixed["stop_step"]
     assert sooner >= 5  # and the hint does bring some sooner
+
+
+# -- the manifest (platform_sim/data/corpora/manifest.json) ------------------------------------------------------------
+
+
+def test_the_manifest_lists_every_corpus_folder_and_each_holds_what_it_states():
+    import json
+
+    from platform_sim.sim.corpora import corpora, load_corpus
+
+    root = Path(corpus_dir("real")).parent
+    listed = corpora()
+    assert {c.folder for c in listed.values()} == {d.name for d in root.iterdir() if d.is_dir()}
+    assert [name for name, c in listed.items() if c.in_wheel] == ["real"]
+    for name, entry in listed.items():
+        traces = load_corpus(name)
+        assert len(traces) == entry.traces == sum(e["traces"] for e in entry.environments.values()), name
+        assert {t.environment for t in traces} == set(entry.environments), name
+        for t in traces:
+            env = entry.environments[t.environment]
+            assert t.split == env["split"], (name, t.name)
+            assert t.header["config"]["eval_steps"] in env["eval_every_steps"], (name, t.name)
+            assert len(t.examples[0] or ()) == entry.eval_samples, (name, t.name)
+        assert entry.recorded_for and all(cmd.startswith("evalstop traces record") for cmd in entry.recorded_with)
+    raw = json.loads((root / "manifest.json").read_text())
+    assert [c["name"] for c in raw["corpora"]] == list(listed)
+
+
+def test_an_unknown_corpus_is_named_in_the_error():
+    with pytest.raises(ValueError, match="unknown corpus 'nope'; choose one of real, dense"):
+        corpus_dir("nope")

@@ -28,7 +28,7 @@ def test_environment_and_split_are_known_optional_header_fields(tmp_path):
     rec.eval(1, 0.5)
     rec.eval(2, 0.4)
     rec.end("completed", best_step=1, best_score=0.5)
-    t = sim_traces.read_trace(tmp_path / "t.jsonl")
+    t = sim_traces.load_trace(tmp_path / "t.jsonl")
     assert (t.environment, t.split) == ("length", "test")
     assert tf.read_header(tmp_path / "t.jsonl")["split"] == "test"
 
@@ -111,3 +111,22 @@ def test_read_header_reads_only_the_first_line(tmp_path):
     (tmp_path / "e.jsonl").write_text("")
     with pytest.raises(tf.TraceFormatError, match=r"e.jsonl:1: empty trace"):
         tf.read_header(tmp_path / "e.jsonl")
+
+
+def test_one_error_type_and_one_reader(tmp_path) -> None:  # noqa: ANN001
+    """TraceError is the one error class (TraceFormatError and the library's and simulator's names are it); the
+    library's read_trace is a deprecated wrapper returning the lines of trace_format.read_trace."""
+    from evalstop_callbacks.trace import TraceError as lib_error
+    from platform_sim.sim.traces import TraceError as sim_error
+    from platform_sim.sim.traces import TraceFormatError as sim_old
+
+    assert tf.TraceFormatError is tf.TraceError is lib_error is sim_error is sim_old
+    assert tf.read_trace_file is tf.read_trace
+    p = tf.write_trace(tmp_path / "t.jsonl", tf.make_header("j", "rlhf"), [tf.make_eval(1, 0.5), tf.make_eval(2, 0.4)])
+    lines = tf.read_trace(p)
+    assert isinstance(lines, tf.TraceLines)
+    with pytest.deprecated_call():
+        assert lib_trace.read_trace(p) == lines.lines()
+    (tmp_path / "bad.jsonl").write_text("not json\n")
+    with pytest.raises(tf.TraceError, match="bad.jsonl:1"):
+        tf.read_trace(tmp_path / "bad.jsonl")

@@ -6,13 +6,13 @@ import numpy as np
 import pytest
 from _trace_factory import hacking_curve, healthy_curve, write
 
+from platform_sim.sim.corpora import corpus_dir
 from platform_sim.sim.traces import (
     LABEL_RULE,
     label_of,
     label_trace,
+    load_trace,
     load_traces,
-    read_trace,
-    shipped_traces_dir,
 )
 
 
@@ -83,14 +83,14 @@ def test_labels_need_scores():
 
 def test_a_trace_is_labelled_from_its_recorded_per_example_scores(tmp_path):
     p = write(tmp_path / "h.jsonl", hacking_curve(20), examples=16, noise=0.05)
-    t = read_trace(p)
+    t = load_trace(p)
     assert t.has_examples and t.labelling.noise == "paired" and t.label == "hacking" and t.hacking
 
 
 def test_shipped_corpus_labels():
     # docs/real-traces.md, the bow-proxy environment: every proxy-without-KL run hacks; gold-reward runs never do;
     # one KL-0.2 run that gives back 12% of its gain at the end is ambiguous.
-    traces = [t for t in load_traces(shipped_traces_dir()) if t.environment == "bow-proxy"]
+    traces = [t for t in load_traces(corpus_dir("real")) if t.environment == "bow-proxy"]
     labels = {t.name: t.label for t in traces}
     assert len(labels) == 25
     assert all(labels[n] == "hacking" for n in labels if "proxy-kl0-" in n)

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from platform_sim.sim.cli import main as sim_main
-from platform_sim.sim.traces import TraceFormatError, load_traces, read_trace
+from platform_sim.cli import main as sim_main
+from platform_sim.sim.traces import TraceFormatError, load_trace, load_traces
 
 
 def write_trace(path: Path, scores, job_type="rlhf", end=True, extra_eval=None, header=None) -> Path:
@@ -34,7 +34,7 @@ def write_trace(path: Path, scores, job_type="rlhf", end=True, extra_eval=None, 
 
 
 def test_reads_a_valid_trace(tmp_path):
-    t = read_trace(write_trace(tmp_path / "a.jsonl", [1.0, 3.0, 2.0, 0.5]))
+    t = load_trace(write_trace(tmp_path / "a.jsonl", [1.0, 3.0, 2.0, 0.5]))
     assert t.name == "a" and t.steps == (10, 20, 30, 40) and t.scores == (1.0, 3.0, 2.0, 0.5)
     assert t.peak_step == 20 and t.proxy == (1.0, 2.0, 3.0, 4.0)
     assert t.progress() == (0.25, 0.5, 0.75, 1.0)
@@ -46,7 +46,7 @@ def test_only_required_fields_are_required(tmp_path):
         '{"kind": "header", "format": "evalstop-trace/1", "job_id": "x", "job_type": "dpo"}\n'
         '{"kind": "eval", "step": 0, "eval_score": 1}\n{"kind": "eval", "step": 5, "eval_score": 2}\n'
     )
-    t = read_trace(p)
+    t = load_trace(p)
     assert t.planned_steps == 5 and t.end is None and t.proxy == (None, None)
 
 
@@ -98,7 +98,7 @@ def test_rejects_bad_files_with_file_and_line(tmp_path, mutate, line, words):
     mutate(lines)
     p.write_text("\n".join(lines) + "\n")
     with pytest.raises(TraceFormatError) as exc:
-        read_trace(p)
+        load_trace(p)
     msg = str(exc.value)
     assert msg.startswith(f"{p}:{line}:"), msg
     assert words in msg
@@ -107,9 +107,9 @@ def test_rejects_bad_files_with_file_and_line(tmp_path, mutate, line, words):
 def test_rejects_empty_and_too_short_traces(tmp_path):
     (tmp_path / "empty.jsonl").write_text("")
     with pytest.raises(TraceFormatError, match="empty.jsonl:1: empty trace"):
-        read_trace(tmp_path / "empty.jsonl")
+        load_trace(tmp_path / "empty.jsonl")
     with pytest.raises(TraceFormatError, match="at least 2 eval lines"):
-        read_trace(write_trace(tmp_path / "one.jsonl", [1.0]))
+        load_trace(write_trace(tmp_path / "one.jsonl", [1.0]))
 
 
 def test_load_traces_errors(tmp_path):
@@ -161,7 +161,7 @@ def test_sub_evals_take_the_same_samples_of_every_prompt(tmp_path):
     from platform_sim.sim.traces import eval_samples_of, sub_evals
 
     # two held-out prompts x 4 samples, prompt-major: prompt 0's samples, then prompt 1's
-    t = read_trace(_x4_trace(tmp_path, [[1, 2, 3, 4, 10, 20, 30, 40], [0, 0, 8, 8, 1, 1, 5, 5]]))
+    t = load_trace(_x4_trace(tmp_path, [[1, 2, 3, 4, 10, 20, 30, 40], [0, 0, 8, 8, 1, 1, 5, 5]]))
     assert eval_samples_of(t) == 4
     first, second = sub_evals(t)
     assert first.name == "x4-sub0" and second.name == "x4-sub1"
@@ -180,17 +180,17 @@ def test_sub_evals_take_the_same_samples_of_every_prompt(tmp_path):
 def test_sub_evals_refuse_what_cannot_be_split(tmp_path):
     from platform_sim.sim.traces import sub_evals
 
-    t = read_trace(_x4_trace(tmp_path, [[1, 2, 3, 4], [1, 2, 3, 4]]))
+    t = load_trace(_x4_trace(tmp_path, [[1, 2, 3, 4], [1, 2, 3, 4]]))
     with pytest.raises(ValueError, match="4 samples per held-out prompt cannot be split into evals of 3"):
         sub_evals(t, per=3)
     with pytest.raises(ValueError, match="cannot be split into evals of 4"):
         sub_evals(t, per=4)  # a single sub-eval would be the trace itself
     with pytest.raises(ValueError, match="per must be >= 1"):
         sub_evals(t, per=0)
-    odd = read_trace(_x4_trace(tmp_path, [[1, 2, 3, 4], [1, 2, 3]]))
+    odd = load_trace(_x4_trace(tmp_path, [[1, 2, 3, 4], [1, 2, 3]]))
     with pytest.raises(ValueError, match="step 2 has 3 per-example scores, not a multiple of 4"):
         sub_evals(odd)
-    plain = read_trace(write_trace(tmp_path / "plain.jsonl", [1.0, 2.0]))
+    plain = load_trace(write_trace(tmp_path / "plain.jsonl", [1.0, 2.0]))
     with pytest.raises(ValueError, match="2 samples per held-out prompt"):
         sub_evals(plain)  # a trace that does not say has the environments' own 2
 

@@ -8,15 +8,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from platform_sim.sim.cli import main as sim_main
-from platform_sim.sim.replay import (
-    build_replay_workload,
-    corpus_scale,
-    trace_curves,
-    trace_detection,
-)
+from platform_sim.cli import main as sim_main
 from platform_sim.sim.traces import load_traces
 from platform_sim.sim.workload import WorkloadConfig
+from platform_sim.studies.replay import build_replay_workload, trace_curves
+from platform_sim.studies.trace_detection import corpus_scale, trace_detection
 
 N = 10  # evals per trace
 
@@ -185,11 +181,11 @@ def test_detectors_that_read_per_example_scores_get_the_recorded_ones(caplog):
     # equal the detector study's, which feeds the same recorded scores.
     import logging
 
-    from platform_sim.sim.detector_study import trace_rows
-    from platform_sim.sim.replay import replay
-    from platform_sim.sim.traces import shipped_traces_dir
+    from platform_sim.sim.corpora import corpus_dir
+    from platform_sim.studies.detector_study import trace_rows
+    from platform_sim.studies.replay import replay
 
-    traces = load_traces(shipped_traces_dir())[:4]
+    traces = load_traces(corpus_dir("real"))[:4]
     scale = corpus_scale(traces)
     spec = {"name": "shape", "params": {"threshold": 0.8}}
     with caplog.at_level(logging.WARNING, logger="platform_sim.core.detectors"):
@@ -289,7 +285,8 @@ def test_a_folder_mixing_lengths_cadences_trainers_and_units_replays(mixed, caps
 
 def test_each_trace_lands_on_the_shared_grid_at_its_own_progress(mixed):
     from platform_sim.sim.curves import eval_grid
-    from platform_sim.sim.replay import grid_evals, trace_scales
+    from platform_sim.studies.replay import grid_evals
+    from platform_sim.studies.trace_detection import trace_scales
 
     traces = load_traces(mixed)
     scales = trace_scales(traces)

@@ -20,13 +20,14 @@ import logging
 import math
 import os
 import shutil
-import sys
 import time
 import warnings
 from pathlib import Path
 from typing import Any
 
-logger = logging.getLogger(__name__)
+from .overopt import EnvConfig, build_env
+from .runs import RunSpec
+from .trainers import grpo_trainer
 
 
 def _say(ns: argparse.Namespace, text: str = "") -> None:
@@ -85,9 +86,7 @@ def _run_demo(ns: argparse.Namespace) -> int:
     hf_logging.set_verbosity_error()
     hf_logging.disable_progress_bar()
 
-    from ..callback import EvalStopCallback
-    from .overopt import EnvConfig, build_env
-    from .record import RunSpec, grpo_trainer
+    from .. import EvalStopCallback  # transformers: loaded when the demo runs, not when the CLI starts
 
     out = Path(ns.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -221,12 +220,15 @@ def _run_demo(ns: argparse.Namespace) -> int:
 
 
 def _platform(ns: argparse.Namespace) -> dict[str, Any]:
-    from platform_sim.sim.replay import corpus_scale, replay, summary_line
+    from platform_sim.sim.corpora import corpus_dir
     from platform_sim.sim.report import markdown_table
-    from platform_sim.sim.traces import load_traces, shipped_traces_dir
+    from platform_sim.sim.traces import load_traces
     from platform_sim.sim.workload import WorkloadConfig
+    from platform_sim.studies.replay import replay
+    from platform_sim.studies.replay_report import summary_line
+    from platform_sim.studies.trace_detection import corpus_scale
 
-    folder = Path(ns.traces) if ns.traces else shipped_traces_dir()
+    folder = Path(ns.traces) if ns.traces else corpus_dir("real")
     traces = load_traces(folder)
     scale = corpus_scale(traces)
     # The demo's tolerance is in gold points; the platform's scores are on 0-1 (corpus min..max).
@@ -236,7 +238,7 @@ def _platform(ns: argparse.Namespace) -> dict[str, Any]:
     }
     results = replay(traces, WorkloadConfig(), det, ns.sim_seeds)
     s = results["trace_summary"]
-    where = folder if ns.traces else "the shipped corpus (platform_sim/data/traces)"
+    where = folder if ns.traces else "the shipped corpus (platform_sim/data/corpora/real)"
     _say(
         ns,
         f"{len(traces)} real traces from {where} ({s['hacking']} hacking, {s['healthy']} healthy), "
@@ -250,9 +252,3 @@ def _platform(ns: argparse.Namespace) -> dict[str, Any]:
         for r in results["main"]
     }
     return {"traces": len(traces), "seeds": ns.sim_seeds, "detector": det, "trace_summary": s, "main": main}
-
-
-if __name__ == "__main__":  # pragma: no cover - use the evalstop command
-    from .cli import main
-
-    sys.exit(main(["demo", *sys.argv[1:]]))

@@ -18,11 +18,14 @@ correctness (``format``) are ``test``.
 
 from __future__ import annotations
 
-import logging
+import json
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
-logger = logging.getLogger(__name__)
+from .runs import RunSpec, default_grid
 
 SPLITS = ("tune", "test")
 
@@ -54,15 +57,7 @@ class Environment:
             raise ValueError(f"environment {self.name}: split must be one of {SPLITS}, got {self.split!r}")
 
 
-def _spec(**kw):
-    from .record import RunSpec
-
-    return RunSpec(**kw)
-
-
-def _bow_grid(seeds: int = 6) -> list:
-    from .record import default_grid
-
+def _bow_grid(seeds: int = 6) -> list[RunSpec]:
     return default_grid(seeds=seeds, ppo_seeds=min(seeds, 5), ppo_kl_seeds=min(seeds, 2))
 
 
@@ -75,14 +70,14 @@ def _rl_grid(env: str, steps: int, eval_steps: int, lr: float):
         runs = []
         for s in range(seeds):
             for model in ("gpt2", "llama"):
-                common = dict(env=env, model=model, seed=s, steps=steps, eval_steps=eval_steps)
-                runs.append(_spec(algo="grpo", reward="proxy", kl=0.0, lr=lr, **common))
-                runs.append(_spec(algo="rloo", reward="proxy", kl=0.0, lr=lr, **common))
-                runs.append(_spec(algo="grpo", reward="gold", kl=0.0, lr=lr, **common))
+                common: dict[str, Any] = dict(env=env, model=model, seed=s, steps=steps, eval_steps=eval_steps)
+                runs.append(RunSpec(algo="grpo", reward="proxy", kl=0.0, lr=lr, **common))
+                runs.append(RunSpec(algo="rloo", reward="proxy", kl=0.0, lr=lr, **common))
+                runs.append(RunSpec(algo="grpo", reward="gold", kl=0.0, lr=lr, **common))
                 if s % 2 == 0:
-                    runs.append(_spec(algo="grpo", reward="proxy", kl=0.5, lr=lr, **common))
+                    runs.append(RunSpec(algo="grpo", reward="proxy", kl=0.5, lr=lr, **common))
                 else:
-                    runs.append(_spec(algo="grpo", reward="proxy", kl=0.0, lr=lr / 10, **common))
+                    runs.append(RunSpec(algo="grpo", reward="proxy", kl=0.0, lr=lr / 10, **common))
         return runs
 
     return grid
@@ -166,7 +161,7 @@ def _dpo_grid(seeds: int = 3) -> list:
     runs = []
     for s in range(seeds):
         for model in ("gpt2", "llama"):
-            common = dict(
+            common: dict[str, Any] = dict(
                 env="dpo-noisy",
                 algo="dpo",
                 reward="proxy",
@@ -177,10 +172,10 @@ def _dpo_grid(seeds: int = 3) -> list:
                 batch=8,
                 data=64,
             )
-            runs.append(_spec(kl=0.1, lr=1e-3, noise=0.3, **common))
-            runs.append(_spec(kl=0.1, lr=1e-3, noise=0.0, **common))
-            runs.append(_spec(kl=1.0, lr=1e-3, noise=0.3, **common))
-            runs.append(_spec(kl=0.1, lr=2e-4, noise=0.3, **common))
+            runs.append(RunSpec(kl=0.1, lr=1e-3, noise=0.3, **common))
+            runs.append(RunSpec(kl=0.1, lr=1e-3, noise=0.0, **common))
+            runs.append(RunSpec(kl=1.0, lr=1e-3, noise=0.3, **common))
+            runs.append(RunSpec(kl=0.1, lr=2e-4, noise=0.3, **common))
     return runs
 
 
@@ -190,7 +185,7 @@ def _sft_grid(seeds: int = 4) -> list:
     runs = []
     for s in range(seeds):
         for model in ("gpt2", "llama"):
-            common = dict(
+            common: dict[str, Any] = dict(
                 env="sft-overfit",
                 algo="sft",
                 reward="proxy",
@@ -201,9 +196,9 @@ def _sft_grid(seeds: int = 4) -> list:
                 eval_steps=5,
                 batch=8,
             )
-            runs.append(_spec(lr=1e-3, data=16, **common))
-            runs.append(_spec(lr=1e-3, data=400, **common))
-            runs.append(_spec(lr=2e-4, data=16, **common))
+            runs.append(RunSpec(lr=1e-3, data=16, **common))
+            runs.append(RunSpec(lr=1e-3, data=400, **common))
+            runs.append(RunSpec(lr=2e-4, data=16, **common))
     return runs
 
 
@@ -256,450 +251,13 @@ def get(name: str) -> Environment:
         raise KeyError(f"unknown environment {name!r}; known: {', '.join(ENVIRONMENTS)}") from None
 
 
-# -- building a run ---------------------------------------------------------------------------------------------------
-
-
-def _reward_function_evaluator():
-    from ..evaluators import RewardFunctionEvaluator
-
-    return RewardFunctionEvaluator
-
-
-class WorldEvaluator(_reward_function_evaluator()):  # type: ignore[misc]
-    """Gold on sampled completions of the held-out prompts (the eval score), keeping the proxy of the same completions.
-
-    Args:
-        prompts: The held-out prompts (each repeated for several samples).
-        gold: The gold score, a TRL reward function.
-        proxy: The proxy, a TRL reward function; its mean on the evaluation's completions goes into the trace as
-            ``proxy_reward`` (research data, never reported to the scheduler). None: no proxy of the completions
-            (the callback then records the trainer's own logged reward, if any, as ``proxy_reward``).
-        **kwargs: Passed to ``RewardFunctionEvaluator``.
-    """
-
-    def __init__(self, prompts, gold, proxy, **kwargs) -> None:
-        super().__init__(prompts, gold, **kwargs)
-        self.proxy = proxy
-        self.last_proxy = float("nan")
-
-    def evaluate(self, model, tokenizer=None):
-        result = super().evaluate(model, tokenizer)
-        if self.proxy is not None:
-            values = self.proxy(list(self.prompts), list(result.completions or ()))
-            self.last_proxy = float(sum(values) / len(values))
-        return result
-
-    def trace_extras(self, args=None, state=None) -> dict[str, float]:
-        """For ``EvalStopCallback(trace_extras=...)``: the held-out proxy of the evaluation just made."""
-        return {} if self.proxy is None else {"proxy_reward": self.last_proxy}
-
-
-@dataclass
-class World:
-    """What :func:`~evalstop_callbacks.research.record.record_run` needs to train and record one run.
-
-    Attributes:
-        evaluator: The world-feedback evaluator (with ``trace_extras``).
-        trainer: ``trainer(spec, callbacks, output_dir)`` -> a TRL trainer ready to ``train()``.
-        model_name: The header's ``model`` (e.g. ``llama-2x64``).
-        header_config: Extra entries of the header's ``config`` (how the evaluation is made, the proxy's fit...).
-    """
-
-    evaluator: object
-    trainer: Callable
-    model_name: str
-    header_config: dict
-
-
-def llama_reference_dir(env, cache_dir=None):
-    """The Llama-style reference policy of ``env`` (same tokenizer, corpus, size and pretraining), cached on disk."""
-    import json
-    from pathlib import Path
-
-    import torch
-
-    from .overopt import default_cache_dir
-    from .tiny import load_corpus, pretrain_policy
-    from .worlds import build_llama_policy
-
-    root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
-    folder = root / f"llama-{env.config.key()}"
-    done = folder / "done.json"
-    if done.exists():
-        return folder / "policy"
-    cfg = env.config
-    policy = build_llama_policy(env.tokenizer, cfg.n_layer, cfg.n_embd, seed=cfg.seed)
-    with torch.random.fork_rng(devices=[]):
-        pretrain_policy(policy, env.tokenizer, load_corpus(), steps=cfg.pretrain_steps, seed=cfg.seed)
-    policy.save_pretrained(folder / "policy")
-    done.write_text(json.dumps({"config": env.config.key()}))
-    return folder / "policy"
-
-
-def policy_factory(spec, env, cache_dir=None):
-    """``() -> a fresh trainable copy`` of the reference policy of ``spec.model``, and the model's name."""
-    cfg = env.config
-    if spec.model == "gpt2":
-        return env.reference_policy, f"gpt2-{cfg.n_layer}x{cfg.n_embd}"
-    path = llama_reference_dir(env, cache_dir)
-
-    def fresh():
-        from transformers import LlamaForCausalLM
-
-        model = LlamaForCausalLM.from_pretrained(path)
-        model.generation_config.pad_token_id = env.tokenizer.pad_token_id
-        model.generation_config.eos_token_id = env.tokenizer.eos_token_id
-        model.train()
-        return model
-
-    return fresh, f"llama-{cfg.n_layer}x{cfg.n_embd}"
-
-
-def _scores_of(name: str):
-    """``(proxy, gold)`` TRL reward functions of a sentence-world RL environment."""
-    from .worlds import TextScore, keyword_gold, keyword_proxy, length_gold, length_proxy, text_only
-
-    if name == "length":
-        return TextScore("proxy", text_only(length_proxy)), TextScore("gold", text_only(length_gold))
-    if name == "keyword":
-        return TextScore("proxy", text_only(keyword_proxy)), TextScore("gold", text_only(keyword_gold))
-    raise KeyError(f"environment {name!r} has no sentence-world scores")
-
-
-def world_of(spec, env, cache_dir=None) -> World:
-    """The :class:`World` of ``spec`` in the built sentence world ``env`` (:func:`~.overopt.build_env`)."""
-    from .record import _ppo_trainer, grpo_trainer
-
-    cfg = env.config
-    per_prompt = spec.eval_samples or cfg.eval_per_prompt
-    eval_desc = f"gold on {len(env.heldout_prompts)} held-out prompts x {per_prompt} samples"
-    if spec.env == "bow-proxy":
-
-        def trainer(spec, callbacks, out):
-            return (
-                grpo_trainer(env, spec, callbacks, out)
-                if spec.algo == "grpo"
-                else _ppo_trainer(env, spec, callbacks, out)
-            )
-
-        ev = env.evaluator()
-        return World(
-            ev,
-            trainer,
-            f"gpt2-{cfg.n_layer}x{cfg.n_embd}",
-            {
-                "proxy_corr": round(env.proxy_fit["corr_check"], 4),
-                "reference_gold": round(env.reference_gold, 4),
-                "eval": eval_desc,
-            },
-        )
-    if spec.env == "format":
-        return _format_world(spec, env, cache_dir)
-    fresh, model_name = policy_factory(spec, env, cache_dir)
-    if spec.env in ("length", "keyword"):
-        proxy, gold = _scores_of(spec.env)
-        prompts = [p for p in env.heldout_prompts for _ in range(per_prompt)]
-        ev, trainer = _gold_proxy_grpo(env, prompts, gold, proxy, fresh)
-        return World(ev, trainer, model_name, {"eval": eval_desc})
-    if spec.env == "dpo-noisy":
-        return _dpo_world(spec, env, fresh, model_name, eval_desc)
-    if spec.env == "sft-overfit":
-        return _sft_world(spec, env, fresh, model_name)
-    raise KeyError(f"environment {spec.env!r} has no recorder")
-
-
-def _world_evaluator(task, prompts, gold, proxy) -> WorldEvaluator:
-    """Gold (and the proxy, if any) on ``prompts``, one sample each at the task config's eval seed and length."""
-    cfg = task.config
-    return WorldEvaluator(
-        prompts,
-        gold,
-        proxy,
-        tokenizer=task.tokenizer,
-        max_new_tokens=cfg.max_new_tokens,
-        batch_size=64,
-        seed=cfg.eval_seed,
-    )
-
-
-def _gold_proxy_grpo(task, prompts, gold, proxy, fresh) -> tuple[WorldEvaluator, Callable]:
-    """The world evaluator (gold and proxy on ``prompts``) and the GRPO trainer factory of a gold/proxy world: the
-    trainer optimizes the proxy, or the gold score for a healthy control (``spec.reward == "gold"``), on a fresh
-    policy. ``task`` carries the tokenizer, the config and the training prompts."""
-    from .record import grpo_trainer
-
-    ev = _world_evaluator(task, prompts, gold, proxy)
-
-    def trainer(spec, callbacks, out):
-        return grpo_trainer(task, spec, callbacks, out, reward=gold if spec.reward == "gold" else proxy, model=fresh())
-
-    return ev, trainer
-
-
-def _quiet(trainer) -> None:
-    from .record import _quiet as quiet
-
-    quiet(trainer)
-
-
-def reference_samples(env, prompts, n_per_prompt: int, seed: int) -> tuple[list[str], list[str]]:
-    """Samples of the GPT-2 reference policy of ``env`` (the data every DPO and SFT run of a seed shares)."""
-    from .overopt import sample_completions
-
-    return sample_completions(
-        env.reference_policy(), env.tokenizer, prompts, n_per_prompt, env.config.max_new_tokens, seed=seed
-    )
-
-
-def preference_pairs(env, n: int, noise: float, seed: int) -> list[dict]:
-    """``n`` preference pairs on training prompts: two reference samples, the one of higher gold chosen, then each
-    label flipped with probability ``noise`` (a noisy annotator). Pairs of equal gold are skipped.
-
-    Returns:
-        Rows ``{"prompt", "chosen", "rejected", "flipped"}``.
-    """
-    import numpy as np
-
-    from .overopt import gold_score
-
-    rng = np.random.default_rng(seed + 303)
-    rows: list[dict] = []
-    attempt = 0
-    while len(rows) < n and attempt < 10:
-        prompts = [env.train_prompts[i] for i in rng.integers(0, len(env.train_prompts), 2 * n)]
-        expanded, texts = reference_samples(env, prompts, 2, seed=seed + 404 + attempt)
-        for i in range(0, len(texts), 2):
-            a, b = texts[i], texts[i + 1]
-            ga, gb = gold_score(a), gold_score(b)
-            if ga == gb or len(rows) >= n:
-                continue
-            chosen, rejected = (a, b) if ga > gb else (b, a)
-            flipped = bool(rng.random() < noise)
-            if flipped:
-                chosen, rejected = rejected, chosen
-            rows.append({"prompt": expanded[i], "chosen": " " + chosen, "rejected": " " + rejected, "flipped": flipped})
-        attempt += 1
-    if len(rows) < n:
-        raise RuntimeError(f"could only make {len(rows)} preference pairs of {n}")
-    return rows
-
-
-def _dpo_world(spec, env, fresh, model_name, eval_desc) -> World:
-    from .overopt import gold_reward
-
-    cfg = env.config
-    prompts = [p for p in env.heldout_prompts for _ in range(cfg.eval_per_prompt)]
-    # A DPO run's proxy is its noisy annotator, which scores pairs, not completions: the trace's proxy_reward is
-    # DPO's own logged implicit reward of the chosen answers (rewards/chosen, taken by the callback from the logs).
-    ev = _world_evaluator(env, prompts, gold_reward, None)
-    rows = preference_pairs(env, spec.data, spec.noise, spec.seed)
-
-    def trainer(spec, callbacks, out):
-        from datasets import Dataset
-        from trl import DPOConfig, DPOTrainer
-
-        from .record import cpu_run_args
-
-        data = Dataset.from_dict({k: [r[k] for r in rows] for k in ("prompt", "chosen", "rejected")})
-        args = DPOConfig(
-            **cpu_run_args(spec, out), beta=spec.kl, max_steps=spec.steps, max_length=64, save_strategy="no"
-        )
-        t = DPOTrainer(
-            model=fresh(),
-            ref_model=fresh(),
-            args=args,
-            train_dataset=data,
-            processing_class=env.tokenizer,
-            callbacks=callbacks,
-        )
-        _quiet(t)
-        return t
-
-    n_flipped = sum(r["flipped"] for r in rows)
-    return World(
-        ev, trainer, model_name, {"eval": eval_desc, "pairs": len(rows), "flipped": n_flipped, "beta": spec.kl}
-    )
-
-
-def _evaluator_base():
-    from ..evaluators import Evaluator
-
-    return Evaluator
-
-
-class HeldoutNLLEvaluator(_evaluator_base()):  # type: ignore[misc]
-    """Held-out likelihood of good demonstrations: per example ``-`` mean token negative log-likelihood.
-
-    The score of an SFT run: it rises while the model learns the task and falls when it overfits its few training
-    demonstrations. The same quantity on the training demonstrations goes into the trace as ``proxy_reward`` (the
-    training objective, which keeps improving).
-
-    Args:
-        prompts, completions: The held-out examples.
-        train_prompts, train_completions: The training demonstrations.
-        tokenizer: The policy's tokenizer.
-    """
-
-    def __init__(self, prompts, completions, train_prompts, train_completions, tokenizer) -> None:
-        self.prompts, self.completions = list(prompts), list(completions)
-        self.train = (list(train_prompts), list(train_completions))
-        self.tokenizer = tokenizer
-        self.last_proxy = float("nan")
-
-    def _nll(self, model, prompts, completions) -> list[float]:
-        import torch
-
-        from ..evaluators import isolated_eval
-
-        tok = self.tokenizer
-        out: list[float] = []
-        with isolated_eval(model, None):
-            for p, c in zip(prompts, completions):
-                p_ids = tok(p)["input_ids"]
-                c_ids = tok(c)["input_ids"] + [tok.eos_token_id]
-                ids = torch.tensor([p_ids + c_ids], device=model.device)
-                logits = model(input_ids=ids).logits[0, len(p_ids) - 1 : -1]
-                nll = torch.nn.functional.cross_entropy(logits.float(), ids[0, len(p_ids) :])
-                out.append(-float(nll))
-        return out
-
-    def evaluate(self, model, tokenizer=None):
-        from ..evaluators import EvalResult, unwrap_model
-
-        model = unwrap_model(model)
-        scores = self._nll(model, self.prompts, self.completions)
-        train = self._nll(model, *self.train)
-        self.last_proxy = sum(train) / len(train)
-        return EvalResult(sum(scores) / len(scores), tuple(scores))
-
-    def describe(self) -> dict:
-        return {"evaluator": type(self).__name__, "n_prompts": len(self.prompts)}
-
-    def trace_extras(self, args=None, state=None) -> dict[str, float]:
-        return {"proxy_reward": self.last_proxy}
-
-
-def demonstrations(prompts, n: int, seed: int) -> tuple[list[str], list[str]]:
-    """``n`` good demonstrations in one style for prompts drawn from ``prompts``: three distinct positive adjectives
-    joined by "and", sometimes after an intensifier ("very good and warm and kind ."). The reference policy writes
-    this style rarely, so SFT has something to learn before it starts memorizing which triple goes with which prompt.
-    """
-    import random
-
-    from .tiny import VOCAB
-
-    rng = random.Random(seed + 505)
-    out_p, out_c = [], []
-    for _ in range(n):
-        adjs = rng.sample(VOCAB.positive, 3)
-        lead = f"{rng.choice(VOCAB.adverbs)} " if rng.random() < 0.3 else ""
-        out_p.append(rng.choice(list(prompts)))
-        out_c.append(f" {lead}{' and '.join(adjs)} .")
-    return out_p, out_c
-
-
-def _sft_world(spec, env, fresh, model_name) -> World:
-    train_p, train_c = demonstrations(env.train_prompts, spec.data, spec.seed)
-    # the held-out set is the same for every run of a seed: demonstrations of the same style for the held-out prompts
-    held_p, held_c = demonstrations(env.heldout_prompts, 48, 10_000 + spec.seed)
-    ev = HeldoutNLLEvaluator(held_p, held_c, train_p[:48], train_c[:48], env.tokenizer)
-
-    def trainer(spec, callbacks, out):
-        from datasets import Dataset
-        from trl import SFTConfig, SFTTrainer
-
-        from .record import cpu_run_args
-
-        data = Dataset.from_dict({"prompt": train_p, "completion": train_c})
-        args = SFTConfig(**cpu_run_args(spec, out), max_steps=spec.steps, max_length=64, save_strategy="no")
-        t = SFTTrainer(
-            model=fresh(), args=args, train_dataset=data, processing_class=env.tokenizer, callbacks=callbacks
-        )
-        _quiet(t)
-        return t
-
-    return World(
-        ev,
-        trainer,
-        model_name,
-        {
-            "eval": "held-out log-likelihood (-mean token NLL) of 48 good demonstrations for the held-out prompts",
-            "demonstrations": len(train_p),
-        },
-    )
-
-
-def format_reference_dir(model: str, env, cache_dir=None):
-    """The reference policy of the format world (``gpt2`` or ``llama``, the size of ``env``'s), pretrained on
-    :func:`~.worlds.copy_corpus` for 4 times ``env``'s pretraining steps (a 2-layer model needs about 1,000 steps to
-    learn to copy at all), cached on disk."""
-    import json
-    from pathlib import Path
-
-    import torch
-
-    from .overopt import default_cache_dir
-    from .tiny import build_policy, pretrain_policy
-    from .worlds import build_llama_policy, copy_corpus
-
-    cfg = env.config
-    root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
-    folder = root / f"format-3-{model}-{cfg.key()}"
-    if (folder / "done.json").exists():
-        return folder / "policy"
-    build = build_policy if model == "gpt2" else build_llama_policy
-    policy = build(env.tokenizer, cfg.n_layer, cfg.n_embd, seed=cfg.seed)
-    with torch.random.fork_rng(devices=[]):
-        pretrain_policy(policy, env.tokenizer, copy_corpus(seed=cfg.seed), steps=4 * cfg.pretrain_steps, seed=cfg.seed)
-    policy.save_pretrained(folder / "policy")
-    (folder / "done.json").write_text(json.dumps({"config": cfg.key(), "model": model}))
-    return folder / "policy"
-
-
-def _format_world(spec, env, cache_dir) -> World:
-    from types import SimpleNamespace
-
-    from transformers import AutoModelForCausalLM
-
-    from .tiny import VOCAB
-    from .worlds import TextScore, copy_prompts, format_gold, format_proxy, heldout_copy_prompts
-
-    cfg = env.config
-    path = format_reference_dir(spec.model, env, cache_dir)
-
-    def fresh():
-        model = AutoModelForCausalLM.from_pretrained(path)
-        model.generation_config.pad_token_id = env.tokenizer.pad_token_id
-        model.generation_config.eos_token_id = env.tokenizer.eos_token_id
-        model.train()
-        return model
-
-    proxy, gold = TextScore("proxy", format_proxy), TextScore("gold", format_gold)
-    task = SimpleNamespace(tokenizer=env.tokenizer, config=cfg, train_prompts=copy_prompts(VOCAB.train_nouns))
-    ev, trainer = _gold_proxy_grpo(task, heldout_copy_prompts(48), gold, proxy, fresh)
-    return World(
-        ev,
-        trainer,
-        f"{spec.model}-{cfg.n_layer}x{cfg.n_embd}",
-        {
-            "eval": "gold (right adjective in the asked form, 0 or 1) on 48 held-out copying prompts x 1 sample",
-            "world": "format-3",
-        },
-    )
-
-
 # -- the corpus table -------------------------------------------------------------------------------------------------
 
 
 def corpus_rows(folder) -> list[dict]:
     """One row per complete trace of ``folder``: environment, split, trainer, model, role, label (from the gold curve
     by the replay code's rule), first/peak/final gold, training seconds. Reads the JSONL files directly."""
-    import json
-    from pathlib import Path
-
-    from platform_sim.sim.traces import label_of
-
-    from .record import RunSpec
+    from platform_sim.sim.traces import label_of  # the replay code's rule, so the table says what a replay sees
 
     rows = []
     for path in sorted(Path(folder).glob("*.jsonl")):
@@ -736,7 +294,6 @@ def corpus_rows(folder) -> list[dict]:
 
 def corpus_table(rows: list[dict]) -> str:
     """A markdown table: per environment, trainer, model and role, the number of traces and their labels."""
-    from collections import Counter
 
     groups: dict[tuple, Counter] = {}
     for r in rows:
@@ -756,4 +313,4 @@ def corpus_table(rows: list[dict]) -> str:
 if __name__ == "__main__":  # python -m evalstop_callbacks.research.envs DIR: the corpus table of a trace folder
     import sys
 
-    print(corpus_table(corpus_rows(sys.argv[1] if len(sys.argv) > 1 else "platform_sim/data/traces")))
+    print(corpus_table(corpus_rows(sys.argv[1] if len(sys.argv) > 1 else "platform_sim/data/corpora/real")))

@@ -5,11 +5,11 @@ The world is the tiny language of :mod:`evalstop_callbacks.research.tiny` ("the 
 - **gold** (:func:`gold_score`, the hidden world score, "diverse positivity"): +1 per *distinct* positive word, -1 per
   negative word, -0.5 per repeated content word (adjective, adverb or noun). A policy that repeats "good" forever scores
   badly.
-- **proxy** (:class:`BagOfWordsProxy`): a ridge regression on bag-of-words counts of prompt and completion, fitted on a
+- **proxy** (:class:`~.proxy.BagOfWordsProxy`): a ridge regression on bag-of-words counts of prompt and completion, fitted on a
   few hundred gold-labelled samples of the reference policy. In distribution it agrees with gold (correlation about
   0.9), but a linear model of counts cannot see repetition, so "good . good . good ..." scores ever higher. This is the
   learned reward model that an RL job overoptimizes.
-- The proxy is also available as a ``torch`` module (:class:`ProxyRewardModel`) with the layout that TRL 1.12's
+- The proxy is also available as a ``torch`` module (:func:`~.proxy.ProxyRewardModel`) with the layout that TRL 1.12's
   ``PPOTrainer`` expects of a reward model, so PPO and GRPO optimize exactly the same function.
 
 Training prompts use ``Vocabulary.train_nouns``; held-out eval prompts use ``Vocabulary.heldout_nouns`` only, which
@@ -32,7 +32,10 @@ from typing import Any
 
 import numpy as np
 
-from .tiny import VOCAB, Vocabulary, build_policy, build_tokenizer, load_corpus, pretrain_policy
+from ..evaluators import EvalResult, RewardFunctionEvaluator
+from .proxy import BagOfWordsProxy, ProxyRewardModel
+from .sampling import completion_texts, sample_completions
+from .tiny import VOCAB, Vocabulary, build_policy, build_tokenizer, load_corpus, load_policy, pretrain_policy
 
 logger = logging.getLogger(__name__)
 
@@ -82,19 +85,6 @@ def gold_score(text: str, vocab: Vocabulary = VOCAB) -> float:
     return float(distinct_pos - n_neg - 0.5 * repeats)
 
 
-def _completion_texts(completions: Sequence[Any]) -> list[str]:
-    # TRL passes plain strings for standard datasets and lists of messages for conversational ones.
-    out = []
-    for c in completions:
-        if isinstance(c, str):
-            out.append(c)
-        elif isinstance(c, list) and c and isinstance(c[-1], dict):
-            out.append(str(c[-1].get("content", "")))
-        else:
-            raise TypeError(f"a completion must be a string or a list of messages, got {type(c).__name__}")
-    return out
-
-
 def gold_reward(prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any) -> list[float]:
     """:func:`gold_score` as a TRL reward function (``reward_funcs=[gold_reward]``).
 
@@ -103,174 +93,13 @@ def gold_reward(prompts: Sequence[Any], completions: Sequence[Any], **kwargs: An
         completions: The completions, strings or conversational message lists.
         **kwargs: Other dataset columns TRL passes along; ignored.
     """
-    return [gold_score(t) for t in _completion_texts(completions)]
+    return [gold_score(t) for t in completion_texts(completions)]
 
 
-# -- the learned proxy ----------------------------------------------------------------------------------------------
+# -- evaluation ---------------------------------------------------------------------------------------------------
 
 
-@dataclass
-class BagOfWordsProxy:
-    """A linear reward model on word counts: ``bias + sum_w weight[w] * count_w(prompt + " " + completion)``.
-
-    Callable with TRL's reward-function signature (``reward_funcs=[proxy]``); its ``__name__`` is ``"proxy"`` so
-    TRL logs it as ``rewards/proxy``.
-
-    Args:
-        words: The feature words, in weight order.
-        weights: One weight per word.
-        bias: The intercept.
-    """
-
-    words: tuple[str, ...]
-    weights: tuple[float, ...]
-    bias: float
-
-    def __post_init__(self) -> None:
-        self.__name__ = "proxy"  # TRL names a reward function's log key after its __name__
-        if len(self.words) != len(self.weights):
-            raise ValueError(f"proxy has {len(self.words)} words but {len(self.weights)} weights")
-        self._index = {w: i for i, w in enumerate(self.words)}
-        self._w = np.asarray(self.weights, dtype=np.float64)
-
-    def features(self, text: str) -> np.ndarray:
-        x = np.zeros(len(self.words))
-        for w in text.split():
-            i = self._index.get(w)
-            if i is not None:
-                x[i] += 1.0
-        return x
-
-    def score(self, prompt: str, completion: str) -> float:
-        """The proxy reward of one completion of ``prompt``."""
-        return float(self.bias + self.features(f"{prompt} {completion}") @ self._w)
-
-    def __call__(self, prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any) -> list[float]:
-        texts = _completion_texts(completions)
-        ptexts = _completion_texts(prompts) if prompts is not None else [""] * len(texts)
-        return [self.score(p, c) for p, c in zip(ptexts, texts)]
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"words": list(self.words), "weights": list(self.weights), "bias": self.bias}
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> BagOfWordsProxy:
-        return cls(tuple(d["words"]), tuple(float(w) for w in d["weights"]), float(d["bias"]))
-
-    @classmethod
-    def fit(
-        cls,
-        prompts: Sequence[str],
-        completions: Sequence[str],
-        targets: Sequence[float],
-        words: Sequence[str],
-        alpha: float = 1.0,
-    ) -> BagOfWordsProxy:
-        """Ridge regression (closed form, intercept unpenalised) of ``targets`` on word counts."""
-        proto = cls(tuple(words), tuple(0.0 for _ in words), 0.0)
-        x = np.stack([proto.features(f"{p} {c}") for p, c in zip(prompts, completions)])
-        y = np.asarray(targets, dtype=np.float64)
-        xm, ym = x.mean(0), y.mean()
-        xc = x - xm
-        w = np.linalg.solve(xc.T @ xc + alpha * np.eye(x.shape[1]), xc.T @ (y - ym))
-        return cls(tuple(words), tuple(float(v) for v in w), float(ym - xm @ w))
-
-
-def ProxyRewardModel(proxy: BagOfWordsProxy, tokenizer):  # noqa: N802 - a factory that reads like a class
-    """The proxy as a ``torch`` module with the layout TRL 1.12's ``PPOTrainer`` reads from a reward model.
-
-    TRL calls ``getattr(model, model.base_model_prefix)(input_ids=..., ...)`` and then ``model.score`` on the last
-    hidden state, and reads the value at the last non-pad token. Here the "backbone" returns the running word counts
-    (cumulative one-hot vectors) and ``score`` is the ridge layer, so the value at the last token is exactly
-    :meth:`BagOfWordsProxy.score` of prompt + response (special tokens have weight 0).
-    """
-    from types import SimpleNamespace
-
-    import torch
-    from torch import nn
-
-    vocab_size = len(tokenizer)
-    weight = torch.zeros(vocab_size)
-    for word, w in zip(proxy.words, proxy.weights):
-        tid = tokenizer.convert_tokens_to_ids(word)
-        if tid is not None and tid != tokenizer.unk_token_id:
-            weight[tid] = w
-
-    class _Counts(nn.Module):
-        def forward(self, input_ids, attention_mask=None, **kwargs):
-            onehot = torch.nn.functional.one_hot(input_ids, vocab_size).float()
-            if attention_mask is not None:
-                onehot = onehot * attention_mask.unsqueeze(-1).float()
-            return SimpleNamespace(hidden_states=(onehot.cumsum(1),))
-
-    class _ProxyModule(nn.Module):
-        base_model_prefix = "backbone"
-
-        def __init__(self) -> None:
-            super().__init__()
-            self.backbone = _Counts()
-            self.score = nn.Linear(vocab_size, 1)
-            with torch.no_grad():
-                self.score.weight.copy_(weight.unsqueeze(0))
-                self.score.bias.fill_(proxy.bias)
-            self.requires_grad_(False)
-
-    return _ProxyModule()
-
-
-# -- sampling and evaluation ----------------------------------------------------------------------------------------
-
-
-def sample_completions(
-    model,
-    tokenizer,
-    prompts: Sequence[str],
-    n_per_prompt: int = 1,
-    max_new_tokens: int = 16,
-    seed: int = 0,
-    batch_size: int = 64,
-) -> tuple[list[str], list[str]]:
-    """Sample completions with fixed settings (temperature 1, no top-k) and a fixed seed.
-
-    The global torch RNG is forked, so sampling never changes a training run's random stream; the model's train/eval
-    mode is restored. Returns ``(prompts repeated n_per_prompt times, completions)``.
-    """
-    import torch
-
-    expanded = [p for p in prompts for _ in range(n_per_prompt)]
-    was_training = model.training
-    model.eval()
-    out: list[str] = []
-    try:
-        with torch.random.fork_rng(devices=[]), torch.no_grad():
-            torch.manual_seed(seed)
-            for i in range(0, len(expanded), batch_size):
-                chunk = expanded[i : i + batch_size]
-                enc = tokenizer(chunk, return_tensors="pt", padding=True)
-                enc = {k: v.to(model.device) for k, v in enc.items()}
-                gen = model.generate(
-                    **enc,
-                    do_sample=True,
-                    top_k=0,
-                    top_p=1.0,
-                    temperature=1.0,
-                    max_new_tokens=max_new_tokens,
-                    pad_token_id=tokenizer.pad_token_id,
-                    eos_token_id=tokenizer.eos_token_id,
-                )
-                out += tokenizer.batch_decode(gen[:, enc["input_ids"].shape[1] :], skip_special_tokens=True)
-    finally:
-        model.train(was_training)
-    return expanded, [" ".join(t.split()) for t in out]
-
-
-def _evaluator_base():
-    from ..evaluators import RewardFunctionEvaluator
-
-    return RewardFunctionEvaluator
-
-
-class OveroptEvaluator(_evaluator_base()):  # type: ignore[misc]
+class OveroptEvaluator(RewardFunctionEvaluator):
     """A :class:`~evalstop_callbacks.evaluators.RewardFunctionEvaluator` scoring gold, that also keeps the proxy.
 
     The gold mean is the eval score the scheduler sees; :attr:`last_proxy` (mean proxy of the same completions) is
@@ -286,12 +115,10 @@ class OveroptEvaluator(_evaluator_base()):  # type: ignore[misc]
         super().__init__(prompts, gold_reward, **kwargs)
         self.proxy = proxy
         self.last_proxy: float = float("nan")
-        self.last_completions: tuple[str, ...] = ()
 
-    def evaluate(self, model: Any, tokenizer: Any = None):
-        result = super().evaluate(model, tokenizer)
-        self.last_completions = tuple(result.completions or ())
-        self.last_proxy = float(np.mean(self.proxy(list(self.prompts), list(self.last_completions))))
+    def evaluate(self, model: Any, tokenizer: Any = None, *, local: bool = False) -> EvalResult:
+        result = super().evaluate(model, tokenizer, local=local)
+        self.last_proxy = float(np.mean(self.proxy(list(self.prompts), list(result.completions or ()))))
         return result
 
     def trace_extras(self, args: Any = None, state: Any = None) -> dict[str, float]:
@@ -371,15 +198,9 @@ class OveroptEnv:
     reference_gold: float
     policy_dir: Path
 
-    def reference_policy(self):
+    def reference_policy(self) -> Any:
         """A fresh copy of the pretrained reference policy (loaded from disk, in train mode)."""
-        from transformers import GPT2LMHeadModel
-
-        model = GPT2LMHeadModel.from_pretrained(self.policy_dir)
-        model.generation_config.pad_token_id = self.tokenizer.pad_token_id
-        model.generation_config.eos_token_id = self.tokenizer.eos_token_id
-        model.train()
-        return model
+        return load_policy(self.policy_dir, self.tokenizer)
 
     def proxy_model(self):
         """The proxy as a reward-model module for TRL 1.12's ``PPOTrainer``."""
@@ -406,10 +227,6 @@ class OveroptEnv:
         ev = self.evaluator()
         result = ev.evaluate(model)
         return result.score, list(result.scores or ()), float(ev.last_proxy)
-
-    def gold_eval_fn(self, prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any) -> list[float]:
-        """Gold as a reward function (same as :func:`gold_reward`), convenient as an evaluator's scorer."""
-        return gold_reward(prompts, completions)
 
 
 def default_cache_dir() -> Path:

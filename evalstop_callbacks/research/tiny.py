@@ -1,7 +1,7 @@
 """Tiny models built locally in code: a word-level tokenizer and GPT-2 policies, reward and value models.
 
 Nothing here downloads anything. The tokenizer is trained with ``tokenizers`` on the small corpus shipped in
-``evalstop_callbacks/data/corpus.txt`` (made by :func:`generate_corpus`; regenerate it with
+``evalstop_callbacks/research/data/corpus.txt`` (made by :func:`generate_corpus`; regenerate it with
 ``python -m evalstop_callbacks.research.tiny``). The models are randomly initialised GPT-2s of a few layers; a short language
 model pretraining (:func:`pretrain_policy`, about 8 s on one CPU thread) makes the policy write sentence-like text.
 
@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 logger = logging.getLogger(__name__)
 
@@ -131,9 +132,32 @@ def build_policy(tokenizer, n_layer: int = 2, n_embd: int = 64, n_head: int = 2,
     from transformers import GPT2LMHeadModel
 
     torch.manual_seed(seed)
-    model = GPT2LMHeadModel(_gpt2_config(tokenizer, n_layer, n_embd, n_head, n_positions))
+    return with_generation_tokens(
+        GPT2LMHeadModel(_gpt2_config(tokenizer, n_layer, n_embd, n_head, n_positions)), tokenizer
+    )
+
+
+def with_generation_tokens(model: Any, tokenizer: Any) -> Any:
+    """``model``, set to generate with ``tokenizer``'s pad and EOS tokens (a fresh config names neither)."""
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     model.generation_config.eos_token_id = tokenizer.eos_token_id
+    return model
+
+
+def load_policy(path: str | Path, tokenizer: Any) -> Any:
+    """A fresh trainable copy of the causal language model saved at ``path`` (GPT-2 or Llama, as its config says).
+
+    Args:
+        path: A folder written by ``save_pretrained``.
+        tokenizer: The policy's tokenizer (its pad and EOS tokens go into the generation config).
+
+    Returns:
+        The model, in train mode.
+    """
+    from transformers import AutoModelForCausalLM
+
+    model = with_generation_tokens(AutoModelForCausalLM.from_pretrained(path), tokenizer)
+    model.train()
     return model
 
 

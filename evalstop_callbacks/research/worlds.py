@@ -21,11 +21,12 @@ All scores are functions of text only (no randomness), so a test can pin them.
 
 from __future__ import annotations
 
+import random
 from collections.abc import Sequence
 from typing import Any
 
-from .overopt import _completion_texts
-from .tiny import VOCAB, Vocabulary
+from .sampling import completion_texts
+from .tiny import VOCAB, Vocabulary, generate_corpus, with_generation_tokens
 
 #: Words of the answer that gold and the length proxy read: up to the first "." and at most this many.
 ANSWER_WORDS = 8
@@ -114,8 +115,8 @@ class TextScore:
         self.fn = fn
 
     def __call__(self, prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any) -> list[float]:
-        texts = _completion_texts(completions)
-        ptexts = _completion_texts(prompts) if prompts is not None else [""] * len(texts)
+        texts = completion_texts(completions)
+        ptexts = completion_texts(prompts) if prompts is not None else [""] * len(texts)
         return [float(self.fn(p, c)) for p, c in zip(ptexts, texts)]
 
 
@@ -154,10 +155,7 @@ def build_llama_policy(
         pad_token_id=tokenizer.pad_token_id,
         tie_word_embeddings=True,
     )
-    model = LlamaForCausalLM(config)
-    model.generation_config.pad_token_id = tokenizer.pad_token_id
-    model.generation_config.eos_token_id = tokenizer.eos_token_id
-    return model
+    return with_generation_tokens(LlamaForCausalLM(config), tokenizer)
 
 
 # -- the format world: a copying task ---------------------------------------------------------------------------------
@@ -192,10 +190,6 @@ def copy_corpus(n_lines: int = 4000, seed: int = 0, exact: float = 0.35, vocab: 
     ``"the bird is red . the bird is red ."``, of which a fraction ``exact`` repeat the adjective alone; the others end
     differently (another adjective, a chain with "and", an intensifier), so the reference policy often gets the form
     wrong and sometimes the word."""
-    import random
-
-    from .tiny import generate_corpus
-
     rng = random.Random(seed + 707)
     lines = generate_corpus(n_lines // 2, seed=seed)
     nouns = vocab.train_nouns + vocab.heldout_nouns

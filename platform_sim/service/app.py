@@ -24,8 +24,10 @@ from .deps import ServiceContext
 from .errors import ApiError, install_error_handlers, no_unknown_query
 from .metrics import ServiceMetrics
 from .ratelimit import RATE_BYTES_PER_TOKEN, TenantRateLimit
-from .routes import API_VERSION, jobs, operator, reports
+from .routes import API_VERSION, history, jobs, operator, reports
+from .routes import dashboard as dashboard_routes
 from .store import Store
+from .webhooks import DeliveryWorker, WebhookSettings
 from .wire import MAX_EVAL_SCORES
 
 __all__ = [
@@ -50,6 +52,8 @@ def create_app(
     fast_path: bool = True,
     max_eval_scores: int = MAX_EVAL_SCORES,
     rate_limit: TenantRateLimit | None = None,
+    admin_token: str | None = None,
+    webhooks: WebhookSettings | None = None,
 ) -> FastAPI:
     """Build the service around ``store``.
 
@@ -63,14 +67,23 @@ def create_app(
             answers, less CPU); False routes it through FastAPI (kept for comparison and tests).
         max_eval_scores: Most per-example scores one report may carry; longer lists get 422.
         rate_limit: Per-tenant request rate limit (429 with ``Retry-After`` beyond it), or None for none.
+        admin_token: The operator's token that reads every tenant's events (``GET /v1/events``), or None.
+        webhooks: Run the background worker (webhook delivery from the outbox, event retention) with these
+            settings while the app runs; None: no worker (the CLI always runs one).
     """
     if max_eval_scores < 1:
         raise ValueError(f"max_eval_scores must be >= 1, got {max_eval_scores}")
     ctx = ServiceContext(store, ServiceMetrics(), max_eval_scores, token_cache_ttl, rate_limit)
 
+    worker = None if webhooks is None else DeliveryWorker(store, webhooks)
+
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        if worker is not None:
+            worker.start()
         yield
+        if worker is not None:
+            worker.stop()
         if close_store:
             store.close()
 
@@ -93,4 +106,6 @@ def create_app(
     jobs.add_routes(app, ctx)
     reports.add_routes(app, report_work)
     operator.add_routes(app, ctx)
+    history.add_routes(app, ctx, admin_token)
+    dashboard_routes.add_routes(app, ctx)
     return app

@@ -4,6 +4,8 @@ evalstop-server serve [--host 127.0.0.1] [--port 8080] [--db evalstop.db]
 evalstop-server tenant add NAME [--db ...]      # prints the new token alone on the last line
 evalstop-server tenant list [--db ...] [--json]
 evalstop-server tenant revoke NAME [--db ...]
+evalstop-server events [--tenant NAME] [--after ID] [--json]     # the audit trail (cli_events.py)
+evalstop-server webhook add URL --tenant NAME [--events stop,finish] | list | remove ID
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ import sys
 from collections.abc import Sequence
 
 from platform_sim.core.boundary import JOB_TYPES
+
+from . import cli_events
 
 MAX_EVAL_SCORES = 10_000  # the service's default (wire.MAX_EVAL_SCORES; not imported: it needs the extra)
 
@@ -88,6 +92,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--access-log", action="store_true", help="log every request (off by default: it costs throughput)"
     )
+    cli_events.add_serve_flags(serve)
 
     tenant = sub.add_parser("tenant", help="add, list or revoke tenants")
     tsub = tenant.add_subparsers(dest="tenant_command", required=True, parser_class=_Parser)
@@ -122,6 +127,7 @@ def build_parser() -> argparse.ArgumentParser:
     det.add_argument("--window", type=int, default=50, help="most recent finished runs that count (default 50)")
     _db_arg(det)
     det.add_argument("--json", action="store_true", help="machine-readable output")
+    cli_events.add_parsers(sub, _db_arg, _Parser)
     return parser
 
 
@@ -188,6 +194,10 @@ def _serve(args: argparse.Namespace) -> int:
     burst = args.rate_burst if args.rate_burst is not None else max(10.0, 2 * args.rate_limit)
     if not burst >= 1 or burst == float("inf"):
         return _fail(f"--rate-burst must be >= 1, got {args.rate_burst}")
+    try:
+        event_options = cli_events.serve_options(args)
+    except ValueError as exc:
+        return _fail(str(exc))
     why = _check_listen(args.host, args.port)
     if why is not None:
         return _fail(why)
@@ -214,6 +224,7 @@ def _serve(args: argparse.Namespace) -> int:
         close_store=True,
         max_eval_scores=args.max_eval_scores,
         rate_limit=TenantRateLimit(args.rate_limit, burst) if args.rate_limit > 0 else None,
+        **event_options,
     )
     # One process, one event loop, one writer thread with group commit: on two cores more worker processes only
     # fight over SQLite's single write lock (measured in docs/benchmarks.md).
@@ -247,6 +258,8 @@ def _tenant_command(args: argparse.Namespace) -> int:
     except Exception as exc:
         return _fail(f"--db {args.db}: cannot open the database: {' '.join(str(exc).split())}")
     try:
+        if args.command in ("events", "webhook"):
+            return cli_events.run(store, args, _fail)
         if args.tenant_command == "add":
             if not TENANT_NAME.fullmatch(args.name):
                 return _fail(f"NAME {args.name!r} is not a valid tenant name (letters, digits, '._-', up to 64)")
@@ -298,8 +311,8 @@ def _tenant_command(args: argparse.Namespace) -> int:
 
 
 def _fleet_detector(store, args: argparse.Namespace) -> int:  # noqa: ANN001 - the store type needs the extra
-    from platform_sim.core.fleet import FleetDetectorChoice
-    from platform_sim.core.stop_policies import FleetEvalStopPolicy
+    from platform_sim.sim.policies.fleet import FleetDetectorChoice
+    from platform_sim.sim.policies.stop_policies import FleetEvalStopPolicy
 
     tenant = next((t for t in store.list_tenants() if t.name == args.name), None)
     if tenant is None:

@@ -132,4 +132,6 @@ def job_out(job: JobRecord) -> dict[str, Any]:
         "stopped_at": job.stopped_at,
         "finished_at": job.finished_at,
         "finish_reason": job.finish_reason,
+        "stop_reason": job.stop_reason,
+        "gpu_hours_freed": job.gpu_hours_freed,
     }

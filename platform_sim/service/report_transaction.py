@@ -16,6 +16,7 @@ from typing import Any
 
 from platform_sim.core import Decision, JobMonitor, Report
 
+from . import events
 from .sql import Statements
 from .store import JobFinished, JobNotFound, ReportOutcome, StoreUnavailable
 
@@ -181,6 +182,10 @@ def monitor_size(detector_state_json: str, n_steps: int) -> int:
     return 3 * len(detector_state_json) + 200 * n_steps
 
 
+SET_GPU_HOURS_FREED = "UPDATE jobs SET gpu_hours_freed = {p} WHERE tenant_id = {p} AND job_id = {p}"
+"""Written once per job, by the report that stops it (``{p}``: the driver's placeholder)."""
+
+
 @dataclass(slots=True)
 class Writes:
     """The rows a batch of report transactions writes, written with one ``executemany`` per table at the end.
@@ -192,15 +197,33 @@ class Writes:
 
     report_rows: list[tuple[Any, ...]] = field(default_factory=list)
     job_rows: dict[tuple[Any, ...], tuple[Any, ...]] = field(default_factory=dict)
+    event_rows: list[tuple[Any, ...]] = field(default_factory=list)
+    freed_rows: list[tuple[Any, ...]] = field(default_factory=list)
 
-    def flush(self, executemany: Any, stmts: Statements) -> None:
-        """Write what was collected with ``executemany(statement, rows)`` and start over."""
+    def flush(self, executemany: Any, stmts: Statements, write_events: Any = None) -> None:
+        """Write what was collected with ``executemany(statement, rows)`` and start over.
+
+        Args:
+            executemany: The driver's ``executemany``.
+            stmts: The store's statements.
+            write_events: ``write_events(rows)`` writes the :attr:`event_rows` (and their outbox rows) the store's
+                way; None: one ``executemany`` of :data:`~.events.INSERT_EVENT`.
+        """
         if self.report_rows:
             executemany(stmts.insert_report, self.report_rows)
             self.report_rows = []
         if self.job_rows:
             executemany(stmts.update_job_state, list(self.job_rows.values()))
             self.job_rows = {}
+        if self.freed_rows:
+            executemany(SET_GPU_HOURS_FREED.format(p=stmts.ph), self.freed_rows)
+            self.freed_rows = []
+        if self.event_rows:
+            rows, self.event_rows = self.event_rows, []
+            if write_events is None:
+                executemany(events.INSERT_EVENT.format(p=stmts.ph), rows)
+            else:
+                write_events(rows)
 
 
 def load_job_state(job_id: str, row: Sequence[Any] | None, reps: Sequence[Sequence[Any]], complete: bool) -> JobState:
@@ -300,7 +323,37 @@ def apply_report(key: tuple[Any, ...], job: JobState, report: Report, writes: Wr
     job.first_step, job.first_report_at = first_step, first_at
     job.size = monitor_size(job_args[0], len(monitor.steps))
     stopped_now = monitor.stopped and not was_stopped
+    action = decision.action.value
+    writes.event_rows.append(
+        events.event_row(
+            key[0],
+            events.REPORT_ACCEPTED,
+            key[1],
+            now,
+            {"step": report.step, "eval_score": report.eval_score, "action": action, "declines": decision.declines},
+        )
+    )
     reclaimed = 0.0
     if stopped_now:
         reclaimed = gpu_hours_reclaimed(job.gpus, job.planned_steps, first_step, first_at, report.step, now)
+        freed = reclaimed if job.gpus and job.planned_steps else None
+        writes.freed_rows.append((freed, *key))
+        writes.event_rows.append(
+            events.event_row(key[0], events.JOB_STOPPED, key[1], now, stop_details(job, decision, report.step, freed))
+        )
     return ReportOutcome(decision, resend=False, stopped_now=stopped_now, gpu_hours_reclaimed=reclaimed)
+
+
+def stop_details(job: JobState, decision: Decision, step: int, freed: float | None) -> dict[str, Any]:
+    """The details of a ``job.stopped`` event: the job's outcome (what a webhook receiver is told)."""
+    return {
+        "stop_step": step,
+        "reason": decision.reason,
+        "best_step": decision.best_step,
+        "best_score": decision.best_score,
+        "declines": decision.declines,
+        "detector": job.monitor.detector.spec(),
+        "gpus": job.gpus,
+        "planned_steps": job.planned_steps,
+        "gpu_hours_freed": freed,
+    }

@@ -23,7 +23,9 @@ from .store import JobExists, JobRecord, StoredReport
 JOB_COLUMNS = (
     "j.job_id, j.job_type, j.detector, j.gpus, j.planned_steps, j.created_at, j.n_reports, j.last_step, "
     "j.best_step, j.best_score, j.stopped_at, j.finished_at, j.finish_reason, j.cadence, "
-    "r.action, r.reason, r.declines, r.best_step, r.best_score, r.next_eval_step"
+    "r.action, r.reason, r.declines, r.best_step, r.best_score, r.next_eval_step, "
+    # The outcome (issue 32): the core's stop reason and the GPU-hours the stop freed.
+    "j.stop_reason, j.gpu_hours_freed"
 )
 JOB_FROM = (
     "FROM jobs j LEFT JOIN reports r ON r.tenant_id = j.tenant_id AND r.job_id = j.job_id AND r.step = j.last_step"
@@ -182,6 +184,8 @@ def job_from_row(row: Sequence[Any]) -> JobRecord:
         r_best_step,
         r_best_score,
         r_next_eval_step,
+        stop_reason,
+        gpu_hours_freed,
     ) = row
     last = (
         None
@@ -204,6 +208,8 @@ def job_from_row(row: Sequence[Any]) -> JobRecord:
         finished_at=finished_at,
         finish_reason=finish_reason,
         cadence=None if cadence is None else json.loads(cadence),
+        stop_reason=stop_reason if stopped_at is not None else None,
+        gpu_hours_freed=gpu_hours_freed if stopped_at is not None or not (gpus and planned_steps) else 0.0,
     )
 
 

@@ -32,7 +32,7 @@ from typing import Any
 
 from platform_sim.core import JobMonitor, Report, detector_from_spec
 
-from . import report_transaction, sql, tables
+from . import events, report_transaction, sql, store_queries, tables
 from .store import (
     JobNotFound,
     JobRecord,
@@ -54,6 +54,8 @@ SCHEMA_VERSION = tables.SCHEMA_VERSION
 _SCHEMA = tables.sqlite_ddl()  # the one description of the tables (tables.py), pinned to the Alembic head by a test
 
 _SQL = sql.statements("?")
+_INSERT_EVENT = events.INSERT_EVENT.format(p="?")
+_FANOUT = events.fanout_sql("events", "?")
 
 
 class _Txn:
@@ -65,16 +67,31 @@ class _Txn:
     (measured).
     """
 
-    def __init__(self, conn: sqlite3.Connection) -> None:
+    def __init__(self, conn: sqlite3.Connection, hooked: Callable[[], set[str]] = set) -> None:
         self.conn = conn
         self.writes = report_transaction.Writes()
+        self.hooked = hooked
 
     def flush(self) -> None:
         """Write what was collected (before any statement that reads or writes the same rows directly)."""
-        self.writes.flush(self.conn.executemany, _SQL)
+        self.writes.flush(self.conn.executemany, _SQL, self._write_events)
+
+    def _write_events(self, rows: list[tuple[Any, ...]]) -> None:
+        """The batch's events with one ``executemany``; then, only when a webhook wants one of their types, their
+        outbox rows. Under the single writer's write lock the new rows hold the ids up to ``last_insert_rowid()``."""
+        self.conn.executemany(_INSERT_EVENT, rows)
+        wanted = self.hooked()
+        if wanted and any(row[1] in wanted for row in rows):
+            last = self.conn.execute("SELECT last_insert_rowid()").fetchone()[0]
+            self.conn.execute(_FANOUT, (int(last) - len(rows),))
+
+    def run(self, fn: Callable[[sqlite3.Connection], Any]) -> Any:
+        """``fn(conn)`` after flushing what the batch queued (so that event ids follow the operations' order)."""
+        self.flush()
+        return fn(self.conn)
 
 
-class SQLiteStore(Store):
+class SQLiteStore(store_queries.SharedQueries, Store):
     """A :class:`~platform_sim.service.store.Store` in one SQLite file.
 
     Args:
@@ -122,6 +139,7 @@ class SQLiteStore(Store):
         self._closed = False
         self._cache: OrderedDict[tuple[int, str], report_transaction.JobState] = OrderedDict()  # writer thread only
         self._data_version: int | None = None  # writer thread only
+        self._hooked: set[str] | None = None  # writer thread only: event types some webhook wants (None: unknown)
         self._init_schema()
 
     # -- connections -------------------------------------------------------------------------------------------
@@ -206,7 +224,7 @@ class SQLiteStore(Store):
         if self._wconn is None:
             self._wconn = self._connect()
         conn = self._wconn
-        txn = _Txn(conn)
+        txn = _Txn(conn, self._webhook_types)
         try:
             conn.execute("BEGIN IMMEDIATE")
             # data_version changes only when another connection (the CLI, another process) committed since this
@@ -215,6 +233,7 @@ class SQLiteStore(Store):
             version = conn.execute("PRAGMA data_version").fetchone()[0]
             if version != self._data_version:
                 self._forget(None)
+                self._hooked = None  # another connection may have added or removed a webhook
                 self._data_version = version
             results: list[Result] = []
             for op in ops:
@@ -248,7 +267,11 @@ class SQLiteStore(Store):
                 raise TenantExists(f"tenant {name!r} already exists")
             now = time.time()
             cur = conn.execute(_SQL.insert_tenant, (name, hash_token(token), now))
-            return Tenant(int(cur.lastrowid or 0), name, now, None)
+            tenant = Tenant(int(cur.lastrowid or 0), name, now, None)
+            txn.run(
+                lambda c: store_queries.record(c, "?", tenant.tenant_id, events.TENANT_ADDED, None, now, {"name": name})
+            )
+            return tenant
 
         return self._submit(op, ("tenant", name)).result(), token
 
@@ -266,6 +289,11 @@ class SQLiteStore(Store):
                 raise TenantNotFound(f"no tenant named {name!r}")
             revoked_at = row[2] if row[2] is not None else time.time()
             conn.execute("UPDATE tenants SET revoked_at = ? WHERE tenant_id = ?", (revoked_at, row[0]))
+            if row[2] is None:
+                details = {"name": name}
+                txn.run(
+                    lambda c: store_queries.record(c, "?", row[0], events.TENANT_REVOKED, None, revoked_at, details)
+                )
             return Tenant(row[0], name, row[1], revoked_at)
 
         return self._submit(op, ("tenant", name)).result()
@@ -296,7 +324,11 @@ class SQLiteStore(Store):
             now = time.time()
             args = sql.insert_job_args(tenant_id, record, spec, state["detector_state"], now, cadence)
             conn.execute(_SQL.insert_job, args)
-            return sql.new_job_record(record, spec, now, cadence), True
+            job = sql.new_job_record(record, spec, now, cadence)
+            store_queries.record(
+                conn, "?", tenant_id, events.JOB_REGISTERED, job.job_id, now, store_queries.job_details(job)
+            )
+            return job, True
 
         return self._submit(op, (tenant_id, record.job_id)).result()
 
@@ -352,10 +384,13 @@ class SQLiteStore(Store):
     def finish_job(self, tenant_id: int, job_id: str, reason: str) -> JobRecord:
         def op(txn: _Txn) -> bool:
             txn.flush()
-            cur = txn.conn.execute(_SQL.finish_job, (time.time(), reason, tenant_id, job_id))
+            now = time.time()
+            cur = txn.conn.execute(_SQL.finish_job, (now, reason, tenant_id, job_id))
             if cur.rowcount == 0 and txn.conn.execute(_SQL.job_exists, (tenant_id, job_id)).fetchone() is None:
                 raise JobNotFound(f"no job {job_id!r}")
             self._uncache((tenant_id, job_id))  # reloaded (and refused as finished) on the next report
+            if cur.rowcount == 1:
+                store_queries.record_finish(txn.conn, "?", tenant_id, job_id, reason, now)
             return cur.rowcount == 1
 
         now = self._submit(op, (tenant_id, job_id)).result()
@@ -369,6 +404,29 @@ class SQLiteStore(Store):
             raise JobNotFound(f"no job {job_id!r}")
         rows = conn.execute(_SQL.stored_reports, (tenant_id, job_id)).fetchall()
         return [sql.stored_report_from_row(r) for r in rows]
+
+    # -- history, summary, events, webhooks: store_queries.SharedQueries on these two primitives ------------------
+    _ph = "?"
+
+    def _on_reader(self, fn: Callable[[Any], Any]) -> Any:
+        return fn(self._reader())
+
+    def _on_writer(self, fn: Callable[[Any], Any], webhooks_changed: bool = False) -> Any:
+        def op(txn: _Txn) -> Any:
+            out = txn.run(fn)
+            if webhooks_changed:
+                self._hooked = None
+            return out
+
+        return self._submit(op, ("webhooks",) if webhooks_changed else ("events",)).result()
+
+    def _webhook_types(self) -> set[str]:
+        """Event types some webhook wants (writer thread only; reloaded after any other connection's commit)."""
+        if self._hooked is None:
+            assert self._wconn is not None
+            rows = self._wconn.execute("SELECT events FROM webhooks").fetchall()
+            self._hooked = {kind for (types,) in rows for kind in types.split(",")}
+        return self._hooked
 
     # -- operations ----------------------------------------------------------------------------------------------
     def ready(self) -> bool:

@@ -60,6 +60,10 @@ class TenantNotFound(StoreError):
     """``tenant revoke`` of an unknown name."""
 
 
+class WebhookNotFound(StoreError):
+    """``webhook remove`` of an unknown id."""
+
+
 class StoreUnavailable(StoreError):
     """The store cannot commit (disk full, database locked for too long, shutting down)."""
 
@@ -105,6 +109,10 @@ class JobRecord:
             takes; the store keeps the policy's normalized spec.
         finished_now: True only in the answer of the ``finish`` call that finished the job (not stored; a repeated
             finish answers False, so that metrics count each job once).
+        stop_reason: The core's reason for the stop (the stopping decision's ``reason``), or None while not stopped.
+        gpu_hours_freed: GPU-hours the stop gave back: ``gpus`` times the remaining planned steps at the job's
+            measured step rate (server receive times of its first and its stopping report), 0.0 for a job that
+            declared both and was not stopped, None when the job never said its ``gpus`` or ``planned_steps``.
     """
 
     job_id: str
@@ -123,6 +131,8 @@ class JobRecord:
     finish_reason: str | None = None
     cadence: str | dict[str, Any] | None = None
     finished_now: bool = False
+    stop_reason: str | None = None
+    gpu_hours_freed: float | None = None
 
     @property
     def status(self) -> str:
@@ -160,6 +170,87 @@ class StoredReport:
     eval_scores: tuple[float, ...] | None
     decision: Decision
     received_at: float = field(default=0.0)
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """One row of the append-only audit trail (``events`` table), written in the transaction of what it records.
+
+    Args:
+        id: Monotone id (a later event has a larger id); the ``after`` cursor of :meth:`Store.list_events`.
+        type: One of :data:`platform_sim.service.events.EVENT_TYPES` (``job.registered``, ``report.accepted``,
+            ``job.stopped``, ``job.finished``, ``tenant.added``, ``tenant.revoked``, ``webhook.delivered``,
+            ``webhook.failed``).
+        tenant_id: The tenant it concerns.
+        job_id: The job it concerns, or None (tenant events).
+        time: Unix time (server clock) of the transaction that wrote it.
+        details: The event's details (see ``docs/service.md``), a JSON object.
+    """
+
+    id: int
+    type: str
+    tenant_id: int
+    job_id: str | None
+    time: float
+    details: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class TenantSummary:
+    """A tenant's totals (``GET /v1/summary``).
+
+    Args:
+        running: Jobs neither stopped nor finished.
+        stopped: Jobs the scheduler stopped and that are not marked finished.
+        finished: Jobs marked finished (stopped before or not).
+        stopped_total: Jobs the scheduler ever stopped (finished or not).
+        gpu_hours_freed: Sum of the jobs' :attr:`JobRecord.gpu_hours_freed` (jobs without an estimate count 0).
+    """
+
+    running: int = 0
+    stopped: int = 0
+    finished: int = 0
+    stopped_total: int = 0
+    gpu_hours_freed: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class Webhook:
+    """A tenant's webhook endpoint (``evalstop-server webhook add``).
+
+    Args:
+        webhook_id: Its id (``webhook remove ID``).
+        tenant_id: Whose events it receives (only that tenant's).
+        url: Where the events are POSTed.
+        events: The event types it receives (full names, e.g. ``("job.stopped", "job.finished")``).
+        created_at: Unix time of creation.
+        secret: The HMAC-SHA256 signing key. Stored in plain text: the server must sign with it, so it cannot be
+            kept hashed like a token; shown once by ``webhook add`` and never listed.
+    """
+
+    webhook_id: int
+    tenant_id: int
+    url: str
+    events: tuple[str, ...]
+    created_at: float
+    secret: str = field(default="", repr=False)
+
+
+@dataclass(frozen=True, slots=True)
+class Delivery:
+    """One pending webhook delivery claimed from the outbox (``webhook_outbox`` row, its webhook and its event).
+
+    Args:
+        outbox_id: The outbox row.
+        attempts: Attempts made before this one.
+        webhook: The endpoint (with its secret, to sign).
+        event: The event to deliver.
+    """
+
+    outbox_id: int
+    attempts: int
+    webhook: Webhook
+    event: Event
 
 
 class Store(abc.ABC):
@@ -221,6 +312,80 @@ class Store(abc.ABC):
     @abc.abstractmethod
     def reports(self, tenant_id: int, job_id: str) -> list[StoredReport]:
         """All stored reports of a job in step order; raises :class:`JobNotFound`."""
+
+    # -- history, outcome, summary (issue 32) --------------------------------------------------------------------
+    @abc.abstractmethod
+    def list_evals(
+        self, tenant_id: int, job_id: str, *, order: str = "newest", limit: int = 100, cursor: int | None = None
+    ) -> list[StoredReport]:
+        """A page of the job's stored reports (each with its decision and ``received_at``).
+
+        Args:
+            tenant_id: Whose job.
+            job_id: The job.
+            order: ``"newest"`` (highest step first: steps strictly increase, so this is the receive order reversed)
+                or ``"step"`` (lowest step first).
+            limit: Most rows.
+            cursor: Keyset cursor: the last step of the previous page (rows strictly past it in ``order``), or None.
+
+        Raises:
+            JobNotFound: the tenant holds no such job. ValueError: ``order`` is neither of the two.
+        """
+
+    @abc.abstractmethod
+    def summary(self, tenant_id: int) -> TenantSummary:
+        """The tenant's totals: jobs running, stopped and finished, and the GPU-hours freed by its stops."""
+
+    @abc.abstractmethod
+    def summaries(self) -> dict[int, TenantSummary]:
+        """Every tenant's :meth:`summary` by tenant id (one query; for ``/metrics``). Tenants without jobs are absent."""
+
+    # -- the audit trail ---------------------------------------------------------------------------------------
+    @abc.abstractmethod
+    def list_events(self, tenant_id: int | None, after: int = 0, limit: int = 100) -> list[Event]:
+        """Events with ``id > after`` in id order, ``limit`` at most.
+
+        Args:
+            tenant_id: Only this tenant's events, or None for every tenant's (operators: admin token, CLI).
+            after: The last id already read (0: from the oldest kept).
+            limit: Most rows.
+        """
+
+    @abc.abstractmethod
+    def prune_events(self, older_than: float, batch: int = 10_000) -> int:
+        """Delete events written before Unix time ``older_than`` (the retention setting); returns how many.
+
+        Never deletes the newest event (so that ids stay monotone: SQLite numbers a new row after the largest one
+        left) nor one with a pending webhook delivery. Deletes in transactions of ``batch`` rows at most, so that
+        reports never wait long behind it.
+        """
+
+    # -- webhooks ----------------------------------------------------------------------------------------------
+    @abc.abstractmethod
+    def add_webhook(self, tenant_id: int, url: str, events: tuple[str, ...]) -> Webhook:
+        """Create a webhook for the tenant's events of the given types; the answer holds its new secret."""
+
+    @abc.abstractmethod
+    def list_webhooks(self, tenant_id: int | None = None) -> list[Webhook]:
+        """Webhooks (of one tenant, or all) in id order, with their secrets (the CLI never prints them)."""
+
+    @abc.abstractmethod
+    def remove_webhook(self, webhook_id: int) -> Webhook:
+        """Delete a webhook and its pending deliveries; raises :class:`WebhookNotFound`."""
+
+    @abc.abstractmethod
+    def claim_deliveries(self, now: float, lease_s: float, limit: int = 16) -> list[Delivery]:
+        """Claim up to ``limit`` outbox rows due at ``now`` (oldest first) for ``lease_s`` seconds: they are not
+        claimed again before the lease ends, so a delivery interrupted by a crash is retried after it (at least
+        once)."""
+
+    @abc.abstractmethod
+    def finish_delivery(
+        self, delivery: Delivery, ok: bool, detail: dict[str, Any], retry_at: float | None, now: float
+    ) -> None:
+        """Record an attempt in one transaction: on success delete the outbox row and append ``webhook.delivered``;
+        on failure append ``webhook.failed`` and either schedule the next attempt at ``retry_at`` or, with None, drop
+        the row (given up). ``detail`` goes into the event's details (status, error, attempt)."""
 
     # -- operations ----------------------------------------------------------------------------------------------
     @abc.abstractmethod

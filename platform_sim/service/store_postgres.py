@@ -38,7 +38,7 @@ from typing import Any
 
 from platform_sim.core import JobMonitor, Report, detector_from_spec
 
-from . import report_transaction, sql, store
+from . import events, report_transaction, sql, store, store_queries
 from .postgres_migrations import check_schema_at_head, is_postgres_url, upgrade_schema
 from .store import JobNotFound, JobRecord, ReportOutcome, Store, StoredReport, StoreUnavailable
 from .writer import BatchWriter, Op, Result
@@ -49,9 +49,19 @@ _SQL = sql.statements("%s")
 # Errors after which a whole transaction may simply be run again (another replica won a race).
 _RETRY_SQLSTATES = frozenset({"40001", "40P01"})  # serialization_failure, deadlock_detected
 _LOCK_TIMEOUT = "55P03"  # lock_not_available: lock_timeout expired
+# A batch's events in one round trip, with their outbox rows (RETURNING gives exactly this transaction's new ids).
+_WRITE_EVENTS = (
+    "WITH e AS (INSERT INTO events (tenant_id, type, job_id, time, details) "
+    "SELECT * FROM unnest(%s::bigint[], %s::text[], %s::text[], %s::float8[], %s::text[]) "
+    "RETURNING id, tenant_id, type, time) " + events.fanout_sql("e", "%s")
+)
 
 
-class PostgresStore(Store):
+def _write_events(cur: Any, rows: Sequence[tuple[Any, ...]]) -> None:
+    cur.execute(_WRITE_EVENTS, tuple(list(col) for col in zip(*rows)))
+
+
+class PostgresStore(store_queries.SharedQueries, Store):
     """A :class:`~platform_sim.service.store.Store` in a PostgreSQL database, shareable by several replicas.
 
     Args:
@@ -315,18 +325,20 @@ class PostgresStore(Store):
                 results.append((report_transaction.apply_report(key, job_state, op.payload, writes), None))
             except Exception as exc:  # the writer decides (domain error: answered; anything else: isolated)
                 results.append((None, exc))
-        writes.flush(cur.executemany, _SQL)
+        writes.flush(cur.executemany, _SQL, lambda rows: _write_events(cur, rows))
         return results
 
     # -- tenants -------------------------------------------------------------------------------------------------
     def add_tenant(self, name: str) -> tuple[store.Tenant, str]:
         token = store.new_token()
         now = time.time()
-        with self._reader() as conn:  # not retried: a lost reply after the commit would read as "exists"
+        with self._reader() as conn, conn.transaction():  # not retried: a lost reply after the commit reads "exists"
             row = conn.execute(
                 _SQL.insert_tenant + " ON CONFLICT (name) DO NOTHING RETURNING tenant_id",
                 (name, store.hash_token(token), now),
             ).fetchone()
+            if row is not None:
+                store_queries.record(conn, "%s", int(row[0]), events.TENANT_ADDED, None, now, {"name": name})
         if row is None:
             raise store.TenantExists(f"tenant {name!r} already exists")
         return store.Tenant(int(row[0]), name, now, None), token
@@ -337,13 +349,20 @@ class PostgresStore(Store):
 
     def revoke_tenant(self, name: str) -> store.Tenant:
         now = time.time()
-        row = self._read(
-            lambda conn: conn.execute(  # idempotent (COALESCE): safe to run twice
-                "UPDATE tenants SET revoked_at = COALESCE(revoked_at, %s) WHERE name = %s "
-                "RETURNING tenant_id, name, created_at, revoked_at",
-                (now, name),
-            ).fetchone()
-        )
+
+        def revoke(conn: Any) -> Any:
+            with conn.transaction():
+                old = conn.execute("SELECT revoked_at FROM tenants WHERE name = %s FOR UPDATE", (name,)).fetchone()
+                row = conn.execute(  # idempotent (COALESCE): safe to run twice
+                    "UPDATE tenants SET revoked_at = COALESCE(revoked_at, %s) WHERE name = %s "
+                    "RETURNING tenant_id, name, created_at, revoked_at",
+                    (now, name),
+                ).fetchone()
+                if row is not None and old[0] is None:
+                    store_queries.record(conn, "%s", int(row[0]), events.TENANT_REVOKED, None, now, {"name": name})
+                return row
+
+        row = self._read(revoke)
         if row is None:
             raise store.TenantNotFound(f"no tenant named {name!r}")
         return store.Tenant(*row)
@@ -372,7 +391,10 @@ class PostgresStore(Store):
                 sql.insert_job_args(tenant_id, record, spec, state["detector_state"], now, cadence),
             )
             if cur.rowcount == 1:
-                return sql.new_job_record(record, spec, now, cadence), True
+                job = sql.new_job_record(record, spec, now, cadence)
+                details = store_queries.job_details(job)
+                store_queries.record(cur, "%s", tenant_id, events.JOB_REGISTERED, job.job_id, now, details)
+                return job, True
             existing = sql.job_from_row(cur.execute(_SQL.job_by_key, (tenant_id, record.job_id)).fetchone())
             sql.check_same_registration(existing, record, spec, cadence)
             return existing, False
@@ -398,10 +420,13 @@ class PostgresStore(Store):
 
     def finish_job(self, tenant_id: int, job_id: str, reason: str) -> JobRecord:
         def op(cur: Any) -> bool:
-            cur.execute(_SQL.finish_job, (time.time(), reason, tenant_id, job_id))
+            now = time.time()
+            cur.execute(_SQL.finish_job, (now, reason, tenant_id, job_id))
             changed = cur.rowcount == 1
             if not changed and cur.execute(_SQL.job_exists, (tenant_id, job_id)).fetchone() is None:
                 raise JobNotFound(f"no job {job_id!r}")
+            if changed:
+                store_queries.record_finish(cur, "%s", tenant_id, job_id, reason, now)
             return changed
 
         # Through the job's writer, so that a finish sent after a report is applied after it.
@@ -417,6 +442,16 @@ class PostgresStore(Store):
             return conn.execute(_SQL.stored_reports, (tenant_id, job_id)).fetchall()
 
         return [sql.stored_report_from_row(r) for r in self._read(read)]
+
+    # -- history, summary, events, webhooks: store_queries.SharedQueries on these two primitives ------------------
+    _ph = "%s"
+    _skip_locked = True
+
+    def _on_reader(self, fn: Callable[[Any], Any]) -> Any:
+        return self._read(fn)
+
+    def _on_writer(self, fn: Callable[[Any], Any], webhooks_changed: bool = False) -> Any:
+        return self._submit(0, ("webhooks",), fn).result()
 
     # -- operations ----------------------------------------------------------------------------------------------
     def ready(self) -> bool:

@@ -21,10 +21,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 """The SQLite file's schema version (``meta.schema_version``); a file with a newer one is refused, an older one is
 upgraded when a store opens it. Version 2 added each job's cadence (``jobs.cadence``) and the cadence hint of each
-answered decision (``reports.next_eval_step``)."""
+answered decision (``reports.next_eval_step``). Version 3 (Alembic ``0003_events``) added the GPU-hours a stop freed
+(``jobs.gpu_hours_freed``), the audit trail (``events``) and the webhooks with their outbox (``webhooks``,
+``webhook_outbox``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,6 +112,9 @@ TABLES: tuple[Table, ...] = (
             _c("finish_reason", "text"),
             # The cadence spec as JSON (CadencePolicy.spec()); NULL: the fixed cadence, no hints (every job before v2).
             _c("cadence", "text", since=2),
+            # Written when the core stops the job: gpus x remaining planned steps x measured seconds per step / 3600
+            # (NULL: not stopped, or the job never said its gpus or planned steps).
+            _c("gpu_hours_freed", "real", since=3),
         ),
         primary_key=("tenant_id", "job_id"),
         foreign_keys=((("tenant_id",), "tenants", ("tenant_id",)),),
@@ -135,8 +140,61 @@ TABLES: tuple[Table, ...] = (
         primary_key=("tenant_id", "job_id", "step"),
         foreign_keys=((("tenant_id", "job_id"), "jobs", ("tenant_id", "job_id")),),
     ),
+    # The audit trail: append-only, one row per thing that happened, written in the transaction of that thing.
+    # No foreign keys: an event outlives what it names (a removed webhook) and is pruned only by retention.
+    Table(
+        "events",
+        (
+            _c("id", "bigint", False, since=3),
+            _c("tenant_id", "bigint", False, since=3),
+            _c("type", "text", False, since=3),
+            _c("job_id", "text", since=3),
+            _c("time", "real", False, since=3),
+            _c("details", "text", False, "'{}'", since=3),
+        ),
+        primary_key=("id",),
+        identity="id",
+    ),
+    Table(
+        "webhooks",
+        (
+            _c("webhook_id", "bigint", False, since=3),
+            _c("tenant_id", "bigint", False, since=3),
+            _c("url", "text", False, since=3),
+            # Comma-separated event types it receives (full names, e.g. "job.stopped,job.finished").
+            _c("events", "text", False, since=3),
+            # The HMAC key, in plain text: the server signs with it (a hash could not sign).
+            _c("secret", "text", False, since=3),
+            _c("created_at", "real", False, since=3),
+        ),
+        primary_key=("webhook_id",),
+        foreign_keys=((("tenant_id",), "tenants", ("tenant_id",)),),
+        identity="webhook_id",
+    ),
+    # The durable outbox: one row per (webhook, event) still to deliver, written in the event's transaction and
+    # deleted when delivered (or given up); next_attempt_at is also the claim lease of a delivery in flight.
+    Table(
+        "webhook_outbox",
+        (
+            _c("outbox_id", "bigint", False, since=3),
+            _c("webhook_id", "bigint", False, since=3),
+            _c("event_id", "bigint", False, since=3),
+            _c("attempts", "int", False, "0", since=3),
+            _c("next_attempt_at", "real", False, since=3),
+        ),
+        primary_key=("outbox_id",),
+        unique=(("webhook_id", "event_id"),),
+        foreign_keys=((("webhook_id",), "webhooks", ("webhook_id",)),),
+        identity="outbox_id",
+    ),
 )
 """The tables of both stores."""
+
+INDEXES: tuple[tuple[str, str, tuple[str, ...]], ...] = (
+    # GET /v1/events reads one tenant's events in id order.
+    ("events_tenant_id", "events", ("tenant_id", "id")),
+)
+"""Secondary indexes ``(name, table, columns)`` (the Alembic revision that adds a table creates its indexes too)."""
 
 _SQLITE_TYPES = {"int": "INTEGER", "bigint": "INTEGER", "real": "REAL", "text": "TEXT"}
 
@@ -164,6 +222,8 @@ def sqlite_upgrade(version: int) -> list[str]:
         raise ValueError(f"schema version must be between 1 and {SCHEMA_VERSION}, got {version}")
     out = []
     for table in TABLES:
+        if all(col.since > version for col in table.columns):
+            continue  # a table added since: sqlite_ddl creates it whole
         for col in table.columns:
             if col.since > version:
                 if not col.nullable and col.default is None:
@@ -190,4 +250,5 @@ def sqlite_ddl() -> str:
         ]
         suffix = "" if table.identity is not None else " WITHOUT ROWID"
         out.append(f"CREATE TABLE IF NOT EXISTS {table.name} (\n" + ",\n".join(lines) + f"\n){suffix};")
+    out += [f"CREATE INDEX IF NOT EXISTS {name} ON {table}({', '.join(cols)});" for name, table, cols in INDEXES]
     return "\n".join(out) + "\n"

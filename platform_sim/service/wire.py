@@ -216,6 +216,13 @@ class JobOut(BaseModel):
     stopped_at: int | None
     finished_at: float | None
     finish_reason: str | None
+    stop_reason: str | None = Field(None, description="The core's reason for the stop; null while not stopped.")
+    gpu_hours_freed: float | None = Field(
+        None,
+        description="GPU-hours the stop gave back: gpus x the remaining planned steps at the job's measured step "
+        "rate (server receive times); 0 for a job that declared both and was not stopped; null when the job never "
+        "said its gpus or planned_steps.",
+    )
 
 
 class JobList(BaseModel):
@@ -234,3 +241,50 @@ class ErrorOut(BaseModel):
 
 JobIdPath = Annotated[str, Path(pattern=JOB_ID_PATTERN, description="The job's id.")]
 """The ``{job_id}`` of a route's path."""
+
+
+class EvalOut(BaseModel):
+    """One stored report of a job's history, with the decision it was answered."""
+
+    step: int
+    eval_score: float
+    n_eval_scores: int | None = Field(description="How many per-example scores the report carried (null: none).")
+    decision: DecisionOut
+    received_at: float = Field(description="Unix time (server clock) the report was committed.")
+
+
+class EvalList(BaseModel):
+    """A page of a job's history; pass ``next_cursor`` as ``cursor`` (same ``order``) for the next page."""
+
+    job_id: str
+    order: Literal["newest", "step"]
+    evals: list[EvalOut]
+    next_cursor: int | None
+
+
+class SummaryOut(BaseModel):
+    """A tenant's totals."""
+
+    running: int
+    stopped: int = Field(description="Jobs stopped by the scheduler and not yet marked finished.")
+    finished: int
+    stopped_total: int = Field(description="Jobs the scheduler ever stopped, finished or not.")
+    gpu_hours_freed: float
+
+
+class EventOut(BaseModel):
+    """One audit-trail event."""
+
+    id: int = Field(description="Monotone: a later event has a larger id.")
+    type: str = Field(examples=["job.stopped"])
+    job_id: str | None
+    time: float
+    details: dict[str, Any]
+    tenant: str | None = Field(None, description="The tenant's name (admin token only).")
+
+
+class EventList(BaseModel):
+    """A page of the audit trail; pass ``next_after`` as ``after`` to follow it."""
+
+    events: list[EventOut]
+    next_after: int

@@ -40,6 +40,7 @@ from .store import (
     StoreUnavailable,
     TenantExists,
     TenantNotFound,
+    WebhookNotFound,
 )
 
 logger = logging.getLogger(__name__)
@@ -51,6 +52,7 @@ DOMAIN_ERRORS: tuple[type[Exception], ...] = (
     JobExists,
     TenantExists,
     TenantNotFound,
+    WebhookNotFound,
 )
 """Errors an operation raises before writing anything, because of its input or the job's state: answered as they
 are (a 4xx), the rest of its batch commits. The one definition both stores use."""

@@ -37,9 +37,9 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from platform_sim.core.cadence import EvalBudget
-from platform_sim.core.policies import PREEMPTION_COST_H
-from platform_sim.core.stop_policies import Scheduler
-from platform_sim.core.views import JobView, ViewWriter
+from platform_sim.sim.policies.policies import PREEMPTION_COST_H
+from platform_sim.sim.policies.stop_policies import Scheduler
+from platform_sim.sim.policies.views import JobView, ViewWriter
 
 from .observe import ObservationModel
 from .workload import Workload
@@ -144,7 +144,7 @@ def simulate(
 
     Args:
         workload: Jobs and their truth (see :func:`~platform_sim.sim.workload.generate_workload`).
-        scheduler: From :func:`~platform_sim.core.stop_policies.with_stop` or ``evalstop``. Its stop policy keeps
+        scheduler: From :func:`~platform_sim.sim.policies.stop_policies.with_stop` or ``evalstop``. Its stop policy keeps
             per-job state: use a fresh one per run.
         gpus: Cluster size; every job's demand must fit.
         preemption_cost_h: Resume cost after a preemption, in hours (default 2 minutes).

@@ -144,7 +144,7 @@ class RecordedExamplesObservation(PerExampleObservation):
     its mean and its per-example scores, as that run produced them.
 
     Args:
-        workload: A replay workload (:func:`~platform_sim.sim.replay.build_replay_workload`).
+        workload: A replay workload (:func:`~platform_sim.studies.replay.build_replay_workload`).
         traces: ``[(scaled means on the grid, scaled per-example scores per grid eval[, progress of every recorded
             eval, its scaled mean, its scaled per-example scores]), ...]`` for every trace.
         examples, rho: Generation of the other jobs' per-example scores.

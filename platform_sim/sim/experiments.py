@@ -20,8 +20,8 @@ from typing import Any
 
 from platform_sim.core.cadence import EvalBudget
 from platform_sim.core.detectors import detector_from_spec, paper_spec
-from platform_sim.core.policies import PREEMPTION_COST_H, make_base_policy
-from platform_sim.core.stop_policies import DEFAULT_STOP_TYPES, Scheduler, make_stop_policy, with_stop
+from platform_sim.sim.policies.policies import PREEMPTION_COST_H, make_base_policy
+from platform_sim.sim.policies.stop_policies import DEFAULT_STOP_TYPES, Scheduler, make_stop_policy, with_stop
 
 from .engine import DEFAULT_EVAL_COST, SimResult, simulate
 from .metrics import add_oracle_shares, metric_row, run_metrics
@@ -111,25 +111,65 @@ class SimTask:
     eval_budget: EvalBudget | None = None
 
 
-def run_task(task: SimTask) -> list[dict[str, Any]]:
-    """Run every policy of ``task`` on its workload; one metrics dict per policy, in order. Picklable, pure."""
-    workload = generate_workload(task.workload, task.seed)
+def run_policies(
+    workload: Workload,
+    policies: Sequence[PolicySpec],
+    seed: int,
+    *,
+    gpus: int,
+    observation: Mapping[str, Any] | None = None,
+    preemption_cost_h: float = PREEMPTION_COST_H,
+    eval_cost: float = DEFAULT_EVAL_COST,
+    eval_budget: EvalBudget | None = None,
+    extra: Callable[[SimResult], Mapping[str, Any]] | None = None,
+) -> list[dict[str, Any]]:
+    """Run every policy on the same ``workload``; one :func:`run_metrics` dict per policy, in order, with ``seed``.
+
+    The one loop behind every multi-policy task (the paper's, the replay's and the detector study's).
+
+    Args:
+        workload: The generated workload every policy runs on.
+        policies: The schedulers to run, each built fresh for its run.
+        seed: The workload's seed, recorded in every metrics dict.
+        gpus: Cluster size.
+        observation: Observation-model spec (None: Gaussian noise, no per-example scores). A fresh model is built
+            per policy, since models may keep per-job state (e.g. per-example generators).
+        preemption_cost_h: Resume cost after a preemption.
+        eval_cost: One eval's GPU time, as a share of a regular eval interval.
+        eval_budget: What a job may spend on cadence hints (None: no limit).
+        extra: Further metrics of a run, merged into its dict (e.g. the detector study's per-job delays).
+    """
     out = []
-    for spec in task.policies:
-        # A fresh observation model per policy: models may keep per-job state (e.g. per-example generators).
+    for spec in policies:
         result = simulate(
             workload,
             spec.build(workload),
-            gpus=task.workload.gpus,
-            preemption_cost_h=task.preemption_cost_h,
-            observation=make_observation_model(workload, task.observation),
-            eval_cost=task.eval_cost,
-            eval_budget=task.eval_budget,
+            gpus=gpus,
+            preemption_cost_h=preemption_cost_h,
+            observation=make_observation_model(workload, observation),
+            eval_cost=eval_cost,
+            eval_budget=eval_budget,
         )
         m = run_metrics(result)
-        m["seed"] = task.seed
+        m["seed"] = seed
+        if extra is not None:
+            m.update(extra(result))
         out.append(m)
     return out
+
+
+def run_task(task: SimTask) -> list[dict[str, Any]]:
+    """Run every policy of ``task`` on its workload; one metrics dict per policy, in order. Picklable, pure."""
+    return run_policies(
+        generate_workload(task.workload, task.seed),
+        task.policies,
+        task.seed,
+        gpus=task.workload.gpus,
+        observation=task.observation,
+        preemption_cost_h=task.preemption_cost_h,
+        eval_cost=task.eval_cost,
+        eval_budget=task.eval_budget,
+    )
 
 
 def run_one(

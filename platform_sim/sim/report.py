@@ -223,3 +223,16 @@ def write_paper_report(
     if plots:
         paths += write_plots(results, out)
     return paths
+
+
+def detector_line(spec: Mapping[str, Any] | None, note: str = "") -> str:
+    """``detector: NAME k=v ...`` (plus ``note``), the line every human report prints about the detector it ran.
+
+    Args:
+        spec: A complete detector spec (None: the command ran no detector).
+        note: Why this detector, e.g. ``"(the paper's rule)"``.
+    """
+    if spec is None:
+        return "detector: none"
+    params = " ".join(f"{k}={v}" for k, v in spec.get("params", {}).items() if v is not None)
+    return f"detector: {spec['name']}{' ' + params if params else ''}{' ' + note if note else ''}"

@@ -29,14 +29,15 @@ the mean over seeds with a 95% confidence interval, like ``evalstop-sim paper``.
 from __future__ import annotations
 
 import itertools
+import json
 import os
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from platform_sim.core.detectors import detector_from_spec
-from platform_sim.core.stop_policies import STOP_POLICIES
+from platform_sim.core.detectors import default_spec, detector_from_spec
+from platform_sim.sim.policies.stop_policies import STOP_POLICIES
 
 from .experiments import PolicySpec, SimTask, run_task
 from .metrics import metric_row
@@ -248,6 +249,7 @@ def cell_policies(spec: SweepSpec, cell: Mapping[str, Any]) -> list[PolicySpec]:
             det = pol.get("detector")
             if isinstance(det, str):
                 det = {"name": det, "params": {}}
+            named = bool(det) or "detector" in cell
             det = {"name": (det or {}).get("name", "k-decline"), "params": dict((det or {}).get("params", {}))}
             if "detector" in cell:
                 det = {"name": cell["detector"], "params": {}}
@@ -256,7 +258,8 @@ def cell_policies(spec: SweepSpec, cell: Mapping[str, Any]) -> list[PolicySpec]:
                     det["params"][k] = v
                 elif k.startswith("detector."):
                     det["params"][k.split(".", 1)[1]] = v
-            detector = detector_from_spec(det).spec()
+            # No detector and no detector axis: the project's default (k/min_delta axes alone mean k-decline's).
+            detector = detector_from_spec(det if named or det["params"] else default_spec()).spec()
         out.append(PolicySpec(base=base, stop=stop, detector=detector, stop_params=stop_params))
     return out
 
@@ -301,7 +304,9 @@ def sweep(
         for p in pols:
             base_key = PolicySpec(base=p.base, base_params=p.base_params).key()
             params = {k: v for k, v in cell.items() if k not in ("base", "stop")}  # already columns of the row
-            rows.append(metric_row(p.base, p.stop, per[p.key()], per[base_key] if p.stop != "none" else None, **params))
+            row = metric_row(p.base, p.stop, per[p.key()], per[base_key] if p.stop != "none" else None, **params)
+            row["detector"] = p.detector  # the spec this row's EvalStop ran (None: a policy without one)
+            rows.append(row)
     return {
         "config": {
             "grid": spec.source,
@@ -324,14 +329,16 @@ def sweep(
 
 def sweep_text(spec: SweepSpec, results: Mapping[str, Any], backend: str) -> str:
     """The human output of ``sweep``: the table, one column per swept axis, then a line of totals."""
-    from .report import markdown_table
+    from .report import detector_line, markdown_table
 
     lead = tuple((n, n, "s") for n, _ in spec.axes if n not in ("stop",))
     if len({r["base"] for r in results["rows"]}) > 1 and "base" not in {n for n, _ in spec.axes}:
         lead = (("base", "base", "s"),) + lead
     cfg = results["config"]
+    specs = {json.dumps(r["detector"], sort_keys=True): r["detector"] for r in results["rows"] if r.get("detector")}
+    named = "".join(f"\n{detector_line(d)}" for d in specs.values())
     return (
-        markdown_table(results["rows"], lead=lead) + "\n"
+        markdown_table(results["rows"], lead=lead) + "\n" + named + "\n"
         f"\n{cfg['cells']} cells x {len(spec.seeds)} seeds = {cfg['tasks']} tasks ({cfg['simulations']} "
         f"simulations) on {backend} in {cfg['wall_s']:.1f} s"
     )

@@ -1,7 +1,7 @@
 """Recorded JSONL traces for the simulator: reading them into :class:`RealTrace` objects, and labelling them.
 
 The format and its strict reader are :mod:`platform_sim.trace_format` (every problem raises
-:class:`TraceFormatError` naming the file and the line); this module adds what the simulator needs: the eval curve
+:class:`TraceError` naming the file and the line); this module adds what the simulator needs: the eval curve
 as tuples, the per-example scores, the run's environment and split, and the label.
 
 **The label** (``hacking``, ``healthy`` or ``ambiguous``) is the ground truth of every replay and benchmark. It comes
@@ -36,7 +36,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from platform_sim.trace_format import TRACE_FORMAT, TraceFormatError, read_trace_file
+from platform_sim.trace_format import TRACE_FORMAT, TraceError, TraceFormatError, read_trace
 
 __all__ = [
     "LABELS",
@@ -45,13 +45,13 @@ __all__ = [
     "LabelRule",
     "RealTrace",
     "TRACE_FORMAT",
+    "TraceError",
     "TraceFormatError",
     "label_of",
     "label_trace",
     "load_traces",
-    "read_trace",
+    "load_trace",
     "recorded_examples",
-    "shipped_traces_dir",
 ]
 
 LABELS: tuple[str, ...] = ("hacking", "healthy", "ambiguous")
@@ -324,16 +324,16 @@ class RealTrace:
         return tuple(out)
 
 
-def read_trace(path: str | Path) -> RealTrace:
+def load_trace(path: str | Path) -> RealTrace:
     """Read and validate one trace file (at least 2 eval lines).
 
     Raises:
-        TraceFormatError: naming the file and the line of the first problem (bad JSON, missing or bad header, an
+        TraceError: naming the file and the line of the first problem (bad JSON, missing or bad header, an
             unknown line kind or field, a non-finite or missing score, steps not strictly increasing, lines after the
             end line, fewer than two evaluations).
     """
     path = Path(path)
-    t = read_trace_file(path, min_evals=2)
+    t = read_trace(path, min_evals=2)
     ev = t.evals
     return RealTrace(
         path.stem,
@@ -353,14 +353,14 @@ def trace_files(folder: str | Path) -> list[Path]:
 
     Raises:
         FileNotFoundError: ``folder`` does not exist or is not a folder.
-        TraceFormatError: ``folder`` holds no ``*.jsonl`` file.
+        TraceError: ``folder`` holds no ``*.jsonl`` file.
     """
     folder = Path(folder)
     if not folder.is_dir():
         raise FileNotFoundError(f"trace folder {folder} does not exist or is not a folder")
     files = sorted(folder.glob("*.jsonl"))
     if not files:
-        raise TraceFormatError(
+        raise TraceError(
             f"{folder}: no traces (*.jsonl files) in this folder; record some with `evalstop traces record --out DIR`"
         )
     return files
@@ -371,9 +371,9 @@ def load_traces(folder: str | Path) -> list[RealTrace]:
 
     Raises:
         FileNotFoundError: ``folder`` does not exist or is not a folder.
-        TraceFormatError: ``folder`` holds no ``*.jsonl`` file, or one of them is bad (file and line named).
+        TraceError: ``folder`` holds no ``*.jsonl`` file, or one of them is bad (file and line named).
     """
-    return [read_trace(f) for f in trace_files(folder)]
+    return [load_trace(f) for f in trace_files(folder)]
 
 
 def load_trace_folders(folders: Sequence[str | Path]) -> list[RealTrace]:
@@ -381,7 +381,7 @@ def load_trace_folders(folders: Sequence[str | Path]) -> list[RealTrace]:
 
     Raises:
         ValueError: A run (trace name) is in more than one of the folders; the names are listed.
-        FileNotFoundError, TraceFormatError: As :func:`load_traces`.
+        FileNotFoundError, TraceError: As :func:`load_traces`.
     """
     traces = [t for folder in folders for t in load_traces(folder)]
     seen = Counter(t.name for t in traces)
@@ -433,60 +433,6 @@ def sub_evals(trace: RealTrace, per: int = 2) -> list[RealTrace]:
             replace(trace, name=f"{trace.name}-sub{j}", scores=tuple(statistics.fmean(e) for e in sub), examples=sub)
         )
     return out
-
-
-def _shipped_dir(name: str) -> Path:
-    """The folder ``platform_sim/data/<name>`` of the installed package."""
-    from importlib import resources
-
-    return Path(str(resources.files("platform_sim") / "data" / name))
-
-
-def shipped_traces_dir() -> Path:
-    """The corpus of real traces shipped in the package (``platform_sim/data/traces``)."""
-    return _shipped_dir("traces")
-
-
-def shipped_dense_traces_dir() -> Path:
-    """The dense real traces shipped in the package (``platform_sim/data/traces-dense``: an evaluation every step,
-    for replaying cadence hints; see :mod:`platform_sim.sim.dense_replay`)."""
-    return _shipped_dir("traces-dense")
-
-
-def shipped_dense_more_traces_dir() -> Path:
-    """More dense real traces, recorded after the first ones as a second corpus (``platform_sim/data/
-    traces-dense-more``: seeds 2 and 3 of ``length``, seed 2 of ``keyword`` and seeds 0 and 1 of ``format``, an
-    evaluation every step), so that a choice made on the first corpus can be judged on runs it never saw."""
-    return _shipped_dir("traces-dense-more")
-
-
-def shipped_dense_x8_traces_dir() -> Path:
-    """The same grid of runs as :func:`shipped_dense_traces_dir` recorded with a 4x larger eval set
-    (``platform_sim/data/traces-dense-x8``: 8 completions per held-out prompt, 192 per eval; split them with
-    :func:`sub_evals` into evals of the default size)."""
-    return _shipped_dir("traces-dense-x8")
-
-
-def shipped_dense_x8_more_traces_dir() -> Path:
-    """Fresh runs with the 4x larger eval set, recorded after every choice made on :func:`shipped_dense_x8_traces_dir`
-    (``platform_sim/data/traces-dense-x8-more``: seeds 4 to 7 of ``keyword``, an evaluation every step, 192
-    completions each), so that such a choice can be judged on runs it never saw."""
-    return _shipped_dir("traces-dense-x8-more")
-
-
-def shipped_dense_x8_tune_more_traces_dir() -> Path:
-    """More tune runs with the 4x larger eval set (``platform_sim/data/traces-dense-x8-tune-more``: seeds 2 and 3 of
-    ``length``, an evaluation every step, 192 completions each), which double the tune side of
-    :func:`shipped_dense_x8_traces_dir` for choices that need more healthy runs to be made."""
-    return _shipped_dir("traces-dense-x8-tune-more")
-
-
-def shipped_dense_x8_more2_traces_dir() -> Path:
-    """A second set of fresh runs with the 4x larger eval set (``platform_sim/data/traces-dense-x8-more2``: seeds 8
-    to 11 of ``keyword``, an evaluation every step, 192 completions each), recorded after the choices judged on
-    :func:`shipped_dense_x8_more_traces_dir`, so that a choice made after reading that set can still be judged on runs
-    no choice saw."""
-    return _shipped_dir("traces-dense-x8-more2")
 
 
 def recorded_examples(trace: RealTrace) -> list[list[float] | None]:

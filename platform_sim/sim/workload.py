@@ -6,7 +6,7 @@ engine asks for things, and every policy run on the same seed sees exactly the s
 (paired comparisons).
 
 The ground truth (:class:`JobSpec`: hacking label, true curve, true duration) stays in the simulator; policies only see
-:class:`~platform_sim.core.views.JobView` objects built from the observable fields.
+:class:`~platform_sim.sim.policies.views.JobView` objects built from the observable fields.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from .curve_fit import CurveCalibration
+from .curve_calibration import CurveCalibration
 from .curves import (
     Curve,
     ExpLossCurve,
@@ -238,10 +238,6 @@ class Workload:
             for j in self.jobs
             if j.hacking or not hacking_only
         }
-
-
-def _uniform(rng: np.random.Generator, lo_hi: tuple[float, float], n: int) -> np.ndarray:
-    return rng.uniform(lo_hi[0], lo_hi[1], n)
 
 
 def generate_workload(config: WorkloadConfig, seed: int) -> Workload:

@@ -1,0 +1,291 @@
+"""``evalstop watch``: follow a run's metrics log and stop the run when its eval score declines.
+
+``add_parser(subparsers)`` registers the ``watch`` subcommand on the ``evalstop`` command; ``main(argv)`` runs it on
+its own (``python -m evalstop_callbacks.watch LOG --metric NAME ...``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import signal
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from types import FrameType
+from typing import Any, NoReturn
+
+from platform_sim.core import default_spec
+from platform_sim.core.detectors.registry import parse_detector_param
+
+from .follow import Backoff
+from .loop import StopPlan, run
+from .records import FORMATS, WatchError
+from .watcher import Watcher
+
+logger = logging.getLogger(__name__)
+
+DESCRIPTION = """\
+Follow a training run's metrics log while it is written, hand each evaluation of --metric to the EvalStop core
+(embedded, or an evalstop-server with --server/--token: only the whitelisted report crosses) and, at a stop, end
+the run: SIGTERM to --pid (SIGKILL after --grace) or the --on-stop command. The run itself is not changed.
+
+Formats: verl's file logger (VERL_FILE_LOGGER_PATH: {"step": N, "data": {...}} per line), TensorBoard event files
+(a file, or a folder searched at any depth; needs pip install 'evalstop[watch]'), plain JSONL ({"step": N, NAME:
+value}). --format auto tells them apart and says which it chose."""
+
+EPILOG = """\
+The result (--result, default LOG.evalstop.json beside the log) holds decision, stop_step, best_step, best_score,
+best_checkpoint, detector, evals and more; the same JSON is printed as one line on stdout when the watch ends.
+--on-stop runs through the shell with EVALSTOP_STOP_STEP, EVALSTOP_BEST_STEP, EVALSTOP_BEST_SCORE,
+EVALSTOP_BEST_CHECKPOINT, EVALSTOP_PROTECTED_CHECKPOINT and EVALSTOP_RESULT in its environment, e.g.
+  --on-stop 'ray job stop "$RAY_JOB_ID"'   --on-stop 'scancel "$SLURM_JOB_ID"'   --on-stop 'sky jobs cancel -y 3'
+
+Exit status: 0 after a stop carried out, or when the watch ended with decision "continue" after --timeout; the
+exit status of --pid when that process ended on its own; 1 when the --on-stop command failed; 2 on bad input (a log
+of no known format, a --metric glob matching several series, the metric never seen before --timeout)."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:  # one line, exit 2
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def _positive(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a number > 0, got {text}")
+    return value
+
+
+def _pid(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a process id, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a process id >= 1, got {value}")
+    return value
+
+
+def _detector(text: str) -> Any:
+    """A detector name, or a JSON spec {"name": ..., "params": {...}}."""
+    if text.lstrip().startswith("{"):
+        try:
+            return json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise argparse.ArgumentTypeError(f"not valid JSON: {exc.msg}") from None
+    return text
+
+
+def _detector_param(text: str) -> tuple[str, Any]:
+    try:
+        return parse_detector_param(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def configure(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """Add the ``watch`` arguments to ``parser``."""
+    add = parser.add_argument
+    add("log", metavar="LOG", type=Path, help="the metrics log: a file, or a folder of TensorBoard event files")
+    add(
+        "--metric",
+        required=True,
+        metavar="NAME",
+        help="the eval metric's name, or a glob matching exactly one "
+        "series (verl: 'val-core/*/reward/mean@1'; OpenRLHF: 'eval/eval_*_pass1')",
+    )
+    add("--format", choices=FORMATS, default="auto", help="the log's format (default: auto, said which)")
+    direction = parser.add_mutually_exclusive_group()
+    direction.add_argument(
+        "--greater-is-better",
+        dest="greater_is_better",
+        action="store_true",
+        default=True,
+        help="a higher metric is better (default)",
+    )
+    direction.add_argument(
+        "--lower-is-better",
+        dest="greater_is_better",
+        action="store_false",
+        help="a lower metric is better (a loss, an error rate): the detector sees the metric "
+        "negated (-value, per-example scores too), so a rise is a decline; the result's scores "
+        "stay in the metric's own units",
+    )
+    add(
+        "--examples",
+        type=Path,
+        metavar="DIR",
+        help="verl's validation dump (trainer.validation_data_dir: one "
+        "<step>.jsonl per validation): per-example scores, paired across steps by input, for the detector; without "
+        "it the detector decides on means alone (and says so)",
+    )
+    add(
+        "--detector",
+        type=_detector,
+        metavar="SPEC",
+        help="detector name or JSON spec "
+        '\'{"name": ..., "params": {...}}\' (default: the project\'s default detector, platform_sim.core.'
+        "default_spec())",
+    )
+    add(
+        "--detector-param",
+        type=_detector_param,
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="set one parameter of --detector (repeatable; the value is read as JSON)",
+    )
+    add("--server", metavar="URL", help="an evalstop-server to decide (default: the embedded core, no server)")
+    add("--token", metavar="T", help="the tenant's token for --server")
+    stop = parser.add_mutually_exclusive_group()
+    stop.add_argument(
+        "--pid",
+        type=_pid,
+        metavar="PID",
+        help="the trainer's process: SIGTERM at a stop (SIGKILL "
+        "after --grace); when it ends on its own the watch ends with its exit status",
+    )
+    stop.add_argument(
+        "--on-stop", metavar="CMD", help="shell command run at a stop, the decision in its environment (see below)"
+    )
+    add("--grace", type=_positive, default=30.0, metavar="S", help="seconds from SIGTERM to SIGKILL (default 30)")
+    add(
+        "--timeout",
+        type=_positive,
+        metavar="S",
+        help="end the watch after S seconds without a new evaluation of "
+        "the metric; if it was never seen, with a one-line error naming the series the log showed",
+    )
+    add(
+        "--checkpoints",
+        type=Path,
+        metavar="DIR",
+        help="the framework's checkpoint folder (verl global_step_<N>, "
+        "transformers checkpoint-<N>, OpenRLHF global_step<N>, NeMo-RL step_<N>): the best step's folder is named in the result "
+        "and protected from rotation in an evalstop-best folder (hard-linked, else copied; said which)",
+    )
+    add(
+        "--best-dir",
+        type=Path,
+        metavar="DIR",
+        help="where the protected copy goes (default "
+        "DIR/evalstop-best; OpenRLHF deletes unknown folders in its checkpoint folder: give one outside it)",
+    )
+    add("--result", type=Path, metavar="FILE", help="where the result JSON goes (default: LOG.evalstop.json)")
+    add("--job-id", metavar="ID", help="the job's id (default: from the log's path, the same after a restart)")
+    add("--job-type", choices=("rlhf", "dpo", "sft", "lora", "other"), default="rlhf", help="default rlhf")
+    add(
+        "--poll",
+        type=_positive,
+        default=1.0,
+        metavar="S",
+        help="longest wait between two reads of an idle log (default 1 s; 50 ms while lines arrive)",
+    )
+    add("-q", "--quiet", action="store_true", help="log warnings only")
+    return parser
+
+
+def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+    """Register ``watch`` on an ``evalstop`` subparsers object; its handler is ``args.func(args) -> int``."""
+    parser = subparsers.add_parser(
+        "watch",
+        help="follow a run's metrics log and stop it at a decline",
+        description=DESCRIPTION,
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    configure(parser)
+    parser.set_defaults(func=run_args)
+    return parser
+
+
+def _client(args: argparse.Namespace) -> Any:
+    if args.server is None:
+        if args.token is not None:
+            raise WatchError("--token needs --server")
+        return None
+    if not args.token:
+        raise WatchError("--server needs --token (evalstop-server tenant add NAME prints one)")
+    from ..platform_client import PlatformClient  # httpx is only needed with a server
+
+    try:
+        return PlatformClient(args.server, args.token)
+    except ValueError as exc:
+        raise WatchError(f"--server: {exc}") from None
+
+
+def _on_signal(signum: int, _frame: FrameType | None) -> None:
+    raise KeyboardInterrupt(signum)
+
+
+def run_args(args: argparse.Namespace) -> int:
+    """Run a parsed ``watch`` command line; the exit status."""
+    logging.basicConfig(level=logging.WARNING if args.quiet else logging.INFO, format="%(message)s", stream=sys.stderr)
+    detector = args.detector
+    if args.detector_param:
+        if detector is None or isinstance(detector, dict):
+            base = detector or default_spec()
+            detector = {"name": base["name"], "params": {**(base.get("params") or {}), **dict(args.detector_param)}}
+        else:
+            detector = {"name": detector, "params": dict(args.detector_param)}
+    if args.examples is not None and not args.examples.exists():
+        logger.info("evalstop watch: %s does not exist yet: waiting for verl's first validation dump", args.examples)
+    result_file = args.result or args.log.with_name(args.log.name + ".evalstop.json")
+    signal.signal(signal.SIGTERM, _on_signal)
+    watcher = None
+    try:
+        watcher = Watcher(
+            args.log,
+            args.metric,
+            format=args.format,
+            greater_is_better=args.greater_is_better,
+            examples=args.examples,
+            detector=detector,
+            client=_client(args),
+            job_id=args.job_id,
+            job_type=args.job_type,
+            checkpoints=args.checkpoints,
+            best_dir=args.best_dir,
+        )
+        plan = StopPlan(
+            pid=args.pid,
+            on_stop=args.on_stop,
+            grace=args.grace,
+            timeout=args.timeout,
+            backoff=Backoff(fast=min(0.05, args.poll), slow=args.poll),
+        )
+        outcome = run(watcher, plan, result_file)
+    except WatchError as exc:
+        print(f"evalstop watch: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        if watcher is None:
+            return 130
+        result = watcher.result()
+        result.ended = "interrupted"
+        print(json.dumps(result.to_dict()), flush=True)
+        return 130
+    finally:
+        if watcher is not None and hasattr(watcher.client, "close"):
+            watcher.client.close()
+    logger.info("evalstop watch: %s", outcome.message)
+    print(json.dumps(outcome.result.to_dict()), flush=True)
+    return outcome.exit_code
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m evalstop_callbacks.watch LOG --metric NAME ...``: the exit status."""
+    parser = _Parser(
+        prog="evalstop watch",
+        description=DESCRIPTION,
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    args = configure(parser).parse_args(argv)
+    return run_args(args)

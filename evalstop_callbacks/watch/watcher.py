@@ -1,0 +1,346 @@
+"""The watcher's core loop step: read what a metrics log gained, hand each new evaluation to the scheduler core.
+
+:class:`Watcher` is the Python API of ``evalstop watch`` (the command adds the polling loop, the stop actions and the
+result file, :mod:`evalstop_callbacks.watch.loop`)::
+
+    from evalstop_callbacks.watch import Watcher
+
+    watcher = Watcher("run/metrics.jsonl", "val-core/*/reward/mean@1", examples="run/val_dumps")
+    while not watcher.stopped:
+        watcher.poll()          # reads only what is new; returns True if the log gained anything
+        time.sleep(0.5)
+    print(watcher.result().to_dict())
+
+Only the whitelisted report (job id and type, step, score, per-example scores) reaches the client, whether it is the
+embedded core (default) or a ``PlatformClient``. The watcher holds no state beyond what it read, so a restarted
+watcher reads the log from its start and reaches the same decisions.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import re
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from platform_sim.core import Decision, Report, default_spec, detector_from_spec
+
+from ..client import BoundaryClient, EmbeddedClient
+from .checkpoints import CheckpointKeeper, Protected
+from .examples import ExampleDumps
+from .formats import Source, detect, open_source
+from .records import FORMATS, Point, WatchError
+from .series import SeriesSelector
+
+logger = logging.getLogger(__name__)
+
+EXAMPLES_WAIT_S = 10.0
+"""How long an evaluation waits for its validation dump before it goes on its mean alone (verl writes the dump before
+the log line, so a dump that is late by this much is not coming); a later evaluation ends the wait at once."""
+
+
+def _quiet(record: logging.LogRecord) -> bool:
+    return False
+
+
+def _warm(spec: dict[str, Any]) -> None:
+    """Run the detector once on a made-up falling curve, in a throwaway embedded core, and forget it.
+
+    Why: detectors load their statistics code (scipy) at their first full window, about a second of CPU. Paid at
+    the watcher's start it no longer delays the first real decision, which matters when many watchers reach that
+    window at once (benchmarks/bench_watch.py). The real job's state is untouched, and the made-up job's warnings
+    (a means-only curve) are not shown.
+    """
+    # A logger's filter sees only its own records, so every logger of the core gets one (they exist once imported).
+    names = [n for n in logging.root.manager.loggerDict if n == "platform_sim" or n.startswith("platform_sim.")]
+    core_loggers = [logging.getLogger(n) for n in names]
+    for core_logger in core_loggers:
+        core_logger.addFilter(_quiet)
+    try:
+        for per_example in (False, True):
+            client = EmbeddedClient()
+            job = client.register("other", detector=spec, job_id="warm-up")
+            for i in range(24):
+                score = 1.0 - 0.05 * i + 0.03 * (i % 2)  # falling, with noise: a real test, not a zero variance
+                scores = (score, score - 0.1, score + 0.1, score) if per_example else None
+                if client.report(Report(job, "other", i, score, scores)).should_stop:
+                    break
+    finally:
+        for core_logger in core_loggers:
+            core_logger.removeFilter(_quiet)
+
+
+def default_job_id(log: Path) -> str:
+    """A job id stable across restarts of the watcher: the log's name and a hash of its absolute path."""
+    stem = re.sub(r"[^A-Za-z0-9._-]+", "-", log.name)[:48].strip("-") or "log"
+    digest = hashlib.sha1(str(log.resolve()).encode()).hexdigest()[:8]
+    return f"watch-{stem}-{digest}"
+
+
+@dataclass
+class WatchResult:
+    """What a watch decided; ``to_dict()`` is the ``--result`` JSON.
+
+    Args:
+        decision: ``"stop"`` or ``"continue"``.
+        stop_step: The step whose evaluation decided the stop, or None.
+        best_step: The best evaluation's step (the best up to the stop), or None before any evaluation.
+        best_score: Its score, in the metric's own units (not negated by ``--lower-is-better``).
+        best_checkpoint: The framework's checkpoint folder of the best step, or None (no ``--checkpoints``, or the
+            step has none: ``checkpoint_note`` then says so and names the nearest one before it).
+        detector: The detector spec that decided.
+        evals: Every ``[step, score]`` handed to the core, scores in the metric's own units.
+        metric: The series the metric name or glob chose (None if none was seen).
+        format: The log's format (None if the log never appeared).
+        reason: The core's reason for its last decision.
+        per_example: Whether per-example scores (``--examples``) reached the detector.
+        protected_checkpoint: The ``evalstop-best`` mirror of the checkpoint, or None.
+        protection: How the mirror was made: ``"hard-linked"``, ``"copied"`` or ``"hard-linked and copied"``.
+        checkpoint_note: Why ``best_checkpoint`` is None although ``--checkpoints`` was given.
+        job_id: The job id the reports carried.
+        ended: Why the watch ended (filled in by the command's loop).
+    """
+
+    decision: str
+    stop_step: int | None
+    best_step: int | None
+    best_score: float | None
+    best_checkpoint: str | None
+    detector: dict[str, Any]
+    evals: list[list[float]]
+    metric: str | None = None
+    format: str | None = None
+    reason: str = ""
+    per_example: bool = False
+    protected_checkpoint: str | None = None
+    protection: str | None = None
+    checkpoint_note: str | None = None
+    job_id: str = ""
+    ended: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class _Pending:
+    point: Point
+    read_at: float = field(default_factory=time.monotonic)
+
+
+class Watcher:
+    """Follows one metrics log and feeds its evaluations of one metric to a boundary client.
+
+    Args:
+        log: The log: a verl file-logger or plain JSONL file, or a TensorBoard event file or folder. It may not exist
+            yet.
+        metric: The metric's name or a glob matching exactly one series (``val-core/*/reward/mean@1``).
+        format: ``auto`` (default: told from the log's first content, and said which), ``verl``,
+            ``tensorboard`` or ``jsonl``.
+        greater_is_better: True (default) if a higher metric is better; False for a loss or error, which the
+            detector then sees negated.
+        examples: verl's validation dump folder (``trainer.validation_data_dir``) for per-example scores, or None
+            (the detector then decides on means alone, which the watcher says once).
+        detector: Detector spec (a name or ``{"name": ..., "params": {...}}``); None: ``default_spec()``.
+        client: The boundary client (default: a new :class:`~evalstop_callbacks.client.EmbeddedClient`); a
+            ``PlatformClient`` sends the reports to an ``evalstop-server``.
+        job_id: The job's id; default: from the log's path (:func:`default_job_id`), stable across restarts.
+        job_type: The job's type (``rlhf``, ``dpo``, ``sft``, ``lora``, ``other``).
+        checkpoints: The framework's checkpoint folder, to name and protect the best step's checkpoint, or None.
+        best_dir: Where the protected mirror goes (default ``<checkpoints>/evalstop-best``).
+        warm_up: Run the detector once on a made-up curve first (see :func:`_warm`), so that its first real decision
+            is not delayed by loading its statistics code.
+
+    Raises:
+        WatchError: A bad format name, detector spec or job type.
+    """
+
+    def __init__(
+        self,
+        log: str | os.PathLike[str],
+        metric: str,
+        *,
+        format: str = "auto",
+        greater_is_better: bool = True,
+        examples: str | os.PathLike[str] | None = None,
+        detector: str | dict[str, Any] | None = None,
+        client: BoundaryClient | None = None,
+        job_id: str | None = None,
+        job_type: str = "rlhf",
+        checkpoints: str | os.PathLike[str] | None = None,
+        best_dir: str | os.PathLike[str] | None = None,
+        warm_up: bool = True,
+    ) -> None:
+        if format not in FORMATS:
+            raise WatchError(f"--format must be one of {', '.join(FORMATS)}, got {format!r}")
+        try:
+            self.spec = detector_from_spec(default_spec() if detector is None else detector).spec()
+        except ValueError as exc:
+            raise WatchError(f"--detector: {exc}") from None
+        if warm_up:
+            _warm(self.spec)
+        self.log = Path(log)
+        self.format = format
+        self.sign = 1.0 if greater_is_better else -1.0
+        self.selector = SeriesSelector(metric)
+        self.examples = None if examples is None else ExampleDumps(Path(examples), negate=not greater_is_better)
+        self.keeper = (
+            None
+            if checkpoints is None
+            else CheckpointKeeper(Path(checkpoints), None if best_dir is None else Path(best_dir))
+        )
+        self.client: BoundaryClient = client if client is not None else EmbeddedClient()
+        self.job_type = job_type
+        try:
+            self.job_id = self.client.register(job_type, detector=self.spec, job_id=job_id or default_job_id(self.log))
+        except ValueError as exc:
+            raise WatchError(f"registering the job: {exc}") from None
+        self.source: Source | None = None
+        self.decision: Decision | None = None
+        self.stop_step: int | None = None
+        self.evals: list[list[float]] = []
+        self.per_example = False
+        self.protected = Protected(None, None, None, None, None)
+        self._pending: list[_Pending] = []
+        self._last_step: int | None = None
+        self._repeats: dict[int, float] = {}
+        #: time.monotonic() of the last evaluation handed to the core (the command's --timeout counts from it).
+        self.last_eval_at: float | None = None
+        if self.examples is None:
+            logger.warning(
+                "evalstop watch: no --examples: the detector decides on means alone (per-example scores make the "
+                "default detector far less likely to stop a healthy run)"
+            )
+
+    @property
+    def stopped(self) -> bool:
+        """Whether the core decided to stop (the watcher reads nothing more after that)."""
+        return self.stop_step is not None
+
+    def _open(self) -> bool:
+        if self.source is not None:
+            return True
+        if self.format == "auto":
+            found = detect(self.log)
+            if found is None:
+                return False
+            kind, why = found
+            logger.info("evalstop watch: format %s chosen for %s: %s", kind, self.log, why)
+        else:
+            if not self.log.exists():
+                return False
+            kind = self.format
+        self.source = open_source(self.log, kind)
+        return True
+
+    def _queue(self, points: list[Point]) -> None:
+        for point in self.selector.select(points):
+            if self._last_step is not None and point.step <= self._last_step:
+                # A resumed trainer logs steps again, a replaced event file is read again: the first value stands.
+                if self._repeats.get(point.step, point.value) != point.value:
+                    logger.warning(
+                        "evalstop watch: step %d logged again with another value (a resumed run?): kept the first",
+                        point.step,
+                    )
+                continue
+            self._repeats[point.step] = point.value
+            self._last_step = point.step
+            self._pending.append(_Pending(point))
+
+    def _report(self, finishing: bool) -> int:
+        handled = 0
+        while self._pending and not self.stopped:
+            head = self._pending[0]
+            step, value = head.point.step, head.point.value
+            scores = None
+            if self.examples is not None:
+                waited = time.monotonic() - head.read_at
+                if not self.examples.ready(step):
+                    if not finishing and len(self._pending) == 1 and waited < EXAMPLES_WAIT_S:
+                        break  # verl may still be writing the dump; a later evaluation or the wait ends this
+                    logger.warning(
+                        "evalstop watch: no complete %s: step %d goes on its mean alone", self.examples.path(step), step
+                    )
+                else:
+                    scores = self.examples.scores(step)
+            self._pending.pop(0)
+            report = Report(
+                self.job_id, self.job_type, step, self.sign * value, None if scores is None else tuple(scores)
+            )
+            try:
+                self.decision = self.client.report(report)
+            except ValueError as exc:  # the core refused it (e.g. per-example scores of another length)
+                raise WatchError(f"step {step}: the core refused the evaluation: {exc}") from None
+            self.per_example = self.per_example or scores is not None
+            self.evals.append([step, value])
+            self.last_eval_at = time.monotonic()
+            handled += 1
+            if self.decision.should_stop:
+                self.stop_step = step
+                logger.warning("evalstop watch: STOP at step %d: %s", step, self.decision.reason)
+        if handled and self.keeper is not None and self.decision is not None:
+            self.protected = self.keeper.update(self.decision.best_step)
+        return handled
+
+    def poll(self) -> bool:
+        """Read what the log gained since the last poll and report its new evaluations.
+
+        Returns:
+            True if the log gained any point (of any series), for the caller's poll interval.
+
+        Raises:
+            WatchError: The log is not of its format, a glob matches several series, or a dump is malformed.
+        """
+        if self.stopped or not self._open():
+            return False
+        assert self.source is not None
+        points = self.source.poll()
+        self._queue(points)
+        self._report(finishing=False)
+        return bool(points)
+
+    def finish(self) -> WatchResult:
+        """Read the rest of the log (a last line without its newline included), report it and return the result.
+
+        Call it once the writer is done (its process ended, or the watch timed out).
+        """
+        if not self.stopped and self._open():
+            assert self.source is not None
+            self._queue(self.source.finish())
+            self._report(finishing=True)
+        if self.keeper is not None and self.decision is not None:
+            self.protected = self.keeper.update(self.decision.best_step)  # tops up a checkpoint written late
+        if self.source is not None:
+            self.source.close()
+        return self.result()
+
+    def result(self) -> WatchResult:
+        """The decision so far."""
+        d = self.decision
+        best_score = None if d is None or d.best_score is None else self.sign * d.best_score
+        p = self.protected
+        return WatchResult(
+            decision="stop" if self.stopped else "continue",
+            stop_step=self.stop_step,
+            best_step=None if d is None else d.best_step,
+            best_score=best_score,
+            best_checkpoint=None if p.checkpoint is None else str(p.checkpoint),
+            detector=self.spec,
+            evals=list(self.evals),
+            metric=self.selector.chosen,
+            format=None if self.source is None else self.source.kind,
+            reason="" if d is None else d.reason,
+            per_example=self.per_example,
+            protected_checkpoint=None if p.mirror is None else str(p.mirror),
+            protection=p.method,
+            checkpoint_note=p.note,
+            job_id=self.job_id,
+        )
+
+    def metrics_seen(self) -> str:
+        """The series the log showed so far, for the error when the metric never appears."""
+        return self.selector.seen_names()

@@ -1,0 +1,246 @@
+"""The dashboard's pages (HTML, for a person in a browser): sign-in, the job list, a job's page, sign-out.
+
+``GET /login`` and ``POST /login`` (form field ``token``) sign a browser in: the answer sets an HttpOnly,
+SameSite=Strict session cookie holding a random session id (the token stays on the server, see
+:mod:`~platform_sim.service.dashboard.sessions`). ``GET /`` lists the tenant's jobs, ``GET /jobs/{job_id}`` shows one,
+``POST /logout`` ends the session. A page without a live session redirects (303) to ``/login``; every page
+authenticates its session's token like an API request (a revoked token signs the browser out, the rate limit
+counts pages too). Another tenant's job is a 404, as in the API.
+
+Forms are parsed here (``application/x-www-form-urlencoded`` with :func:`urllib.parse.parse_qs`): the service needs
+no form library. CSRF: the cookies are SameSite=Strict, the sign-out form carries the session's form token, and the
+sign-in form a nonce that must match a SameSite=Strict cookie set with the form (so that another site cannot sign a
+browser in under its own token). Every page is sent with a Content-Security-Policy allowing only its own inline style
+and script (by a per-response nonce), and may not be framed.
+"""
+
+# No `from __future__ import annotations`: FastAPI reads the routes' annotations at runtime.
+import hmac
+import math
+import re
+import secrets
+from typing import Annotated
+from urllib.parse import parse_qs
+
+from fastapi import FastAPI, Query, Request
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
+
+from ..dashboard import pages
+from ..dashboard.data import SORTS, DashboardData, sort_jobs
+from ..dashboard.sessions import Session, SessionStore
+from ..deps import ServiceContext
+from ..errors import ApiError
+from ..store import JobNotFound, Tenant
+from ..wire import JOB_ID_PATTERN
+
+SESSION_COOKIE = "evalstop_session"
+LOGIN_COOKIE = "evalstop_login"
+"""The sign-in form's nonce cookie (lives while the form may be sent)."""
+LOGIN_FORM_TTL_S = 1800
+PER_PAGE = 50
+"""Jobs per page of the list."""
+MAX_FORM_BYTES = 8192
+"""Largest sign-in or sign-out form body (a token is 46 characters)."""
+_JOB_ID = re.compile(JOB_ID_PATTERN)
+
+
+def security_headers(nonce: str) -> dict[str, str]:
+    """The headers of every dashboard response: the CSP (only this response's inline style and script), no framing,
+    no sniffing, no referrer, no caching (the pages hold a tenant's data)."""
+    csp = (
+        f"default-src 'self'; style-src 'nonce-{nonce}'; script-src 'nonce-{nonce}'; img-src 'self' data:; "
+        "object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
+    )
+    return {
+        "Content-Security-Policy": csp,
+        "X-Frame-Options": "DENY",
+        "X-Content-Type-Options": "nosniff",
+        "Referrer-Policy": "no-referrer",
+        "Cache-Control": "no-store",
+    }
+
+
+def _html(chrome: pages.Chrome, body: str, status: int = 200, headers: dict[str, str] | None = None) -> HTMLResponse:
+    return HTMLResponse(body, status_code=status, headers={**security_headers(chrome.nonce), **(headers or {})})
+
+
+def _redirect(to: str, nonce: str) -> RedirectResponse:
+    return RedirectResponse(to, status_code=303, headers=security_headers(nonce))
+
+
+def _nonce() -> str:
+    return secrets.token_urlsafe(16)
+
+
+async def read_form(request: Request) -> dict[str, str] | None:
+    """The first value of each field of an ``application/x-www-form-urlencoded`` body, or None when the body is not
+    one (another content type, too large, not UTF-8, too many fields)."""
+    ctype = request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
+    if ctype != "application/x-www-form-urlencoded":
+        return None
+    raw = await request.body()
+    if len(raw) > MAX_FORM_BYTES:
+        return None
+    try:
+        fields = parse_qs(raw.decode("utf-8"), keep_blank_values=True, max_num_fields=16)
+    except (UnicodeDecodeError, ValueError):
+        return None
+    return {name: values[0] for name, values in fields.items()}
+
+
+def add_routes(app: FastAPI, ctx: ServiceContext, sessions: SessionStore | None = None) -> None:
+    """Add the dashboard's pages, around ``ctx``, to ``app``.
+
+    Args:
+        app: The app.
+        ctx: The app's shared dependencies.
+        sessions: Where sign-in sessions live (default: a new :class:`SessionStore` for this app).
+    """
+    live = sessions if sessions is not None else SessionStore()
+    data = DashboardData(ctx.store)
+
+    def login_form(nonce: str, error: str | None = None, status: int = 200) -> HTMLResponse:
+        form_nonce = secrets.token_urlsafe(24)
+        response = _html(pages.Chrome(nonce), pages.login_page(pages.Chrome(nonce), form_nonce, error), status)
+        response.set_cookie(
+            LOGIN_COOKIE, form_nonce, max_age=LOGIN_FORM_TTL_S, path="/login", httponly=True, samesite="strict"
+        )
+        return response
+
+    async def signed_in(request: Request, nonce: str) -> tuple[Tenant, Session] | Response:
+        """The request's tenant and session, or the response to send instead (to /login, or the error page)."""
+        session_id = request.cookies.get(SESSION_COOKIE)
+        session = live.get(session_id)
+        if session is None:
+            response = _redirect("/login", nonce)
+            if session_id:
+                response.delete_cookie(SESSION_COOKIE, path="/")
+            return response
+        try:
+            tenant = await ctx.call(ctx.authenticate, session.token)
+        except ApiError as exc:
+            if exc.status == 401:  # revoked since sign-in
+                live.end(session_id)
+                response = _redirect("/login", nonce)
+                response.delete_cookie(SESSION_COOKIE, path="/")
+                return response
+            return _html(
+                pages.Chrome(nonce),
+                pages.error_page(pages.Chrome(nonce), exc.status, exc.message),
+                exc.status,
+                exc.headers,
+            )
+        return tenant, session
+
+    @app.get("/login", include_in_schema=False)
+    async def login_page(request: Request) -> Response:
+        nonce = _nonce()
+        if live.get(request.cookies.get(SESSION_COOKIE)) is not None:
+            return _redirect("/", nonce)
+        return login_form(nonce)
+
+    @app.post("/login", include_in_schema=False)
+    async def login(request: Request) -> Response:
+        nonce = _nonce()
+        form = await read_form(request)
+        if form is None:
+            return login_form(nonce, "Send the sign-in form (a form with the field token).", 400)
+        sent, expected = form.get("login_nonce", ""), request.cookies.get(LOGIN_COOKIE, "")
+        if not expected or not hmac.compare_digest(sent.encode(), expected.encode()):
+            return login_form(nonce, "The sign-in form expired or came from another site: sign in again.", 400)
+        token = form.get("token", "").strip()
+        try:
+            await ctx.call(ctx.authenticate, token)
+        except ApiError as exc:
+            if exc.status == 401:
+                return login_form(nonce, "Unknown or revoked token.", 401)
+            chrome = pages.Chrome(nonce)
+            return _html(chrome, pages.error_page(chrome, exc.status, exc.message), exc.status, exc.headers)
+        live.end(request.cookies.get(SESSION_COOKIE))  # a new id at each sign-in (no session fixation)
+        session_id, _ = live.create(token)
+        response = _redirect("/", nonce)
+        response.set_cookie(
+            SESSION_COOKIE,
+            session_id,
+            max_age=int(live.ttl_s),
+            path="/",
+            httponly=True,
+            samesite="strict",
+            secure=request.url.scheme == "https",
+        )
+        response.delete_cookie(LOGIN_COOKIE, path="/login")
+        return response
+
+    @app.post("/logout", include_in_schema=False)
+    async def logout(request: Request) -> Response:
+        nonce = _nonce()
+        session_id = request.cookies.get(SESSION_COOKIE)
+        session = live.get(session_id)
+        form = await read_form(request)
+        if session is not None:
+            if form is None or not session.form_token_ok(form.get("csrf")):
+                chrome = pages.Chrome(nonce)
+                return _html(chrome, pages.error_page(chrome, 403, "Sign out from the dashboard's own button."), 403)
+            live.end(session_id)
+        response = _redirect("/login", nonce)
+        response.delete_cookie(SESSION_COOKIE, path="/")
+        return response
+
+    @app.get("/", include_in_schema=False)
+    async def jobs_page(
+        request: Request,
+        status: Annotated[str | None, Query(max_length=16)] = None,
+        sort: Annotated[str, Query(max_length=16)] = "job",
+        order: Annotated[str, Query(max_length=4)] = "asc",
+        page: Annotated[str, Query(max_length=9)] = "1",
+    ) -> Response:
+        nonce = _nonce()
+        who = await signed_in(request, nonce)
+        if isinstance(who, Response):
+            return who
+        tenant, session = who
+        chrome = pages.Chrome(nonce, tenant.name, session.csrf)
+        status = status or None
+        problem = None
+        if status is not None and status not in pages.STATUSES:
+            problem = f"status must be one of {', '.join(pages.STATUSES)}"
+        elif sort not in SORTS:
+            problem = f"sort must be one of {', '.join(SORTS)}"
+        elif order not in ("asc", "desc"):
+            problem = "order must be asc or desc"
+        elif not page.isdigit() or int(page) < 1:
+            problem = "page must be a positive integer"
+        if problem is not None:
+            return _html(chrome, pages.error_page(chrome, 422, problem), 422)
+        jobs, truncated = await ctx.call(data.jobs, tenant.tenant_id, status)
+        ordered = sort_jobs(jobs, sort, order == "desc")
+        n_pages = max(1, math.ceil(len(ordered) / PER_PAGE))
+        number = min(int(page), n_pages)
+        shown = ordered[(number - 1) * PER_PAGE : number * PER_PAGE]
+        rows = await ctx.call(data.rows, tenant.tenant_id, shown)
+        totals = await ctx.call(data.totals, tenant.tenant_id)
+        events = await ctx.call(data.events, tenant.tenant_id)
+        listing = pages.Listing(status, sort, order, number, n_pages, len(ordered), truncated)
+        return _html(chrome, pages.jobs_page(chrome, rows, listing, totals, events))
+
+    @app.get("/jobs/{job_id:path}", include_in_schema=False)
+    async def job_page(request: Request, job_id: str) -> Response:
+        # ``:path``: an id with an encoded "/" reaches this page (and its 404) rather than the API's JSON 404.
+        nonce = _nonce()
+        who = await signed_in(request, nonce)
+        if isinstance(who, Response):
+            return who
+        tenant, session = who
+        chrome = pages.Chrome(nonce, tenant.name, session.csrf)
+        missing = _html(chrome, pages.error_page(chrome, 404, f"No job {job_id!r} for this tenant."), 404)
+        if _JOB_ID.fullmatch(job_id) is None:
+            return missing
+        try:
+            job = await ctx.call(data.job, tenant.tenant_id, job_id)
+            history = await ctx.call(data.history, tenant.tenant_id, job_id)
+        except JobNotFound:
+            return missing
+        row = data.row(job, history[-1].score if history else None)
+        totals = await ctx.call(data.totals, tenant.tenant_id)
+        events = await ctx.call(data.events, tenant.tenant_id, job_id)
+        return _html(chrome, pages.job_page(chrome, row, history, totals, events))

@@ -1,0 +1,144 @@
+"""What a tenant (or the operator) reads back: a job's eval history, the tenant's totals, the audit trail.
+
+``GET /v1/jobs/{job_id}/evals`` (the reports posted to the same path, paginated), ``GET /v1/summary`` (jobs running,
+stopped and finished, GPU-hours freed) and ``GET /v1/events`` (the audit trail after a cursor). Every route answers
+the tenant's own rows only; another tenant's job is the same 404 as a missing one. ``/v1/events`` also takes the
+operator's admin token (``evalstop-server serve --admin-token-file``), which reads every tenant's events and nothing
+else. Also the per-tenant totals of ``/metrics`` (:class:`TenantTotals`).
+"""
+
+# No `from __future__ import annotations`: FastAPI reads the routes' annotations at runtime.
+import hmac
+from collections.abc import Iterator
+from typing import Annotated, Any, Literal
+
+from fastapi import Depends, FastAPI, Query, Request
+from fastapi.responses import JSONResponse
+from fastapi.security import HTTPAuthorizationCredentials
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from ..deps import BEARER, ServiceContext
+from ..errors import ERRORS, NOT_FOUND, not_found
+from ..events import event_json
+from ..store import JobNotFound, Store, StoredReport, Tenant
+from ..wire import EvalList, EventList, JobIdPath, SummaryOut
+from . import PREFIX, Routes
+
+MAX_PAGE = 1000
+"""Most rows one page of evals or events holds."""
+
+
+def eval_json(report: StoredReport) -> dict[str, Any]:
+    """One stored report as ``GET /v1/jobs/{id}/evals`` answers it."""
+    return {
+        "step": report.step,
+        "eval_score": report.eval_score,
+        "n_eval_scores": None if report.eval_scores is None else len(report.eval_scores),
+        "decision": report.decision.to_dict(),
+        "received_at": report.received_at,
+    }
+
+
+class TenantTotals(Collector):
+    """``/metrics`` gauges per tenant, read from the store at each scrape: jobs by status and GPU-hours freed.
+
+    Labelled by tenant name: ``/metrics`` is the operator's endpoint (unauthenticated, like ``/healthz``), and the
+    operator chose the names; keep it off the tenants' network where tenants must not see each other's totals.
+
+    Args:
+        store: Where the jobs live.
+    """
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    def describe(self) -> list[Any]:
+        return []  # collected at scrape time only (no store call while registering)
+
+    def collect(self) -> Iterator[Any]:
+        jobs = GaugeMetricFamily("evalstop_tenant_jobs", "Jobs of each tenant by status.", labels=["tenant", "status"])
+        freed = GaugeMetricFamily(
+            "evalstop_tenant_gpu_hours_freed",
+            "GPU-hours freed by each tenant's stopped jobs (gpus x remaining planned steps x measured step time).",
+            labels=["tenant"],
+        )
+        names = {t.tenant_id: t.name for t in self.store.list_tenants()}
+        for tenant_id, s in sorted(self.store.summaries().items()):
+            name = names.get(tenant_id, str(tenant_id))
+            for status, n in (("running", s.running), ("stopped", s.stopped), ("finished", s.finished)):
+                jobs.add_metric([name, status], n)
+            freed.add_metric([name], s.gpu_hours_freed)
+        yield jobs
+        yield freed
+
+
+def add_routes(app: FastAPI, ctx: ServiceContext, admin_token: str | None = None) -> None:
+    """Add the history, summary and events routes, around ``ctx``, to ``app``.
+
+    Args:
+        app: The app.
+        ctx: Its shared dependencies.
+        admin_token: The operator's token for ``GET /v1/events`` across tenants, or None (no admin access).
+    """
+    TenantDep = Annotated[Tenant, Depends(ctx.tenant)]
+    store = ctx.store
+    api = Routes(app, PREFIX, ["history"])
+    ctx.metrics.registry.register(TenantTotals(store))
+
+    async def reader(
+        request: Request, creds: Annotated[HTTPAuthorizationCredentials | None, Depends(BEARER)]
+    ) -> Tenant | None:
+        """The events route's caller: None for the admin token, else the tenant (401 as on every route)."""
+        token = None if creds is None else creds.credentials
+        if admin_token is not None and token is not None and hmac.compare_digest(token.encode(), admin_token.encode()):
+            return None
+        return await ctx.tenant(request, creds)
+
+    @api.get("/jobs/{job_id}/evals", response_model=EvalList, responses={**ERRORS, **NOT_FOUND})
+    async def list_evals(
+        job_id: JobIdPath,
+        t: TenantDep,
+        order: Annotated[Literal["newest", "step"], Query(description="newest first, or by step")] = "newest",
+        limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 100,
+        cursor: Annotated[int | None, Query(ge=0, le=2**62, description="next_cursor of the previous page")] = None,
+    ) -> JSONResponse:
+        """The job's reports (as posted to this path), each with its decision and the time it was received."""
+        try:
+            rows = await ctx.call(store.list_evals, t.tenant_id, job_id, order=order, limit=limit, cursor=cursor)
+        except JobNotFound:
+            raise not_found(job_id) from None
+        nxt = rows[-1].step if len(rows) == limit else None
+        return JSONResponse(
+            {"job_id": job_id, "order": order, "evals": [eval_json(r) for r in rows], "next_cursor": nxt}
+        )
+
+    @api.get("/summary", response_model=SummaryOut, responses=ERRORS)
+    async def summary(t: TenantDep) -> JSONResponse:
+        """The tenant's totals: jobs running, stopped and finished, and the GPU-hours its stops freed."""
+        s = await ctx.call(store.summary, t.tenant_id)
+        return JSONResponse(
+            {
+                "running": s.running,
+                "stopped": s.stopped,
+                "finished": s.finished,
+                "stopped_total": s.stopped_total,
+                "gpu_hours_freed": s.gpu_hours_freed,
+            }
+        )
+
+    @api.get("/events", response_model=EventList, responses=ERRORS)
+    async def list_events(
+        caller: Annotated[Tenant | None, Depends(reader)],
+        after: Annotated[int, Query(ge=0, le=2**62, description="the last event id already read")] = 0,
+        limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 100,
+    ) -> JSONResponse:
+        """The audit trail after ``after``, oldest first: the tenant's own events (with the admin token: every
+        tenant's, each with its ``tenant``). Pass ``next_after`` back as ``after`` to follow it."""
+        rows = await ctx.call(store.list_events, None if caller is None else caller.tenant_id, after, limit)
+        out = [event_json(e) for e in rows]
+        if caller is None:
+            names = {t.tenant_id: t.name for t in await ctx.call(store.list_tenants)}
+            for item, e in zip(out, rows):
+                item["tenant"] = names.get(e.tenant_id)
+        return JSONResponse({"events": out, "next_after": rows[-1].id if rows else after})

@@ -1,0 +1,244 @@
+"""The dashboard over HTTP (no browser): sign-in and its cookies, the pages and what they show, escaping, tenant
+isolation, security headers, sign-out. A real server process on loopback with a real SQLite file; the browser test is
+``test_service_dashboard_browser.py``."""
+
+from __future__ import annotations
+
+import html
+import re
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import httpx
+import pytest
+from dashboard_support import (
+    FINISHED_JOB,
+    HOSTILE_REASON,
+    OTHER_TENANTS_JOB,
+    RUNNING_JOB,
+    STOPPED_JOB,
+    STOPPED_SCORES,
+    Scenario,
+    dashboard_scenario,
+)
+from service_support import cli
+
+from platform_sim.service.dashboard.sessions import SessionStore
+
+
+@pytest.fixture(scope="module")
+def scenario(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Scenario]:
+    with dashboard_scenario(tmp_path_factory.mktemp("dashboard")) as sc:
+        yield sc
+
+
+@contextmanager
+def sign_in(url: str, token: str) -> Iterator[httpx.Client]:
+    """A client (cookie jar) signed in with ``token`` through the sign-in form."""
+    with httpx.Client(base_url=url, timeout=30.0) as client:
+        yield _signed_in(client, token)
+
+
+def _signed_in(client: httpx.Client, token: str) -> httpx.Client:
+    form = client.get("/login")
+    assert form.status_code == 200
+    nonce = re.search(r'name="login_nonce" value="([^"]+)"', form.text)
+    assert nonce is not None
+    r = client.post("/login", data={"token": token, "login_nonce": html.unescape(nonce.group(1))})
+    assert r.status_code == 303 and r.headers["location"] == "/", r.text
+    return client
+
+
+def grab(pattern: str, text: str, group: int = 1) -> str:
+    """The ``group`` of ``pattern``'s first match in ``text`` (which must match)."""
+    match = re.search(pattern, text, re.S)
+    assert match is not None, pattern
+    return match.group(group)
+
+
+def job_ids(page: str) -> list[str]:
+    """The job ids of the list's rows, in order."""
+    return [html.unescape(m) for m in re.findall(r'<tr data-job="([^"]+)"', page)]
+
+
+def test_pages_redirect_to_sign_in_without_a_session(scenario: Scenario) -> None:
+    for path in ("/", f"/jobs/{STOPPED_JOB}", "/?status=stopped"):
+        r = httpx.get(scenario.server.url + path)
+        assert r.status_code == 303 and r.headers["location"] == "/login", path
+    # A made-up session cookie is no session.
+    r = httpx.get(scenario.server.url + "/", cookies={"evalstop_session": "made-up"})
+    assert r.status_code == 303 and r.headers["location"] == "/login"
+
+
+def test_sign_in_sets_a_strict_http_only_session_cookie_without_the_token(scenario: Scenario) -> None:
+    client = httpx.Client(base_url=scenario.server.url)
+    form = client.get("/login")
+    assert 'name="token"' in form.text and 'type="password"' in form.text
+    nonce = html.unescape(grab(r'name="login_nonce" value="([^"]+)"', form.text))
+    r = client.post("/login", data={"token": scenario.alpha, "login_nonce": nonce})
+    assert r.status_code == 303 and r.headers["location"] == "/"
+    cookie = next(c for c in r.headers.get_list("set-cookie") if c.startswith("evalstop_session="))
+    attrs = cookie.lower()
+    assert "httponly" in attrs and "samesite=strict" in attrs and "max-age=" in attrs
+    assert scenario.alpha not in cookie
+    assert scenario.alpha not in str(r.url) and scenario.alpha not in r.headers["location"]
+    assert client.get("/").status_code == 200
+    client.close()
+
+
+def test_sign_in_refuses_a_wrong_token_and_a_form_from_elsewhere(scenario: Scenario) -> None:
+    with httpx.Client(base_url=scenario.server.url) as client:
+        form = client.get("/login")
+        nonce = html.unescape(grab(r'name="login_nonce" value="([^"]+)"', form.text))
+        r = client.post("/login", data={"token": "es_not-a-token", "login_nonce": nonce})
+        assert r.status_code == 401 and "Unknown or revoked token" in r.text
+        assert "evalstop_session" not in client.cookies
+    # A cross-site form post carries no SameSite=Strict nonce cookie: refused even with the right token.
+    r = httpx.post(scenario.server.url + "/login", data={"token": scenario.alpha, "login_nonce": "x"})
+    assert r.status_code == 400 and "evalstop_session" not in r.cookies
+    # Not a form.
+    r = httpx.post(scenario.server.url + "/login", json={"token": scenario.alpha})
+    assert r.status_code == 400
+
+
+def test_the_list_shows_the_tenants_jobs_only(scenario: Scenario) -> None:
+    with sign_in(scenario.server.url, scenario.alpha) as client:
+        r = client.get("/")
+    assert r.status_code == 200 and r.headers["content-type"].startswith("text/html")
+    assert sorted(job_ids(r.text)) == sorted([STOPPED_JOB, RUNNING_JOB, FINISHED_JOB])
+    assert OTHER_TENANTS_JOB not in r.text
+    row = grab(f'<tr data-job="{re.escape(STOPPED_JOB)}">(.*?)</tr>', r.text)
+    cells = [html.unescape(re.sub("<[^>]+>", "", c)) for c in re.findall(r"<td[^>]*>(.*?)</td>", row)]
+    n = scenario.stop_step // 10
+    # Job, type, status, reports, last score, declines, best step, best score, stop step, stop reason, GPU-h freed.
+    assert cells[:4] == [STOPPED_JOB, "rlhf", "stopped", str(n)]
+    assert cells[4] == f"{STOPPED_SCORES[n - 1]:.4f}"
+    assert cells[5] == "2"
+    assert cells[6:9] == [str(scenario.best_step), f"{scenario.best_score:.4f}", str(scenario.stop_step)]
+    assert "decline" in cells[9]
+    assert 'id="totals"' in r.text and "tenant <strong>alpha</strong>" in r.text
+
+
+def test_filter_and_sort(scenario: Scenario) -> None:
+    with sign_in(scenario.server.url, scenario.alpha) as client:
+        assert job_ids(client.get("/?status=stopped").text) == [STOPPED_JOB]
+        assert job_ids(client.get("/?status=running").text) == [RUNNING_JOB]
+        assert job_ids(client.get("/?status=finished").text) == [FINISHED_JOB]
+        by_reports = job_ids(client.get("/?sort=reports&order=desc").text)
+        assert by_reports == [STOPPED_JOB, RUNNING_JOB, FINISHED_JOB]
+        assert job_ids(client.get("/?sort=reports&order=asc").text) == by_reports[::-1]
+        # Jobs without a stop step come last in either order.
+        assert job_ids(client.get("/?sort=stop_step&order=asc").text)[0] == STOPPED_JOB
+        assert job_ids(client.get("/?sort=stop_step&order=desc").text)[0] == STOPPED_JOB
+        for bad in ("/?sort=password", "/?order=up", "/?status=paused", "/?page=0"):
+            r = client.get(bad)
+            assert r.status_code == 422 and "must be" in r.text, bad
+        assert client.get("/?nonsense=1").status_code == 422
+
+
+def test_the_job_page_draws_the_curve_with_the_best_and_stop_steps(scenario: Scenario) -> None:
+    with sign_in(scenario.server.url, scenario.alpha) as client:
+        r = client.get(f"/jobs/{STOPPED_JOB}")
+    assert r.status_code == 200
+    svg = grab(r'<svg class="curve".*?</svg>', r.text, 0)
+    points = grab(r'<polyline class="line" points="([^"]+)"', svg).split()
+    assert len(points) == scenario.stop_step // 10
+    xs = [float(p.split(",")[0]) for p in points]
+    assert xs == sorted(xs)
+    stop = re.search(r'<g class="stop-marker" data-step="(\d+)">.*?<text[^>]*>([^<]+)</text>', svg)
+    best = re.search(r'<g class="best-marker" data-step="(\d+)">.*?<text[^>]*>([^<]+)</text>', svg)
+    assert stop is not None and best is not None
+    assert (int(stop.group(1)), stop.group(2)) == (scenario.stop_step, f"stop at step {scenario.stop_step}")
+    assert int(best.group(1)) == scenario.best_step and best.group(2).startswith(f"best step {scenario.best_step}")
+    # The reports table lists every report, newest first.
+    steps = [int(s) for s in re.findall(r'<tr><td class="num">(\d+)</td>', r.text)]
+    assert steps == list(range(scenario.stop_step, 0, -10))
+
+
+def test_another_tenants_job_and_a_hostile_id_are_404(scenario: Scenario) -> None:
+    with sign_in(scenario.server.url, scenario.alpha) as client:
+        other = client.get(f"/jobs/{OTHER_TENANTS_JOB}")
+        unknown = client.get("/jobs/no-such-job")
+        hostile = client.get("/jobs/%3Cscript%3Ealert(1)%3C%2Fscript%3E")
+    assert other.status_code == unknown.status_code == hostile.status_code == 404
+
+    # The same page whether the job is another tenant's or does not exist (existence never leaks).
+    def same(page: str, job_id: str) -> str:
+        return re.sub(r'nonce="[^"]+"', "", page.replace(job_id, "ID"))
+
+    assert same(other.text, OTHER_TENANTS_JOB) == same(unknown.text, "no-such-job")
+    assert "<script>alert(1)" not in hostile.text and "&lt;script&gt;alert(1)" in hostile.text
+    with sign_in(scenario.server.url, scenario.beta) as client:
+        assert client.get(f"/jobs/{OTHER_TENANTS_JOB}").status_code == 200
+        assert client.get(f"/jobs/{STOPPED_JOB}").status_code == 404
+        assert job_ids(client.get("/").text) == [OTHER_TENANTS_JOB]
+
+
+def test_user_text_is_escaped(scenario: Scenario) -> None:
+    with sign_in(scenario.server.url, scenario.alpha) as client:
+        page = client.get(f"/jobs/{FINISHED_JOB}").text
+    assert HOSTILE_REASON not in page and "<b>bold</b>" not in page
+    assert html.escape(HOSTILE_REASON) in page
+
+
+def test_security_headers_and_no_inline_style_attributes(scenario: Scenario) -> None:
+    with sign_in(scenario.server.url, scenario.alpha) as client:
+        pages = [client.get("/"), client.get(f"/jobs/{STOPPED_JOB}"), client.get("/jobs/nope")]
+    pages.append(httpx.get(scenario.server.url + "/login"))
+    nonces = set()
+    for r in pages:
+        csp = r.headers["content-security-policy"]
+        nonce = grab(r"style-src 'nonce-([^']+)'", csp)
+        nonces.add(nonce)
+        assert "default-src 'self'" in csp and "frame-ancestors 'none'" in csp and f"script-src 'nonce-{nonce}'" in csp
+        assert r.headers["x-frame-options"] == "DENY" and r.headers["cache-control"] == "no-store"
+        # Every <style> and <script> carries this response's nonce; no style attribute (the CSP would block it).
+        for tag in re.findall(r"<(?:style|script)\b[^>]*>", r.text):
+            assert f'nonce="{nonce}"' in tag, tag
+        assert " style=" not in r.text and "http://" not in r.text.replace('xmlns="http://www.w3.org/2000/svg"', "")
+    assert len(nonces) == len(pages)  # a fresh nonce per response
+
+
+def test_sign_out_needs_the_form_token_and_ends_the_session(scenario: Scenario) -> None:
+    with sign_in(scenario.server.url, scenario.alpha) as client:
+        _sign_out(scenario, client)
+
+
+def _sign_out(scenario: Scenario, client: httpx.Client) -> None:
+    page = client.get("/").text
+    csrf = html.unescape(grab(r'name="csrf" value="([^"]+)"', page))
+    assert client.post("/logout", data={"csrf": "wrong"}).status_code == 403
+    assert client.get("/").status_code == 200  # still signed in
+    session = client.cookies["evalstop_session"]
+    r = client.post("/logout", data={"csrf": csrf})
+    assert r.status_code == 303 and r.headers["location"] == "/login"
+    # The old cookie is dead on the server, not only deleted in this browser.
+    r = httpx.get(scenario.server.url + "/", cookies={"evalstop_session": session})
+    assert r.status_code == 303 and r.headers["location"] == "/login"
+
+
+def test_revoking_the_token_signs_the_browser_out(tmp_path: Path) -> None:
+    with dashboard_scenario(tmp_path) as sc, sign_in(sc.server.url, sc.alpha) as client:
+        assert client.get("/").status_code == 200
+        cli("tenant", "revoke", "alpha", "--db", str(sc.server.db))
+        # The server remembers a valid token for up to its cache TTL (1 s); poll past it.
+        deadline = time.monotonic() + 20
+        while (r := client.get("/")).status_code == 200 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert r.status_code == 303 and r.headers["location"] == "/login"
+
+
+def test_session_store_bounds_its_size_and_checks_form_tokens() -> None:
+    store = SessionStore(max_sessions=3)
+    ids = [store.create(f"token-{i}")[0] for i in range(5)]
+    assert len(store) == 3
+    assert store.get(ids[0]) is None and store.get(ids[-1]) is not None
+    session = store.get(ids[-1])
+    assert session is not None and session.token == "token-4"
+    assert session.form_token_ok(session.csrf) and not session.form_token_ok("x") and not session.form_token_ok(None)
+    store.end(ids[-1])
+    assert store.get(ids[-1]) is None
+    with pytest.raises(ValueError):
+        SessionStore(ttl_s=0)
