@@ -2,7 +2,7 @@
 
 # No `from __future__ import annotations`: FastAPI reads the routes' annotations at runtime.
 import uuid
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, Query
 from fastapi.responses import JSONResponse
@@ -12,7 +12,7 @@ from platform_sim.core import cadence_from_spec, default_spec
 from ..deps import ServiceContext, job_out
 from ..errors import CONFLICT, ERRORS, NOT_FOUND, UNAVAILABLE, ApiError, not_found, store_error
 from ..store import JobNotFound, JobRecord, Tenant
-from ..wire import CadenceSpec, FinishIn, JobCreate, JobIdPath, JobList, JobOut
+from ..wire import CadenceSpec, DetectorSpec, FinishIn, JobCreate, JobIdPath, JobList, JobOut
 from . import PREFIX, Routes
 
 
@@ -48,7 +48,7 @@ def add_routes(app: FastAPI, ctx: ServiceContext) -> None:
         record = JobRecord(
             job_id=body.job_id or f"job-{uuid.uuid4().hex[:16]}",
             job_type=body.job_type,
-            detector=body.detector.model_dump() if body.detector is not None else default_spec(),
+            detector=_detector_spec(body.detector),
             gpus=body.gpus,
             planned_steps=body.planned_steps,
             cadence=None if cadence is None else cadence.spec(),
@@ -104,3 +104,15 @@ def add_routes(app: FastAPI, ctx: ServiceContext) -> None:
         if job.finished_now:  # a repeated finish is answered the same but counted once
             metrics.jobs_finished.inc()
         return JSONResponse(job_out(job))
+
+
+def _detector_spec(given: DetectorSpec | None) -> dict[str, Any]:
+    """The spec a registration asks for: the default detector (``default_spec()``) when none is given or it names
+    none, with the given params merged over the default's; else the given spec as it is."""
+    if given is None:
+        return default_spec()
+    if given.name is None:
+        spec = default_spec()
+        spec["params"].update(given.params)
+        return spec
+    return given.model_dump()
