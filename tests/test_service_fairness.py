@@ -97,12 +97,12 @@ def test_a_blocked_read_does_not_stall_the_server(env: dict) -> None:
 
 
 def test_a_page_is_charged_by_its_rows(tmp_path: Path) -> None:
-    """With a rate limit a 1,000-job page costs 11 tokens (1 + rows/100), charged after the read: with a burst of 12
+    """With a rate limit a 1,000-job page costs 11 tokens (1 + rows/100), charged after the read: with a burst of 13
     two pages pass and the third is refused with 429, where a small request would still pass."""
     db = tmp_path / "service.db"
     heavy = _register_many(db, "heavy", 1000)
     light = add_tenant(db, "light")
-    srv = Server(db, free_port(), extra_args=("--rate-limit", "0.5", "--rate-burst", "12")).start()
+    srv = Server(db, free_port(), extra_args=("--rate-limit", "0.5", "--rate-burst", "13")).start()
     try:
         with httpx.Client(base_url=srv.url, headers=auth(heavy), timeout=20) as a:
             codes = [a.get("/v1/jobs", params={"limit": "1000"}).status_code for _ in range(3)]

@@ -88,6 +88,32 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="tokens a tenant may spend at once (default: 2 s worth of --rate-limit, at least 10)",
     )
+    serve.add_argument(
+        "--header-timeout",
+        type=float,
+        default=30.0,
+        help="seconds a client has to send a request's headers, from the connection's opening or the request's "
+        "first byte (default 30); then 408 and the connection is closed",
+    )
+    serve.add_argument(
+        "--body-timeout",
+        type=float,
+        default=60.0,
+        help="seconds a client has to send a request's whole body once its headers are in (default 60); "
+        "then 408 and the connection is closed",
+    )
+    serve.add_argument(
+        "--keep-alive-timeout",
+        type=float,
+        default=5.0,
+        help="seconds an idle keep-alive connection stays open between requests (default 5)",
+    )
+    serve.add_argument(
+        "--max-connections",
+        type=int,
+        default=1000,
+        help="most connections (and requests in progress) at once; beyond it requests get 503 (default 1000)",
+    )
     serve.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
     serve.add_argument(
         "--access-log", action="store_true", help="log every request (off by default: it costs throughput)"
@@ -198,6 +224,12 @@ def _serve(args: argparse.Namespace) -> int:
         event_options = cli_events.serve_options(args)
     except ValueError as exc:
         return _fail(str(exc))
+    for flag in ("header_timeout", "body_timeout", "keep_alive_timeout"):
+        value = getattr(args, flag)
+        if not 0 < value < float("inf"):
+            return _fail(f"--{flag.replace('_', '-')} must be a number of seconds > 0, got {value}")
+    if args.max_connections < 1:
+        return _fail(f"--max-connections must be >= 1, got {args.max_connections}")
     why = _check_listen(args.host, args.port)
     if why is not None:
         return _fail(why)
@@ -205,6 +237,7 @@ def _serve(args: argparse.Namespace) -> int:
         import uvicorn
 
         from .app import TenantRateLimit, create_app
+        from .deadlines import deadline_protocol
     except ImportError as exc:
         return _fail(f"the service needs its extra: pip install 'evalstop[service]' ({exc})")
     try:
@@ -235,6 +268,11 @@ def _serve(args: argparse.Namespace) -> int:
         log_level=args.log_level,
         access_log=args.access_log,
         timeout_graceful_shutdown=5,
+        # Slow or stalled clients cannot hold connections open: header and body deadlines (uvicorn has neither),
+        # the keep-alive timeout, and a cap on connections.
+        http=deadline_protocol(args.header_timeout, args.body_timeout),
+        timeout_keep_alive=args.keep_alive_timeout,
+        limit_concurrency=args.max_connections,
     )
     return 0
 

@@ -53,29 +53,46 @@ class ServiceContext:
         """``fn(*args, **kwargs)`` (a blocking store call) on a worker thread, off the event loop."""
         return await anyio.to_thread.run_sync(functools.partial(fn, *args, **kwargs))
 
-    async def authenticate(self, token: str | None, body_bytes: int = 0) -> Tenant:
-        """The active tenant holding ``token``, charged to the rate limit for a request of ``body_bytes``.
-
-        A cached token is answered without leaving the event loop (the report path's common case); on a miss the
-        store lookup runs on a worker thread (:meth:`call`), so that a slow database never stalls other requests.
+    def authenticate(self, token: str | None, body_bytes: int = 0) -> Tenant:
+        """The active tenant holding ``token``, charged to the rate limit for a request of ``body_bytes``; it may
+        call the store, so call it on a worker thread (``await ctx.call(ctx.authenticate, ...)``) or use
+        :meth:`authenticate_async` on the event loop.
 
         Raises:
             ApiError: 401 (no token, unknown or revoked), 429 (over the tenant's rate, with ``Retry-After``).
         """
+        hit = self._cached(token)
+        return self._admit(token, self._lookup(token) if hit is None else hit, body_bytes)
+
+    async def authenticate_async(self, token: str | None, body_bytes: int = 0) -> Tenant:
+        """:meth:`authenticate` for the event loop: a cached token is answered without leaving it (the report
+        path's common case); on a miss the store lookup runs on a worker thread (:meth:`call`), so that a slow
+        database never stalls other requests."""
+        hit = self._cached(token)
+        return self._admit(token, await self.call(self._lookup, token) if hit is None else hit, body_bytes)
+
+    def _cached(self, token: str | None) -> Tenant | None:
+        """The tenant remembered for ``token``, or None (not remembered, expired, or no token)."""
+        hit = self._tokens.get(token) if token else None
+        return hit[0] if hit is not None and hit[1] > time.monotonic() else None
+
+    def _lookup(self, token: str | None) -> Tenant | None:
+        """The store's tenant for ``token`` (a blocking read), remembered for ``token_cache_ttl`` if valid."""
+        if not token:
+            return None
+        found = self.store.tenant_for_token(token)
+        if found is not None and self.token_cache_ttl > 0:
+            if len(self._tokens) >= TOKEN_CACHE_MAX:
+                self._tokens.clear()
+            self._tokens[token] = (found, time.monotonic() + self.token_cache_ttl)
+        return found
+
+    def _admit(self, token: str | None, found: Tenant | None, body_bytes: int) -> Tenant:
+        """``found`` if the request may pass: else 401 (no token, no tenant) or 429 (over the tenant's rate)."""
         challenge = {"WWW-Authenticate": "Bearer"}
         if not token:
             self.metrics.auth_failures.inc()
             raise ApiError(401, "unauthorized", "missing bearer token: send 'Authorization: Bearer <token>'", challenge)
-        now = time.monotonic()
-        hit = self._tokens.get(token)
-        if hit is not None and hit[1] > now:
-            found: Tenant | None = hit[0]
-        else:
-            found = await self.call(self.store.tenant_for_token, token)
-            if found is not None and self.token_cache_ttl > 0:
-                if len(self._tokens) >= TOKEN_CACHE_MAX:
-                    self._tokens.clear()
-                self._tokens[token] = (found, now + self.token_cache_ttl)
         if found is None:
             self.metrics.auth_failures.inc()
             raise ApiError(401, "unauthorized", "invalid or revoked token", challenge)
@@ -108,7 +125,7 @@ class ServiceContext:
     ) -> Tenant:
         """The FastAPI dependency of every authenticated route: the request's tenant (see :meth:`authenticate`)."""
         length = request.headers.get("content-length", "0")
-        return await self.authenticate(
+        return await self.authenticate_async(
             None if creds is None else creds.credentials, int(length) if length.isdigit() else 0
         )
 

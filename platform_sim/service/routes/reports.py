@@ -125,7 +125,7 @@ class Reports:
         """
         try:
             scheme, _, token = (authorization or "").partition(" ")
-            t = await self.ctx.authenticate(token.strip() if scheme.lower() == "bearer" else None, len(raw))
+            t = await self.ctx.authenticate_async(token.strip() if scheme.lower() == "bearer" else None, len(raw))
             if not _JOB_ID.fullmatch(job_id):
                 raise ApiError(
                     422,
