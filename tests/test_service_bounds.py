@@ -45,7 +45,8 @@ def test_a_detector_parameter_out_of_bounds_is_422_naming_it(client: httpx.Clien
 def test_a_parameter_at_its_bound_is_taken(client: httpx.Client) -> None:
     high = PARAM_BOUNDS["k-decline"]["k"][1]
     resp = client.post(
-        "/v1/jobs", json={"job_id": "b-edge", "job_type": "rlhf", "detector": {"name": "k-decline", "params": {"k": high}}}
+        "/v1/jobs",
+        json={"job_id": "b-edge", "job_type": "rlhf", "detector": {"name": "k-decline", "params": {"k": high}}},
     )
     assert resp.status_code == 201, resp.text
     assert resp.json()["detector"]["params"]["k"] == high
