@@ -16,6 +16,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from .errors import ApiError
 from .metrics import ServiceMetrics
+from .quotas import JobQuotas
 from .ratelimit import RATE_BYTES_PER_TOKEN, READ_ROWS_PER_TOKEN, TenantRateLimit
 from .store import JobRecord, Store, Tenant
 
@@ -38,6 +39,7 @@ class ServiceContext:
         max_eval_scores: Most per-example scores one report may carry.
         token_cache_ttl: Seconds a valid token's tenant is remembered (0: every request asks the store).
         rate_limit: Per-tenant rate limit, or None.
+        quotas: Per-tenant job quotas (429 beyond them), or None.
     """
 
     store: Store
@@ -45,6 +47,7 @@ class ServiceContext:
     max_eval_scores: int
     token_cache_ttl: float = 1.0
     rate_limit: TenantRateLimit | None = None
+    quotas: JobQuotas | None = None
     # Valid tokens are remembered for token_cache_ttl seconds: the lookup was a fifth of the server's time per
     # report. A revocation therefore takes effect within that time (1 s by default); unknown tokens are never cached.
     _tokens: dict[str, tuple[Tenant, float]] = field(default_factory=dict, repr=False)

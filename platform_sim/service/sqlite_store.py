@@ -46,6 +46,7 @@ from .store import (
     hash_token,
     new_token,
 )
+from .tenant_tokens import TenantTokens
 from .writer import BatchWriter, Op, Result
 
 logger = logging.getLogger(__name__)
@@ -91,7 +92,7 @@ class _Txn:
         return fn(self.conn)
 
 
-class SQLiteStore(store_queries.SharedQueries, Store):
+class SQLiteStore(store_queries.SharedQueries, TenantTokens, Store):
     """A :class:`~platform_sim.service.store.Store` in one SQLite file.
 
     Args:

@@ -53,6 +53,8 @@ def add_routes(app: FastAPI, ctx: ServiceContext) -> None:
             planned_steps=body.planned_steps,
             cadence=None if cadence is None else cadence.spec(),
         )
+        if ctx.quotas is not None and ctx.quotas.active:
+            await _check_quota(ctx, t, record.job_id)
         try:
             job, created = await ctx.call(store.register_job, t.tenant_id, record)
         except Exception as exc:
@@ -104,6 +106,18 @@ def add_routes(app: FastAPI, ctx: ServiceContext) -> None:
         if job.finished_now:  # a repeated finish is answered the same but counted once
             metrics.jobs_finished.inc()
         return JSONResponse(job_out(job))
+
+
+async def _check_quota(ctx: ServiceContext, tenant: Tenant, job_id: str) -> None:
+    """Refuse a new job beyond the tenant's quotas with 429 (an existing job's idempotent re-registration passes)."""
+    assert ctx.quotas is not None
+    why = ctx.quotas.refusal(await ctx.call(ctx.store.summary, tenant.tenant_id))
+    if why is None:
+        return
+    try:
+        await ctx.call(ctx.store.get_job, tenant.tenant_id, job_id)
+    except JobNotFound:
+        raise ApiError(429, "quota_exceeded", why) from None
 
 
 def _detector_spec(given: DetectorSpec | None) -> dict[str, Any]:
