@@ -28,6 +28,7 @@ from . import cli_events
 MAX_EVAL_SCORES = 10_000  # the service's default (wire.MAX_EVAL_SCORES; not imported: it needs the extra)
 
 DEFAULT_DB = "evalstop.db"
+SWITCH_INTERVAL_S = 0.0001  # the server's sys.setswitchinterval (see _serve)
 TENANT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")  # always used with fullmatch (no trailing newline)
 
 
@@ -286,6 +287,9 @@ def _serve(args: argparse.Namespace) -> int:
         **event_options,
         quotas=JobQuotas(args.max_jobs_per_tenant or None, args.max_running_jobs_per_tenant or None),
     )
+    # Threads doing a big read hand the interpreter over to the event loop every 0.1 ms instead of Python's 5 ms,
+    # so that another tenant's small request is not held up behind a big page (docs/benchmarks.md, fairness).
+    sys.setswitchinterval(SWITCH_INTERVAL_S)
     # One process, one event loop, one writer thread with group commit: on two cores more worker processes only
     # fight over SQLite's single write lock (measured in docs/benchmarks.md).
     uvicorn.run(

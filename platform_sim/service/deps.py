@@ -3,6 +3,7 @@ and the job's JSON form. One :class:`ServiceContext` per app; the route modules 
 """
 
 # No `from __future__ import annotations`: FastAPI reads the dependency's annotations at runtime.
+import asyncio
 import functools
 import math
 import time
@@ -51,6 +52,17 @@ class ServiceContext:
     # Valid tokens are remembered for token_cache_ttl seconds: the lookup was a fifth of the server's time per
     # report. A revocation therefore takes effect within that time (1 s by default); unknown tokens are never cached.
     _tokens: dict[str, tuple[Tenant, float]] = field(default_factory=dict, repr=False)
+    # One lock per tenant that has listed (bounded by the tenants): see read_turn.
+    _read_turns: dict[int, asyncio.Lock] = field(default_factory=dict, repr=False)
+
+    def read_turn(self, tenant: Tenant) -> asyncio.Lock:
+        """The lock a tenant's big reads (pages of jobs) take in turn: one tenant pages one page at a time, so that
+        its concurrent listings take one worker thread's share of the server, not all of it, whatever their number
+        (the per-flow queue of the Kubernetes API server's priority and fairness, at its simplest)."""
+        lock = self._read_turns.get(tenant.tenant_id)
+        if lock is None:
+            lock = self._read_turns[tenant.tenant_id] = asyncio.Lock()
+        return lock
 
     async def call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """``fn(*args, **kwargs)`` (a blocking store call) on a worker thread, off the event loop."""
