@@ -32,7 +32,7 @@ from typing import Any
 
 from platform_sim.core import JobMonitor, Report, detector_from_spec
 
-from . import events, report_transaction, sql, store_queries, tables
+from . import db_health, events, report_transaction, sql, store_queries, tables
 from .store import (
     JobNotFound,
     JobRecord,
@@ -228,6 +228,9 @@ class SQLiteStore(store_queries.SharedQueries, TenantTokens, Store):
         txn = _Txn(conn, self._webhook_types)
         try:
             conn.execute("BEGIN IMMEDIATE")
+            damaged = db_health.header_problem(self.path)  # cached pages would otherwise write on regardless
+            if damaged is not None:
+                raise StoreUnavailable(damaged)
             # data_version changes only when another connection (the CLI, another process) committed since this
             # one last looked: then the cached monitors may be stale and are dropped. Checked under the write lock,
             # so nobody can commit between the check and our COMMIT.
@@ -442,7 +445,8 @@ class SQLiteStore(store_queries.SharedQueries, TenantTokens, Store):
             self._reader().execute("SELECT 1 FROM meta LIMIT 1").fetchone()
         except sqlite3.Error as exc:
             return f"the database cannot be read: {exc}"
-        return None
+        # Ready means writes can succeed: the file is still a database, and its write lock can be taken.
+        return db_health.header_problem(self.path) or db_health.lock_problem(self.path)
 
     def write_problem(self) -> str | None:
         # A write that changes nothing, rolled back: refused on a read-only file or mount, a full or locked database.

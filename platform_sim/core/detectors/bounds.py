@@ -27,7 +27,8 @@ _SCORE = (0.0, MAX_SCORE_UNITS)
 _PROB = (0.0, 1.0)
 
 #: ``{detector name: {parameter: (lowest, highest)}}``, both ends allowed (a constructor may refuse an end, e.g.
-#: ``alpha`` 0, with its own message). Parameters not listed (``test``: a choice of names) are checked by the detector.
+#: ``alpha`` 0, with its own message). Parameters not listed are bounded by the detector itself: ``test`` (a choice
+#: of names) and ``shape``'s ``min_tau`` (at most the largest decay time of its grid, ``shape.TAUS``).
 PARAM_BOUNDS: dict[str, dict[str, tuple[float, float]]] = {
     "k-decline": {"k": _K, "min_delta": _SCORE, "warmup": _WARMUP},
     "k-decline-se": {"k": _K, "z": (0.0, 100.0), "min_delta": _SCORE, "se": _SCORE, "warmup": _WARMUP},
@@ -47,7 +48,6 @@ PARAM_BOUNDS: dict[str, dict[str, tuple[float, float]]] = {
         "k": _K,
         "min_evals": (3, MAX_EVALS),
         "future": (1.0, 1_000.0),
-        "min_tau": (0.0, 1.0),
         "se": _SCORE,
         "warmup": _WARMUP,
         "behind": (0, 1),
