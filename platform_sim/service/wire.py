@@ -9,7 +9,7 @@ only one.
 from __future__ import annotations
 
 import math
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 from fastapi import Path
 from pydantic import (
@@ -103,7 +103,7 @@ def _finite(what: str, value: dict[str, Any]) -> dict[str, Any]:
 CadenceName = Literal["fixed", "adaptive"]
 """The cadence names the service accepts (``platform_sim.core.CADENCES``), an enum in the OpenAPI schema so that a
 schema-valid request is never refused for its cadence's name."""
-assert set(CadenceName.__args__) == set(CADENCES), "wire.CadenceName must list the core's cadences"
+assert set(get_args(CadenceName)) == set(CADENCES), "wire.CadenceName must list the core's cadences"
 
 
 class CadenceSpec(_Strict):
