@@ -9,7 +9,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from service_support import Server, add_tenant, auth, cli, free_port
+from service_support import Server, add_tenant, auth, cli, free_port, postgres_database
 
 
 @pytest.fixture()
@@ -89,3 +89,32 @@ def test_a_revoked_tenant_is_restored_with_a_new_token_and_its_jobs(served: tupl
         assert c.get("/v1/jobs", headers=auth(old)).status_code == 401  # the revoked token stays dead
         listed = cli("tenant", "list", "--db", str(db), "--json").stdout
         assert '"name": "dave"' in listed and '"revoked_at": null' in listed.split('"dave"')[1].split("}")[0]
+
+
+def _rotate_and_restore_through_the_cli(db: str) -> None:
+    """``tenant add``, ``rotate``, ``revoke``, ``restore`` on ``db`` (a file or a URL), checked through the store."""
+    from platform_sim.service.cli import _open_store
+
+    first = cli("tenant", "add", "erin", "--db", db).stdout.strip().splitlines()[-1]
+    second = cli("tenant", "rotate", "erin", "--db", db).stdout.strip().splitlines()[-1]
+    cli("tenant", "revoke", "erin", "--db", db)
+    refused = cli("tenant", "rotate", "erin", "--db", db, check=False)
+    assert refused.returncode == 2 and "tenant restore erin" in refused.stderr
+    third = cli("tenant", "restore", "erin", "--db", db, "--json").stdout.strip().splitlines()[-1]
+    store = _open_store(db)
+    try:
+        assert store.tenant_for_token(first) is None and store.tenant_for_token(second) is None
+        found = store.tenant_for_token(third)
+        assert found is not None and found.name == "erin" and found.revoked_at is None
+    finally:
+        store.close()
+
+
+def test_rotate_and_restore_on_sqlite(tmp_path: Path) -> None:
+    _rotate_and_restore_through_the_cli(str(tmp_path / "service.db"))
+
+
+@pytest.mark.postgres
+def test_rotate_and_restore_on_postgresql() -> None:
+    with postgres_database("evalstop_rotate") as url:
+        _rotate_and_restore_through_the_cli(url)
