@@ -154,7 +154,7 @@ def _tenant_b(url: str, token: str, seconds: float) -> dict:
     return {"n": len(lat), "p50_ms": _pct(lat, 0.5) * 1e3, "p99_ms": _pct(lat, 0.99) * 1e3, "not_200": bad}
 
 
-def fairness(root: Path, db: Path, tokens: tuple[str, str], rate: float, seconds: float) -> dict:
+def fairness(root: Path, db: Path, tokens: tuple[str, ...], rate: float, seconds: float) -> dict:
     """B alone, then B while A pages, on one server of the code at ``root``."""
     extra = ["--rate-limit", str(rate)] if rate else []
     srv = _Server(root, db, extra)
@@ -196,16 +196,29 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--before", type=Path, default=None, help="a checkout of an older commit to compare with")
     p.add_argument("--rounds", type=int, default=2, help="alternating report-throughput runs per code (default 2)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
+    p.add_argument("--make-db", type=Path, default=None, help=argparse.SUPPRESS)  # the seed database, by this code
     args = p.parse_args(argv)
+    if args.make_db is not None:
+        print(json.dumps(_make_db(args.make_db)))
+        return 0
     if args.duration < 3 or args.rounds < 1:
         p.error("--duration must be >= 3 and --rounds >= 1")
     codes = [ROOT] + ([args.before.resolve()] if args.before else [])
     workdir = Path(tempfile.mkdtemp(prefix="evalstop-fairness-"))
     try:
-        seed = workdir / "seed.db"
-        tokens = _make_db(seed)
         rows = []
         for root in codes:
+            # Each code's database is made by that code (an older server refuses a newer schema).
+            seed = workdir / f"{root.name}-seed.db"
+            made = subprocess.run(
+                [sys.executable, __file__, "--make-db", str(seed)],
+                cwd=root,
+                env={**os.environ, "PYTHONPATH": str(root)},
+                capture_output=True,
+                text=True,
+                check=True,
+            )
+            tokens = tuple(json.loads(made.stdout))
             for rate in (0.0, 20.0):
                 db = workdir / f"{root.name}-{rate:g}.db"
                 shutil.copy(seed, db)
