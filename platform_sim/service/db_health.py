@@ -8,6 +8,7 @@ found in the WAL, still read and write as if nothing happened, so writes were ac
 
 from __future__ import annotations
 
+import os
 import sqlite3
 
 SQLITE_HEADER = b"SQLite format 3\x00"
@@ -18,20 +19,44 @@ LOCK_PROBE_TIMEOUT_S = 0.5
 (milliseconds, see docs/benchmarks.md), far shorter than a probe's timeout."""
 
 
-def header_problem(path: str) -> str | None:
-    """Why the file at ``path`` is not a SQLite database any more (its header is gone), or None if it still is.
+class HeaderWatch:
+    """Tells whether a SQLite file is still a database: its 16-byte header, read through a descriptor held open.
 
-    One 16-byte read, cheap enough for the writer to do at every transaction. It catches a file overwritten,
-    truncated or removed; not damage inside a page (``PRAGMA integrity_check`` is for that, and far too slow here).
+    One ``pread``, cheap enough for the writer to do at every transaction. It catches a file overwritten in place,
+    truncated, removed or replaced; not damage inside a page (``PRAGMA integrity_check`` is for that, far too slow).
+    The descriptor is opened once and closed only with the store, after its connections: closing any descriptor of
+    the file would drop every POSIX lock this process's SQLite connections hold on it, and another process could
+    then checkpoint and delete the WAL under them (SQLite's own connections defer such closes; a plain ``open`` and
+    ``close`` per check would not).
+
+    Args:
+        path: The database file (it must exist: open the store's schema first).
     """
-    try:
-        with open(path, "rb") as f:
-            head = f.read(len(SQLITE_HEADER))
-    except OSError as exc:
-        return f"the database file cannot be read: {exc.strerror or exc}"
-    if head != SQLITE_HEADER:
-        return "the database file is damaged (its header is not SQLite's): writes are refused until it is restored"
-    return None
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._fd: int | None = os.open(path, os.O_RDONLY)
+
+    def problem(self) -> str | None:
+        """Why the file is not (or no longer) a SQLite database, or None if it still is."""
+        if self._fd is None:
+            return "the store is closed"
+        try:
+            head = os.pread(self._fd, len(SQLITE_HEADER), 0)
+            replaced = os.stat(self.path).st_ino != os.fstat(self._fd).st_ino
+        except OSError as exc:
+            return f"the database file cannot be read: {exc.strerror or exc}"
+        if replaced:
+            return "the database file was replaced under the server: writes are refused until it is restarted"
+        if head != SQLITE_HEADER:
+            return "the database file is damaged (its header is not SQLite's): writes are refused until it is restored"
+        return None
+
+    def close(self) -> None:
+        """Close the descriptor; call it after the store's SQLite connections are closed."""
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
 
 
 def lock_problem(path: str, timeout_s: float = LOCK_PROBE_TIMEOUT_S) -> str | None:

@@ -142,6 +142,7 @@ class SQLiteStore(store_queries.SharedQueries, TenantTokens, Store):
         self._data_version: int | None = None  # writer thread only
         self._hooked: set[str] | None = None  # writer thread only: event types some webhook wants (None: unknown)
         self._init_schema()
+        self._header = db_health.HeaderWatch(self.path)  # see its docstring: held open until close()
 
     # -- connections -------------------------------------------------------------------------------------------
     def _connect(self) -> sqlite3.Connection:
@@ -228,7 +229,7 @@ class SQLiteStore(store_queries.SharedQueries, TenantTokens, Store):
         txn = _Txn(conn, self._webhook_types)
         try:
             conn.execute("BEGIN IMMEDIATE")
-            damaged = db_health.header_problem(self.path)  # cached pages would otherwise write on regardless
+            damaged = self._header.problem()  # cached pages would otherwise write on regardless
             if damaged is not None:
                 raise StoreUnavailable(damaged)
             # data_version changes only when another connection (the CLI, another process) committed since this
@@ -446,7 +447,7 @@ class SQLiteStore(store_queries.SharedQueries, TenantTokens, Store):
         except sqlite3.Error as exc:
             return f"the database cannot be read: {exc}"
         # Ready means writes can succeed: the file is still a database, and its write lock can be taken.
-        return db_health.header_problem(self.path) or db_health.lock_problem(self.path)
+        return self._header.problem() or db_health.lock_problem(self.path)
 
     def write_problem(self) -> str | None:
         # A write that changes nothing, rolled back: refused on a read-only file or mount, a full or locked database.
@@ -475,3 +476,4 @@ class SQLiteStore(store_queries.SharedQueries, TenantTokens, Store):
                 except sqlite3.Error:
                     pass
             self._conns.clear()
+        self._header.close()
