@@ -77,7 +77,7 @@ def add_routes(app: FastAPI, ctx: ServiceContext) -> None:
         status: Annotated[str | None, Query(pattern="^(running|stopped|finished)$")] = None,
         limit: Annotated[int, Query(ge=1, le=1000)] = 100,
         after: Annotated[str | None, Query(max_length=128)] = None,
-    ) -> JSONResponse:
+    ) -> Response:
         """The tenant's jobs, ordered by id (keyset pagination with ``after``).
 
         A tenant's pages are read one at a time (its other page requests wait their turn); with a rate limit, a
