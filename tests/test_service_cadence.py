@@ -97,7 +97,7 @@ def test_the_fixed_cadence_gives_no_hint_and_reads_as_fixed(tmp_path: Path) -> N
 @pytest.mark.parametrize(
     ("cadence", "message"),
     [
-        ("often", "cadence: unknown cadence 'often'; choose one of fixed, adaptive"),
+        ("often", "cadence.name: Input should be 'fixed' or 'adaptive'"),  # the schema's enum (issue 33)
         ({"name": "adaptive", "params": {"fraction": 1.5}}, "cadence: cadence fraction must be a number strictly"),
         ({"name": "adaptive", "params": {"speed": 2}}, "cadence: bad parameters for cadence 'adaptive'"),
         ({"name": "fixed", "params": {"fraction": 0.5}}, "cadence: the fixed cadence takes no parameters"),

@@ -199,6 +199,18 @@ class CadencePolicy:
         return {"name": self.name, "params": params}
 
 
+#: ``{parameter: (lowest, highest)}`` of the adaptive cadence, both ends allowed by this table; the constructor
+#: refuses the open ends (``fraction`` 0 and 1, the probabilities 1) with its own message. docs/reference/detectors.md
+#: lists them beside the detectors' bounds.
+CADENCE_PARAM_BOUNDS: dict[str, tuple[float, float]] = {
+    "fraction": (0.0, 1.0),
+    "min_drop": (0.0, 1e9),
+    "p_hint": (0.0, 1.0),
+    "p_hint_at_best": (0.0, 1.0),
+    "confirm": (0.0, 1.0),
+}
+
+
 def cadence_from_spec(spec: str | Mapping[str, Any] | None) -> CadencePolicy | None:
     """Build a cadence policy from ``None``/``"fixed"`` (None: no hints), ``"adaptive"``, or a spec mapping.
 
@@ -223,9 +235,14 @@ def cadence_from_spec(spec: str | Mapping[str, Any] | None) -> CadencePolicy | N
     if name != CadencePolicy.name:
         raise ValueError(f"unknown cadence {name!r}; choose one of {', '.join(CADENCES)}")
     try:
-        return CadencePolicy(**params)
+        policy = CadencePolicy(**params)
     except TypeError as exc:
         raise ValueError(f"bad parameters for cadence {name!r}: {exc}") from None
+    for param, (low, high) in CADENCE_PARAM_BOUNDS.items():  # the top ends the constructor does not check
+        value = getattr(policy, param)
+        if value is not None and not low <= value <= high:
+            raise ValueError(f"cadence {name!r} parameter {param} must be in [{low:g}, {high:g}], got {value!r}")
+    return policy
 
 
 @dataclass(frozen=True, slots=True)

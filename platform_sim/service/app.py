@@ -23,6 +23,7 @@ from .asgi import BodyLimitMiddleware, ReportFastPath
 from .deps import ServiceContext
 from .errors import ApiError, install_error_handlers, no_unknown_query
 from .metrics import ServiceMetrics
+from .quotas import JobQuotas
 from .ratelimit import RATE_BYTES_PER_TOKEN, TenantRateLimit
 from .routes import API_VERSION, history, jobs, operator, reports
 from .routes import dashboard as dashboard_routes
@@ -35,6 +36,7 @@ __all__ = [
     "DEFAULT_MAX_BODY_BYTES",
     "RATE_BYTES_PER_TOKEN",
     "ApiError",
+    "JobQuotas",
     "TenantRateLimit",
     "create_app",
 ]
@@ -54,6 +56,7 @@ def create_app(
     rate_limit: TenantRateLimit | None = None,
     admin_token: str | None = None,
     webhooks: WebhookSettings | None = None,
+    quotas: JobQuotas | None = None,
 ) -> FastAPI:
     """Build the service around ``store``.
 
@@ -70,10 +73,11 @@ def create_app(
         admin_token: The operator's token that reads every tenant's events (``GET /v1/events``), or None.
         webhooks: Run the background worker (webhook delivery from the outbox, event retention) with these
             settings while the app runs; None: no worker (the CLI always runs one).
+        quotas: Per-tenant job quotas (429 for a registration beyond them), or None for none.
     """
     if max_eval_scores < 1:
         raise ValueError(f"max_eval_scores must be >= 1, got {max_eval_scores}")
-    ctx = ServiceContext(store, ServiceMetrics(), max_eval_scores, token_cache_ttl, rate_limit)
+    ctx = ServiceContext(store, ServiceMetrics(), max_eval_scores, token_cache_ttl, rate_limit, quotas)
 
     worker = None if webhooks is None else DeliveryWorker(store, webhooks)
 

@@ -59,9 +59,66 @@ def _too_large(max_bytes: int, length: int | None = None) -> dict[str, str]:
 
 _CLOSE = {"connection": "close"}
 
+_BODY_METHODS = ("POST", "PUT", "PATCH")
+_TWO_AUTHORIZATIONS = (400, {"error": "bad_request", "message": "more than one Authorization header: send one"})
+_NOT_JSON = (
+    415,
+    {
+        "error": "unsupported_media_type",
+        "message": "the request body must be JSON: send 'Content-Type: application/json' (charset utf-8 if any)",
+    },
+)
+
+
+def json_media_type(value: bytes) -> bool:
+    """Whether a Content-Type header names JSON: ``application/json`` or a ``+json`` type of ``application/``
+    (RFC 6839, as FastAPI's own body parser accepts), with no charset or ``utf-8`` (JSON is UTF-8, RFC 8259)."""
+    media, _, params = value.partition(b";")
+    media = media.strip().lower()
+    if media != b"application/json" and not (media.startswith(b"application/") and media.endswith(b"+json")):
+        return False
+    for param in params.split(b";"):
+        name, _, val = param.partition(b"=")
+        if name.strip().lower() == b"charset" and val.strip().strip(b'"').lower() not in (b"utf-8", b"utf8"):
+            return False
+    return True
+
+
+def scan_headers(scope: Scope) -> tuple[str | None, tuple[int, dict[str, str]] | None]:
+    """The request's Authorization header, and the error its headers earn, if any (one pass over them).
+
+    Refused: two Authorization headers (400: which one counts would depend on the route), and a body on an API route
+    (``/v1/``, POST/PUT/PATCH) whose Content-Type is missing or not JSON (415).
+    """
+    authorization: str | None = None
+    n_auth = 0
+    content_type: bytes | None = None
+    has_body = False
+    for name, value in scope["headers"]:
+        if name == b"authorization":
+            authorization = value.decode("latin-1")
+            n_auth += 1
+        elif name == b"content-type":
+            content_type = value
+        elif name == b"content-length":
+            has_body = has_body or value.strip() not in (b"0", b"")
+        elif name == b"transfer-encoding":
+            has_body = True
+    if n_auth > 1:
+        return None, _TWO_AUTHORIZATIONS
+    if (
+        has_body
+        and scope.get("method") in _BODY_METHODS
+        and scope["path"].startswith("/v1/")
+        and (content_type is None or not json_media_type(content_type))
+    ):
+        return authorization, _NOT_JSON
+    return authorization, None
+
 
 class BodyLimitMiddleware:
-    """Refuse request bodies over ``max_bytes`` with 413, by Content-Length or by counting a streamed body.
+    """Refuse request bodies over ``max_bytes`` with 413, by Content-Length or by counting a streamed body, and
+    requests whose headers :func:`scan_headers` refuses (400, 415).
 
     Args:
         app: The ASGI app it wraps.
@@ -75,6 +132,10 @@ class BodyLimitMiddleware:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
+            return
+        _, refused = scan_headers(scope)
+        if refused is not None:
+            await send_json(send, *refused, _CLOSE)
             return
         has_length = False
         for name, value in scope["headers"]:
@@ -117,8 +178,8 @@ class ReportFastPath:
     """Serve ``POST /v1/jobs/{job_id}/evals`` without FastAPI's routing, dependency and response machinery.
 
     The report endpoint is the only hot one (every evaluation of every job); going through FastAPI cost about 40% of
-    the server's CPU per report (profiled with py-spy). This middleware only parses the request (the Authorization
-    header, the path's job id, the raw body within the size limit, no query string) and hands it to ``handler``,
+    the server's CPU per report (profiled with py-spy). This middleware only parses the request (the headers, checked
+    by :func:`scan_headers` as for every route, the path's job id, the raw body within the size limit, no query string) and hands it to ``handler``,
     which runs the same checks and the same report work as the FastAPI route of the same path
     (:mod:`~platform_sim.service.routes.reports`; that route stays for the OpenAPI spec and answers identically).
 
@@ -140,10 +201,10 @@ class ReportFastPath:
         if match is None:
             await self.app(scope, receive, send)
             return
-        authorization = None
-        for name, value in scope["headers"]:
-            if name == b"authorization":
-                authorization = value.decode("latin-1")
+        authorization, refused = scan_headers(scope)
+        if refused is not None:
+            await send_json(send, *refused, _CLOSE)
+            return
         try:
             body = await read_body(receive, self.max_bytes)
         except BodyTooLarge:

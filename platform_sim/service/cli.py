@@ -4,6 +4,7 @@ evalstop-server serve [--host 127.0.0.1] [--port 8080] [--db evalstop.db]
 evalstop-server tenant add NAME [--db ...]      # prints the new token alone on the last line
 evalstop-server tenant list [--db ...] [--json]
 evalstop-server tenant revoke NAME [--db ...]
+evalstop-server tenant rotate NAME | restore NAME [--db ...]   # prints the new token alone on the last line
 evalstop-server events [--tenant NAME] [--after ID] [--json]     # the audit trail (cli_events.py)
 evalstop-server webhook add URL --tenant NAME [--events stop,finish] | list | remove ID
 """
@@ -27,6 +28,7 @@ from . import cli_events
 MAX_EVAL_SCORES = 10_000  # the service's default (wire.MAX_EVAL_SCORES; not imported: it needs the extra)
 
 DEFAULT_DB = "evalstop.db"
+SWITCH_INTERVAL_S = 0.0001  # the server's sys.setswitchinterval (see _serve)
 TENANT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")  # always used with fullmatch (no trailing newline)
 
 
@@ -88,6 +90,44 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="tokens a tenant may spend at once (default: 2 s worth of --rate-limit, at least 10)",
     )
+    serve.add_argument(
+        "--max-jobs-per-tenant",
+        type=int,
+        default=0,
+        help="most jobs one tenant may register, finished ones included; beyond it 429 (default 0: no limit)",
+    )
+    serve.add_argument(
+        "--max-running-jobs-per-tenant",
+        type=int,
+        default=0,
+        help="most jobs of one tenant neither stopped nor finished at once; beyond it 429 (default 0: no limit)",
+    )
+    serve.add_argument(
+        "--header-timeout",
+        type=float,
+        default=30.0,
+        help="seconds a client has to send a request's headers, from the connection's opening or the request's "
+        "first byte (default 30); then 408 and the connection is closed",
+    )
+    serve.add_argument(
+        "--body-timeout",
+        type=float,
+        default=60.0,
+        help="seconds a client has to send a request's whole body once its headers are in (default 60); "
+        "then 408 and the connection is closed",
+    )
+    serve.add_argument(
+        "--keep-alive-timeout",
+        type=float,
+        default=5.0,
+        help="seconds an idle keep-alive connection stays open between requests (default 5)",
+    )
+    serve.add_argument(
+        "--max-connections",
+        type=int,
+        default=1000,
+        help="most connections (and requests in progress) at once; beyond it requests get 503 (default 1000)",
+    )
     serve.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
     serve.add_argument(
         "--access-log", action="store_true", help="log every request (off by default: it costs throughput)"
@@ -107,6 +147,16 @@ def build_parser() -> argparse.ArgumentParser:
     rev.add_argument("name")
     _db_arg(rev)
     rev.add_argument("--json", action="store_true", help="machine-readable output")
+    for verb, what in (
+        ("rotate", "give an active tenant a new token and make the old one invalid (within 1 s on a running server)"),
+        ("restore", "make a revoked tenant active again with a new token, so that its jobs are reachable again"),
+    ):
+        new = tsub.add_parser(verb, help=f"{what}; prints the new token alone on the last line (shown once)")
+        new.add_argument("name")
+        _db_arg(new)
+        new.add_argument(
+            "--json", action="store_true", help="machine-readable output (the token is still the last line)"
+        )
     det = tsub.add_parser(
         "detector",
         help="the stop detector this tenant's new jobs should use, from its finished jobs",
@@ -194,17 +244,27 @@ def _serve(args: argparse.Namespace) -> int:
     burst = args.rate_burst if args.rate_burst is not None else max(10.0, 2 * args.rate_limit)
     if not burst >= 1 or burst == float("inf"):
         return _fail(f"--rate-burst must be >= 1, got {args.rate_burst}")
+    for flag in ("max_jobs_per_tenant", "max_running_jobs_per_tenant"):
+        if getattr(args, flag) < 0:
+            return _fail(f"--{flag.replace('_', '-')} must be >= 0 (0: no limit), got {getattr(args, flag)}")
     try:
         event_options = cli_events.serve_options(args)
     except ValueError as exc:
         return _fail(str(exc))
+    for flag in ("header_timeout", "body_timeout", "keep_alive_timeout"):
+        value = getattr(args, flag)
+        if not 0 < value < float("inf"):
+            return _fail(f"--{flag.replace('_', '-')} must be a number of seconds > 0, got {value}")
+    if args.max_connections < 1:
+        return _fail(f"--max-connections must be >= 1, got {args.max_connections}")
     why = _check_listen(args.host, args.port)
     if why is not None:
         return _fail(why)
     try:
         import uvicorn
 
-        from .app import TenantRateLimit, create_app
+        from .app import JobQuotas, TenantRateLimit, create_app
+        from .deadlines import deadline_protocol
     except ImportError as exc:
         return _fail(f"the service needs its extra: pip install 'evalstop[service]' ({exc})")
     try:
@@ -225,7 +285,11 @@ def _serve(args: argparse.Namespace) -> int:
         max_eval_scores=args.max_eval_scores,
         rate_limit=TenantRateLimit(args.rate_limit, burst) if args.rate_limit > 0 else None,
         **event_options,
+        quotas=JobQuotas(args.max_jobs_per_tenant or None, args.max_running_jobs_per_tenant or None),
     )
+    # Threads doing a big read hand the interpreter over to the event loop every 0.1 ms instead of Python's 5 ms,
+    # so that another tenant's small request is not held up behind a big page (docs/benchmarks.md, fairness).
+    sys.setswitchinterval(SWITCH_INTERVAL_S)
     # One process, one event loop, one writer thread with group commit: on two cores more worker processes only
     # fight over SQLite's single write lock (measured in docs/benchmarks.md).
     uvicorn.run(
@@ -235,6 +299,11 @@ def _serve(args: argparse.Namespace) -> int:
         log_level=args.log_level,
         access_log=args.access_log,
         timeout_graceful_shutdown=5,
+        # Slow or stalled clients cannot hold connections open: header and body deadlines (uvicorn has neither),
+        # the keep-alive timeout, and a cap on connections.
+        http=deadline_protocol(args.header_timeout, args.body_timeout),
+        timeout_keep_alive=args.keep_alive_timeout,
+        limit_concurrency=args.max_connections,
     )
     return 0
 
@@ -297,6 +366,8 @@ def _tenant_command(args: argparse.Namespace) -> int:
             return 0
         if args.tenant_command == "detector":
             return _fleet_detector(store, args)
+        if args.tenant_command in ("rotate", "restore"):
+            return _new_token(store, args)
         try:
             tenant = store.revoke_tenant(args.name)
         except TenantNotFound as exc:
@@ -308,6 +379,26 @@ def _tenant_command(args: argparse.Namespace) -> int:
         return 0
     finally:
         store.close()
+
+
+def _new_token(store, args: argparse.Namespace) -> int:  # noqa: ANN001 - the store type needs the extra
+    from .store import TenantNotFound, TenantRevoked
+
+    replace = store.rotate_tenant if args.tenant_command == "rotate" else store.restore_tenant
+    try:
+        tenant, token = replace(args.name)
+    except (TenantNotFound, TenantRevoked) as exc:
+        return _fail(str(exc))
+    done = "rotated" if args.tenant_command == "rotate" else "restored"
+    if args.json:
+        print(json.dumps({"name": tenant.name, "tenant_id": tenant.tenant_id, "done": done}))
+    else:
+        print(
+            f"tenant {tenant.name!r} {done}; the old token no longer works; the new one (shown only now):",
+            file=sys.stderr,
+        )
+    print(token)
+    return 0
 
 
 def _fleet_detector(store, args: argparse.Namespace) -> int:  # noqa: ANN001 - the store type needs the extra

@@ -3,6 +3,7 @@ and the job's JSON form. One :class:`ServiceContext` per app; the route modules 
 """
 
 # No `from __future__ import annotations`: FastAPI reads the dependency's annotations at runtime.
+import asyncio
 import functools
 import math
 import time
@@ -16,7 +17,8 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from .errors import ApiError
 from .metrics import ServiceMetrics
-from .ratelimit import RATE_BYTES_PER_TOKEN, TenantRateLimit
+from .quotas import JobQuotas
+from .ratelimit import RATE_BYTES_PER_TOKEN, READ_ROWS_PER_TOKEN, TenantRateLimit
 from .store import JobRecord, Store, Tenant
 
 BEARER = HTTPBearer(auto_error=False, description="A tenant token from `evalstop-server tenant add NAME`.")
@@ -38,6 +40,7 @@ class ServiceContext:
         max_eval_scores: Most per-example scores one report may carry.
         token_cache_ttl: Seconds a valid token's tenant is remembered (0: every request asks the store).
         rate_limit: Per-tenant rate limit, or None.
+        quotas: Per-tenant job quotas (429 beyond them), or None.
     """
 
     store: Store
@@ -45,34 +48,66 @@ class ServiceContext:
     max_eval_scores: int
     token_cache_ttl: float = 1.0
     rate_limit: TenantRateLimit | None = None
+    quotas: JobQuotas | None = None
     # Valid tokens are remembered for token_cache_ttl seconds: the lookup was a fifth of the server's time per
     # report. A revocation therefore takes effect within that time (1 s by default); unknown tokens are never cached.
     _tokens: dict[str, tuple[Tenant, float]] = field(default_factory=dict, repr=False)
+    # One lock per tenant that has listed (bounded by the tenants): see read_turn.
+    _read_turns: dict[int, asyncio.Lock] = field(default_factory=dict, repr=False)
+
+    def read_turn(self, tenant: Tenant) -> asyncio.Lock:
+        """The lock a tenant's big reads (pages of jobs) take in turn: one tenant pages one page at a time, so that
+        its concurrent listings take one worker thread's share of the server, not all of it, whatever their number
+        (the per-flow queue of the Kubernetes API server's priority and fairness, at its simplest)."""
+        lock = self._read_turns.get(tenant.tenant_id)
+        if lock is None:
+            lock = self._read_turns[tenant.tenant_id] = asyncio.Lock()
+        return lock
 
     async def call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """``fn(*args, **kwargs)`` (a blocking store call) on a worker thread, off the event loop."""
         return await anyio.to_thread.run_sync(functools.partial(fn, *args, **kwargs))
 
     def authenticate(self, token: str | None, body_bytes: int = 0) -> Tenant:
-        """The active tenant holding ``token``, charged to the rate limit for a request of ``body_bytes``.
+        """The active tenant holding ``token``, charged to the rate limit for a request of ``body_bytes``; it may
+        call the store, so call it on a worker thread (``await ctx.call(ctx.authenticate, ...)``) or use
+        :meth:`authenticate_async` on the event loop.
 
         Raises:
             ApiError: 401 (no token, unknown or revoked), 429 (over the tenant's rate, with ``Retry-After``).
         """
+        hit = self._cached(token)
+        return self._admit(token, self._lookup(token) if hit is None else hit, body_bytes)
+
+    async def authenticate_async(self, token: str | None, body_bytes: int = 0) -> Tenant:
+        """:meth:`authenticate` for the event loop: a cached token is answered without leaving it (the report
+        path's common case); on a miss the store lookup runs on a worker thread (:meth:`call`), so that a slow
+        database never stalls other requests."""
+        hit = self._cached(token)
+        return self._admit(token, await self.call(self._lookup, token) if hit is None else hit, body_bytes)
+
+    def _cached(self, token: str | None) -> Tenant | None:
+        """The tenant remembered for ``token``, or None (not remembered, expired, or no token)."""
+        hit = self._tokens.get(token) if token else None
+        return hit[0] if hit is not None and hit[1] > time.monotonic() else None
+
+    def _lookup(self, token: str | None) -> Tenant | None:
+        """The store's tenant for ``token`` (a blocking read), remembered for ``token_cache_ttl`` if valid."""
+        if not token:
+            return None
+        found = self.store.tenant_for_token(token)
+        if found is not None and self.token_cache_ttl > 0:
+            if len(self._tokens) >= TOKEN_CACHE_MAX:
+                self._tokens.clear()
+            self._tokens[token] = (found, time.monotonic() + self.token_cache_ttl)
+        return found
+
+    def _admit(self, token: str | None, found: Tenant | None, body_bytes: int) -> Tenant:
+        """``found`` if the request may pass: else 401 (no token, no tenant) or 429 (over the tenant's rate)."""
         challenge = {"WWW-Authenticate": "Bearer"}
         if not token:
             self.metrics.auth_failures.inc()
             raise ApiError(401, "unauthorized", "missing bearer token: send 'Authorization: Bearer <token>'", challenge)
-        now = time.monotonic()
-        hit = self._tokens.get(token)
-        if hit is not None and hit[1] > now:
-            found: Tenant | None = hit[0]
-        else:
-            found = self.store.tenant_for_token(token)
-            if found is not None and self.token_cache_ttl > 0:
-                if len(self._tokens) >= TOKEN_CACHE_MAX:
-                    self._tokens.clear()
-                self._tokens[token] = (found, now + self.token_cache_ttl)
         if found is None:
             self.metrics.auth_failures.inc()
             raise ApiError(401, "unauthorized", "invalid or revoked token", challenge)
@@ -90,12 +125,24 @@ class ServiceContext:
                 )
         return found
 
+    def charge_rows(self, tenant: Tenant, rows: int) -> None:
+        """Charge ``tenant``'s rate limit for a read that returned ``rows`` rows: one token per
+        :data:`~platform_sim.service.ratelimit.READ_ROWS_PER_TOKEN` rows, on top of the request's one token taken by
+        :meth:`authenticate`. Charged after the read (its size is known only then), so the bucket may go into debt
+        and the tenant's next requests wait for it to refill: a 1,000-job page costs 11 tokens, as much as 11 small
+        requests. Does nothing without a rate limit.
+        """
+        if self.rate_limit is not None and rows > 0:
+            self.rate_limit.charge(tenant.tenant_id, rows / READ_ROWS_PER_TOKEN)
+
     async def tenant(
         self, request: Request, creds: Annotated[HTTPAuthorizationCredentials | None, Depends(BEARER)]
     ) -> Tenant:
         """The FastAPI dependency of every authenticated route: the request's tenant (see :meth:`authenticate`)."""
         length = request.headers.get("content-length", "0")
-        return self.authenticate(None if creds is None else creds.credentials, int(length) if length.isdigit() else 0)
+        return await self.authenticate_async(
+            None if creds is None else creds.credentials, int(length) if length.isdigit() else 0
+        )
 
 
 def job_out(job: JobRecord) -> dict[str, Any]:

@@ -97,6 +97,11 @@ async def no_unknown_query(request: Request) -> None:
         raise unknown_query_error(list(unknown))
 
 
+TOO_DEEP = "body: Invalid JSON: nested too deep (recursion limit exceeded)"
+"""The one message of a body nested deeper than the JSON parser goes, whichever parser met it (pydantic's on the
+report endpoint, Python's ``json`` on the others)."""
+
+
 def validation_message(errors: Sequence[Any]) -> str:
     """One line naming every problem of a request pydantic refused (never echoing the input)."""
     parts = []
@@ -107,7 +112,7 @@ def validation_message(errors: Sequence[Any]) -> str:
             # pydantic says "Invalid JSON: <why>"; FastAPI's parser says "JSON decode error" and puts why in ctx.
             msg = str(err.get("msg", ""))
             why = msg if msg.startswith("Invalid JSON") else f"Invalid JSON: {(err.get('ctx') or {}).get('error', msg)}"
-            parts.append(f"body: {why}")
+            parts.append(TOO_DEEP if "recursion limit exceeded" in why else f"body: {why}")
         elif err.get("type") == "extra_forbidden":
             parts.append(
                 f"{where}: unknown field (unknown fields are rejected: only the whitelisted fields may "
@@ -140,14 +145,14 @@ def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         if exc.status_code == 400:
-            # FastAPI's only 400 is a body it cannot decode (not UTF-8): the same 422 as any other unreadable body.
-            return JSONResponse(
-                {
-                    "error": "invalid_request",
-                    "message": "invalid request: body: Invalid JSON: not UTF-8 (send one UTF-8 JSON object)",
-                },
-                status_code=422,
+            # FastAPI's only 400 is a body it cannot decode (not UTF-8, or nested deeper than Python's json goes: a
+            # RecursionError): the same 422 as any other unreadable body.
+            why = (
+                TOO_DEEP
+                if isinstance(exc.__cause__, RecursionError)
+                else "body: Invalid JSON: not UTF-8 (send one UTF-8 JSON object)"
             )
+            return JSONResponse({"error": "invalid_request", "message": f"invalid request: {why}"}, status_code=422)
         headers = dict(getattr(exc, "headers", None) or {})
         if exc.status_code == 405:
             # Starlette names the methods of the first route that matched the path; a path can have several.

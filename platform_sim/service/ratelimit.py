@@ -9,12 +9,19 @@ RATE_BYTES_PER_TOKEN = 2_000
 10,000 per-example scores (about 100 kB) about 51. Chosen with ``benchmarks/bench_noisy_neighbour.py``: large reports
 cost the server's single writer (and the disk) far more per byte than small ones cost per request."""
 
+READ_ROWS_PER_TOKEN = 100
+"""A read costs one more rate-limit token per this many rows it returns (charged after the read, see
+:meth:`TenantRateLimit.charge`): a page of 1,000 jobs costs 11 tokens, one job 1. Reads cost the server by the rows
+they serialize, not by their (empty) body, as the Kubernetes API server's priority and fairness charges a LIST by its
+estimated size."""
+
 
 class TenantRateLimit:
     """A token bucket per tenant: ``rate`` tokens per second on average, bursts of up to ``burst``.
 
     A request costs one token, and a report one more per :data:`RATE_BYTES_PER_TOKEN` bytes of body, so that a tenant
-    sending large per-example reports is limited by the work it causes, not by its request count. One tenant that
+    sending large per-example reports is limited by the work it causes, not by its request count; likewise a read
+    costs one more per :data:`READ_ROWS_PER_TOKEN` rows it returns (:meth:`charge`). One tenant that
     sends too much gets 429 with ``Retry-After`` instead of taking the server's time from the others. The buckets
     live in this app instance (one per process); with several replicas each enforces its own.
 
@@ -41,3 +48,14 @@ class TenantRateLimit:
             return 0.0
         self._buckets[tenant_id] = (tokens, now)
         return (cost - tokens) / self.rate
+
+    def charge(self, tenant_id: int, cost: float, now: float | None = None) -> None:
+        """Take ``cost`` more tokens for ``tenant_id`` for work already done (a read's rows), without refusing.
+
+        The bucket may go below zero, down to ``-burst`` at most: the tenant's next requests then wait until it has
+        refilled, so the work is paid for after the fact.
+        """
+        now = time.monotonic() if now is None else now
+        tokens, last = self._buckets.get(tenant_id, (self.burst, now))
+        tokens = min(self.burst, tokens + (now - last) * self.rate)
+        self._buckets[tenant_id] = (max(-self.burst, tokens - max(cost, 0.0)), now)

@@ -32,7 +32,7 @@ from typing import Any
 
 from platform_sim.core import JobMonitor, Report, detector_from_spec
 
-from . import events, report_transaction, sql, store_queries, tables
+from . import db_health, events, report_transaction, sql, store_queries, tables
 from .store import (
     JobNotFound,
     JobRecord,
@@ -46,6 +46,7 @@ from .store import (
     hash_token,
     new_token,
 )
+from .tenant_tokens import TenantTokens
 from .writer import BatchWriter, Op, Result
 
 logger = logging.getLogger(__name__)
@@ -91,7 +92,7 @@ class _Txn:
         return fn(self.conn)
 
 
-class SQLiteStore(store_queries.SharedQueries, Store):
+class SQLiteStore(store_queries.SharedQueries, TenantTokens, Store):
     """A :class:`~platform_sim.service.store.Store` in one SQLite file.
 
     Args:
@@ -141,6 +142,7 @@ class SQLiteStore(store_queries.SharedQueries, Store):
         self._data_version: int | None = None  # writer thread only
         self._hooked: set[str] | None = None  # writer thread only: event types some webhook wants (None: unknown)
         self._init_schema()
+        self._header = db_health.HeaderWatch(self.path)  # see its docstring: held open until close()
 
     # -- connections -------------------------------------------------------------------------------------------
     def _connect(self) -> sqlite3.Connection:
@@ -227,6 +229,9 @@ class SQLiteStore(store_queries.SharedQueries, Store):
         txn = _Txn(conn, self._webhook_types)
         try:
             conn.execute("BEGIN IMMEDIATE")
+            damaged = self._header.problem()  # cached pages would otherwise write on regardless
+            if damaged is not None:
+                raise StoreUnavailable(damaged)
             # data_version changes only when another connection (the CLI, another process) committed since this
             # one last looked: then the cached monitors may be stale and are dropped. Checked under the write lock,
             # so nobody can commit between the check and our COMMIT.
@@ -441,7 +446,8 @@ class SQLiteStore(store_queries.SharedQueries, Store):
             self._reader().execute("SELECT 1 FROM meta LIMIT 1").fetchone()
         except sqlite3.Error as exc:
             return f"the database cannot be read: {exc}"
-        return None
+        # Ready means writes can succeed: the file is still a database, and its write lock can be taken.
+        return self._header.problem() or db_health.lock_problem(self.path)
 
     def write_problem(self) -> str | None:
         # A write that changes nothing, rolled back: refused on a read-only file or mount, a full or locked database.
@@ -470,3 +476,4 @@ class SQLiteStore(store_queries.SharedQueries, Store):
                 except sqlite3.Error:
                     pass
             self._conns.clear()
+        self._header.close()

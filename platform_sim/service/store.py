@@ -60,6 +60,10 @@ class TenantNotFound(StoreError):
     """``tenant revoke`` of an unknown name."""
 
 
+class TenantRevoked(StoreError):
+    """``tenant rotate`` of a revoked tenant (``tenant restore`` gives it a token again)."""
+
+
 class WebhookNotFound(StoreError):
     """``webhook remove`` of an unknown id."""
 
@@ -273,6 +277,16 @@ class Store(abc.ABC):
     @abc.abstractmethod
     def revoke_tenant(self, name: str) -> Tenant:
         """Revoke a tenant's token; its requests are refused from then on. Raises :class:`TenantNotFound`."""
+
+    @abc.abstractmethod
+    def rotate_tenant(self, name: str) -> tuple[Tenant, str]:
+        """Give an active tenant a new token (returned in plaintext) and make its old one invalid. Raises
+        :class:`TenantNotFound`, or :class:`TenantRevoked` for a revoked tenant."""
+
+    @abc.abstractmethod
+    def restore_tenant(self, name: str) -> tuple[Tenant, str]:
+        """Make a tenant active again (revoked or not) with a new token (returned in plaintext), so that its jobs
+        are reachable again; the old token stays invalid. Raises :class:`TenantNotFound`."""
 
     @abc.abstractmethod
     def tenant_for_token(self, token: str) -> Tenant | None:

@@ -9,7 +9,7 @@ only one.
 from __future__ import annotations
 
 import math
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 from fastapi import Path
 from pydantic import (
@@ -19,12 +19,11 @@ from pydantic import (
     Discriminator,
     Field,
     StrictFloat,
-    StringConstraints,
     Tag,
     field_validator,
 )
 
-from platform_sim.core import JOB_TYPES
+from platform_sim.core import CADENCES, JOB_TYPES
 
 JobType = Literal["rlhf", "dpo", "lora", "sft", "other"]
 assert set(JobType.__args__) == set(JOB_TYPES), "JobType must list the core's JOB_TYPES"  # type: ignore[attr-defined]
@@ -67,7 +66,14 @@ class DetectorSpec(_Strict):
     them (an unknown name or a bad parameter is a 422 naming it).
     """
 
-    name: str = Field("k-decline", min_length=1, max_length=64, examples=["k-decline"])
+    name: str | None = Field(
+        None,
+        min_length=1,
+        max_length=64,
+        examples=["trend"],
+        description="The detector's name; missing or null: the project's default detector "
+        "(platform_sim.core.default_spec(), trend), with the params given here merged over its own.",
+    )
     params: dict[str, Any] = Field(default_factory=dict, max_length=32, examples=[{"k": 2, "min_delta": 0.0}])
 
     @field_validator("params")
@@ -94,6 +100,12 @@ def _finite(what: str, value: dict[str, Any]) -> dict[str, Any]:
     return value
 
 
+CadenceName = Literal["fixed", "adaptive"]
+"""The cadence names the service accepts (``platform_sim.core.CADENCES``), an enum in the OpenAPI schema so that a
+schema-valid request is never refused for its cadence's name."""
+assert set(get_args(CadenceName)) == set(CADENCES), "wire.CadenceName must list the core's cadences"
+
+
 class CadenceSpec(_Strict):
     """How often the scheduler wants a job evaluated: ``fixed`` (the job's regular cadence, no hints) or
     ``adaptive`` (decisions carry ``next_eval_step``, sooner than the regular cadence while a decline may have
@@ -103,7 +115,7 @@ class CadenceSpec(_Strict):
     (an unknown name or a bad parameter is a 422 naming it).
     """
 
-    name: str = Field(min_length=1, max_length=64, examples=["adaptive"])
+    name: CadenceName = Field(examples=["adaptive"])
     params: dict[str, Any] = Field(default_factory=dict, max_length=32, examples=[{"fraction": 0.25}])
 
     @field_validator("params")
@@ -118,8 +130,7 @@ def _cadence_form(value: Any) -> str:
 
 
 CadenceField = Annotated[
-    Annotated[Annotated[str, StringConstraints(min_length=1, max_length=64)], Tag("name")]
-    | Annotated[CadenceSpec, Tag("spec")],
+    Annotated[CadenceName, Tag("name")] | Annotated[CadenceSpec, Tag("spec")],
     Discriminator(_cadence_form),
 ]
 """A cadence as a registration gives it: a name (``"fixed"``, ``"adaptive"``) or a :class:`CadenceSpec` object."""

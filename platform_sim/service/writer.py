@@ -40,6 +40,7 @@ from .store import (
     StoreUnavailable,
     TenantExists,
     TenantNotFound,
+    TenantRevoked,
     WebhookNotFound,
 )
 
@@ -52,6 +53,7 @@ DOMAIN_ERRORS: tuple[type[Exception], ...] = (
     JobExists,
     TenantExists,
     TenantNotFound,
+    TenantRevoked,
     WebhookNotFound,
 )
 """Errors an operation raises before writing anything, because of its input or the job's state: answered as they

@@ -16,6 +16,7 @@ holding its evidence rule: :mod:`.kdecline`, :mod:`.kdecline_se`, :mod:`.paired_
 """
 
 from .base import Detector, EvidenceDetector, Verdict
+from .bounds import PARAM_BOUNDS, check_param_bounds
 from .cusum import CusumDetector
 from .kdecline import KDeclineDetector
 from .kdecline_se import KDeclineSEDetector
@@ -42,6 +43,8 @@ __all__ = [
     "DEFAULT_DETECTOR",
     "DEFAULT_SPEC",
     "PAPER_SPEC",
+    "PARAM_BOUNDS",
+    "check_param_bounds",
     "default_spec",
     "paper_spec",
     "DETECTORS",

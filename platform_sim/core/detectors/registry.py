@@ -8,6 +8,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from .base import Detector
+from .bounds import check_param_bounds
 
 #: The EvalStop paper's rule: stop at the 2nd consecutive decline, no tolerance. ``detector_from_spec(None)`` builds
 #: it, so the simulator's experiments (``evalstop-sim paper``) keep the paper's semantics.
@@ -55,11 +56,13 @@ def register_detector(cls: type[Detector]) -> type[Detector]:
 
 
 def make_detector(name: str, **params: Any) -> Detector:
-    """Build a detector by name with its parameters; unknown names and bad parameters raise ``ValueError``."""
+    """Build a detector by name with its parameters; unknown names and bad or out-of-bounds parameters
+    (:data:`~platform_sim.core.detectors.bounds.PARAM_BOUNDS`) raise ``ValueError`` naming them."""
     try:
         cls = DETECTORS[name]
     except KeyError:
         raise ValueError(f"unknown detector {name!r}; choose one of {', '.join(sorted(DETECTORS))}") from None
+    check_param_bounds(name, params)  # the upper bounds no constructor checks (bounds.PARAM_BOUNDS)
     try:
         return cls(**params)
     except TypeError as exc:  # unexpected keyword: name the detector so the user knows where to look

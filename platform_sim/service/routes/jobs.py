@@ -1,19 +1,22 @@
 """``/v1/jobs``: register a job, list the tenant's jobs, read one, finish one."""
 
 # No `from __future__ import annotations`: FastAPI reads the routes' annotations at runtime.
+import json
 import uuid
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, Query
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 
 from platform_sim.core import cadence_from_spec, default_spec
 
 from ..deps import ServiceContext, job_out
 from ..errors import CONFLICT, ERRORS, NOT_FOUND, UNAVAILABLE, ApiError, not_found, store_error
 from ..store import JobNotFound, JobRecord, Tenant
-from ..wire import CadenceSpec, FinishIn, JobCreate, JobIdPath, JobList, JobOut
+from ..wire import CadenceSpec, DetectorSpec, FinishIn, JobCreate, JobIdPath, JobList, JobOut
 from . import PREFIX, Routes
+
+JSON = "application/json"
 
 
 def add_routes(app: FastAPI, ctx: ServiceContext) -> None:
@@ -48,11 +51,13 @@ def add_routes(app: FastAPI, ctx: ServiceContext) -> None:
         record = JobRecord(
             job_id=body.job_id or f"job-{uuid.uuid4().hex[:16]}",
             job_type=body.job_type,
-            detector=body.detector.model_dump() if body.detector is not None else default_spec(),
+            detector=_detector_spec(body.detector),
             gpus=body.gpus,
             planned_steps=body.planned_steps,
             cadence=None if cadence is None else cadence.spec(),
         )
+        if ctx.quotas is not None and ctx.quotas.active:
+            await _check_quota(ctx, t, record.job_id)
         try:
             job, created = await ctx.call(store.register_job, t.tenant_id, record)
         except Exception as exc:
@@ -72,17 +77,33 @@ def add_routes(app: FastAPI, ctx: ServiceContext) -> None:
         status: Annotated[str | None, Query(pattern="^(running|stopped|finished)$")] = None,
         limit: Annotated[int, Query(ge=1, le=1000)] = 100,
         after: Annotated[str | None, Query(max_length=128)] = None,
-    ) -> JSONResponse:
-        """The tenant's jobs, ordered by id (keyset pagination with ``after``)."""
-        jobs = store.list_jobs(t.tenant_id, status=status, limit=limit, after=after)
-        nxt = jobs[-1].job_id if len(jobs) == limit else None
-        return JSONResponse({"jobs": [job_out(j) for j in jobs], "next_after": nxt})
+    ) -> Response:
+        """The tenant's jobs, ordered by id (keyset pagination with ``after``).
+
+        A tenant's pages are read one at a time (its other page requests wait their turn); with a rate limit, a
+        page costs one token plus one per 100 jobs it returns (charged after the read).
+        """
+
+        def page() -> tuple[int, Response]:
+            # The read and the page's JSON (the costly part of a big page) both on the worker thread, one job at a
+            # time: the interpreter can switch to the event loop between two jobs, never inside one long
+            # json.dumps of the whole page (C code that holds the GIL throughout).
+            jobs = store.list_jobs(t.tenant_id, status=status, limit=limit, after=after)
+            nxt = jobs[-1].job_id if len(jobs) == limit else None
+            items = b",".join(json.dumps(job_out(j), separators=(",", ":")).encode() for j in jobs)
+            tail = json.dumps(nxt).encode()
+            return len(jobs), Response(b'{"jobs":[' + items + b'],"next_after":' + tail + b"}", media_type=JSON)
+
+        async with ctx.read_turn(t):
+            rows, response = await ctx.call(page)
+        ctx.charge_rows(t, rows)
+        return response
 
     @api.get("/jobs/{job_id}", response_model=JobOut, responses={**ERRORS, **NOT_FOUND})
     async def get_job(job_id: JobIdPath, t: TenantDep) -> JSONResponse:
         """One of the tenant's jobs (committed state)."""
         try:
-            return JSONResponse(job_out(store.get_job(t.tenant_id, job_id)))
+            return JSONResponse(job_out(await ctx.call(store.get_job, t.tenant_id, job_id)))
         except JobNotFound:
             raise not_found(job_id) from None
 
@@ -100,3 +121,27 @@ def add_routes(app: FastAPI, ctx: ServiceContext) -> None:
         if job.finished_now:  # a repeated finish is answered the same but counted once
             metrics.jobs_finished.inc()
         return JSONResponse(job_out(job))
+
+
+async def _check_quota(ctx: ServiceContext, tenant: Tenant, job_id: str) -> None:
+    """Refuse a new job beyond the tenant's quotas with 429 (an existing job's idempotent re-registration passes)."""
+    assert ctx.quotas is not None
+    why = ctx.quotas.refusal(await ctx.call(ctx.store.summary, tenant.tenant_id))
+    if why is None:
+        return
+    try:
+        await ctx.call(ctx.store.get_job, tenant.tenant_id, job_id)
+    except JobNotFound:
+        raise ApiError(429, "quota_exceeded", why) from None
+
+
+def _detector_spec(given: DetectorSpec | None) -> dict[str, Any]:
+    """The spec a registration asks for: the default detector (``default_spec()``) when none is given or it names
+    none, with the given params merged over the default's; else the given spec as it is."""
+    if given is None:
+        return default_spec()
+    if given.name is None:
+        spec = default_spec()
+        spec["params"].update(given.params)
+        return spec
+    return given.model_dump()

@@ -21,8 +21,9 @@ def add_routes(app: FastAPI, ctx: ServiceContext) -> None:
 
     @api.get("/readyz", responses=UNAVAILABLE)
     async def readyz() -> JSONResponse:
-        """Readiness: the store can read and its writer is alive; otherwise 503 saying why."""
-        why = ctx.store.not_ready_reason()
+        """Readiness: writes can succeed (the store reads, its writer is alive, and with SQLite the file is still a
+        database whose write lock can be taken now); otherwise 503 saying why."""
+        why = await ctx.call(ctx.store.not_ready_reason)  # it may wait for the write lock: off the event loop
         if why is None:
             return JSONResponse({"status": "ready"})
         return JSONResponse({"error": "unavailable", "message": why}, status_code=503)

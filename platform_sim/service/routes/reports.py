@@ -106,7 +106,7 @@ class Reports:
         metrics.decisions.labels(decision.action.value).inc()
         if outcome.stopped_now:
             metrics.stops.inc()
-            job = store.get_job(t.tenant_id, job_id)
+            job = await self.ctx.call(store.get_job, t.tenant_id, job_id)
             if job.gpus:
                 metrics.gpus_freed.inc(job.gpus)
             metrics.gpu_hours_reclaimed.inc(outcome.gpu_hours_reclaimed)
@@ -125,7 +125,7 @@ class Reports:
         """
         try:
             scheme, _, token = (authorization or "").partition(" ")
-            t = self.ctx.authenticate(token.strip() if scheme.lower() == "bearer" else None, len(raw))
+            t = await self.ctx.authenticate_async(token.strip() if scheme.lower() == "bearer" else None, len(raw))
             if not _JOB_ID.fullmatch(job_id):
                 raise ApiError(
                     422,
