@@ -5,7 +5,7 @@ keep-alive connection, the load generator of ``bench_service.py``), one after th
 rounds (each starting with another server) so that the machine's noise falls on all of them alike:
 
 - ``before``: the service as it was before the events (``--before``: a checkout of that commit, e.g.
-  ``git worktree add /tmp/before 3d10cdf``), run from that checkout's code;
+  ``git worktree add ../evalstop-before 3d10cdf``), run from that checkout's code;
 - ``events``: this checkout: every accepted report also appends its ``report.accepted`` event (and a stop its
   ``job.stopped``) in the same transaction;
 - ``events+webhook``: the same with a webhook subscribed to ``stop,finish`` (the outbox fan-out on, the delivery
@@ -14,7 +14,7 @@ rounds (each starting with another server) so that the machine's noise falls on 
 Each server gets a fresh SQLite file (WAL, synchronous=FULL) made by its own code's ``tenant add``. After each run
 the acknowledged reports are counted in the file (lost) and, for this checkout, the events (one per stored report).
 
-    python benchmarks/bench_events.py --before /tmp/before --duration 20 --jobs 64 --rounds 2 [--json]
+    python benchmarks/bench_events.py --before ../evalstop-before --duration 20 --jobs 64 --rounds 2 [--json]
 """
 
 from __future__ import annotations

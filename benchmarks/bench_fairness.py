@@ -8,7 +8,7 @@ and with ``--rate-limit 20``, each on a real ``evalstop-server serve`` process (
 same parts run on its server too, and the report path's throughput (``bench_service.py``'s closed-loop load
 generator, 64 jobs) is compared between the two, alternating runs, in the same run.
 
-    python benchmarks/bench_fairness.py --duration 15 [--before /tmp/before-33] [--json]
+    python benchmarks/bench_fairness.py --duration 15 [--before ../evalstop-before] [--json]
 """
 
 from __future__ import annotations

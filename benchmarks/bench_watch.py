@@ -14,7 +14,7 @@ Figures:
   last stop), as a share of one core; also the total CPU of a watch process over its life (start-up included).
 Every decision is checked equal to the embedded core's on the same curve.
 
-    .venv/bin/python benchmarks/bench_watch.py --logs 100 --mode procs api --json /tmp/bench_watch.json
+    .venv/bin/python benchmarks/bench_watch.py --logs 100 --mode procs api --json bench_watch.json
 """
 
 from __future__ import annotations
