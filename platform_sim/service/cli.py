@@ -28,7 +28,7 @@ from . import cli_events
 MAX_EVAL_SCORES = 10_000  # the service's default (wire.MAX_EVAL_SCORES; not imported: it needs the extra)
 
 DEFAULT_DB = "evalstop.db"
-SWITCH_INTERVAL_S = 0.0001  # the server's sys.setswitchinterval (see _serve)
+SWITCH_INTERVAL_S = 0.001  # the server's sys.setswitchinterval (see _serve)
 TENANT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")  # always used with fullmatch (no trailing newline)
 
 
