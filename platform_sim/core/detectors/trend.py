@@ -10,7 +10,7 @@ import numpy as np
 
 from ..checks import check_int, check_nonneg, check_optional_nonneg, check_prob
 from .base import EvidenceDetector
-from .pvalues import one_sided_t_p, scipy_module
+from .pvalues import one_sided_t_p, scipy_module, slope_less_p
 from .registry import register_detector
 
 TREND_TESTS: tuple[str, ...] = ("t", "wilcoxon")
@@ -35,7 +35,8 @@ class TrendDetector(EvidenceDetector):
 
     Without per-example scores on every eval of a window, its test falls back to the means (with a warning once per
     detector): with the ``se`` parameter, a one-sided z-test of the slope of the means (``scipy.stats.norm``);
-    otherwise scipy's ``linregress`` one-sided test, which estimates the noise from the residuals of the fit.
+    otherwise scipy's ``linregress`` one-sided test, which estimates the noise from the residuals of the fit (computed
+    as scipy computes it, by :func:`~platform_sim.core.detectors.pvalues.slope_less_p`).
 
     Args:
         window: Evals in the (long) fitted window, an integer >= 3.
@@ -116,15 +117,12 @@ class TrendDetector(EvidenceDetector):
                     self._last_t = (t, int(slopes.size))
         else:
             self._warn_fallback("no per-example eval scores on every eval of the window")
-            stats = scipy_module("stats")
             if self.se is not None:
                 if self.se == 0.0:
                     return 0.0  # noise-free means that fall: certain evidence
-                p = float(stats.norm.cdf(slope / (self.se / math.sqrt(den))))
+                p = float(scipy_module("stats").norm.cdf(slope / (self.se / math.sqrt(den))))
             else:
-                p = float(
-                    stats.linregress(x, np.asarray(self.recent_means[-w:], dtype=float), alternative="less").pvalue
-                )
+                p = slope_less_p(x, np.asarray(self.recent_means[-w:], dtype=float))
         return 1.0 if not math.isfinite(p) else p
 
     def _evidence(self, step: int, score: float, scores: Sequence[float] | None, counts: bool) -> bool:
