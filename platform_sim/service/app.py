@@ -9,7 +9,8 @@ core's :class:`~platform_sim.core.boundary.Decision` after the commit.
 
 Where things are: the routes in :mod:`.routes` (one module per group), what they share (the store, metrics, tenant
 auth) in :mod:`.deps`, the errors and their handlers in :mod:`.errors`, the body limit and the report fast path (plain
-ASGI) in :mod:`.asgi`, the rate limit in :mod:`.ratelimit`, the wire models in :mod:`.wire`.
+ASGI) in :mod:`.asgi`, the rate limit in :mod:`.ratelimit`, how big reads share the server in :mod:`.fairness`, the
+wire models in :mod:`.wire`.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from fastapi import Depends, FastAPI
 from .asgi import BodyLimitMiddleware, ReportFastPath
 from .deps import ServiceContext
 from .errors import ApiError, install_error_handlers, no_unknown_query
+from .fairness import CountForeground
 from .metrics import ServiceMetrics
 from .quotas import JobQuotas
 from .ratelimit import RATE_BYTES_PER_TOKEN, TenantRateLimit
@@ -107,6 +109,8 @@ def create_app(
     report_work = reports.Reports(ctx)
     if fast_path:
         app.add_middleware(ReportFastPath, handler=report_work.fast, max_bytes=max_body_bytes, path=reports.EVALS_PATH)
+    # Added last, so outermost: every request, the fast path's too, is foreground while served (fairness.py).
+    app.add_middleware(CountForeground, gate=ctx.gate)
     jobs.add_routes(app, ctx)
     reports.add_routes(app, report_work)
     operator.add_routes(app, ctx)

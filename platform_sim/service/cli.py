@@ -287,8 +287,8 @@ def _serve(args: argparse.Namespace) -> int:
         **event_options,
         quotas=JobQuotas(args.max_jobs_per_tenant or None, args.max_running_jobs_per_tenant or None),
     )
-    # Threads doing a big read hand the interpreter over to the event loop every 0.1 ms instead of Python's 5 ms,
-    # so that another tenant's small request is not held up behind a big page (docs/benchmarks.md, fairness).
+    # A thread rendering a big page hands the interpreter over to the event loop within 1 ms instead of Python's 5 ms
+    # when the loop asks for it: the wait of a request that arrives before the page gives way to it (fairness.py).
     sys.setswitchinterval(SWITCH_INTERVAL_S)
     # One process, one event loop, one writer thread with group commit: on two cores more worker processes only
     # fight over SQLite's single write lock (measured in docs/benchmarks.md).

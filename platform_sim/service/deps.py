@@ -16,6 +16,7 @@ from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from .errors import ApiError
+from .fairness import BULK_READ_THREADS, ForegroundGate, Pacer
 from .metrics import ServiceMetrics
 from .quotas import JobQuotas
 from .ratelimit import RATE_BYTES_PER_TOKEN, READ_ROWS_PER_TOKEN, TenantRateLimit
@@ -52,17 +53,36 @@ class ServiceContext:
     # Valid tokens are remembered for token_cache_ttl seconds: the lookup was a fifth of the server's time per
     # report. A revocation therefore takes effect within that time (1 s by default); unknown tokens are never cached.
     _tokens: dict[str, tuple[Tenant, float]] = field(default_factory=dict, repr=False)
-    # One lock per tenant that has listed (bounded by the tenants): see read_turn.
-    _read_turns: dict[int, asyncio.Lock] = field(default_factory=dict, repr=False)
+    # Foreground requests in progress (counted by fairness.CountForeground), which pages give way to.
+    gate: ForegroundGate = field(default_factory=ForegroundGate, repr=False)
+    # One lock per caller that has read a page (bounded by the tenants; None: the admin token), and the limit of
+    # pages rendered at once (made on first use: an anyio limiter needs the running event loop).
+    _turns: dict[int | None, asyncio.Lock] = field(default_factory=dict, repr=False)
+    _bulk_threads: anyio.CapacityLimiter | None = field(default=None, repr=False)
 
-    def read_turn(self, tenant: Tenant) -> asyncio.Lock:
-        """The lock a tenant's big reads (pages of jobs) take in turn: one tenant pages one page at a time, so that
-        its concurrent listings take one worker thread's share of the server, not all of it, whatever their number
-        (the per-flow queue of the Kubernetes API server's priority and fairness, at its simplest)."""
-        lock = self._read_turns.get(tenant.tenant_id)
-        if lock is None:
-            lock = self._read_turns[tenant.tenant_id] = asyncio.Lock()
-        return lock
+    async def bulk_read(self, tenant: Tenant | None, render: Callable[[Pacer], tuple[int, bytes]]) -> bytes:
+        """Serve one page of a listing by the rules of :mod:`~platform_sim.service.fairness`: ``render(pace)`` runs
+        on a worker thread once the caller's earlier pages are done, out of the foreground count, and returns
+        ``(rows, body)``; it calls ``pace()`` between rows. The rows are then charged to the tenant's rate limit
+        (:meth:`charge_rows`).
+
+        Args:
+            tenant: The caller, or None for the operator's admin token (its own turn, nothing charged).
+            render: Reads and renders the page.
+        """
+        key = None if tenant is None else tenant.tenant_id
+        if key not in self._turns:
+            self._turns[key] = asyncio.Lock()
+        if self._bulk_threads is None:
+            self._bulk_threads = anyio.CapacityLimiter(BULK_READ_THREADS)
+        with self.gate.background():
+            async with self._turns[key]:
+                rows, body = await anyio.to_thread.run_sync(
+                    lambda: render(self.gate.pacer()), limiter=self._bulk_threads
+                )
+        if tenant is not None:
+            self.charge_rows(tenant, rows)
+        return body
 
     async def call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """``fn(*args, **kwargs)`` (a blocking store call) on a worker thread, off the event loop."""

@@ -26,7 +26,7 @@ import sqlite3
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future
 from typing import Any
 
@@ -55,6 +55,9 @@ SCHEMA_VERSION = tables.SCHEMA_VERSION
 _SCHEMA = tables.sqlite_ddl()  # the one description of the tables (tables.py), pinned to the Alembic head by a test
 
 _SQL = sql.statements("?")
+
+READ_BATCH = 64
+"""Rows a page's read steps through at once (:meth:`SQLiteStore._rows`)."""
 _INSERT_EVENT = events.INSERT_EVENT.format(p="?")
 _FANOUT = events.fanout_sql("events", "?")
 
@@ -343,12 +346,6 @@ class SQLiteStore(store_queries.SharedQueries, TenantTokens, Store):
             raise JobNotFound(f"no job {job_id!r}")
         return sql.job_from_row(row)
 
-    def list_jobs(
-        self, tenant_id: int, status: str | None = None, limit: int = 100, after: str | None = None
-    ) -> list[JobRecord]:
-        query, args = sql.list_jobs_query(_SQL.ph, tenant_id, status, limit, after)
-        return [sql.job_from_row(r) for r in self._reader().execute(query, args).fetchall()]
-
     def _load_for_update(self, txn: _Txn, key: tuple[int, str]) -> report_transaction.JobState:
         """The job's state, valid inside the current write transaction (see ``_transact`` for the cache)."""
         cached = self._cache.get(key)
@@ -415,6 +412,19 @@ class SQLiteStore(store_queries.SharedQueries, TenantTokens, Store):
 
     def _on_reader(self, fn: Callable[[Any], Any]) -> Any:
         return fn(self._reader())
+
+    def _rows(self, query: str, args: Sequence[Any]) -> Iterator[Any]:
+        # On the consuming thread's reader connection, READ_BATCH rows at a time, not row by row: sqlite3 lets go of
+        # the interpreter lock around every step and takes it back at once, and CPython asks the holder to hand the
+        # lock over only after a waiting thread saw it not change hands for a whole switch interval. Read row by
+        # row, the event loop waited out whole 1,000-row pages (stalls of 10-30 ms, measured); read in batches, those
+        # stalls were gone (docs/benchmarks.md, fairness).
+        cur = self._reader().execute(query, args)
+        try:
+            while batch := cur.fetchmany(READ_BATCH):
+                yield from batch
+        finally:
+            cur.close()
 
     def _on_writer(self, fn: Callable[[Any], Any], webhooks_changed: bool = False) -> Any:
         def op(txn: _Txn) -> Any:

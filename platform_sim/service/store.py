@@ -13,6 +13,7 @@ from __future__ import annotations
 import abc
 import hashlib
 import secrets
+from collections.abc import Iterator
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
@@ -305,11 +306,23 @@ class Store(abc.ABC):
     def get_job(self, tenant_id: int, job_id: str) -> JobRecord:
         """The tenant's job; raises :class:`JobNotFound`."""
 
-    @abc.abstractmethod
     def list_jobs(
         self, tenant_id: int, status: str | None = None, limit: int = 100, after: str | None = None
     ) -> list[JobRecord]:
-        """The tenant's jobs ordered by id, ``limit`` at most, ids greater than ``after`` (keyset pagination)."""
+        """The tenant's jobs ordered by id, ``limit`` at most, ids greater than ``after`` (keyset pagination).
+
+        Raises:
+            ValueError: ``status`` is not ``running``, ``stopped`` or ``finished``.
+        """
+        return list(self.iter_jobs(tenant_id, status, limit, after))
+
+    @abc.abstractmethod
+    def iter_jobs(
+        self, tenant_id: int, status: str | None = None, limit: int = 100, after: str | None = None
+    ) -> Iterator[JobRecord]:
+        """:meth:`list_jobs` one job at a time, each made as its row is read: for a big page rendered as it is read
+        (the service's listings, :mod:`~platform_sim.service.fairness`). The arguments are checked at the call;
+        consume it on one thread (a store may read on that thread's connection), and to the end or close it."""
 
     @abc.abstractmethod
     def submit_report(self, tenant_id: int, report: Report) -> Future[ReportOutcome]:
@@ -328,7 +341,6 @@ class Store(abc.ABC):
         """All stored reports of a job in step order; raises :class:`JobNotFound`."""
 
     # -- history, outcome, summary (issue 32) --------------------------------------------------------------------
-    @abc.abstractmethod
     def list_evals(
         self, tenant_id: int, job_id: str, *, order: str = "newest", limit: int = 100, cursor: int | None = None
     ) -> list[StoredReport]:
@@ -345,6 +357,13 @@ class Store(abc.ABC):
         Raises:
             JobNotFound: the tenant holds no such job. ValueError: ``order`` is neither of the two.
         """
+        return list(self.iter_evals(tenant_id, job_id, order=order, limit=limit, cursor=cursor))
+
+    @abc.abstractmethod
+    def iter_evals(
+        self, tenant_id: int, job_id: str, *, order: str = "newest", limit: int = 100, cursor: int | None = None
+    ) -> Iterator[StoredReport]:
+        """:meth:`list_evals` one report at a time, as :meth:`iter_jobs` (the job is looked up at the call)."""
 
     @abc.abstractmethod
     def summary(self, tenant_id: int) -> TenantSummary:
@@ -355,7 +374,6 @@ class Store(abc.ABC):
         """Every tenant's :meth:`summary` by tenant id (one query; for ``/metrics``). Tenants without jobs are absent."""
 
     # -- the audit trail ---------------------------------------------------------------------------------------
-    @abc.abstractmethod
     def list_events(self, tenant_id: int | None, after: int = 0, limit: int = 100) -> list[Event]:
         """Events with ``id > after`` in id order, ``limit`` at most.
 
@@ -364,6 +382,11 @@ class Store(abc.ABC):
             after: The last id already read (0: from the oldest kept).
             limit: Most rows.
         """
+        return list(self.iter_events(tenant_id, after, limit))
+
+    @abc.abstractmethod
+    def iter_events(self, tenant_id: int | None, after: int = 0, limit: int = 100) -> Iterator[Event]:
+        """:meth:`list_events` one event at a time, as :meth:`iter_jobs`."""
 
     @abc.abstractmethod
     def prune_events(self, older_than: float, batch: int = 10_000) -> int:

@@ -408,12 +408,6 @@ class PostgresStore(store_queries.SharedQueries, TenantTokens, Store):
             raise JobNotFound(f"no job {job_id!r}")
         return sql.job_from_row(row)
 
-    def list_jobs(
-        self, tenant_id: int, status: str | None = None, limit: int = 100, after: str | None = None
-    ) -> list[JobRecord]:
-        query, args = sql.list_jobs_query(_SQL.ph, tenant_id, status, limit, after)
-        return [sql.job_from_row(r) for r in self._read(lambda conn: conn.execute(query, args).fetchall())]
-
     def submit_report(self, tenant_id: int, report: Report) -> Future[ReportOutcome]:
         key = (tenant_id, report.job_id)
         # Queued as data, not as a closure: the writer applies consecutive reports together (_apply_reports).
@@ -450,6 +444,11 @@ class PostgresStore(store_queries.SharedQueries, TenantTokens, Store):
 
     def _on_reader(self, fn: Callable[[Any], Any]) -> Any:
         return self._read(fn)
+
+    def _rows(self, query: str, args: Sequence[Any]) -> Iterator[Any]:
+        # psycopg receives the whole result at execute (the interpreter lock let go while it waits), so the rows are
+        # read at once, with the retry of a dead pooled connection, and converted one by one as they are consumed.
+        return iter(self._read(lambda conn: conn.execute(query, args).fetchall()))
 
     def _on_writer(self, fn: Callable[[Any], Any], webhooks_changed: bool = False) -> Any:
         return self._submit(0, ("webhooks",), fn).result()

@@ -3,7 +3,8 @@
 Each function takes a DB-API connection or cursor (``sqlite3`` or ``psycopg``: anything with ``execute(sql,
 args)`` returning a cursor) and the driver's placeholder (``"?"`` or ``"%s"``). The stores call them on a reader
 connection (reads) or inside one of their write transactions (writes), so what a write records (its event, its
-outbox rows) commits with it.
+outbox rows) commits with it. The paged reads (a job's evals, the events) are statements instead
+(:func:`evals_query`, :func:`events_query`), which a store runs with :meth:`SharedQueries._rows` and reads as it goes.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 import json
 import secrets
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from . import events, sql
@@ -27,27 +28,24 @@ def _webhook(row: Any) -> Webhook:
     return Webhook(int(row[0]), int(row[1]), row[2], tuple(row[3].split(",")), float(row[4]), row[5])
 
 
-def list_evals(
-    conn: Any, p: str, tenant_id: int, job_id: str, order: str, limit: int, cursor: int | None
-) -> list[StoredReport]:
-    """:meth:`Store.list_evals <platform_sim.service.store.Store.list_evals>` on ``conn``."""
+def evals_query(
+    p: str, tenant_id: int, job_id: str, order: str, limit: int, cursor: int | None
+) -> tuple[str, list[Any]]:
+    """The statement and arguments of :meth:`Store.iter_evals <platform_sim.service.store.Store.iter_evals>`
+    (rows of :data:`~platform_sim.service.sql.STORED_REPORT_COLUMNS`).
+
+    Raises:
+        ValueError: ``order`` is neither ``newest`` nor ``step``.
+    """
     if order not in _ORDERS:
         raise ValueError(f"order must be newest or step, got {order!r}")
-    if (
-        conn.execute(f"SELECT 1 FROM jobs WHERE tenant_id = {p} AND job_id = {p}", (tenant_id, job_id)).fetchone()
-        is None
-    ):
-        raise JobNotFound(f"no job {job_id!r}")
     cmp, direction = _ORDERS[order]
     where, args = f"tenant_id = {p} AND job_id = {p}", [tenant_id, job_id]
     if cursor is not None:
         where += f" AND step {cmp} {p}"
         args.append(int(cursor))
     args.append(int(limit))
-    rows = conn.execute(
-        f"SELECT {sql.STORED_REPORT_COLUMNS} FROM reports WHERE {where} ORDER BY step {direction} LIMIT {p}", args
-    ).fetchall()
-    return [sql.stored_report_from_row(r) for r in rows]
+    return f"SELECT {sql.STORED_REPORT_COLUMNS} FROM reports WHERE {where} ORDER BY step {direction} LIMIT {p}", args
 
 
 # One row per tenant: the three statuses as in sql._STATUS_WHERE, stops ever, and the GPU-hours freed.
@@ -76,16 +74,14 @@ def summaries(conn: Any) -> dict[int, TenantSummary]:
     return {int(r[0]): _summary(r) for r in conn.execute(f"{_SUMMARY} GROUP BY tenant_id").fetchall()}
 
 
-def list_events(conn: Any, p: str, tenant_id: int | None, after: int, limit: int) -> list[Event]:
-    """:meth:`Store.list_events <platform_sim.service.store.Store.list_events>` on ``conn``."""
+def events_query(p: str, tenant_id: int | None, after: int, limit: int) -> tuple[str, list[Any]]:
+    """The statement and arguments of :meth:`Store.iter_events <platform_sim.service.store.Store.iter_events>`
+    (rows of :data:`~platform_sim.service.events.EVENT_COLUMNS`)."""
     where, args = f"id > {p}", [int(after)]
     if tenant_id is not None:
         where = f"tenant_id = {p} AND " + where
         args.insert(0, tenant_id)
-    rows = conn.execute(
-        f"SELECT {EVENT_COLUMNS} FROM events WHERE {where} ORDER BY id LIMIT {p}", [*args, int(limit)]
-    ).fetchall()
-    return [event_from_row(r) for r in rows]
+    return f"SELECT {EVENT_COLUMNS} FROM events WHERE {where} ORDER BY id LIMIT {p}", [*args, int(limit)]
 
 
 def record(
@@ -255,15 +251,30 @@ class SharedQueries:
         """``fn(conn)`` on a read connection that sees the last commit."""
         raise NotImplementedError
 
+    def _rows(self, query: str, args: Sequence[Any]) -> Iterator[Any]:
+        """The rows of a read, as it reads them (see :meth:`Store.iter_jobs
+        <platform_sim.service.store.Store.iter_jobs>`)."""
+        raise NotImplementedError
+
     def _on_writer(self, fn: Callable[[Any], Any], webhooks_changed: bool = False) -> Any:
         """``fn(conn)`` inside one of the store's write transactions (committed before this returns); its result.
         ``webhooks_changed``: ``fn`` adds or removes a webhook."""
         raise NotImplementedError
 
-    def list_evals(
+    def iter_jobs(
+        self, tenant_id: int, status: str | None = None, limit: int = 100, after: str | None = None
+    ) -> Iterator[JobRecord]:
+        rows = self._rows(*sql.list_jobs_query(self._ph, tenant_id, status, limit, after))
+        return (sql.job_from_row(r) for r in rows)
+
+    def iter_evals(
         self, tenant_id: int, job_id: str, *, order: str = "newest", limit: int = 100, cursor: int | None = None
-    ) -> list[StoredReport]:
-        return self._on_reader(lambda c: list_evals(c, self._ph, tenant_id, job_id, order, limit, cursor))  # type: ignore[no-any-return]
+    ) -> Iterator[StoredReport]:
+        query, args = evals_query(self._ph, tenant_id, job_id, order, limit, cursor)
+        exists = sql.statements(self._ph).job_exists
+        if self._on_reader(lambda c: c.execute(exists, (tenant_id, job_id)).fetchone()) is None:
+            raise JobNotFound(f"no job {job_id!r}")
+        return (sql.stored_report_from_row(r) for r in self._rows(query, args))
 
     def summary(self, tenant_id: int) -> TenantSummary:
         return self._on_reader(lambda c: summary(c, self._ph, tenant_id))  # type: ignore[no-any-return]
@@ -271,8 +282,8 @@ class SharedQueries:
     def summaries(self) -> dict[int, TenantSummary]:
         return self._on_reader(summaries)  # type: ignore[no-any-return]
 
-    def list_events(self, tenant_id: int | None, after: int = 0, limit: int = 100) -> list[Event]:
-        return self._on_reader(lambda c: list_events(c, self._ph, tenant_id, after, limit))  # type: ignore[no-any-return]
+    def iter_events(self, tenant_id: int | None, after: int = 0, limit: int = 100) -> Iterator[Event]:
+        return (event_from_row(r) for r in self._rows(*events_query(self._ph, tenant_id, after, limit)))
 
     def prune_events(self, older_than: float, batch: int = 10_000) -> int:
         below = self._on_reader(lambda c: prune_bounds(c, self._ph, older_than))

@@ -1,5 +1,6 @@
 """The service's routes, one module per group: :mod:`.jobs` (register, list, read, finish), :mod:`.reports` (the
-report endpoint and its fast path), :mod:`.operator` (health, readiness, metrics). Each module's ``add_routes(app,
+report endpoint and its fast path), :mod:`.history` (a job's evals, the summary, the events), :mod:`.operator`
+(health, readiness, metrics), :mod:`.dashboard` (the HTML pages). Each module's ``add_routes(app,
 ...)`` adds its routes to the app around the app's :class:`~platform_sim.service.deps.ServiceContext`.
 """
 
@@ -14,6 +15,8 @@ from fastapi import FastAPI
 API_VERSION = "v1"
 PREFIX = f"/{API_VERSION}"
 """Every tenant route lives under this prefix."""
+JSON = "application/json"
+"""The media type of the pages the routes render themselves (:func:`~platform_sim.service.fairness.json_page`)."""
 
 
 @dataclass(frozen=True)

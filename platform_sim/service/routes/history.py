@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from typing import Annotated, Any, Literal
 
 from fastapi import Depends, FastAPI, Query, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from fastapi.security import HTTPAuthorizationCredentials
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
@@ -21,9 +21,10 @@ from prometheus_client.registry import Collector
 from ..deps import BEARER, ServiceContext
 from ..errors import ERRORS, NOT_FOUND, not_found
 from ..events import event_json
-from ..store import JobNotFound, Store, StoredReport, Tenant
+from ..fairness import Pacer, json_page, render_rows
+from ..store import Event, JobNotFound, Store, StoredReport, Tenant
 from ..wire import EvalList, EventList, JobIdPath, SummaryOut
-from . import PREFIX, Routes
+from . import JSON, PREFIX, Routes
 
 MAX_PAGE = 1000
 """Most rows one page of evals or events holds."""
@@ -102,16 +103,23 @@ def add_routes(app: FastAPI, ctx: ServiceContext, admin_token: str | None = None
         order: Annotated[Literal["newest", "step"], Query(description="newest first, or by step")] = "newest",
         limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 100,
         cursor: Annotated[int | None, Query(ge=0, le=2**62, description="next_cursor of the previous page")] = None,
-    ) -> JSONResponse:
-        """The job's reports (as posted to this path), each with its decision and the time it was received."""
+    ) -> Response:
+        """The job's reports (as posted to this path), each with its decision and the time it was received.
+
+        Served as ``GET /v1/jobs`` is: a tenant's pages one at a time, giving way to other requests, and with a rate
+        limit one more token per 100 reports returned."""
+
+        def render(pace: Pacer) -> tuple[int, bytes]:
+            reports = store.iter_evals(t.tenant_id, job_id, order=order, limit=limit, cursor=cursor)
+            rows = render_rows(reports, eval_json, pace)
+            nxt = rows.last.step if rows.last is not None and len(rows.parts) == limit else None
+            head = {"job_id": job_id, "order": order}
+            return len(rows.parts), json_page(head, "evals", rows.parts, {"next_cursor": nxt})
+
         try:
-            rows = await ctx.call(store.list_evals, t.tenant_id, job_id, order=order, limit=limit, cursor=cursor)
+            return Response(await ctx.bulk_read(t, render), media_type=JSON)
         except JobNotFound:
             raise not_found(job_id) from None
-        nxt = rows[-1].step if len(rows) == limit else None
-        return JSONResponse(
-            {"job_id": job_id, "order": order, "evals": [eval_json(r) for r in rows], "next_cursor": nxt}
-        )
 
     @api.get("/summary", response_model=SummaryOut, responses=ERRORS)
     async def summary(t: TenantDep) -> JSONResponse:
@@ -132,13 +140,27 @@ def add_routes(app: FastAPI, ctx: ServiceContext, admin_token: str | None = None
         caller: Annotated[Tenant | None, Depends(reader)],
         after: Annotated[int, Query(ge=0, le=2**62, description="the last event id already read")] = 0,
         limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 100,
-    ) -> JSONResponse:
+    ) -> Response:
         """The audit trail after ``after``, oldest first: the tenant's own events (with the admin token: every
-        tenant's, each with its ``tenant``). Pass ``next_after`` back as ``after`` to follow it."""
-        rows = await ctx.call(store.list_events, None if caller is None else caller.tenant_id, after, limit)
-        out = [event_json(e) for e in rows]
-        if caller is None:
-            names = {t.tenant_id: t.name for t in await ctx.call(store.list_tenants)}
-            for item, e in zip(out, rows):
-                item["tenant"] = names.get(e.tenant_id)
-        return JSONResponse({"events": out, "next_after": rows[-1].id if rows else after})
+        tenant's, each with its ``tenant``). Pass ``next_after`` back as ``after`` to follow it.
+
+        Served as ``GET /v1/jobs`` is: a caller's pages one at a time, giving way to other requests, and with a rate
+        limit one more token per 100 events returned."""
+
+        def render(pace: Pacer) -> tuple[int, bytes]:
+            # The operator's page names each event's tenant.
+            names = None if caller is not None else {t.tenant_id: t.name for t in store.list_tenants()}
+
+            def to_json(e: Event) -> dict[str, Any]:
+                out = event_json(e)
+                if names is not None:
+                    out["tenant"] = names.get(e.tenant_id)
+                return out
+
+            rows = render_rows(
+                store.iter_events(None if caller is None else caller.tenant_id, after, limit), to_json, pace
+            )
+            nxt = after if rows.last is None else rows.last.id
+            return len(rows.parts), json_page({}, "events", rows.parts, {"next_after": nxt})
+
+        return Response(await ctx.bulk_read(caller, render), media_type=JSON)

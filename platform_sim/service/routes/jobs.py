@@ -1,7 +1,6 @@
 """``/v1/jobs``: register a job, list the tenant's jobs, read one, finish one."""
 
 # No `from __future__ import annotations`: FastAPI reads the routes' annotations at runtime.
-import json
 import uuid
 from typing import Annotated, Any
 
@@ -12,11 +11,10 @@ from platform_sim.core import cadence_from_spec, default_spec
 
 from ..deps import ServiceContext, job_out
 from ..errors import CONFLICT, ERRORS, NOT_FOUND, UNAVAILABLE, ApiError, not_found, store_error
+from ..fairness import Pacer, json_page, render_rows
 from ..store import JobNotFound, JobRecord, Tenant
 from ..wire import CadenceSpec, DetectorSpec, FinishIn, JobCreate, JobIdPath, JobList, JobOut
-from . import PREFIX, Routes
-
-JSON = "application/json"
+from . import JSON, PREFIX, Routes
 
 
 def add_routes(app: FastAPI, ctx: ServiceContext) -> None:
@@ -80,24 +78,16 @@ def add_routes(app: FastAPI, ctx: ServiceContext) -> None:
     ) -> Response:
         """The tenant's jobs, ordered by id (keyset pagination with ``after``).
 
-        A tenant's pages are read one at a time (its other page requests wait their turn); with a rate limit, a
-        page costs one token plus one per 100 jobs it returns (charged after the read).
+        A tenant's pages are served one at a time and give way to other requests while they are rendered; with a
+        rate limit, a page costs one token plus one per 100 jobs it returns (charged after the read).
         """
 
-        def page() -> tuple[int, Response]:
-            # The read and the page's JSON (the costly part of a big page) both on the worker thread, one job at a
-            # time: the interpreter can switch to the event loop between two jobs, never inside one long
-            # json.dumps of the whole page (C code that holds the GIL throughout).
-            jobs = store.list_jobs(t.tenant_id, status=status, limit=limit, after=after)
-            nxt = jobs[-1].job_id if len(jobs) == limit else None
-            items = b",".join(json.dumps(job_out(j), separators=(",", ":")).encode() for j in jobs)
-            tail = json.dumps(nxt).encode()
-            return len(jobs), Response(b'{"jobs":[' + items + b'],"next_after":' + tail + b"}", media_type=JSON)
+        def render(pace: Pacer) -> tuple[int, bytes]:
+            rows = render_rows(store.iter_jobs(t.tenant_id, status, limit, after), job_out, pace)
+            nxt = rows.last.job_id if rows.last is not None and len(rows.parts) == limit else None
+            return len(rows.parts), json_page({}, "jobs", rows.parts, {"next_after": nxt})
 
-        async with ctx.read_turn(t):
-            rows, response = await ctx.call(page)
-        ctx.charge_rows(t, rows)
-        return response
+        return Response(await ctx.bulk_read(t, render), media_type=JSON)
 
     @api.get("/jobs/{job_id}", response_model=JobOut, responses={**ERRORS, **NOT_FOUND})
     async def get_job(job_id: JobIdPath, t: TenantDep) -> JSONResponse:
