@@ -65,7 +65,7 @@ def slope_less_p(x: np.ndarray, y: np.ndarray) -> float:
     n = x.size
     if n == 2:
         return 1.0 if y[0] == y[1] else 0.0
-    ssxm, ssxym, _, ssym = np.cov(x, y, bias=1).flat
+    ssxm, ssxym, _, ssym = np.cov(x, y, bias=True).flat  # scipy passes bias=1: the same
     if ssxm == 0.0 or ssym == 0.0:
         r = math.nan if ssxym == 0 else 0.0
     else:
