@@ -1,14 +1,16 @@
 """Fairness benchmark of the scheduler service: one tenant's big listings against another tenant's reads.
 
-Tenant A holds 5,000 jobs and pages ``GET /v1/jobs?limit=1000`` in two loops as fast as it can (honouring
-``Retry-After`` after a 429; a separate process with a lean client, so that its work does not slow the measuring one); tenant B reads one job, ``GET /v1/jobs/{id}``, 15 times a
-second (under any rate limit used here). B's p50 and p99 are measured alone and while A pages, without a rate limit
-and with ``--rate-limit 20``, each on a real ``evalstop-server serve`` process (SQLite) on loopback; the ratio
-(with A / alone) is the figure of issue 33 (it was 8-14x). With ``--before DIR`` (a checkout of an older commit) the
-same parts run on its server too, and the report path's throughput (``bench_service.py``'s closed-loop load
-generator, 64 jobs) is compared between the two, alternating runs, in the same run.
+Tenant A holds 5,000 jobs (one of them with 5,000 reports, so 10,000 events) and pages one listing with
+``limit=1000`` in two loops as fast as it can (``--listing``: ``GET /v1/jobs``, the default, or that job's
+``/evals``, or ``/v1/events``; honouring ``Retry-After`` after a 429; a separate process with a lean client, so that
+its work does not slow the measuring one); tenant B reads one job, ``GET /v1/jobs/{id}``, 15 times a second (under
+any rate limit used here). B's p50 and p99 are measured alone and while A pages, without a rate limit and with
+``--rate-limit 20``, each on a real ``evalstop-server serve`` process (SQLite) on loopback; the ratio (with A / alone)
+is the figure of issue 33 (it was 8-14x). With ``--before DIR`` (a checkout of an older commit) the same parts run on
+its server too, and the report path's throughput (``bench_service.py``'s closed-loop load generator, 64 jobs) is
+compared between the two, alternating runs, in the same run.
 
-    python benchmarks/bench_fairness.py --duration 15 [--before ../evalstop-before] [--json]
+    python benchmarks/bench_fairness.py --duration 15 [--listing jobs|evals|events] [--before ../evalstop-before] [--json]
 """
 
 from __future__ import annotations
@@ -26,12 +28,20 @@ import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import httpx
 
 ROOT = Path(__file__).resolve().parents[1]
 A_JOBS = 5_000
+A_REPORTS = 5_000  # on A's first job: its evals, and with the jobs' registrations 10,000 events
 B_RATE = 15.0  # B's requests per second
+# What A pages: the path, the query parameter that takes the next page's cursor, and the answer's field that holds it.
+LISTINGS = {
+    "jobs": ("/v1/jobs", "after", "next_after"),
+    "evals": ("/v1/jobs/a-00000/evals", "cursor", "next_cursor"),
+    "events": ("/v1/events", "after", "next_after"),
+}
 
 
 def _free_port() -> int:
@@ -46,7 +56,8 @@ def _pct(values: list[float], q: float) -> float:
 
 
 def _make_db(path: Path) -> tuple[str, str]:
-    """A database with tenant A (5,000 jobs) and tenant B (one job); their tokens."""
+    """A database with tenant A (5,000 jobs, the first with 5,000 reports) and tenant B (one job); their tokens."""
+    from platform_sim.core import Report
     from platform_sim.service.sqlite_store import SQLiteStore
     from platform_sim.service.store import JobRecord
 
@@ -62,6 +73,10 @@ def _make_db(path: Path) -> tuple[str, str]:
                     range(A_JOBS),
                 )
             )
+        # A flat score: never a decline, so the job never stops (submitted at once: commits are grouped).
+        pending = [store.submit_report(a.tenant_id, Report("a-00000", "rlhf", s, 0.5)) for s in range(A_REPORTS)]
+        for f in pending:
+            f.result()
     finally:
         store.close()
     return token_a, token_b
@@ -93,20 +108,23 @@ class _Server:
         self.proc.wait(timeout=30)
 
 
-def _tenant_a(port: int, token: str, seconds: float, out: multiprocessing.Queue) -> None:
-    """Two loops paging A's 5,000 jobs, 1,000 at a time, as fast as they can (after a 429, once its Retry-After has passed), each over
-    one keep-alive connection with a lean asyncio client (as ``bench_service.py``'s), so that the load generator
-    takes little of the machine's cores."""
-    counts = {"pages": 0, "refused": 0}
+def _tenant_a(port: int, token: str, listing: str, seconds: float, out: multiprocessing.Queue) -> None:
+    """Two loops paging one of A's listings, 1,000 rows at a time, as fast as they can (after a 429, once its
+    Retry-After has passed), each over one keep-alive connection with a lean asyncio client (as
+    ``bench_service.py``'s), so that the load generator takes little of the machine's cores. Past the last page a
+    loop starts over (a null cursor, or for the events one that did not move)."""
+    path, param, field = LISTINGS[listing]
+    tail = f'"{field}":'.encode()
+    counts: dict[str, Any] = {"pages": 0, "refused": 0, "error": None}
 
     async def loop(t_end: float) -> None:
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
         after = ""
         try:
             while time.monotonic() < t_end:
-                query = "limit=1000" + (f"&after={after}" if after else "")
+                query = "limit=1000" + (f"&{param}={after}" if after else "")
                 writer.write(
-                    f"GET /v1/jobs?{query} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token}\r\n\r\n".encode()
+                    f"GET {path}?{query} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token}\r\n\r\n".encode()
                 )
                 status = int((await reader.readline()).split()[1])
                 length, retry_after = 0, 0.0
@@ -118,10 +136,15 @@ def _tenant_a(port: int, token: str, seconds: float, out: multiprocessing.Queue)
                 body = await reader.readexactly(length)
                 if status == 200:
                     counts["pages"] += 1
-                    after = json.loads(body[body.rfind(b'"next_after":') + 13 : -1]) or ""
-                else:
+                    nxt = json.loads(body[body.rfind(tail) + len(tail) : -1])
+                    # Past the last page (no cursor; for the events, one that did not move) start over.
+                    after = "" if nxt is None or str(nxt) == str(after) else nxt
+                elif status == 429:
                     counts["refused"] += 1
                     await asyncio.sleep(retry_after)  # as a client should (a 429 costs the server a request too)
+                else:
+                    counts["error"] = f"GET {path}: HTTP {status} {body[:200]!r}"
+                    return
         finally:
             writer.close()
 
@@ -154,14 +177,16 @@ def _tenant_b(url: str, token: str, seconds: float) -> dict:
     return {"n": len(lat), "p50_ms": _pct(lat, 0.5) * 1e3, "p99_ms": _pct(lat, 0.99) * 1e3, "not_200": bad}
 
 
-def fairness(root: Path, db: Path, tokens: tuple[str, ...], rate: float, seconds: float) -> dict:
-    """B alone, then B while A pages, on one server of the code at ``root``."""
+def fairness(root: Path, db: Path, tokens: tuple[str, ...], listing: str, rate: float, seconds: float) -> dict:
+    """B alone, then B while A pages ``listing``, on one server of the code at ``root``."""
     extra = ["--rate-limit", str(rate)] if rate else []
     srv = _Server(root, db, extra)
     try:
         alone = _tenant_b(srv.url, tokens[1], seconds)
         queue: multiprocessing.Queue = multiprocessing.Queue()
-        a = multiprocessing.get_context("fork").Process(target=_tenant_a, args=(srv.port, tokens[0], seconds, queue))
+        a = multiprocessing.get_context("fork").Process(
+            target=_tenant_a, args=(srv.port, tokens[0], listing, seconds, queue)
+        )
         a.start()
         time.sleep(0.5)  # A's loops are running
         loaded = _tenant_b(srv.url, tokens[1], seconds - 1.0)
@@ -169,8 +194,11 @@ def fairness(root: Path, db: Path, tokens: tuple[str, ...], rate: float, seconds
         a.join()
     finally:
         srv.stop()
+    if counts["error"]:
+        raise RuntimeError(f"tenant A on the server of {root}: {counts['error']}")
     return {
         "code": root.name,
+        "listing": listing,
         "rate_limit": rate,
         "alone": alone,
         "with_a": loaded,
@@ -193,6 +221,7 @@ def report_throughput(root: Path, seconds: float) -> float:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--duration", type=float, default=15.0, help="seconds of each part (default 15)")
+    p.add_argument("--listing", choices=sorted(LISTINGS), default="jobs", help="what tenant A pages (default jobs)")
     p.add_argument("--before", type=Path, default=None, help="a checkout of an older commit to compare with")
     p.add_argument("--rounds", type=int, default=2, help="alternating report-throughput runs per code (default 2)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
@@ -222,7 +251,7 @@ def main(argv: list[str] | None = None) -> int:
             for rate in (0.0, 20.0):
                 db = workdir / f"{root.name}-{rate:g}.db"
                 shutil.copy(seed, db)
-                rows.append(fairness(root, db, tokens, rate, args.duration))
+                rows.append(fairness(root, db, tokens, args.listing, rate, args.duration))
         throughput: dict[str, list[float]] = {str(r): [] for r in codes}
         if args.before:
             for _ in range(args.rounds):
@@ -230,18 +259,20 @@ def main(argv: list[str] | None = None) -> int:
                     throughput[str(root)].append(report_throughput(root, args.duration))
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
-    out: dict = {"duration_s": args.duration, "cpus": os.cpu_count(), "fairness": rows}
+    out: dict = {"duration_s": args.duration, "cpus": os.cpu_count(), "listing": args.listing, "fairness": rows}
     if args.before:
         now, before = throughput[str(ROOT)], throughput[str(args.before.resolve())]
         out["report_throughput"] = {
             "now_per_s": now,
             "before_per_s": before,
             "ratio": (sum(now) / len(now)) / (sum(before) / len(before)),
+            "paired_ratios": [x / y for x, y in zip(now, before)],  # each round's two runs were back to back
         }
     if args.json:
         print(json.dumps(out, indent=2))
         return 0
-    print(f"{args.duration:g} s per part, {os.cpu_count()} CPUs; B reads its job {B_RATE:g}/s; A pages 1,000 jobs x2")
+    path = LISTINGS[args.listing][0]
+    print(f"{args.duration:g} s per part, {os.cpu_count()} CPUs; B reads its job {B_RATE:g}/s; A pages {path} x2")
     print(f"{'code':<16} {'limit':>5} {'alone p50/p99 ms':>17} {'with A p50/p99 ms':>18} {'p99 x':>6} {'A pages':>8}")
     for r in rows:
         al, wa = r["alone"], r["with_a"]
@@ -254,7 +285,8 @@ def main(argv: list[str] | None = None) -> int:
         t = out["report_throughput"]
         print(
             f"report path: now {', '.join(f'{x:.0f}' for x in t['now_per_s'])} reports/s, before "
-            f"{', '.join(f'{x:.0f}' for x in t['before_per_s'])}: ratio {t['ratio']:.3f}"
+            f"{', '.join(f'{x:.0f}' for x in t['before_per_s'])}: ratio {t['ratio']:.3f} "
+            f"(each round: {', '.join(f'{x:.3f}' for x in t['paired_ratios'])})"
         )
     return 0
 
