@@ -8,7 +8,7 @@ rules (the Kubernetes API server's priority and fairness, at its simplest):
 
 - **In turn per caller.** A tenant's pages run one at a time, so that any number of concurrent listings by one
   tenant take one worker thread's share, not all of them; and at most :data:`BULK_READ_THREADS` pages run at once over
-  all tenants, on threads of their own, so that listings never use up the worker threads other requests need.
+  all tenants, counted apart from the other requests' worker threads, so that listings never use those up.
 - **Foreground first.** Every other request counts as foreground while it is served (:class:`CountForeground`). A page
   renders its rows on its worker thread and, between rows, gives way to them (:class:`Pacer`): while one is in
   progress, it stops after each :data:`SLICE_S` of work until none is left, or for :data:`MAX_PAUSE_S` at most, so that
@@ -16,8 +16,8 @@ rules (the Kubernetes API server's priority and fairness, at its simplest):
 - **Charged by rows.** With a rate limit, a page costs one more token per 100 rows it returns
   (:mod:`~platform_sim.service.ratelimit`).
 
-The stores read such pages in batches of rows, not one row at a time (see
-:meth:`~platform_sim.service.store.Store.iter_jobs`). Measured in ``docs/benchmarks.md`` (fairness).
+The stores read such pages as they are rendered (:meth:`~platform_sim.service.store.Store.iter_jobs`), in batches of
+rows, not row by row: why in ``SQLiteStore._rows``. Measured in ``docs/benchmarks.md`` (fairness).
 """
 
 from __future__ import annotations
@@ -40,7 +40,8 @@ MAX_PAUSE_S = 0.005
 about a tenth of the time (a 1,000-job page then takes about ten times as long as alone, near 0.1 s)."""
 
 BULK_READ_THREADS = 4
-"""Pages rendered at once over all tenants (each tenant one at a time); on threads apart from the default pool's."""
+"""Pages rendered at once over all tenants (each tenant one at a time), under a limit of their own: the other requests'
+store calls keep the whole of anyio's default thread limit (40)."""
 
 
 class ForegroundGate:
