@@ -69,6 +69,16 @@ class ForegroundGate:
         """Foreground requests in progress."""
         return self._in_progress
 
+    @property
+    def idle(self) -> bool:
+        """No foreground request is in progress (read from any thread)."""
+        return self._idle.is_set()
+
+    def wait_idle(self, timeout: float) -> None:
+        """Wait until no foreground request is in progress, ``timeout`` seconds at most (the interpreter lock is let
+        go meanwhile)."""
+        self._idle.wait(timeout)
+
     def enter(self) -> None:
         """A foreground request starts (event loop only)."""
         self._in_progress += 1
@@ -114,9 +124,9 @@ class Pacer:
 
     def __call__(self) -> None:
         gate = self._gate
-        if gate._idle.is_set() or self._clock() - self._resumed < gate.slice_s:
+        if gate.idle or self._clock() - self._resumed < gate.slice_s:
             return
-        gate._idle.wait(gate.max_pause_s)  # releases the interpreter lock while it waits
+        gate.wait_idle(gate.max_pause_s)
         self._resumed = self._clock()
 
 
