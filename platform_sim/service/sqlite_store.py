@@ -55,11 +55,11 @@ SCHEMA_VERSION = tables.SCHEMA_VERSION
 _SCHEMA = tables.sqlite_ddl()  # the one description of the tables (tables.py), pinned to the Alembic head by a test
 
 _SQL = sql.statements("?")
+_INSERT_EVENT = events.INSERT_EVENT.format(p="?")
+_FANOUT = events.fanout_sql("events", "?")
 
 READ_BATCH = 64
 """Rows a page's read steps through at once (:meth:`SQLiteStore._rows`)."""
-_INSERT_EVENT = events.INSERT_EVENT.format(p="?")
-_FANOUT = events.fanout_sql("events", "?")
 
 
 class _Txn:
