@@ -49,10 +49,10 @@ from platform_sim.sim.metrics import add_oracle_shares, metric_row
 from platform_sim.sim.traces import RealTrace
 from platform_sim.sim.workload import Workload, WorkloadConfig, generate_workload
 
-from .trace_detection import (  # re-exported: the replay is where callers have found them
+from .trace_detection import (
     ScaleArg,
-    _scale_for,
     native_min_delta,
+    scale_for,
     scale_group,
     trace_detection,
     trace_scales,
@@ -115,7 +115,7 @@ def trace_curves(traces: Sequence[RealTrace], scale: ScaleArg) -> tuple[TraceCur
     for t in traces:
         if t.label == "ambiguous":
             continue
-        s = _scale_for(t, scale)
+        s = scale_for(t, scale)
         assert s is not None
         examples = tuple(None if e is None else tuple(s(v) for v in e) for e in t.examples)
         out.append(TraceCurve(t.name, t.hacking, t.progress(), tuple(s(v) for v in t.scores), examples))
@@ -223,15 +223,14 @@ def on_regular_grid(trace: RealTrace, n_evals: int) -> RealTrace:
 def recorded_observation(
     traces: Sequence[RealTrace],
     curves: Sequence[TraceCurve],
-    scale: Any = None,
     examples: int | None = None,
     rho: float | None = None,
     n_evals: int | None = None,
 ) -> dict[str, Any]:
     """The observation-model spec that gives trace jobs their *recorded* per-example scores (platform scale, on the
     platform's eval grid of ``n_evals`` points, default :func:`grid_evals`) and the synthetic jobs generated ones
-    (``examples``, ``rho``: :mod:`platform_sim.sim.eval_scores`' defaults if None). ``scale`` is not needed (the
-    curves are already on the platform scale) and kept for callers that pass it."""
+    (``examples``, ``rho``: :mod:`platform_sim.sim.eval_scores`' defaults if None). The curves are already on the
+    platform scale, so no score map is needed."""
     grid = eval_grid(n_evals or grid_evals(traces))
     recorded = []
     for curve in curves:

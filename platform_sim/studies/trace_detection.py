@@ -65,7 +65,8 @@ def trace_scales(traces: Sequence[RealTrace], score_scale: str = "environment") 
 ScaleArg = Scale | Mapping[str, Scale]
 
 
-def _scale_for(trace: RealTrace, scale: ScaleArg | None) -> Scale | None:
+def scale_for(trace: RealTrace, scale: ScaleArg | None) -> Scale | None:
+    """The map of ``trace`` onto the 0-1 scale: ``scale`` itself when it is one map (or None), else its entry."""
     if scale is None or isinstance(scale, Scale):
         return scale
     return scale[trace.name]
