@@ -11,8 +11,10 @@ from platform_sim.core import (
     DETECTORS,
     Detector,
     KDeclineDetector,
+    default_spec,
     detector_from_spec,
     make_detector,
+    paper_spec,
     register_detector,
 )
 
@@ -107,7 +109,10 @@ def test_spec_rebuilds_an_equal_detector():
 
 
 def test_detector_from_spec_forms():
-    assert isinstance(detector_from_spec(None), KDeclineDetector)
+    # None is the project's default (what a job registered without a detector runs); the paper's rule is asked for.
+    assert detector_from_spec(None).spec() == detector_from_spec(default_spec()).spec()
+    assert default_spec()["name"] == "trend"
+    assert detector_from_spec(paper_spec()).spec() == {"name": "k-decline", "params": {"k": 2, "min_delta": 0.0}}
     assert isinstance(detector_from_spec("k-decline"), KDeclineDetector)
     assert detector_from_spec({"name": "k-decline"}).params() == {"k": 2, "min_delta": 0.0}
     with pytest.raises(ValueError, match="unknown detector spec field"):

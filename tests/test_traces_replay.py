@@ -170,7 +170,7 @@ def test_warmup_detector_spec_and_state_round_trip():
     clone = detector_from_spec(det.spec())
     clone.load_state_dict(json.loads(json.dumps(det.state_dict())))
     assert clone.update(3, 0.5) is True
-    assert detector_from_spec(None).spec()["params"] == {"k": 2, "min_delta": 0.0}  # the paper's rule unchanged
+    assert detector_from_spec("k-decline").spec()["params"] == {"k": 2, "min_delta": 0.0}  # the paper's rule unchanged
     with pytest.raises(ValueError, match="warmup"):
         detector_from_spec({"name": "k-decline", "params": {"warmup": -1}})
 

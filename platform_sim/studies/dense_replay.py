@@ -24,7 +24,7 @@ from typing import Any
 
 from platform_sim.core.cadence import EvalBudget, cadence_from_spec
 from platform_sim.core.checks import check_nonneg
-from platform_sim.core.detectors import detector_from_spec
+from platform_sim.core.detectors import detector_from_spec, paper_spec
 from platform_sim.core.monitor import JobMonitor
 from platform_sim.sim.engine import DEFAULT_EVAL_COST
 from platform_sim.sim.traces import RealTrace
@@ -64,7 +64,7 @@ def dense_trace_run(
 
     Args:
         trace: A trace with evaluations at (nearly) every step.
-        detector: Detector spec (None: the paper's k-decline rule, as :func:`detector_from_spec` builds it); it sees
+        detector: Detector spec (None: the paper's k-decline rule, ``paper_spec()``); it sees
             the recorded scores in the trace's own units, as the callback in that run would have.
         cadence: Cadence spec (None or ``"fixed"``: no hints).
         every: The regular cadence in steps; the regular evaluations are the recorded ones at multiples of it.
@@ -93,7 +93,7 @@ def dense_trace_run(
             "a dense replay needs a trace recorded at least that densely"
         )
     score_at = dict(zip(trace.steps, trace.scores))
-    det = detector_from_spec(detector)
+    det = detector_from_spec(paper_spec() if detector is None else detector)
     # Detectors that read per-example scores get the recorded ones of each eval, as in the run itself.
     examples_at = dict(zip(trace.steps, trace.examples)) if det.uses_example_scores and trace.examples else {}
     monitor = JobMonitor(job_id=trace.name, job_type="rlhf", detector=det, cadence=cadence_from_spec(cadence))

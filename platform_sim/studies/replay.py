@@ -41,7 +41,7 @@ from typing import Any
 import numpy as np
 
 from platform_sim.core.cadence import EvalBudget
-from platform_sim.core.detectors import detector_from_spec
+from platform_sim.core.detectors import detector_from_spec, paper_spec
 from platform_sim.sim.curves import TabulatedCurve, eval_grid
 from platform_sim.sim.engine import DEFAULT_EVAL_COST
 from platform_sim.sim.experiments import BASES, MAIN_STOPS, PolicySpec, run_policies
@@ -301,7 +301,7 @@ def replay(
     curves = trace_curves(traces, scales)
     if not curves:
         raise ValueError("every trace is ambiguous: nothing to replay on the platform")
-    det_obj = detector_from_spec(detector)
+    det_obj = detector_from_spec(paper_spec() if detector is None else detector)
     det = det_obj.spec()
     # Detectors that read per-example scores see the recorded ones (the other jobs' are generated).
     observation = recorded_observation(traces, curves, n_evals=n_evals) if det_obj.uses_example_scores else None
