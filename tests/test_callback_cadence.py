@@ -81,7 +81,7 @@ def test_embedded_client_keeps_the_cadence_across_a_resume() -> None:
     again = resumed.register("rlhf", paper, job_id="j", cadence={"name": "adaptive", "params": {"fraction": 0.5}})
     assert again == "j"  # re-registration after a resume (same type, detector, cadence) keeps the state
     assert resumed.report(Report(job, "rlhf", 8, 0.5)).next_eval_step == 10  # the re-sent eval's decision
-    assert resumed.report(Report(job, "rlhf", 10, 0.6)).next_eval_step is None  # no decline: regular cadence
+    assert resumed.report(Report(job, "rlhf", 10, 0.6)).next_eval_step is None  # no decline: regular interval
 
 
 def test_a_resumed_run_keeps_the_cadence_it_was_registered_with() -> None:

@@ -205,7 +205,7 @@ def test_detectors_that_read_per_example_scores_get_the_recorded_ones(caplog):
 
 @pytest.fixture()
 def mixed(tmp_path):
-    """GRPO-like and PPO-like traces of different lengths, cadences and planned steps, two environments with
+    """GRPO-like and PPO-like traces of different lengths, eval intervals and planned steps, two environments with
     different units, some with per-example scores and some without, in one folder."""
     from _trace_factory import hacking_curve, healthy_curve, write
 

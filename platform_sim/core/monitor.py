@@ -79,7 +79,7 @@ class JobMonitor:
         detector: The stop detector of this job (default: the paper's k=2 rule, ``paper_spec()``: the core's
             monitor is the paper's; the callback and the service pass the project's default detector explicitly).
         cadence: Optional cadence policy: while the job runs, each decision carries its ``next_eval_step`` hint.
-            None (the default): no hints, the job keeps its regular cadence.
+            None (the default): no hints, the job keeps its regular interval.
     """
 
     job_id: str

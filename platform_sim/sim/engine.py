@@ -20,7 +20,7 @@ regular evals (every ``1 / n_evals`` of progress) are part of a job's planned du
 exactly as without pricing; what they cost is reported as ``eval_gpu_hours``. When the stop policy gives a cadence
 hint (``next_eval_step``) sooner than the next regular eval, the engine schedules an *extra* eval there: the job
 holds its GPUs ``eval_cost`` of an interval longer without progressing, the eval is observed off the regular grid
-(:meth:`~platform_sim.sim.observe.ObservationModel.observe_at`), and the regular cadence then goes on. A stop at an
+(:meth:`~platform_sim.sim.observe.ObservationModel.observe_at`), and the regular interval then goes on. A stop at an
 extra eval ends the job at that progress; its waste counts the extra evals' time after the true peak. A hint is taken
 only within the job's :class:`~platform_sim.core.cadence.EvalBudget`, the trainer callback's budget.
 

@@ -10,7 +10,7 @@ How a trace becomes a job of the platform:
   label (:func:`~platform_sim.sim.traces.label_trace`), the ground truth of every detection metric; *ambiguous*
   traces are not dealt (the platform's metrics need a yes or no) and are listed in the results. The hack rate of the
   replay is therefore the corpus's share of hacking traces, not ``--hack-rate``.
-- Traces of one folder may differ in length, eval cadence, planned steps, trainer and model, and may or may not carry
+- Traces of one folder may differ in length, eval interval, planned steps, trainer and model, and may or may not carry
   per-example scores. The platform's eval grid has as many evals as the longest trace; every trace's means (and its
   per-example scores, example by example) land on the grid by linear interpolation in progress, which is exact for a
   trace with that many evenly spaced evals and keeps every recorded value of the others at their progress.
@@ -265,7 +265,7 @@ def replay(
     """Replay ``traces`` on the platform: ``{"main", "composability", "traces", "trace_summary", "config"}``.
 
     Args:
-        traces: Recorded traces (validated; any mix of lengths, cadences, planned steps, trainers).
+        traces: Recorded traces (validated; any mix of lengths, eval intervals, planned steps, trainers).
         workload: The synthetic part (its ``n_evals`` is replaced by :func:`grid_evals`).
         detector: EvalStop's detector spec (None: the paper's k=2, min_delta 0), on the 0-1 platform scale.
         seeds: Seeds 0..seeds-1 (each a different workload and a different dealing of traces).
@@ -279,7 +279,7 @@ def replay(
             per-example scores gets the nearest recorded eval's mean and per-example scores.
         eval_cost: One eval's GPU time, as a share of a regular eval interval.
         n_evals: Regular evals per run on the platform (None: the longest trace's count, :func:`grid_evals`). Dense
-            traces (an eval every step) replay at a sparser regular cadence this way, e.g. 30 for 150-step traces
+            traces (an eval every step) replay at a sparser regular interval this way, e.g. 30 for 150-step traces
             recorded every step (every 5 steps), and the recorded evals between serve the extra evals of hints.
             The per-trace rows then read each trace on that grid too (:func:`on_regular_grid`).
         eval_budget: What a job may spend on cadence hints (None: no limit), as the callback's budget.
@@ -342,7 +342,7 @@ def replay(
         return out
 
     # With a grid of its own (dense traces), the per-trace rows see what a job on that grid sees; no hints there
-    # (those play on the platform), so a row is the regular cadence's.
+    # (those play on the platform), so a row is the regular interval's.
     on_grid = traces if grid_given is None else [on_regular_grid(t, n_evals) for t in traces]
     rows = [trace_detection(t, det, scales[t.name]) for t in on_grid]
     shared = native_min_delta(traces, score_scale)

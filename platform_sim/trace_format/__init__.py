@@ -23,7 +23,7 @@ The format, one JSON object per line:
 A trace without an end line is valid (a run that crashed leaves a readable prefix: the writer flushes every line).
 Fields outside these sets are errors, because a replay built on a silently misread trace reports wrong numbers; the
 reader names the file and the line of the first problem (``path:line: message``). Traces of one corpus may differ
-in length, eval cadence, planned steps, trainer and model; nothing here requires them to agree.
+in length, eval interval, planned steps, trainer and model; nothing here requires them to agree.
 
 Validation is pure (:func:`check_header`, :func:`check_eval`, :func:`check_end`, :func:`parse_trace` on text lines);
 the file functions (:func:`read_trace`, :func:`read_header`, :func:`eval_prefix`, :func:`trace_complete`,

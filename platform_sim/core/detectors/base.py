@@ -50,7 +50,7 @@ class Detector(ABC):
 
     #: Whether an extra evaluation (one a cadence hint asked for) stays in the detector's history after it was judged.
     #: False (the default): the monitor restores the detector's state after an extra eval that did not stop the job,
-    #: so the rule runs on the regular cadence it was built for (a window of the last evals, consecutive declines) and
+    #: so the rule runs on the regular interval it was built for (a window of the last evals, consecutive declines) and
     #: a hint can only bring a stop sooner (:mod:`~platform_sim.core.monitor`). True for a model of the whole curve
     #: against the step (``shape``), for which an extra eval is one more point of evidence.
     keeps_extra_evals: ClassVar[bool] = False

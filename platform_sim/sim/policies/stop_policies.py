@@ -17,7 +17,7 @@ Policies:
 - ``stop-at-p``: stops every covered job at the first eval at or after a fraction ``p`` (0.65) of its planned steps;
   delivers that checkpoint.
 - ``loss-plateau``: stops a covered job when its training loss improved by less than ``min_rel_improvement`` (1%,
-  relative) over the last ``window`` evals (4, i.e. 20% of the run at the default cadence); delivers the current
+  relative) over the last ``window`` evals (4, i.e. 20% of the run at the default eval interval); delivers the current
   checkpoint. Training loss keeps falling for hacking runs too, so this rule cannot see hacking: it is the baseline
   that shows why the eval signal is needed.
 - ``oracle``: stops a job exactly at its true peak eval and delivers it. It is handed the ground truth explicitly
@@ -92,7 +92,7 @@ class StopPolicy(ABC):
         """The job ended: drop any per-job state."""
 
     def next_eval_step(self, job: JobView) -> int | None:
-        """The cadence hint after ``job``'s latest eval (None: its regular cadence); asked after :meth:`on_eval`
+        """The cadence hint after ``job``'s latest eval (None: its regular interval); asked after :meth:`on_eval`
         returned None. Policies without a cadence policy never hint."""
         return None
 
