@@ -16,7 +16,7 @@ import httpx
 import pytest
 from service_support import Server, add_tenant, auth, free_port
 
-from platform_sim.service.sqlite_store import SQLiteStore
+from platform_sim.service.store_sqlite import SQLiteStore
 from platform_sim.service.store import JobRecord
 
 A_JOBS = 200

@@ -17,7 +17,7 @@ from service_support import Server, add_tenant, auth, free_port, postgres_databa
 
 from platform_sim.core import Report
 from platform_sim.service.fairness import CountForeground, ForegroundGate, json_page, render_rows
-from platform_sim.service.sqlite_store import READ_BATCH, SQLiteStore
+from platform_sim.service.store_sqlite import READ_BATCH, SQLiteStore
 from platform_sim.service.store import JobNotFound, JobRecord, Store
 
 NEVER_STOPS = {"name": "k-decline", "params": {"k": 1000}}

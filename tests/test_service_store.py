@@ -9,7 +9,7 @@ import pytest
 
 from evalstop_callbacks.client import EmbeddedClient
 from platform_sim.core import ConflictError, Report
-from platform_sim.service.sqlite_store import SQLiteStore
+from platform_sim.service.store_sqlite import SQLiteStore
 from platform_sim.service.store import JobFinished, JobNotFound, JobRecord
 
 
