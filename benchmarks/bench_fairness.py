@@ -58,8 +58,8 @@ def _pct(values: list[float], q: float) -> float:
 def _make_db(path: Path) -> tuple[str, str]:
     """A database with tenant A (5,000 jobs, the first with 5,000 reports) and tenant B (one job); their tokens."""
     from platform_sim.core import Report
-    from platform_sim.service.sqlite_store import SQLiteStore
     from platform_sim.service.store import JobRecord
+    from platform_sim.service.store_sqlite import SQLiteStore
 
     store = SQLiteStore(path, synchronous="NORMAL")
     try:

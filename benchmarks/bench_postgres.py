@@ -257,8 +257,8 @@ def main(argv: list[str] | None = None) -> int:
         p.error("--duration must be > 0, --jobs and --replicas >= 1")
     import psycopg
 
-    from platform_sim.service.sqlite_store import SQLiteStore
     from platform_sim.service.store_postgres import PostgresStore
+    from platform_sim.service.store_sqlite import SQLiteStore
 
     admin_url, stop_pg = _pg_server()
     made: list[str] = []

@@ -106,7 +106,7 @@ async def _job_worker(
 
 
 def bench_evalstop(duration: float, jobs: int, workdir: Path, synchronous: str, rate: float = 0.0) -> dict:
-    from platform_sim.service.sqlite_store import SQLiteStore
+    from platform_sim.service.store_sqlite import SQLiteStore
 
     workdir.mkdir(parents=True, exist_ok=True)
     db = workdir / "evalstop.db"

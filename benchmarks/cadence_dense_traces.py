@@ -19,7 +19,7 @@ as a share of the Oracle's on the same seeds, healthy jobs stopped and GPU-hours
 
 With ``--ceiling`` it also measures what no cadence hint can beat: every trace replayed with an evaluation at
 *every* recorded step (the limit a hint approaches as its fraction shrinks and it fires at every eval), delays from
-the same smoothed peak as the regular cadence's. Per detector family (``trend``, ``paired-test``, ``cusum``) a small
+the same smoothed peak as the regular interval's. Per detector family (``trend``, ``paired-test``, ``cusum``) a small
 grid of settings; on the tune traces, the setting with the smallest median delay among those that stop every
 hacking trace and no more healthy ones than the default detector at the fixed cadence; it is then judged once on
 the test traces against the default at the fixed cadence.
@@ -202,7 +202,7 @@ def ceiling(by_split: dict[str, list[Any]], every: int) -> dict[str, Any]:
     return {"fixed": fixed, "tune": tune, "chosen": chosen, "test": test}
 
 
-#: Detector settings that --joint tries at the regular cadence, each with every :data:`JOINT_CADENCES`: the families
+#: Detector settings that --joint tries at the regular interval, each with every :data:`JOINT_CADENCES`: the families
 #: with a doubt, so that a hint can come before the first eval below the best (``trend``: its test's p-value;
 #: ``shape``: one minus its posterior of being past an overoptimization peak).
 JOINT_DETECTORS: list[tuple[str, dict[str, Any]]] = (
@@ -468,7 +468,7 @@ def main() -> None:
         help="one or more folders of dense traces, read together (default: the first shipped corpus, "
         "platform_sim/data/corpora/dense)",
     )
-    ap.add_argument("--every", type=int, default=5, help="the regular cadence in steps (default 5)")
+    ap.add_argument("--every", type=int, default=5, help="the regular interval in steps (default 5)")
     ap.add_argument(
         "--platform", type=int, default=0, metavar="SEEDS", help="also replay on the platform with this many seeds"
     )
@@ -503,7 +503,7 @@ def main() -> None:
     by_split = {split: [t for t in traces if t.split == split] for split in ("tune", "test")}
     envs = {split: ", ".join(sorted({str(t.environment) for t in ts})) for split, ts in by_split.items()}
     results: dict[str, Any] = {"every": args.every, "detectors": {}}
-    lines = [f"# dense traces: {len(traces)}; regular cadence every {args.every} steps"]
+    lines = [f"# dense traces: {len(traces)}; regular interval of {args.every} steps"]
     for name, (detector, candidates) in DETECTORS.items():
         tune = dense_cadence_study(by_split["tune"], detector, candidates, args.every)
         chosen = choose(tune["summaries"])

@@ -272,7 +272,7 @@ def main() -> None:
         metavar="DIR",
         help="more folders of such traces, each judged once with the setting chosen on tune",
     )
-    ap.add_argument("--every", type=int, default=5, help="the regular cadence in steps (default 5)")
+    ap.add_argument("--every", type=int, default=5, help="the regular interval in steps (default 5)")
     ap.add_argument(
         "--grid",
         choices=sorted(GRIDS),

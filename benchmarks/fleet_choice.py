@@ -52,7 +52,7 @@ def _real() -> tuple[Any, Any, Any, WorkloadConfig]:
     traces = load_traces(corpus_dir("real"))
     scale = corpus_scale(traces)
     curves = trace_curves(traces, scale)
-    return traces, curves, recorded_observation(traces, curves, scale), WorkloadConfig(n_evals=evals_per_run(traces))
+    return traces, curves, recorded_observation(traces, curves), WorkloadConfig(n_evals=evals_per_run(traces))
 
 
 def run_task(task: tuple[str, int]) -> dict[str, Any]:

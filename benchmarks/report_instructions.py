@@ -43,7 +43,7 @@ def _free_port() -> int:
 
 def _make_db(db: Path) -> str:
     """A fresh database with one tenant, made by this code; the tenant's token (run with ``--make-db``)."""
-    from platform_sim.service.sqlite_store import SQLiteStore
+    from platform_sim.service.store_sqlite import SQLiteStore
 
     store = SQLiteStore(db)
     try:

@@ -25,7 +25,6 @@ _EXPORTS: dict[str, str] = {
     "RewardModelEvaluator": "evaluators",
     "train_with_evalstop": "ppo",
     "TraceRecorder": "trace",
-    "read_trace": "trace",
 }
 
 __all__ = sorted(_EXPORTS)

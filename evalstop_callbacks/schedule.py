@@ -66,7 +66,7 @@ def resolve_cadence(eval_steps: int | str | None, evaluator: Evaluator, args: An
 
 
 class EvalSchedule:
-    """Which steps are evaluated: the regular cadence plus the hinted steps the budget allows.
+    """Which steps are evaluated: the regular interval plus the hinted steps the budget allows.
 
     Args:
         budget: The limits on hinted evaluations (count and share of time).

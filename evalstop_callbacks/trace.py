@@ -8,11 +8,6 @@ training loss, KL and timing, which the boundary client never sends to the sched
 
 from __future__ import annotations
 
-import os
-import warnings
-from typing import Any
-
-from platform_sim import trace_format
 from platform_sim.trace_format import (
     EVAL_OPTIONAL,
     HEADER_OPTIONAL,
@@ -29,7 +24,6 @@ __all__ = [
     "TraceError",
     "TraceRecorder",
     "eval_prefix",
-    "read_trace",
 ]
 
 #: Optional fields of an ``eval`` line besides ``step`` and ``eval_score``.
@@ -58,24 +52,3 @@ class TraceRecorder(TraceWriter):
     def __enter__(self) -> TraceRecorder:
         return self
 
-
-def read_trace(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
-    """Deprecated: use :func:`platform_sim.trace_format.read_trace` (it returns a ``TraceLines``; ``.lines()`` is this).
-
-    Read a trace written by :class:`TraceRecorder` (or another tool), checking the format.
-
-    Args:
-        path: The trace file.
-
-    Returns:
-        The header, eval and end lines as parsed JSON objects, in file order.
-
-    Raises:
-        TraceError: with the file name and line number of the first bad line.
-    """
-    warnings.warn(
-        "evalstop_callbacks.read_trace is deprecated; use platform_sim.trace_format.read_trace(path).lines()",
-        DeprecationWarning,
-        stacklevel=2,
-    )
-    return trace_format.read_trace(path).lines()

@@ -1,6 +1,6 @@
 """evalstop's platform side: the scheduler core, the discrete-event simulator and the scheduler service.
 
-- :mod:`platform_sim.core`: pure detectors, per-job monitors, the information boundary and eval cadence (no I/O).
+- :mod:`platform_sim.core`: pure detectors, per-job monitors, the information boundary and cadence hints (no I/O).
 - :mod:`platform_sim.sim`: the simulator engine and its commands (``run``, ``paper``, ``sweep``), the scheduling
   policies only it uses (:mod:`platform_sim.sim.policies`), recorded traces and the corpora by name.
 - :mod:`platform_sim.studies`: studies built on the engine (replay, benchmark, detector, cadence and Tune studies).

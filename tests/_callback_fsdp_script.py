@@ -26,7 +26,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: E402
 
 from evalstop_callbacks import RewardFunctionEvaluator  # noqa: E402
 from evalstop_callbacks.checkpoints import restore_checkpoint  # noqa: E402
-from evalstop_callbacks.evaluators import _is_sharded  # noqa: E402
+from evalstop_callbacks.evaluators.model_context import _is_sharded  # noqa: E402
 
 PROMPTS = HELDOUT_PROMPTS * 4
 

@@ -30,7 +30,7 @@ def main() -> None:
     from transformers.integrations import HfDeepSpeedConfig
 
     from evalstop_callbacks.checkpoints import restore_checkpoint
-    from evalstop_callbacks.evaluators import _is_sharded
+    from evalstop_callbacks.evaluators.model_context import _is_sharded
 
     model_dir, best_dir, out_dir = sys.argv[1:4]
     deepspeed.init_distributed(dist_backend="gloo")

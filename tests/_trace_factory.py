@@ -1,4 +1,4 @@
-"""Small synthetic trace files for the trace tests: shapes, lengths, cadences and headers chosen per test."""
+"""Small synthetic trace files for the trace tests: shapes, lengths, eval intervals and headers chosen per test."""
 
 from __future__ import annotations
 

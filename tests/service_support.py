@@ -41,7 +41,7 @@ def add_tenant(db: Path, name: str, via_cli: bool = False) -> str:
     output line is the token."""
     if via_cli:
         return cli("tenant", "add", name, "--db", str(db)).stdout.strip().splitlines()[-1]
-    from platform_sim.service.sqlite_store import SQLiteStore
+    from platform_sim.service.store_sqlite import SQLiteStore
 
     store = SQLiteStore(db)
     try:

@@ -14,8 +14,8 @@ from _callback_helpers import tiny_grpo, world_evaluator
 
 from evalstop_callbacks import EvalStopCallback
 from evalstop_callbacks.platform_client import PlatformClient
-from evalstop_callbacks.trace import read_trace
 from evalstop_callbacks.tune_client import TuneClient
+from platform_sim.trace_format import read_trace
 
 
 def test_grpo_follows_the_hint_and_stops_sooner(tmp_path) -> None:
@@ -45,7 +45,7 @@ def test_grpo_follows_the_hint_and_stops_sooner(tmp_path) -> None:
     assert adaptive.stopped_at is not None and adaptive.stopped_at < fixed.stopped_at
     assert adaptive.stopped_at - adaptive.best_step < fixed.stopped_at - fixed.best_step
     # The trace records the extra evals as eval lines at their steps, and the cadence in its header.
-    lines = read_trace(trace)  # a valid trace: the extra evals are eval lines like any other
+    lines = read_trace(trace).lines()  # a valid trace: the extra evals are eval lines like any other
     assert lines[0]["config"]["cadence"] == {"name": "adaptive", "params": {"fraction": 0.5}}
     assert set(adaptive.extra_eval_steps) <= {x["step"] for x in lines if x["kind"] == "eval"}
 
@@ -81,7 +81,7 @@ def test_embedded_client_keeps_the_cadence_across_a_resume() -> None:
     again = resumed.register("rlhf", paper, job_id="j", cadence={"name": "adaptive", "params": {"fraction": 0.5}})
     assert again == "j"  # re-registration after a resume (same type, detector, cadence) keeps the state
     assert resumed.report(Report(job, "rlhf", 8, 0.5)).next_eval_step == 10  # the re-sent eval's decision
-    assert resumed.report(Report(job, "rlhf", 10, 0.6)).next_eval_step is None  # no decline: regular cadence
+    assert resumed.report(Report(job, "rlhf", 10, 0.6)).next_eval_step is None  # no decline: regular interval
 
 
 def test_a_resumed_run_keeps_the_cadence_it_was_registered_with() -> None:
@@ -171,7 +171,7 @@ def test_the_time_budget_declines_hints_once_evaluation_has_taken_its_share(tmp_
     hinted = [d.next_eval_step for d in dear.client.monitor(dear.job_id).decisions if d.next_eval_step is not None]
     assert hinted and dear.extra_eval_steps == []  # the core hinted; the spent budget declined it
     assert all(h["step"] % 4 == 0 for h in dear.history)
-    assert read_trace(tmp_path / "dear.jsonl")[0]["config"]["max_eval_share"] == 0.5
+    assert read_trace(tmp_path / "dear.jsonl").lines()[0]["config"]["max_eval_share"] == 0.5
     for bad in (0, 1, 1.5, True, "0.1"):
         with pytest.raises(ValueError, match="max_eval_share"):
             EvalStopCallback(world_evaluator(), eval_steps=4, cadence="adaptive", max_eval_share=bad)

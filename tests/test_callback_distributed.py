@@ -19,8 +19,9 @@ from typing import Any
 import pytest
 from _callback_helpers import gold, policy, tokenizer
 
-from evalstop_callbacks import RewardFunctionEvaluator, read_trace
+from evalstop_callbacks import RewardFunctionEvaluator
 from evalstop_callbacks.checkpoints import restore_checkpoint
+from platform_sim.trace_format import read_trace
 
 
 def _free_port() -> int:
@@ -106,7 +107,7 @@ def _check(tmp_path: Path, ranks: list[dict]) -> None:
         assert "at step 0" in r["shard_fails"], r["shard_fails"]
         expected = "no reference answer" if r["rank"] == failing else f"evaluation failed on rank {failing}"
         assert expected in r["shard_fails"], r["shard_fails"]
-    trace = read_trace(tmp_path / "trace.jsonl")  # written once, by rank 0
+    trace = read_trace(tmp_path / "trace.jsonl").lines()  # written once, by rank 0
     assert trace[0]["world_size"] == nproc and trace[-1]["stopped_at"] == r0["stopped_at"]
 
 

@@ -26,9 +26,9 @@ from evalstop_callbacks import (  # noqa: E402
     EvalStopCallback,
     EvalStopTrainingStopped,
     RewardFunctionEvaluator,
-    read_trace,
     train_with_evalstop,
 )
+from platform_sim.trace_format import read_trace  # noqa: E402
 
 ANTI_GOLD = {**{w: 1.0 for w in NEGATIVE}, **{w: -1.0 for w in POSITIVE}}
 GOLD = {w: -v for w, v in ANTI_GOLD.items()}
@@ -74,7 +74,7 @@ def test_ppo_observe_mode_never_stops(tmp_path):
     assert cb.would_stop_at == first_k_decline_step(cb.history, 2) is not None
     assert cb.stopped_at is None and trainer.state.global_step == 10 and cb.restored_from is None
     # PPO logs a step before on_step_end: its proxy score and policy loss still reach the trace line of that step
-    lines = read_trace(tmp_path / "ppo.jsonl")
+    lines = read_trace(tmp_path / "ppo.jsonl").lines()
     assert lines[0]["trainer"] == "PPOTrainer" and lines[-1] == {
         "kind": "end",
         "reason": "completed",

@@ -15,7 +15,8 @@ from _callback_helpers import HELDOUT_PROMPTS, gold, policy, sentences, tokenize
 from datasets import Dataset
 from transformers import TrainerCallback
 
-from evalstop_callbacks import EvalStopCallback, RewardFunctionEvaluator, read_trace
+from evalstop_callbacks import EvalStopCallback, RewardFunctionEvaluator
+from platform_sim.trace_format import read_trace
 
 
 class _Crash(TrainerCallback):
@@ -93,8 +94,12 @@ def test_resume_restores_detector_state_and_best_checkpoint(tmp_path):
     assert monitor.steps == [h["step"] for h in ref.history] and monitor.stopped_at == ref.stopped_at
     # the trace continues the one of the crashed run: same eval lines as the uninterrupted run
     evals = [
-        (line["step"], line["eval_score"]) for line in read_trace(tmp_path / "run.jsonl") if line["kind"] == "eval"
+        (line["step"], line["eval_score"])
+        for line in read_trace(tmp_path / "run.jsonl").lines()
+        if line["kind"] == "eval"
     ]
     assert evals == [
-        (line["step"], line["eval_score"]) for line in read_trace(tmp_path / "ref.jsonl") if line["kind"] == "eval"
+        (line["step"], line["eval_score"])
+        for line in read_trace(tmp_path / "ref.jsonl").lines()
+        if line["kind"] == "eval"
     ]

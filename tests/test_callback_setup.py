@@ -206,7 +206,7 @@ def test_no_argument_callback_on_plain_trainer_stops_overfitting_and_restores_be
     trainer = plain_trainer(tmp_path, [cb], eval_strategy="steps", eval_steps=2)
     trainer.train()
     assert cb.evaluator.describe() == {"evaluator": "MetricEvaluator", "metric": "loss", "greater_is_better": False}
-    assert [h["step"] for h in cb.history][:3] == [0, 2, 4]  # the trainer's eval cadence, from the baseline
+    assert [h["step"] for h in cb.history][:3] == [0, 2, 4]  # the trainer's eval interval, from the baseline
     assert cb.detector_spec == detector_from_spec(default_spec()).spec()  # no arguments: the project's default
     assert cb.stopped_at is not None and cb.history[-1] == {**cb.history[-1], "step": cb.stopped_at, "action": "stop"}
     assert all(h["action"] == "continue" for h in cb.history[:-1])

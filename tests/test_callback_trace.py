@@ -8,8 +8,9 @@ import pytest
 from _callback_helpers import HELDOUT_PROMPTS, gold, policy, sentences, tokenizer
 from datasets import Dataset
 
-from evalstop_callbacks import EvalStopCallback, RewardFunctionEvaluator, TraceRecorder, read_trace
+from evalstop_callbacks import EvalStopCallback, RewardFunctionEvaluator, TraceRecorder
 from evalstop_callbacks.trace import TraceError
+from platform_sim.trace_format import read_trace
 
 
 def test_recorder_writes_header_evals_end(tmp_path):
@@ -32,7 +33,7 @@ def test_recorder_writes_header_evals_end(tmp_path):
     assert lines[1] == {"kind": "eval", "step": 10, "eval_score": 1.5, "eval_scores": [1.0, 2.0], "proxy_reward": 0.3}
     assert lines[2] == {"kind": "eval", "step": 20, "eval_score": 1.0, "kl": 0.01, "wall_s": 3.5}
     assert lines[3] == {"kind": "end", "reason": "stopped", "stopped_at": 20, "best_step": 10, "best_score": 1.5}
-    assert read_trace(path) == lines
+    assert read_trace(path).lines() == lines
 
 
 def test_recorder_rejects_bad_lines(tmp_path):
@@ -55,10 +56,10 @@ def test_read_trace_names_file_and_line(tmp_path):
         '{"kind": "eval", "step": 4, "eval_score": 1}\n{"kind": "eval", "step": 2, "eval_score": 1}\n'
     )
     with pytest.raises(TraceError, match=r"bad.jsonl:3: eval steps must be increasing"):
-        read_trace(path)
+        read_trace(path).lines()
     path.write_text('{"kind": "eval", "step": 4, "eval_score": 1}\n')
     with pytest.raises(TraceError, match=r"bad.jsonl:1: the first line must be"):
-        read_trace(path)
+        read_trace(path).lines()
 
 
 def test_real_run_trace_has_scores_loss_extras_and_end(tmp_path):
@@ -95,7 +96,7 @@ def test_real_run_trace_has_scores_loss_extras_and_end(tmp_path):
         callbacks=[cb],
         train_dataset=Dataset.from_dict({"text": sentences("negative")}),
     ).train()
-    lines = read_trace(tmp_path / "t.jsonl")
+    lines = read_trace(tmp_path / "t.jsonl").lines()
     header, evals, end = lines[0], lines[1:-1], lines[-1]
     assert header["job_id"] == "traced" and header["job_type"] == "sft" and header["trainer"] == "SFTTrainer"
     assert header["planned_steps"] == 14 and header["world_size"] == 1

@@ -23,7 +23,7 @@ from platform_sim.core.detectors import DETECTORS
 def test_policy_hints_only_while_evidence_builds_up() -> None:
     pol = CadencePolicy(fraction=0.25)
     steps = [20, 40, 60]
-    assert pol.next_eval_step(steps, evidence=0, needed=2) is None  # no evidence: regular cadence
+    assert pol.next_eval_step(steps, evidence=0, needed=2) is None  # no evidence: regular interval
     assert pol.next_eval_step(steps, evidence=1, needed=2) == 65  # a quarter of the 20-step interval
     assert pol.next_eval_step(steps, evidence=2, needed=2) is None  # enough to stop: nothing more to ask
     assert pol.next_eval_step(steps, evidence=1, needed=None) == 65  # a detector without k: any evidence
@@ -178,14 +178,14 @@ def test_shape_detector_hints_while_its_posterior_of_a_passed_peak_rises() -> No
     assert none == [] and hints  # the rising posterior asked for sooner evals
     assert all(doubt is not None and doubt < 0.95 for _, doubt in hints)
     assert all(h % 10 == 5 for h, _ in hints)  # half of the 10-step interval after a regular eval
-    assert 200 < stop < fixed_stop  # past the peak, and sooner than at the regular cadence
+    assert 200 < stop < fixed_stop  # past the peak, and sooner than at the regular interval
 
 
 def test_p_hint_at_best_sets_the_bar_after_a_new_best() -> None:
     pol = CadencePolicy(0.25, p_hint=0.8, p_hint_at_best=0.5)
     steps = [20, 40, 60]
     rising, dropped = [0.5, 0.6, 0.7], [0.5, 0.7, 0.6]
-    # A new best with a doubt of 0.6: below p_hint, not below p_hint_at_best -> the regular cadence.
+    # A new best with a doubt of 0.6: below p_hint, not below p_hint_at_best -> the regular interval.
     assert pol.next_eval_step(steps, 0, 1, rising, p_value=0.6) is None
     assert pol.next_eval_step(steps, 0, 1, rising, p_value=0.4) == 65  # strong enough at the best too
     assert pol.next_eval_step(steps, 0, 1, dropped, p_value=0.6) == 65  # below the best: p_hint applies
@@ -229,7 +229,7 @@ def _gao(step: int) -> float:
 
 
 def test_monitor_confirms_a_weak_stop_with_a_sooner_eval_and_takes_it_there() -> None:
-    # Gao's curve past its peak at 200: shape (se given) stops at 260 at the regular cadence of 10 steps.
+    # Gao's curve past its peak at 200: shape (se given) stops at 260 at the regular interval of 10 steps.
     fixed = JobMonitor("f", "rlhf", make_detector("shape", se=0.03))
     stop = next(s for s in range(10, 400, 10) if fixed.observe(s, _gao(s)).action is Action.STOP)
     assert stop == 260 and 0.0 < fixed.detector.doubt() < 0.01  # type: ignore[operator]

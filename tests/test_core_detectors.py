@@ -11,8 +11,10 @@ from platform_sim.core import (
     DETECTORS,
     Detector,
     KDeclineDetector,
+    default_spec,
     detector_from_spec,
     make_detector,
+    paper_spec,
     register_detector,
 )
 
@@ -107,7 +109,10 @@ def test_spec_rebuilds_an_equal_detector():
 
 
 def test_detector_from_spec_forms():
-    assert isinstance(detector_from_spec(None), KDeclineDetector)
+    # None is the project's default (what a job registered without a detector runs); the paper's rule is asked for.
+    assert detector_from_spec(None).spec() == detector_from_spec(default_spec()).spec()
+    assert default_spec()["name"] == "trend"
+    assert detector_from_spec(paper_spec()).spec() == {"name": "k-decline", "params": {"k": 2, "min_delta": 0.0}}
     assert isinstance(detector_from_spec("k-decline"), KDeclineDetector)
     assert detector_from_spec({"name": "k-decline"}).params() == {"k": 2, "min_delta": 0.0}
     with pytest.raises(ValueError, match="unknown detector spec field"):
@@ -196,18 +201,6 @@ def test_judge_returns_the_verdict_with_its_reason_and_a_plain_detector_gets_it_
     assert Always().judge(1, 0.5) == (True, "test-always fired")
 
 
-def test_observe_is_a_deprecated_alias_of_update():
-    # Code written against the old name keeps running (and is told); it gets exactly update()'s answers.
-    old, new = KDeclineDetector(k=2), KDeclineDetector(k=2)
-    with pytest.warns(DeprecationWarning, match=r"Detector.observe\(\) is deprecated: call Detector.update\(\)"):
-        got = [old.observe(i, s) for i, s in enumerate([0.5, 0.4, 0.3])]
-    assert got == [new.update(i, s) for i, s in enumerate([0.5, 0.4, 0.3])] == [False, False, True]
-    assert old.state_dict() == new.state_dict()
-
-
-def test_a_detector_that_overrides_observe_is_told_that_the_monitor_calls_update():
-    with pytest.warns(DeprecationWarning, match=r"Old overrides Detector.observe\(\).*override update\(\) instead"):
-
-        class Old(KDeclineDetector):
-            def observe(self, step, score, scores=None):
-                return True
+def test_update_is_the_one_method_that_takes_an_eval():
+    # One name per concept: a detector's eval is update(); observe() is the monitor's (it answers a Decision).
+    assert not hasattr(KDeclineDetector(k=2), "observe")

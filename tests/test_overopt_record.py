@@ -34,7 +34,7 @@ def test_default_grid_has_hacking_and_healthy_configurations_and_ppo():
     assert sum(s.algo == "ppo" for s in grid) >= 4
     assert sum(s.reward == "gold" for s in grid) >= 4
     assert sum(s.reward == "proxy" and s.kl >= 0.2 and s.algo == "grpo" for s in grid) >= 4
-    # the bow-proxy grid keeps the cadence of its shipped traces: 30 evals per run
+    # the bow-proxy grid keeps the eval interval of its shipped traces: 30 evals per run
     assert len({s.steps // s.eval_steps for s in grid}) == 1
 
 

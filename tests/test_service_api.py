@@ -191,6 +191,12 @@ def test_openapi_spec_is_versioned_and_declares_bearer_auth(server):
     assert set(report["properties"]) == {"job_id", "job_type", "step", "eval_score", "eval_scores"}
     detector = spec["components"]["schemas"]["JobOut"]["properties"]["detector"]
     assert detector["$ref"].endswith("/DetectorSpec") and "default detector" in detector["description"]
+    # The description says what a job registered without a detector runs: the default spec, in its own numbers.
+    from platform_sim.core import default_spec
+
+    params = default_spec()["params"]
+    named = f"`{default_spec()['name']}` (window {params['window']}, alpha {params['alpha']}, k {params['k']})"
+    assert named in spec["info"]["description"] and '"k-decline"' in spec["info"]["description"]
 
 
 def test_report_fast_path_answers_exactly_like_the_fastapi_route(tmp_path):
@@ -198,7 +204,7 @@ def test_report_fast_path_answers_exactly_like_the_fastapi_route(tmp_path):
     from fastapi.testclient import TestClient
 
     from platform_sim.service.app import create_app
-    from platform_sim.service.sqlite_store import SQLiteStore
+    from platform_sim.service.store_sqlite import SQLiteStore
 
     requests = [
         ("good", {"job_id": "j", "job_type": "rlhf", "step": 0, "eval_score": 1.0}, None),

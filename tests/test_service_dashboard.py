@@ -29,8 +29,8 @@ from service_support import auth, cli, postgres_database
 from platform_sim.core import Report
 from platform_sim.service.dashboard.sessions import SessionStore
 from platform_sim.service.dashboard.svg import MAX_POINTS, eval_curve
-from platform_sim.service.sqlite_store import SQLiteStore
 from platform_sim.service.store import JobRecord, Store
+from platform_sim.service.store_sqlite import SQLiteStore
 
 
 @pytest.fixture(scope="module")

@@ -231,7 +231,7 @@ def test_bad_serve_flags_are_refused_with_one_line(tmp_path: Path) -> None:
 
 
 def test_retention_prunes_old_events_and_ids_stay_monotone(tmp_path: Path) -> None:
-    from platform_sim.service.sqlite_store import SQLiteStore
+    from platform_sim.service.store_sqlite import SQLiteStore
 
     db = tmp_path / "s.db"
     store = SQLiteStore(db)

@@ -16,8 +16,8 @@ import httpx
 import pytest
 from service_support import Server, add_tenant, auth, free_port
 
-from platform_sim.service.sqlite_store import SQLiteStore
 from platform_sim.service.store import JobRecord
+from platform_sim.service.store_sqlite import SQLiteStore
 
 A_JOBS = 200
 

@@ -11,7 +11,7 @@ from service_support import Server, add_tenant, free_port, overoptimization_repo
 from evalstop_callbacks.client import EmbeddedClient
 from evalstop_callbacks.platform_client import PlatformClient
 from platform_sim.core import Action, Report
-from platform_sim.service.sqlite_store import SQLiteStore
+from platform_sim.service.store_sqlite import SQLiteStore
 
 N_JOBS = 8
 N_EVALS = 150

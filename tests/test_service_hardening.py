@@ -16,8 +16,8 @@ import pytest
 from service_support import Server, add_tenant, auth, cli, free_port
 
 from platform_sim.core import JobMonitor, Report, detector_from_spec
-from platform_sim.service.sqlite_store import SQLiteStore
 from platform_sim.service.store import JobRecord
+from platform_sim.service.store_sqlite import SQLiteStore
 
 
 @pytest.fixture(scope="module")

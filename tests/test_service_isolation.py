@@ -16,8 +16,8 @@ import pytest
 from service_support import Server, add_tenant, auth, free_port
 
 from platform_sim.core import JobMonitor, Report, detector_from_spec
-from platform_sim.service.sqlite_store import SQLiteStore
 from platform_sim.service.store import JobRecord
+from platform_sim.service.store_sqlite import SQLiteStore
 from platform_sim.service.writer import OperationFailed
 
 FAULTY_SERVER = (sys.executable, str(Path(__file__).with_name("_service_faulty_server.py")))

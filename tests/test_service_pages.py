@@ -17,8 +17,8 @@ from service_support import Server, add_tenant, auth, free_port, postgres_databa
 
 from platform_sim.core import Report
 from platform_sim.service.fairness import CountForeground, ForegroundGate, json_page, render_rows
-from platform_sim.service.sqlite_store import READ_BATCH, SQLiteStore
 from platform_sim.service.store import JobNotFound, JobRecord, Store
+from platform_sim.service.store_sqlite import READ_BATCH, SQLiteStore
 
 NEVER_STOPS = {"name": "k-decline", "params": {"k": 1000}}
 N_JOBS = 2 * READ_BATCH + 22  # more than two of the SQLite store's read batches

@@ -17,7 +17,7 @@ sa = pytest.importorskip("sqlalchemy", reason="the postgres extra (sqlalchemy, a
 pytest.importorskip("alembic", reason="the postgres extra (sqlalchemy, alembic) is not installed")
 
 from platform_sim.service import tables  # noqa: E402
-from platform_sim.service.sqlite_store import SQLiteStore  # noqa: E402
+from platform_sim.service.store_sqlite import SQLiteStore  # noqa: E402
 
 
 def _kind_declared(type_: Any) -> str:

@@ -9,8 +9,8 @@ import pytest
 
 from evalstop_callbacks.client import EmbeddedClient
 from platform_sim.core import ConflictError, Report
-from platform_sim.service.sqlite_store import SQLiteStore
 from platform_sim.service.store import JobFinished, JobNotFound, JobRecord
+from platform_sim.service.store_sqlite import SQLiteStore
 
 
 def _trace(seed: int, n: int) -> list[tuple[int, float]]:

@@ -67,7 +67,7 @@ def test_a_budget_of_extra_evals_caps_each_job_as_the_callbacks_does(workload) -
     assert max(o.extra_evals for o in free.outcomes) >= 2, "some job of this workload takes several hints"
     one = _budgeted(workload, 1)
     assert max(o.extra_evals for o in one.outcomes) == 1
-    # A job that spent its budget is evaluated at the regular cadence from then on: hinted jobs that took at most
+    # A job that spent its budget is evaluated at the regular interval from then on: hinted jobs that took at most
     # one hint without the budget are the same with it.
     for o, o_free in zip(one.outcomes, free.outcomes):
         if o_free.extra_evals <= 1:
@@ -93,7 +93,7 @@ def test_a_budget_that_is_not_an_eval_budget_is_refused(workload) -> None:
 def test_a_time_share_budget_bounds_each_jobs_evaluation_time(workload) -> None:
     free = _budgeted(workload, None)
     fixed = _run(workload)
-    # The regular cadence alone spends eval_cost (0.05) of a job's time: a share below it follows no hint.
+    # The regular interval alone spends eval_cost (0.05) of a job's time: a share below it follows no hint.
     below = _budgeted(workload, None, share=0.049)
     assert [(o.stopped, o.stop_eval, o.end_time) for o in below.outcomes] == [
         (o.stopped, o.stop_eval, o.end_time) for o in fixed.outcomes

@@ -21,7 +21,7 @@ from platform_sim.sim.curve_fit import (
 )
 from platform_sim.sim.curves import PeakDeclineCurve, RiseCurve, eval_grid
 from platform_sim.sim.observe import make_observation_model
-from platform_sim.sim.traces import TraceFormatError, load_trace
+from platform_sim.sim.traces import TraceError, load_trace
 from platform_sim.sim.workload import WorkloadConfig, generate_workload
 
 EXAMPLES = 48
@@ -125,7 +125,7 @@ def _reader_accepts_split(tmp_path: Path) -> bool:
     path = write_trace(tmp_path, "probe", RiseCurve(**HEALTHY), 5, 50, np.random.default_rng(0), split="tune")
     try:
         load_trace(path)
-    except TraceFormatError:
+    except TraceError:
         return False
     finally:
         path.unlink()
@@ -150,10 +150,10 @@ def test_calibration_reads_only_tune_traces(tmp_path):
 def test_split_errors_name_the_problem(tmp_path):
     rng = np.random.default_rng(2)
     write_trace(tmp_path, "a", RiseCurve(**HEALTHY), 10, 100, rng, split="test")
-    with pytest.raises(TraceFormatError, match="no trace with split 'tune'"):
+    with pytest.raises(TraceError, match="no trace with split 'tune'"):
         calibration_traces(tmp_path)
     write_trace(tmp_path, "b", RiseCurve(**HEALTHY), 10, 100, rng, split="train")
-    with pytest.raises(TraceFormatError, match=r"b\.jsonl:1: header field split"):
+    with pytest.raises(TraceError, match=r"b\.jsonl:1: header field split"):
         calibration_traces(tmp_path)
     with pytest.raises(FileNotFoundError):
         calibration_traces(tmp_path / "missing")

@@ -43,7 +43,7 @@ def test_budget_of_extra_evals_is_honoured(tmp_path):
 
 def test_a_time_share_budget_counts_evals_against_the_runs_progress(tmp_path):
     trace = _dense(tmp_path, _peak_then_fall())
-    # 7 regular evals by step 35, each 0.05 of an interval: the regular cadence's share, so a share just above it
+    # 7 regular evals by step 35, each 0.05 of an interval: the regular interval's share, so a share just above it
     # lets the hint in and one just below does not; a costlier eval (0.2 of an interval) is over a 0.1 share.
     assert dense_trace_run(trace, K2, ADAPTIVE, every=5, eval_budget=EvalBudget(None, 0.051))["extra_steps"] == [36]
     assert dense_trace_run(trace, K2, ADAPTIVE, every=5, eval_budget=EvalBudget(None, 0.049))["extra_steps"] == []

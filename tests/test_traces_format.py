@@ -18,7 +18,7 @@ def _header(**extra):
 
 def test_one_definition_shared_by_recorder_and_simulator():
     assert lib_trace.TRACE_FORMAT is tf.TRACE_FORMAT and sim_traces.TRACE_FORMAT is tf.TRACE_FORMAT
-    assert lib_trace.TraceError is tf.TraceFormatError is sim_traces.TraceFormatError
+    assert lib_trace.TraceError is tf.TraceError is sim_traces.TraceError
     assert issubclass(TraceRecorder, tf.TraceWriter)
     assert {"environment", "split"} <= tf.HEADER_OPTIONAL == lib_trace.HEADER_OPTIONAL_FIELDS
 
@@ -48,11 +48,11 @@ def test_environment_and_split_are_known_optional_header_fields(tmp_path):
 def test_bad_header_fields_named_with_file_and_line(tmp_path, extra, words):
     p = tmp_path / "h.jsonl"
     p.write_text(json.dumps(_header(**extra)) + "\n" + json.dumps({"kind": "eval", "step": 1, "eval_score": 1}) + "\n")
-    for read in (tf.read_trace_file, tf.read_header, lib_trace.read_trace):
-        with pytest.raises(tf.TraceFormatError) as exc:
+    for read in (tf.read_trace, tf.read_header):
+        with pytest.raises(tf.TraceError) as exc:
             read(p)
         assert str(exc.value).startswith(f"{p}:1: ") and words in str(exc.value)
-    with pytest.raises(tf.TraceFormatError, match=words.split("(")[0]):
+    with pytest.raises(tf.TraceError, match=words.split("(")[0]):
         TraceRecorder(tmp_path / "w.jsonl", job_id="j", job_type="rlhf", **extra)
 
 
@@ -60,11 +60,10 @@ def test_writer_and_reader_round_trip_and_whole_file_writer(tmp_path):
     header = {"job_id": "a", "job_type": "rlhf", "trainer": "PPOTrainer", "environment": "bow", "split": "tune"}
     evals = [{"step": 0, "eval_score": 1.0, "eval_scores": [0.5, 1.5]}, {"step": 4, "eval_score": 2.0, "kl": 0.1}]
     p = tf.write_trace(tmp_path / "sub" / "a.jsonl", header, evals, {"reason": "completed", "best_step": 4})
-    t = tf.read_trace_file(p)
+    t = tf.read_trace(p)
     assert t.header == {"kind": "header", "format": tf.TRACE_FORMAT, **header}
     assert [e["step"] for e in t.evals] == [0, 4] and t.end["best_step"] == 4 and t.eval_line_numbers == (2, 3)
-    assert lib_trace.read_trace(p) == t.lines()
-    with pytest.raises(tf.TraceFormatError, match=r"b.jsonl:4: .*steps must increase: step 0 after 4"):
+    with pytest.raises(tf.TraceError, match=r"b.jsonl:4: .*steps must increase: step 0 after 4"):
         tf.write_trace(tmp_path / "b.jsonl", header, [*evals, {"step": 0, "eval_score": 1.0}])
     assert not (tmp_path / "b.jsonl").exists()  # nothing written
 
@@ -73,19 +72,19 @@ def test_update_header_replaces_the_recorders_header_rewrite(tmp_path):
     rec = TraceRecorder(tmp_path / "t.jsonl", job_id="j", job_type="rlhf", config={"eval_steps": 5})
     rec.eval(5, 1.0)
     rec.end("completed", best_step=5, best_score=1.0)
-    before = tf.read_trace_file(tmp_path / "t.jsonl")
+    before = tf.read_trace(tmp_path / "t.jsonl")
     new = tf.update_header(
         tmp_path / "t.jsonl",
         {"environment": "format", "split": "test", "model": "llama-2x64"},
         config={"run": {"algo": "grpo"}},
     )
-    after = tf.read_trace_file(tmp_path / "t.jsonl")
+    after = tf.read_trace(tmp_path / "t.jsonl")
     assert after.header == new and new["config"] == {"eval_steps": 5, "run": {"algo": "grpo"}}
     assert (new["environment"], new["split"], new["model"]) == ("format", "test", "llama-2x64")
     assert after.evals == before.evals and after.end == before.end
-    with pytest.raises(tf.TraceFormatError, match="split must be one of"):
+    with pytest.raises(tf.TraceError, match="split must be one of"):
         tf.update_header(tmp_path / "t.jsonl", {"split": "holdout"})
-    assert tf.read_trace_file(tmp_path / "t.jsonl").header == new  # unchanged on error
+    assert tf.read_trace(tmp_path / "t.jsonl").header == new  # unchanged on error
 
 
 def test_eval_prefix_keeps_a_crashed_runs_lines_and_rejects_real_damage(tmp_path):
@@ -95,10 +94,10 @@ def test_eval_prefix_keeps_a_crashed_runs_lines_and_rejects_real_damage(tmp_path
     assert [e["step"] for e in tf.eval_prefix(p, 4)] == [2, 4]
     assert tf.eval_prefix(tmp_path / "missing.jsonl", 4) == [] and tf.eval_prefix(None, 4) == []
     assert not tf.trace_complete(p)
-    with pytest.raises(tf.TraceFormatError, match=r"crash.jsonl:5: not valid JSON"):
-        tf.read_trace_file(p)  # the strict reader does not guess
+    with pytest.raises(tf.TraceError, match=r"crash.jsonl:5: not valid JSON"):
+        tf.read_trace(p)  # the strict reader does not guess
     p.write_text("\n".join([lines[0], "{bad", *lines[1:]]) + "\n")
-    with pytest.raises(tf.TraceFormatError, match=r"crash.jsonl:2: not valid JSON"):
+    with pytest.raises(tf.TraceError, match=r"crash.jsonl:2: not valid JSON"):
         tf.eval_prefix(p, 4)  # only a cut last line is a crash; anything else is damage
 
 
@@ -106,27 +105,22 @@ def test_read_header_reads_only_the_first_line(tmp_path):
     p = tmp_path / "t.jsonl"
     p.write_text("\n" + json.dumps(_header(split="test")) + "\n{not json at all\n")
     assert tf.read_header(p)["split"] == "test"
-    with pytest.raises(tf.TraceFormatError, match=r"t.jsonl:3: not valid JSON"):
-        tf.read_trace_file(p)
+    with pytest.raises(tf.TraceError, match=r"t.jsonl:3: not valid JSON"):
+        tf.read_trace(p)
     (tmp_path / "e.jsonl").write_text("")
-    with pytest.raises(tf.TraceFormatError, match=r"e.jsonl:1: empty trace"):
+    with pytest.raises(tf.TraceError, match=r"e.jsonl:1: empty trace"):
         tf.read_header(tmp_path / "e.jsonl")
 
 
 def test_one_error_type_and_one_reader(tmp_path) -> None:  # noqa: ANN001
-    """TraceError is the one error class (TraceFormatError and the library's and simulator's names are it); the
-    library's read_trace is a deprecated wrapper returning the lines of trace_format.read_trace."""
+    """TraceError is the one error class (the library and the simulator raise it); read_trace is the one reader."""
     from evalstop_callbacks.trace import TraceError as lib_error
     from platform_sim.sim.traces import TraceError as sim_error
-    from platform_sim.sim.traces import TraceFormatError as sim_old
 
-    assert tf.TraceFormatError is tf.TraceError is lib_error is sim_error is sim_old
-    assert tf.read_trace_file is tf.read_trace
+    assert tf.TraceError is lib_error is sim_error
     p = tf.write_trace(tmp_path / "t.jsonl", tf.make_header("j", "rlhf"), [tf.make_eval(1, 0.5), tf.make_eval(2, 0.4)])
     lines = tf.read_trace(p)
-    assert isinstance(lines, tf.TraceLines)
-    with pytest.deprecated_call():
-        assert lib_trace.read_trace(p) == lines.lines()
+    assert isinstance(lines, tf.TraceLines) and [e["eval_score"] for e in lines.evals] == [0.5, 0.4]
     (tmp_path / "bad.jsonl").write_text("not json\n")
     with pytest.raises(tf.TraceError, match="bad.jsonl:1"):
         tf.read_trace(tmp_path / "bad.jsonl")

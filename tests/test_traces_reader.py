@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from platform_sim.cli import main as sim_main
-from platform_sim.sim.traces import TraceFormatError, load_trace, load_traces
+from platform_sim.sim.traces import TraceError, load_trace, load_traces
 
 
 def write_trace(path: Path, scores, job_type="rlhf", end=True, extra_eval=None, header=None) -> Path:
@@ -97,7 +97,7 @@ def test_rejects_bad_files_with_file_and_line(tmp_path, mutate, line, words):
     lines = p.read_text().splitlines()
     mutate(lines)
     p.write_text("\n".join(lines) + "\n")
-    with pytest.raises(TraceFormatError) as exc:
+    with pytest.raises(TraceError) as exc:
         load_trace(p)
     msg = str(exc.value)
     assert msg.startswith(f"{p}:{line}:"), msg
@@ -106,16 +106,16 @@ def test_rejects_bad_files_with_file_and_line(tmp_path, mutate, line, words):
 
 def test_rejects_empty_and_too_short_traces(tmp_path):
     (tmp_path / "empty.jsonl").write_text("")
-    with pytest.raises(TraceFormatError, match="empty.jsonl:1: empty trace"):
+    with pytest.raises(TraceError, match="empty.jsonl:1: empty trace"):
         load_trace(tmp_path / "empty.jsonl")
-    with pytest.raises(TraceFormatError, match="at least 2 eval lines"):
+    with pytest.raises(TraceError, match="at least 2 eval lines"):
         load_trace(write_trace(tmp_path / "one.jsonl", [1.0]))
 
 
 def test_load_traces_errors(tmp_path):
     with pytest.raises(FileNotFoundError, match="does not exist"):
         load_traces(tmp_path / "nope")
-    with pytest.raises(TraceFormatError, match=r"no traces \(\*\.jsonl files\)"):
+    with pytest.raises(TraceError, match=r"no traces \(\*\.jsonl files\)"):
         load_traces(tmp_path)
 
 

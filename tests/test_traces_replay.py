@@ -165,12 +165,12 @@ def test_warmup_detector_spec_and_state_round_trip():
 
     det = detector_from_spec({"name": "k-decline", "params": {"k": 2, "warmup": 2}})
     assert det.spec() == {"name": "k-decline", "params": {"k": 2, "min_delta": 0.0, "warmup": 2}}
-    assert [det.observe(i, s) for i, s in enumerate([3.0, 2.0, 1.0])] == [False, False, False]
+    assert [det.update(i, s) for i, s in enumerate([3.0, 2.0, 1.0])] == [False, False, False]
     assert det.declines == 1  # the 2nd eval's drop fell in the warm-up; the 3rd's counts
     clone = detector_from_spec(det.spec())
     clone.load_state_dict(json.loads(json.dumps(det.state_dict())))
-    assert clone.observe(3, 0.5) is True
-    assert detector_from_spec(None).spec()["params"] == {"k": 2, "min_delta": 0.0}  # the paper's rule unchanged
+    assert clone.update(3, 0.5) is True
+    assert detector_from_spec("k-decline").spec()["params"] == {"k": 2, "min_delta": 0.0}  # the paper's rule unchanged
     with pytest.raises(ValueError, match="warmup"):
         detector_from_spec({"name": "k-decline", "params": {"warmup": -1}})
 
@@ -205,7 +205,7 @@ def test_detectors_that_read_per_example_scores_get_the_recorded_ones(caplog):
 
 @pytest.fixture()
 def mixed(tmp_path):
-    """GRPO-like and PPO-like traces of different lengths, cadences and planned steps, two environments with
+    """GRPO-like and PPO-like traces of different lengths, eval intervals and planned steps, two environments with
     different units, some with per-example scores and some without, in one folder."""
     from _trace_factory import hacking_curve, healthy_curve, write
 

@@ -26,7 +26,7 @@ same :class:`EvalResult`.
 
 from .base import EvalResult, Evaluator, EvaluatorError, checked_result, error_at_step
 from .metric import MetricEvaluator
-from .model_context import _is_sharded, isolated_eval, preserved_rng, scoring_precision, unwrap_model
+from .model_context import isolated_eval, preserved_rng, scoring_precision, unwrap_model
 from .reward import RewardFunctionEvaluator, RewardModelEvaluator, check_reward_fn
 
 __all__ = [
@@ -36,7 +36,6 @@ __all__ = [
     "MetricEvaluator",
     "RewardFunctionEvaluator",
     "RewardModelEvaluator",
-    "_is_sharded",
     "check_reward_fn",
     "checked_result",
     "error_at_step",

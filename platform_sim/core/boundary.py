@@ -175,8 +175,8 @@ class Decision:
             stopped, the best among the evaluations up to the stop (later ones never move it).
         best_score: Its score.
         next_eval_step: Optional cadence hint, from the scheduler to the job only: the step at which the scheduler
-            wants the next evaluation (sooner than the regular cadence while a decline may have begun). None: the
-            job keeps its regular cadence. Left out of :meth:`to_dict` when None, so decisions without a hint
+            wants the next evaluation (sooner than the regular interval while a decline may have begun). None: the
+            job keeps its regular interval. Left out of :meth:`to_dict` when None, so decisions without a hint
             serialize as before.
     """
 

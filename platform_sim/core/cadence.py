@@ -1,11 +1,11 @@
-"""Cadence hints: when the scheduler wants a job's next evaluation, sooner than its regular cadence.
+"""Cadence hints: when the scheduler wants a job's next evaluation, sooner than its regular interval.
 
-A decline can only be confirmed some evaluations after a job's peak, and at a regular cadence those evaluations are a
+A decline can only be confirmed some evaluations after a job's peak, and at a regular interval those evaluations are a
 whole interval apart: most of EvalStop's waste against the Oracle is that wait. A :class:`CadencePolicy` looks at the
 detector's evidence after each evaluation and, once evidence has started to build up but is not yet enough to stop
 (for the k-decline rule: at least one decline, fewer than ``k``; for a detector with a doubt, such as ``trend``'s
 p-value or ``shape``'s posterior: a doubt below ``p_hint``), asks for the next evaluation after only a share of the regular interval.
-Without evidence it asks for nothing, and the job keeps its regular cadence. With ``confirm`` set, the policy also
+Without evidence it asks for nothing, and the job keeps its regular interval. With ``confirm`` set, the policy also
 takes a second look before a weak stop: the job is stopped a share of an interval later, and only if the detector
 stops it again (:meth:`CadencePolicy.confirm_step`, applied by the monitor).
 
@@ -13,7 +13,11 @@ The hint is the decision's optional ``next_eval_step``; it flows from the schedu
 pure (no I/O, no clock) and decided here in the core, so that the trainer's embedded client, the HTTP service and the
 simulator give the same hint for the same history.
 
-Specs: ``None`` or ``"fixed"`` (no hints, the regular cadence), ``"adaptive"``, or
+*Cadence* means one thing here and everywhere in the project: the rule of when a job is evaluated (``fixed``: at its
+regular interval; ``adaptive``: that interval plus the hinted evaluations). The spacing of the regular evaluations is
+the *regular interval* (:meth:`CadencePolicy.regular_interval`).
+
+Specs: ``None`` or ``"fixed"`` (no hints, the regular interval), ``"adaptive"``, or
 ``{"name": "adaptive", "params": {"fraction": 0.25}}``.
 """
 
@@ -123,7 +127,7 @@ class CadencePolicy:
         scores: Sequence[float] = (),
         p_value: float | None = None,
     ) -> int | None:
-        """The step at which the next evaluation is wanted, or None for the regular cadence.
+        """The step at which the next evaluation is wanted, or None for the regular interval.
 
         Args:
             steps: The job's evaluated steps so far, strictly increasing; the last is the evaluation just judged.
@@ -155,12 +159,12 @@ class CadencePolicy:
 
     def _sooner(self, steps: Sequence[int]) -> int | None:
         """``fraction`` of the regular interval after the last evaluated step; None when that is not sooner than the
-        regular cadence."""
+        regular interval."""
         interval = self.regular_interval(steps)
         if interval is None:
             return None
         gap = max(1, round(self.fraction * interval))
-        if gap >= interval:  # intervals of one or two steps: the regular cadence is already as soon as it gets
+        if gap >= interval:  # intervals of one or two steps: the regular interval is already as soon as it gets
             return None
         return steps[-1] + gap
 
@@ -257,7 +261,7 @@ class EvalBudget:
         max_extra_evals: At most this many hinted (extra) evaluations per job. Integer >= 0; None: no count limit.
         max_eval_share: A hint is not followed while the evaluations so far (regular and extra) took more than this
             share of the job's time so far (training and evaluating, not queueing). A number strictly between 0 and
-            1; None: no time limit. The regular cadence alone spends its own share (in the simulator, ``eval_cost``
+            1; None: no time limit. The regular interval alone spends its own share (in the simulator, ``eval_cost``
             of every interval): a share below that follows no hint once the first regular eval is done, and one
             just above it lets a job take one hinted eval at any time and more only as its run goes on.
     """

@@ -39,7 +39,7 @@ from .boundary import (
     check_step,
 )
 from .cadence import CadencePolicy, cadence_from_spec
-from .detectors import Detector, detector_from_spec
+from .detectors import Detector, detector_from_spec, paper_spec
 
 CONFIRMING = "confirming a stop"
 """How the reason of a CONTINUE decision that asks for a second look at a weak stop begins (``CadencePolicy.confirm``)."""
@@ -76,14 +76,15 @@ class JobMonitor:
     Args:
         job_id: The job's identifier.
         job_type: One of :data:`~platform_sim.core.boundary.JOB_TYPES`.
-        detector: The stop detector of this job (default: the paper's k=2 rule).
+        detector: The stop detector of this job (default: the paper's k=2 rule, ``paper_spec()``: the core's
+            monitor is the paper's; the callback and the service pass the project's default detector explicitly).
         cadence: Optional cadence policy: while the job runs, each decision carries its ``next_eval_step`` hint.
-            None (the default): no hints, the job keeps its regular cadence.
+            None (the default): no hints, the job keeps its regular interval.
     """
 
     job_id: str
     job_type: str = "rlhf"
-    detector: Detector = field(default_factory=lambda: detector_from_spec(None))
+    detector: Detector = field(default_factory=lambda: detector_from_spec(paper_spec()))
     steps: list[int] = field(default_factory=list)
     scores: list[float] = field(default_factory=list)
     decisions: list[Decision] = field(default_factory=list)

@@ -24,7 +24,7 @@ import optuna
 from optuna.pruners import BasePruner
 from optuna.study import StudyDirection
 
-from platform_sim.core import Decision, JobMonitor, default_spec, detector_from_spec
+from platform_sim.core import Decision, JobMonitor, detector_from_spec
 from platform_sim.core.boundary import check_job_type
 
 logger = logging.getLogger(__name__)
@@ -60,8 +60,8 @@ class EvalStopPruner(BasePruner):
         if direction is not None and direction not in DIRECTIONS:
             raise ValueError(f"direction must be 'maximize', 'minimize' or None, got {direction!r}")
         self.detector_spec: dict[str, Any] = detector_from_spec(
-            default_spec() if detector is None else detector
-        ).spec()  # a bad spec fails here
+            detector
+        ).spec()  # None: the default; a bad spec fails here
         self.base = base
         self.direction = direction
         self.job_type = check_job_type(job_type)

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from ray.tune.schedulers import FIFOScheduler, TrialScheduler
 
-from platform_sim.core import ConflictError, Decision, InvalidReportError, JobMonitor, default_spec, detector_from_spec
+from platform_sim.core import ConflictError, Decision, InvalidReportError, JobMonitor, detector_from_spec
 from platform_sim.core.boundary import check_job_type
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -90,8 +90,8 @@ class EvalStopScheduler(TrialScheduler):
         self.step_attr = step_attr
         self.scores_attr = scores_attr
         self.detector_spec: dict[str, Any] = detector_from_spec(
-            default_spec() if detector is None else detector
-        ).spec()  # a bad spec fails here
+            detector
+        ).spec()  # None: the default; a bad spec fails here
         self.job_type = check_job_type(job_type)
         self.persist = bool(persist)
         self._monitors: dict[str, JobMonitor] = {}

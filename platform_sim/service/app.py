@@ -43,6 +43,18 @@ __all__ = [
     "create_app",
 ]
 
+#: What ``/openapi.json`` and ``/docs`` say the service does. It names the default detector's rule (kept in step with
+#: ``default_spec()`` by tests/test_service_api.py) and how the paper's rule is asked for.
+APP_DESCRIPTION = (
+    "Stops RLHF and fine-tuning jobs whose held-out eval score has started to decline. A job registered without a "
+    "detector runs the project's default, `trend` (window 6, alpha 0.01, k 1): a one-sided t-test that the score "
+    "has been falling over the last 6 evals (on the slopes of the per-example scores when reports carry them, else "
+    "on the means); the first significant eval below the best score so far stops the job, and every decision names "
+    "the best step. The paper's rule, a stop at the 2nd consecutive decline, is asked for by name: "
+    '`{"name": "k-decline", "params": {"k": 2}}`. Only whitelisted fields cross the boundary; unknown fields are '
+    "rejected."
+)
+
 DEFAULT_MAX_BODY_BYTES = 1 << 20
 """Largest request body accepted (1 MiB: a report with tens of thousands of per-example scores)."""
 
@@ -96,8 +108,7 @@ def create_app(
     app = FastAPI(
         title="evalstop scheduler service",
         version="1.0.0",
-        description="Stops RLHF and fine-tuning jobs after k consecutive declines of their held-out eval score. "
-        "Only whitelisted fields cross the boundary; unknown fields are rejected.",
+        description=APP_DESCRIPTION,
         lifespan=lifespan,
         dependencies=[Depends(no_unknown_query)],
     )

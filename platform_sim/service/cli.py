@@ -208,7 +208,7 @@ def _open_store(db: str, synchronous: str = "FULL"):  # noqa: ANN202 - the store
             return PostgresStore(db)
         except ImportError as exc:
             raise ValueError(f"PostgreSQL needs its extra: pip install 'evalstop[postgres]' ({exc})") from exc
-    from .sqlite_store import SQLiteStore
+    from .store_sqlite import SQLiteStore
 
     return SQLiteStore(db, synchronous=synchronous)
 

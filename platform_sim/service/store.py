@@ -1,6 +1,6 @@
 """The service's persistence interface: tenants, jobs and their evaluation reports.
 
-The HTTP layer talks to a :class:`Store` only. :class:`~platform_sim.service.sqlite_store.SQLiteStore` is the default
+The HTTP layer talks to a :class:`Store` only. :class:`~platform_sim.service.store_sqlite.SQLiteStore` is the default
 (one file, one process). The interface is shaped so that a networked database can replace it for several service
 replicas: every state change of a job is one transaction "load the job's state for update, apply the scheduler core,
 write the new state and the report row, commit", and the decision is answered only after that commit.

@@ -107,8 +107,8 @@ assert set(get_args(CadenceName)) == set(CADENCES), "wire.CadenceName must list 
 
 
 class CadenceSpec(_Strict):
-    """How often the scheduler wants a job evaluated: ``fixed`` (the job's regular cadence, no hints) or
-    ``adaptive`` (decisions carry ``next_eval_step``, sooner than the regular cadence while a decline may have
+    """How often the scheduler wants a job evaluated: ``fixed`` (the job's regular interval, no hints) or
+    ``adaptive`` (decisions carry ``next_eval_step``, sooner than the regular interval while a decline may have
     begun), with the policy's parameters.
 
     The parameters are passed to the core's ``cadence_from_spec`` (``platform_sim.core.cadence``), which checks them
@@ -197,8 +197,8 @@ class DecisionOut(BaseModel):
     next_eval_step: int | None = Field(
         None,
         description="Cadence hint from the scheduler to the job: the step at which it wants the next "
-        "evaluation (sooner than the regular cadence while a decline may have begun). Absent: "
-        "keep the regular cadence.",
+        "evaluation (sooner than the regular interval while a decline may have begun). Absent: "
+        "keep the regular interval.",
     )
 
 

@@ -364,7 +364,7 @@ def add_cadence_args(p: Any) -> None:
         default=None,
         metavar="SHARE",
         help="with --cadence adaptive: follow no hint while a job's evals so far took more than SHARE of its time "
-        "so far, as EvalStopCallback's max_eval_share (0 < SHARE < 1; the regular cadence alone spends "
+        "so far, as EvalStopCallback's max_eval_share (0 < SHARE < 1; the regular interval alone spends "
         "--eval-cost of it; default: no limit)",
     )
 

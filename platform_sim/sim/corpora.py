@@ -1,7 +1,7 @@
 """The recorded trace corpora by name: one manifest (``platform_sim/data/corpora/manifest.json``), one loader.
 
 Every corpus is a folder ``platform_sim/data/corpora/<name>/`` of trace files (one run each); the manifest says per
-corpus its environments with their split and eval cadence, the per-example scores of an eval, what it was recorded
+corpus its environments with their split and eval interval, the per-example scores of an eval, what it was recorded
 for and the commands that recorded it. ``real`` (the corpus the demo and every study read by default) ships in the
 wheel; the research corpora (``dense``, ``dense-more``, ``dense-x8``, ...) are in the repository for the studies.
 """
@@ -30,7 +30,7 @@ class Corpus:
         name: Its name (``real``, ``dense``, ...).
         folder: Its folder under ``platform_sim/data/corpora``.
         traces: How many trace files it holds.
-        environments: Per environment: ``split``, ``traces`` and ``eval_every_steps`` (the eval cadences in steps).
+        environments: Per environment: ``split``, ``traces`` and ``eval_every_steps`` (the eval intervals in steps).
         eval_samples: Per-example scores in each eval line.
         in_wheel: Whether it ships in the wheel.
         recorded_for: What it was recorded for.

@@ -3,7 +3,7 @@
 The synthetic workload draws its RLHF eval curves from Gao et al.'s form with our parameter ranges. The real-calibrated
 workload (``WorkloadConfig(real_curves=...)``, ``evalstop-sim paper --curves real``) instead draws their *shape* from
 recorded traces. Each trace (:class:`~platform_sim.sim.traces.RealTrace`) is fitted on its own, in its own units and
-against its own progress (step / planned steps), so traces of different lengths, cadences and score scales mix:
+against its own progress (step / planned steps), so traces of different lengths, eval intervals and score scales mix:
 
 - a **hacking** trace (label from :func:`~platform_sim.sim.traces.label_of`) is fitted with
   :class:`~platform_sim.sim.curves.PeakDeclineCurve`: the progress of its true peak, its post-peak decline rate in gains

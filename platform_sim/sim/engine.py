@@ -20,11 +20,18 @@ regular evals (every ``1 / n_evals`` of progress) are part of a job's planned du
 exactly as without pricing; what they cost is reported as ``eval_gpu_hours``. When the stop policy gives a cadence
 hint (``next_eval_step``) sooner than the next regular eval, the engine schedules an *extra* eval there: the job
 holds its GPUs ``eval_cost`` of an interval longer without progressing, the eval is observed off the regular grid
-(:meth:`~platform_sim.sim.observe.ObservationModel.observe_at`), and the regular cadence then goes on. A stop at an
+(:meth:`~platform_sim.sim.observe.ObservationModel.observe_at`), and the regular interval then goes on. A stop at an
 extra eval ends the job at that progress; its waste counts the extra evals' time after the true peak. A hint is taken
 only within the job's :class:`~platform_sim.core.cadence.EvalBudget`, the trainer callback's budget.
 
 The engine never imports the runner, the metrics or the CLI; it returns plain per-job outcomes.
+
+How the code reads: :func:`simulate` checks its arguments and hands one run to :class:`_Run`, which holds the
+cluster's state in per-job lists (indexed by the job's position in the workload) and names each part of the
+mechanics: the event loop (:meth:`_Run.run`), an arrival (:meth:`_Run.arrive`), admission (:meth:`_Run.fill`, the
+waiting heaps, :meth:`_Run.try_preempt_for`), placement (:meth:`_Run.start`, :meth:`_Run.release`,
+:meth:`_Run.preempt`), the evals (:meth:`_Run.regular_eval`, :meth:`_Run.extra_eval`, the cadence hint
+:meth:`_Run.ask_hint`) and finishing (:meth:`_Run.finish`, :meth:`_Run.delivered_at`).
 """
 
 from __future__ import annotations
@@ -34,7 +41,7 @@ import logging
 import math
 import time
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, cast
 
 from platform_sim.core.cadence import EvalBudget
 from platform_sim.sim.policies.policies import PREEMPTION_COST_H
@@ -156,11 +163,13 @@ def simulate(
             :class:`~platform_sim.core.cadence.EvalBudget` as :class:`~evalstop_callbacks.EvalStopCallback`'s: a
             count of extra evals, and a share of the job's time so far (its progress hours plus its extra evals'
             hours; queueing and preemption resumes do not count) spent evaluating, regular evals included.
+
+    Raises:
+        ValueError: A job needs more GPUs than the cluster has, or a negative cost.
+        TypeError: ``eval_budget`` is not an :class:`~platform_sim.core.cadence.EvalBudget`.
     """
     t_wall = time.perf_counter()
-    jobs = workload.jobs
-    n = len(jobs)
-    if any(j.gpus > gpus for j in jobs):
+    if any(j.gpus > gpus for j in workload.jobs):
         raise ValueError(f"a job needs more GPUs than the cluster's {gpus}")
     if preemption_cost_h < 0:
         raise ValueError("preemption_cost_h must be >= 0")
@@ -169,318 +178,370 @@ def simulate(
     if eval_budget is not None and not isinstance(eval_budget, EvalBudget):
         raise TypeError(f"eval_budget must be an EvalBudget or None, got {type(eval_budget).__name__}")
     budget = None if eval_budget is None or eval_budget.unlimited else eval_budget
-    base, stop = scheduler.base, scheduler.stop
-    obs = observation or ObservationModel(workload)
-    n_evals = workload.n_evals
-    inv_n = 1.0 / n_evals
-    key = base.key
-    preempt_on_arrival = base.preempt_on_arrival
-    preempt_on_eval = base.preempt_on_eval
-    should_yield = base.should_yield
-    w = ViewWriter
-    heappush, heappop = heapq.heappush, heapq.heappop  # locals: the event loop runs ~10^6 times
-    observe_eval, on_eval = obs.observe_eval, stop.on_eval
-    hint_of = stop.next_eval_step
-    # Only a stop policy with a cadence policy can hint; the others skip the hint look-up on the hot path.
-    hints = getattr(stop, "cadence", None) is not None
+    run = _Run(workload, scheduler, gpus, preemption_cost_h, observation or ObservationModel(workload), eval_cost, budget)
+    run.run()
+    first = workload.jobs[0].submit_time if workload.jobs else 0.0
+    return SimResult(
+        cast("list[JobOutcome]", run.outcomes),  # every job has finished: no None is left
+        gpus,
+        run.n_evals,
+        run.last_end - first,
+        run.busy,
+        run.n_events,
+        time.perf_counter() - t_wall,
+        f"{scheduler.base.name}+{scheduler.stop.name}",
+    )
 
-    views = [JobView(j.job_id, j.job_type, j.gpus, j.submit_time, j.planned_steps, j.est_duration_h) for j in jobs]
-    # Jobs whose evals a policy reads (the stop policy's types; every job for LossAware). The others need no eval
-    # events at all: their next event is their completion, and their progress is computed when a policy asks.
-    consult_stop = [stop.covers(v) for v in views]
-    record = [preempt_on_eval or c for c in consult_stop]
-    losses = workload.losses.tolist()
-    peak_idx = workload.peak_index.tolist()
-    true_evals = workload.true_evals
-    dur = [j.duration_h for j in jobs]
-    g_of = [j.gpus for j in jobs]
-    planned = [j.planned_steps for j in jobs]
 
-    state = [_PENDING] * n
-    version = [0] * n
-    p0 = [0.0] * n  # progress at the start of the current segment
-    seg_start = [0.0] * n  # time the current segment starts progressing (after any resume overhead)
-    alloc_t = [0.0] * n  # time the job got its GPUs
-    next_k = [1 if r else n_evals for r in record]  # next eval index (1-based); n_evals: straight to completion
-    gpu_h = [0.0] * n
-    first_start = [math.nan] * n
-    preempts = [0] * n
-    outcomes: list[Any] = [None] * n
-    extra_p = [-1.0] * n  # progress of the pending extra eval (-1: the next eval is the regular one)
-    extra_n = [0] * n  # extra evals done
-    extra_waste_h = [0.0] * n  # hours of extra evals after the true peak
-    eval_h = [eval_cost * d * inv_n for d in (j.duration_h for j in jobs)]  # hours one eval takes
+class _Run:
+    """The state of one simulation and the steps that change it (see the module docstring for the mechanics).
 
-    free = gpus
-    demands = sorted({g for g in g_of})
-    waiting: dict[int, list[tuple[float, int, int]]] = {g: [] for g in demands}
-    running_heap: list[tuple[float, int, int, int]] = []  # (-key upper bound, seq, job, version)
-    events: list[tuple[float, int, int, int]] = []  # (time, seq, job, version)
-    seq = 0
-    n_events = 0
-    busy = 0.0
-    last_end = 0.0
+    Per-job state lives in plain lists indexed by the job's position (the event loop runs ~10^6 times; a list index
+    is cheaper than an object per job). A job's ``version`` grows whenever its pending event becomes stale
+    (started, preempted, finished), so events are deleted lazily.
+    """
 
-    def progress_at(i: int, t: float) -> float:
-        dt = t - seg_start[i]
-        return p0[i] + dt / dur[i] if dt > 0 else p0[i]
+    def __init__(
+        self,
+        workload: Workload,
+        scheduler: Scheduler,
+        gpus: int,
+        preemption_cost_h: float,
+        observation: ObservationModel,
+        eval_cost: float,
+        budget: EvalBudget | None,
+    ) -> None:
+        jobs = self.jobs = workload.jobs
+        n = self.n = len(jobs)
+        self.base, self.stop = scheduler.base, scheduler.stop
+        self.obs = observation
+        self.preemption_cost_h = preemption_cost_h
+        self.budget = budget
+        self.n_evals = workload.n_evals
+        self.inv_n = 1.0 / self.n_evals
+        self.key = self.base.key
+        self.preempt_on_arrival = self.base.preempt_on_arrival
+        self.preempt_on_eval = self.base.preempt_on_eval
+        # Only a stop policy with a cadence policy can hint; the others skip the hint look-up on the hot path.
+        self.hints = getattr(self.stop, "cadence", None) is not None
 
-    def push_waiting(i: int) -> None:
-        nonlocal seq
-        seq += 1
-        heappush(waiting[g_of[i]], (key(views[i]), seq, i))
-        state[i] = _WAITING
-        w.set_state(views[i], "waiting")
+        views = self.views = [
+            JobView(j.job_id, j.job_type, j.gpus, j.submit_time, j.planned_steps, j.est_duration_h) for j in jobs
+        ]
+        # Jobs whose evals a policy reads (the stop policy's types; every job for LossAware). The others need no eval
+        # events at all: their next event is their completion, and their progress is computed when a policy asks.
+        self.consult_stop = [self.stop.covers(v) for v in views]
+        self.record = [self.preempt_on_eval or c for c in self.consult_stop]
+        self.losses = workload.losses.tolist()
+        self.peak_idx = workload.peak_index.tolist()
+        self.true_evals = workload.true_evals
+        self.dur = [j.duration_h for j in jobs]
+        self.g_of = [j.gpus for j in jobs]
+        self.planned = [j.planned_steps for j in jobs]
 
-    def start(i: int, t: float) -> None:
-        nonlocal free, seq
-        free -= g_of[i]
-        if free < 0:  # fill() only starts jobs that fit: this would be an engine bug, never a policy's doing
-            raise AssertionError(f"GPU pool overcommitted by {-free} at t={t}")
-        state[i] = _RUNNING
-        version[i] += 1
-        alloc_t[i] = t
-        resume = preemption_cost_h if preempts[i] else 0.0
-        seg_start[i] = t + resume
-        if first_start[i] != first_start[i]:  # NaN: first start
-            first_start[i] = t
-        w.set_state(views[i], "running")
-        seq += 1
-        target = extra_p[i] if extra_p[i] >= 0.0 else next_k[i] * inv_n
-        t_next = seg_start[i] + (target - p0[i]) * dur[i]
-        heappush(events, (t_next, seq, i, version[i]))
-        if preempt_on_arrival:
-            heappush(running_heap, (-key(views[i]), seq, i, version[i]))
+        self.state = [_PENDING] * n
+        self.version = [0] * n
+        self.p0 = [0.0] * n  # progress at the start of the current segment
+        self.seg_start = [0.0] * n  # time the current segment starts progressing (after any resume overhead)
+        self.alloc_t = [0.0] * n  # time the job got its GPUs
+        # Next eval index (1-based); n_evals: straight to completion.
+        self.next_k = [1 if r else self.n_evals for r in self.record]
+        self.gpu_h = [0.0] * n
+        self.first_start = [math.nan] * n
+        self.preempts = [0] * n
+        self.outcomes: list[JobOutcome | None] = [None] * n
+        self.extra_p = [-1.0] * n  # progress of the pending extra eval (-1: the next eval is the regular one)
+        self.extra_n = [0] * n  # extra evals done
+        self.extra_waste_h = [0.0] * n  # hours of extra evals after the true peak
+        self.eval_h = [eval_cost * d * self.inv_n for d in (j.duration_h for j in jobs)]  # hours one eval takes
 
-    def release(i: int, t: float) -> None:
-        nonlocal free, busy
-        free += g_of[i]
-        held = (t - alloc_t[i]) * g_of[i]
-        gpu_h[i] += held
-        busy += held
-        version[i] += 1
+        self.free = gpus
+        self.demands = sorted({g for g in self.g_of})
+        self.waiting: dict[int, list[tuple[float, int, int]]] = {g: [] for g in self.demands}
+        self.running_heap: list[tuple[float, int, int, int]] = []  # (-key upper bound, seq, job, version)
+        self.events: list[tuple[float, int, int, int]] = []  # (time, seq, job, version)
+        self.seq = 0  # tie-breaker of every heap entry, in push order
+        self.n_events = 0
+        self.busy = 0.0
+        self.last_end = 0.0
 
-    def preempt(i: int, t: float) -> None:
-        release(i, t)
-        p = progress_at(i, t)
-        p0[i] = p
-        views[i]._progress = p
-        preempts[i] += 1
-        w.add_preemption(views[i])
-        push_waiting(i)
+    # -- the event loop ----------------------------------------------------------------------------------------
 
-    def best_waiting(limit: int) -> tuple[float, int, int] | None:
+    def run(self) -> None:
+        """Merge the sorted arrivals with the event heap until every job has finished."""
+        arrivals = [j.submit_time for j in self.jobs]
+        events, version, extra_p = self.events, self.version, self.extra_p
+        n = self.n
+        a = 0
+        while a < n or events:
+            if a < n and (not events or arrivals[a] <= events[0][0]):
+                self.arrive(a, arrivals[a])
+                a += 1
+                continue
+            t, _, i, ver = heapq.heappop(events)
+            if version[i] != ver:
+                continue  # stale: the job was preempted, stopped or restarted since this event was pushed
+            self.n_events += 1
+            finished = self.extra_eval(i, t) if extra_p[i] >= 0.0 else self.regular_eval(i, t)
+            if finished:
+                self.fill(t)
+
+    def arrive(self, i: int, t: float) -> None:
+        """Job ``i`` is submitted at ``t``: it waits, may preempt worse running jobs (SRTF-style), then admission."""
+        self.n_events += 1
+        self.push_waiting(i)
+        if self.preempt_on_arrival and self.g_of[i] > self.free:
+            self.try_preempt_for(i, t)
+        self.fill(t)
+
+    # -- admission ---------------------------------------------------------------------------------------------
+
+    def push_waiting(self, i: int) -> None:
+        """Queue job ``i`` in the heap of its GPU demand, keyed by the base policy."""
+        self.seq += 1
+        heapq.heappush(self.waiting[self.g_of[i]], (self.key(self.views[i]), self.seq, i))
+        self.state[i] = _WAITING
+        ViewWriter.set_state(self.views[i], "waiting")
+
+    def best_waiting(self, limit: int) -> tuple[float, int, int] | None:
+        """The best-ranked waiting entry among the demands of at most ``limit`` GPUs (None: nothing fits)."""
         best = None
-        for g in demands:
+        for g in self.demands:
             if g > limit:
                 break
-            h = waiting[g]
+            h = self.waiting[g]
             if h and (best is None or h[0] < best):
                 best = h[0]
         return best
 
-    def fill(t: float) -> None:
-        while free > 0:
-            best = best_waiting(free)
+    def fill(self, t: float) -> None:
+        """Start the best waiting job that fits, again and again, while GPUs are free (greedy, with backfill)."""
+        while self.free > 0:
+            best = self.best_waiting(self.free)
             if best is None:
                 return
-            heappop(waiting[g_of[best[2]]])
-            start(best[2], t)
+            heapq.heappop(self.waiting[self.g_of[best[2]]])
+            self.start(best[2], t)
 
-    def try_preempt_for(j: int, t: float) -> None:
-        # SRTF-style: free enough GPUs for the arriving job j by preempting the running jobs that rank worst,
-        # only if all of them rank worse than j and together they free enough.
-        nonlocal seq
-        need = g_of[j] - free
-        kj = key(views[j])
+    def try_preempt_for(self, j: int, t: float) -> None:
+        """Free enough GPUs for the arriving job ``j`` by preempting the running jobs that rank worst, only if all of
+        them rank worse than ``j`` and together they free enough (SRTF-style)."""
+        need = self.g_of[j] - self.free
+        kj = self.key(self.views[j])
+        running_heap, state, version, views, key = self.running_heap, self.state, self.version, self.views, self.key
         victims: list[int] = []
         got = 0
         while running_heap and got < need:
-            negk, _, i, ver = heappop(running_heap)
+            negk, _, i, ver = heapq.heappop(running_heap)
             if state[i] != _RUNNING or version[i] != ver:
                 continue  # stale entry
-            views[i]._progress = progress_at(i, t)
+            views[i]._progress = self.progress_at(i, t)
             k = key(views[i])
             if running_heap and -running_heap[0][0] > k:
-                seq += 1
-                heappush(running_heap, (-k, seq, i, ver))  # bound was loose: re-rank
+                self.seq += 1
+                heapq.heappush(running_heap, (-k, self.seq, i, ver))  # bound was loose: re-rank
                 continue
             if not k > kj:
-                seq += 1
-                heappush(running_heap, (-k, seq, i, ver))
+                self.seq += 1
+                heapq.heappush(running_heap, (-k, self.seq, i, ver))
                 break
             victims.append(i)
-            got += g_of[i]
+            got += self.g_of[i]
         if got >= need:
             for i in victims:
-                preempt(i, t)
+                self.preempt(i, t)
         else:
             for i in victims:
-                seq += 1
-                heappush(running_heap, (-key(views[i]), seq, i, version[i]))
+                self.seq += 1
+                heapq.heappush(running_heap, (-key(views[i]), self.seq, i, version[i]))
+
+    # -- placement ---------------------------------------------------------------------------------------------
+
+    def progress_at(self, i: int, t: float) -> float:
+        """Job ``i``'s progress (0-1) at time ``t`` of its current segment."""
+        dt = t - self.seg_start[i]
+        return self.p0[i] + dt / self.dur[i] if dt > 0 else self.p0[i]
+
+    def start(self, i: int, t: float) -> None:
+        """Give job ``i`` its GPUs at ``t`` (after a preemption it progresses only after the resume cost) and push
+        its next event: the pending extra eval, else the next regular eval (or its completion)."""
+        self.free -= self.g_of[i]
+        if self.free < 0:  # fill() only starts jobs that fit: this would be an engine bug, never a policy's doing
+            raise AssertionError(f"GPU pool overcommitted by {-self.free} at t={t}")
+        self.state[i] = _RUNNING
+        self.version[i] += 1
+        self.alloc_t[i] = t
+        resume = self.preemption_cost_h if self.preempts[i] else 0.0
+        self.seg_start[i] = t + resume
+        if self.first_start[i] != self.first_start[i]:  # NaN: first start
+            self.first_start[i] = t
+        ViewWriter.set_state(self.views[i], "running")
+        self.seq += 1
+        target = self.extra_p[i] if self.extra_p[i] >= 0.0 else self.next_k[i] * self.inv_n
+        t_next = self.seg_start[i] + (target - self.p0[i]) * self.dur[i]
+        heapq.heappush(self.events, (t_next, self.seq, i, self.version[i]))
+        if self.preempt_on_arrival:
+            heapq.heappush(self.running_heap, (-self.key(self.views[i]), self.seq, i, self.version[i]))
+
+    def release(self, i: int, t: float) -> None:
+        """Job ``i`` gives its GPUs back at ``t``; the time it held them is counted, its pending event goes stale."""
+        self.free += self.g_of[i]
+        held = (t - self.alloc_t[i]) * self.g_of[i]
+        self.gpu_h[i] += held
+        self.busy += held
+        self.version[i] += 1
+
+    def preempt(self, i: int, t: float) -> None:
+        """Take job ``i``'s GPUs at ``t``; it keeps its progress (checkpointed) and waits again."""
+        self.release(i, t)
+        p = self.progress_at(i, t)
+        self.p0[i] = p
+        self.views[i]._progress = p
+        self.preempts[i] += 1
+        ViewWriter.add_preemption(self.views[i])
+        self.push_waiting(i)
+
+    # -- evaluations -------------------------------------------------------------------------------------------
+
+    def regular_eval(self, i: int, t: float) -> bool:
+        """Job ``i`` reaches its next regular eval (or its completion) at ``t``: observe it if a policy reads it,
+        then stop, complete, yield its GPUs or go on to its next event. Returns whether its GPUs were freed."""
+        k = self.next_k[i]
+        p = k * self.inv_n
+        self.p0[i] = p
+        self.seg_start[i] = t
+        view = self.views[i]
+        view._progress = p  # the engine owns its views: direct slot writes on the hot path (ViewWriter elsewhere)
+        if self.record[i]:
+            score, examples = self.obs.observe_eval(self.jobs[i], k, p)
+            view._eval_steps.append((k * self.planned[i]) // self.n_evals)
+            view._eval_scores.append(score)
+            view._losses.append(self.losses[i][k - 1])
+            view._last_example_scores = tuple(examples) if examples is not None else None
+            if self.consult_stop[i]:
+                verdict = self.stop.on_eval(view)
+                if verdict is not None:
+                    # The delivered checkpoint is the first eval at or after the verdict's step (exact on our grid).
+                    deliver_k, deliver_p = self.delivered_at(i, verdict.deliver_step, k, p)
+                    self.finish(i, t, k, True, deliver_k, -1.0, deliver_p)
+                    return True
+        if k == self.n_evals:
+            self.finish(i, t, k, False, k)
+            return True
+        self.next_k[i] = k + 1
+        if self.hints and self.consult_stop[i]:
+            self.ask_hint(i, view, p)
+        if self.preempt_on_eval:
+            best = self.best_waiting(self.free + self.g_of[i])
+            if best is not None and self.base.should_yield(self.key(view), best[0]):
+                self.preempt(i, t)
+                return True
+        self.seq += 1
+        extra_p = self.extra_p[i]
+        # Without an extra eval the original expression, so that the fixed cadence's event times are unchanged.
+        dt = (extra_p - p) * self.dur[i] if extra_p >= 0.0 else self.inv_n * self.dur[i]
+        heapq.heappush(self.events, (t + dt, self.seq, i, self.version[i]))
+        return False
+
+    def extra_eval(self, i: int, t: float) -> bool:
+        """An extra eval of job ``i`` reached at ``t``: it takes ``eval_h[i]`` on the GPUs, then the job stops or goes
+        on. Returns whether the job finished (its GPUs are free)."""
+        p = self.extra_p[i]
+        self.extra_p[i] = -1.0
+        self.extra_n[i] += 1
+        eval_h = self.eval_h[i]
+        done_at = t + eval_h
+        if p > (self.peak_idx[i] + 1) * self.inv_n:
+            self.extra_waste_h[i] += eval_h
+        self.p0[i] = p
+        self.seg_start[i] = done_at  # no progress while evaluating
+        view = self.views[i]
+        view._progress = p
+        step = round(p * self.planned[i])
+        score, examples = self.obs.observe_at(self.jobs[i], p, step)
+        view._eval_steps.append(step)
+        view._eval_scores.append(score)
+        view._losses.append(float(self.jobs[i].loss_curve.value(p)))
+        view._last_example_scores = tuple(examples) if examples is not None else None
+        verdict = self.stop.on_eval(view)
+        if verdict is not None:
+            k_reg = self.next_k[i] - 1
+            deliver_k, deliver_p = self.delivered_at(i, verdict.deliver_step, k_reg, p)
+            self.finish(i, done_at, k_reg, True, deliver_k, p, deliver_p)
+            return True
+        self.ask_hint(i, view, p)
+        self.seq += 1
+        target = self.extra_p[i] if self.extra_p[i] >= 0.0 else self.next_k[i] * self.inv_n
+        heapq.heappush(self.events, (done_at + (target - p) * self.dur[i], self.seq, i, self.version[i]))
+        return False
+
+    def ask_hint(self, i: int, view: JobView, p: float) -> None:
+        """The cadence hint after an eval at progress ``p``: an extra eval if it comes before the next regular one
+        and the job's budget is not spent. Time is the job's own: its progress hours plus its extra evals' hours."""
+        extra_n, eval_h = self.extra_n[i], self.eval_h[i]
+        if self.budget is not None and not self.budget.allows(
+            extra_n, len(view._eval_steps) * eval_h, p * self.dur[i] + extra_n * eval_h
+        ):
+            return
+        h = self.stop.next_eval_step(view)
+        # Compared in steps, not progress: a hint on the next regular eval's step can come out just below that
+        # eval's progress in floating point, and would then report the same step twice.
+        if h is not None and view._eval_steps[-1] < h < (self.next_k[i] * self.planned[i]) // self.n_evals:
+            self.extra_p[i] = h / self.planned[i]
+
+    # -- finishing ---------------------------------------------------------------------------------------------
+
+    def delivered_at(self, i: int, d: int, k: int, p: float) -> tuple[int, float]:
+        """The delivered checkpoint of step ``d``, at most the eval just done (regular index ``k``, progress ``p``):
+        a regular eval's index (and -1.0), or (with a cadence hint) ``k`` and an extra eval's progress."""
+        planned, n_evals = self.planned[i], self.n_evals
+        if d * n_evals % planned and self.extra_n[i]:
+            return k, min(d / planned, p)
+        return min(max(-(-d * n_evals // planned), 1), k), -1.0
 
     def finish(
-        i: int, t: float, k: int, stopped: bool, deliver_k: int, p_extra: float = -1.0, deliver_p: float = -1.0
+        self, i: int, t: float, k: int, stopped: bool, deliver_k: int, p_extra: float = -1.0, deliver_p: float = -1.0
     ) -> None:
-        # p_extra >= 0: stopped at an extra eval at that progress (k: the last regular eval before it);
-        # deliver_p >= 0: the delivered checkpoint is an extra eval's, at that progress.
-        nonlocal last_end
-        release(i, t)
-        state[i] = _DONE
+        """Job ``i`` ends at ``t``, at regular eval ``k``, and its outcome is written.
+
+        Args:
+            p_extra: >= 0: stopped at an extra eval at that progress (``k``: the last regular eval before it).
+            deliver_p: >= 0: the delivered checkpoint is an extra eval's, at that progress (else ``deliver_k``'s).
+        """
+        self.release(i, t)
+        self.state[i] = _DONE
+        n_evals, inv_n, g = self.n_evals, self.inv_n, self.g_of[i]
         p_end = p_extra if p_extra >= 0.0 else k * inv_n
-        pk = peak_idx[i] + 1
-        job = jobs[i]
-        waste = (max(0.0, p_end - pk * inv_n) * dur[i] + extra_waste_h[i]) * g_of[i]
+        pk = self.peak_idx[i] + 1
+        job = self.jobs[i]
+        waste = (max(0.0, p_end - pk * inv_n) * self.dur[i] + self.extra_waste_h[i]) * g
         stop_eval: Any = (p_extra * n_evals if p_extra >= 0.0 else k) if stopped else None
         if deliver_p >= 0.0:
             deliver_eval: Any = deliver_p * n_evals
             delivered = float(job.curve.value(deliver_p))
         else:
-            deliver_eval, delivered = deliver_k, float(true_evals[i, deliver_k - 1])
-        outcomes[i] = JobOutcome(
+            deliver_eval, delivered = deliver_k, float(self.true_evals[i, deliver_k - 1])
+        self.outcomes[i] = JobOutcome(
             job.job_id,
             job.job_type,
             job.hacking,
-            g_of[i],
+            g,
             job.submit_time,
-            first_start[i],
+            self.first_start[i],
             t,
             stopped,
             stop_eval,
             deliver_eval,
             pk,
-            float(true_evals[i, pk - 1]),
+            float(self.true_evals[i, pk - 1]),
             delivered,
-            gpu_h[i],
+            self.gpu_h[i],
             waste,
-            preempts[i],
-            (k + extra_n[i]) * eval_h[i] * g_of[i],
-            extra_n[i],
+            self.preempts[i],
+            (k + self.extra_n[i]) * self.eval_h[i] * g,
+            self.extra_n[i],
         )
-        w.set_state(views[i], "stopped" if stopped else "completed")
-        stop.forget(job.job_id)
-        if t > last_end:
-            last_end = t
-
-    def delivered_at(i: int, d: int, k: int, p: float) -> tuple[int, float]:
-        # The delivered checkpoint of step d, at most the eval just done (regular index k, progress p): a regular
-        # eval's index, or (with a cadence hint) an extra eval's progress off the regular grid.
-        if d * n_evals % planned[i] and extra_n[i]:
-            return k, min(d / planned[i], p)
-        return min(max(-(-d * n_evals // planned[i]), 1), k), -1.0
-
-    def ask(i: int, view: JobView, p: float) -> None:
-        # The cadence hint after an eval at progress p: an extra eval if it comes before the next regular one and
-        # the job's budget is not spent. Time is the job's own: its progress hours plus its extra evals' hours.
-        if budget is not None and not budget.allows(
-            extra_n[i], len(view._eval_steps) * eval_h[i], p * dur[i] + extra_n[i] * eval_h[i]
-        ):
-            return
-        h = hint_of(view)
-        # Compared in steps, not progress: a hint on the next regular eval's step can come out just below that
-        # eval's progress in floating point, and would then report the same step twice.
-        if h is not None and view._eval_steps[-1] < h < (next_k[i] * planned[i]) // n_evals:
-            extra_p[i] = h / planned[i]
-
-    def extra_eval(i: int, t: float) -> bool:
-        # An extra eval reached at time t: it takes eval_h[i] on the GPUs, then the job stops or goes on. Returns
-        # whether the job finished (its GPUs are free).
-        nonlocal seq
-        p = extra_p[i]
-        extra_p[i] = -1.0
-        extra_n[i] += 1
-        done_at = t + eval_h[i]
-        if p > (peak_idx[i] + 1) * inv_n:
-            extra_waste_h[i] += eval_h[i]
-        p0[i] = p
-        seg_start[i] = done_at  # no progress while evaluating
-        view = views[i]
-        view._progress = p
-        step = round(p * planned[i])
-        score, examples = obs.observe_at(jobs[i], p, step)
-        view._eval_steps.append(step)
-        view._eval_scores.append(score)
-        view._losses.append(float(jobs[i].loss_curve.value(p)))
-        view._last_example_scores = tuple(examples) if examples is not None else None
-        verdict = on_eval(view)
-        if verdict is not None:
-            k_reg = next_k[i] - 1
-            deliver_k, deliver_p = delivered_at(i, verdict.deliver_step, k_reg, p)
-            finish(i, done_at, k_reg, True, deliver_k, p, deliver_p)
-            return True
-        ask(i, view, p)
-        seq += 1
-        target = extra_p[i] if extra_p[i] >= 0.0 else next_k[i] * inv_n
-        heappush(events, (done_at + (target - p) * dur[i], seq, i, version[i]))
-        return False
-
-    arrivals = [j.submit_time for j in jobs]
-    a = 0
-    while a < n or events:
-        if a < n and (not events or arrivals[a] <= events[0][0]):
-            t = arrivals[a]
-            i = a
-            a += 1
-            n_events += 1
-            push_waiting(i)
-            if preempt_on_arrival and g_of[i] > free:
-                try_preempt_for(i, t)
-            fill(t)
-            continue
-        t, _, i, ver = heappop(events)
-        if version[i] != ver:
-            continue
-        n_events += 1
-        if extra_p[i] >= 0.0:
-            if extra_eval(i, t):
-                fill(t)
-            continue
-        k = next_k[i]
-        p = k * inv_n
-        p0[i] = p
-        seg_start[i] = t
-        view = views[i]
-        view._progress = p  # the engine owns its views: direct slot writes on the hot path (ViewWriter elsewhere)
-        if record[i]:
-            score, examples = observe_eval(jobs[i], k, p)
-            view._eval_steps.append((k * planned[i]) // n_evals)
-            view._eval_scores.append(score)
-            view._losses.append(losses[i][k - 1])
-            view._last_example_scores = tuple(examples) if examples is not None else None
-            if consult_stop[i]:
-                verdict = on_eval(view)
-                if verdict is not None:
-                    # The delivered checkpoint is the first eval at or after the verdict's step (exact on our grid).
-                    deliver_k, deliver_p = delivered_at(i, verdict.deliver_step, k, p)
-                    finish(i, t, k, True, deliver_k, -1.0, deliver_p)
-                    fill(t)
-                    continue
-        if k == n_evals:
-            finish(i, t, k, False, k)
-            fill(t)
-            continue
-        next_k[i] = k + 1
-        if hints and consult_stop[i]:
-            ask(i, view, p)
-        if preempt_on_eval:
-            best = best_waiting(free + g_of[i])
-            if best is not None and should_yield(key(view), best[0]):
-                preempt(i, t)
-                fill(t)
-                continue
-        seq += 1
-        # Without an extra eval the original expression, so that the fixed cadence's event times are unchanged.
-        dt = (extra_p[i] - p) * dur[i] if extra_p[i] >= 0.0 else inv_n * dur[i]
-        heappush(events, (t + dt, seq, i, version[i]))
-
-    first = arrivals[0] if n else 0.0
-    return SimResult(
-        outcomes,
-        gpus,
-        n_evals,
-        last_end - first,
-        busy,
-        n_events,
-        time.perf_counter() - t_wall,
-        f"{base.name}+{stop.name}",
-    )
+        ViewWriter.set_state(self.views[i], "stopped" if stopped else "completed")
+        self.stop.forget(job.job_id)
+        if t > self.last_end:
+            self.last_end = t

@@ -126,10 +126,11 @@ class PerExampleObservation(ObservationModel):
 
 def observation_for(detector: Mapping[str, Any] | str | None) -> dict[str, Any] | None:
     """The observation-model spec a run needs for ``detector``: per-example scores when the detector reads them
-    (its class sets ``uses_example_scores``), else None (plain Gaussian observations, the fast path)."""
-    from platform_sim.core.detectors import detector_from_spec
+    (its class sets ``uses_example_scores``), else None (plain Gaussian observations, the fast path). ``detector``
+    None is the paper's rule, as the simulator's stop policy reads it."""
+    from platform_sim.core.detectors import detector_from_spec, paper_spec
 
-    if detector_from_spec(detector).uses_example_scores:
+    if detector_from_spec(paper_spec() if detector is None else detector).uses_example_scores:
         return {"name": "per-example", "params": {}}
     return None
 

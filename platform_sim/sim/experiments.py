@@ -58,7 +58,7 @@ class PolicySpec:
         """Build the policies once so that bad names or parameters fail before any run starts."""
         make_base_policy(self.base, **dict(self.base_params))
         if self.stop == "evalstop":
-            detector_from_spec(self.detector)
+            detector_from_spec(paper_spec() if self.detector is None else self.detector)
         if self.stop != "oracle":
             self._stop_policy(None)
 
@@ -242,7 +242,7 @@ class _Cell:
 
 
 def _detector_with_k(detector: Mapping[str, Any] | None, k: int) -> dict[str, Any]:
-    spec = detector_from_spec(detector).spec()
+    spec = detector_from_spec(paper_spec() if detector is None else detector).spec()
     if spec["name"] != "k-decline":
         spec = paper_spec()
     spec["params"]["k"] = k
@@ -344,7 +344,7 @@ def paper(
     out["config"] = {
         "seeds": cfg.seeds,
         "workload": cfg.workload.to_dict(),
-        "detector": detector_from_spec(cfg.detector).spec(),
+        "detector": detector_from_spec(paper_spec() if cfg.detector is None else cfg.detector).spec(),
         "base": cfg.base,
         "stop_at_p": cfg.stop_at_p,
         "observation": cfg.observation,

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from platform_sim.trace_format import TRACE_FORMAT, TraceError, TraceFormatError, read_trace
+from platform_sim.trace_format import TRACE_FORMAT, TraceError, read_trace
 
 __all__ = [
     "LABELS",
@@ -46,7 +46,6 @@ __all__ = [
     "RealTrace",
     "TRACE_FORMAT",
     "TraceError",
-    "TraceFormatError",
     "label_of",
     "label_trace",
     "load_traces",

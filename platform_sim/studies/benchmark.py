@@ -13,7 +13,7 @@ for every trace of an environment. The benchmark runs in three phases, in this o
    per split and per environment. The candidate with the smallest shortfall on the *test* split is named as the best;
    the test results are reported as they come.
 
-Detection is per trace (:func:`~platform_sim.studies.replay.trace_detection`): the detector sees the recorded mean
+Detection is per trace (:func:`~platform_sim.studies.trace_detection.trace_detection`): the detector sees the recorded mean
 scores and per-example scores **in their own units**, exactly what ``EvalStopCallback`` in that run would have seen,
 so a tuned ``min_delta`` is a number in score units, and the held-out environments show whether it transfers.
 
@@ -128,7 +128,7 @@ def bootstrap_median(
 
 
 def group_metrics(rows: Sequence[Mapping[str, Any]], resamples: int = 1000) -> dict[str, Any]:
-    """The metrics of one group of per-trace rows (:func:`~platform_sim.studies.replay.trace_detection`'s).
+    """The metrics of one group of per-trace rows (:func:`~platform_sim.studies.trace_detection.trace_detection`'s).
 
     Args:
         rows: One row per trace.

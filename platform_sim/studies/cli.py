@@ -59,7 +59,7 @@ def add_replay(sub: argparse._SubParsersAction) -> None:
         description="Turn recorded traces (evalstop traces record, or any tool writing the trace format) into the "
         "RLHF jobs of the simulated platform, mixed with synthetic LoRA/DPO jobs, and report the main and "
         "composability tables for every stop policy and base scheduler, plus per-trace detection results. "
-        "One folder may mix traces of different lengths, eval cadences, planned steps, trainers and "
+        "One folder may mix traces of different lengths, eval intervals, planned steps, trainers and "
         "models, with or without per-example scores; ambiguous traces are listed, not dealt.",
     )
     p.add_argument("--traces", default=None, help="folder of *.jsonl traces (default: the real corpus)")

@@ -9,7 +9,7 @@ and no noise is added: every score the detector sees is one the real run produce
 
 The **true peak** of a dense trace is the step of the highest centred moving average of its scores over one regular
 interval (``every`` steps, made odd): the highest single score of 150 noisy evaluations is mostly noise, while the
-smoothed curve is what a cadence of ``every`` steps could at best find. ``delay_steps`` is the stop step minus that
+smoothed curve is what an eval interval of ``every`` steps could at best find. ``delay_steps`` is the stop step minus that
 peak step.
 
 :func:`dense_cadence_study` runs every trace at each cadence and sums up: hacking and healthy traces stopped, the
@@ -24,7 +24,7 @@ from typing import Any
 
 from platform_sim.core.cadence import EvalBudget, cadence_from_spec
 from platform_sim.core.checks import check_nonneg
-from platform_sim.core.detectors import detector_from_spec
+from platform_sim.core.detectors import detector_from_spec, paper_spec
 from platform_sim.core.monitor import JobMonitor
 from platform_sim.sim.engine import DEFAULT_EVAL_COST
 from platform_sim.sim.traces import RealTrace
@@ -60,17 +60,17 @@ def dense_trace_run(
     peak_every: int | None = None,
     eval_cost: float = DEFAULT_EVAL_COST,
 ) -> dict[str, Any]:
-    """Replay one dense trace at a regular cadence of ``every`` steps, honouring the core's cadence hints.
+    """Replay one dense trace at a regular interval of ``every`` steps, honouring the core's cadence hints.
 
     Args:
         trace: A trace with evaluations at (nearly) every step.
-        detector: Detector spec (None: the paper's k-decline rule, as :func:`detector_from_spec` builds it); it sees
+        detector: Detector spec (None: the paper's k-decline rule, ``paper_spec()``); it sees
             the recorded scores in the trace's own units, as the callback in that run would have.
         cadence: Cadence spec (None or ``"fixed"``: no hints).
-        every: The regular cadence in steps; the regular evaluations are the recorded ones at multiples of it.
+        every: The regular interval in steps; the regular evaluations are the recorded ones at multiples of it.
         eval_budget: What the run may spend on hinted evaluations (None: no limit), as the callback's budget.
         peak_every: The smoothing window of the true peak (:func:`smoothed_peak_step`), None: ``every``. A replay at
-            ``every=1`` passes the regular cadence it is compared with, so that both measure delays from the same
+            ``every=1`` passes the regular interval it is compared with, so that both measure delays from the same
             peak (the single highest of 150 noisy evals would be mostly noise).
         eval_cost: What one evaluation takes, as a share of a regular interval, as in the simulator (read only by
             a budget's ``max_eval_share``: regular evals are inside the run's steps, extra ones add to them).
@@ -93,7 +93,7 @@ def dense_trace_run(
             "a dense replay needs a trace recorded at least that densely"
         )
     score_at = dict(zip(trace.steps, trace.scores))
-    det = detector_from_spec(detector)
+    det = detector_from_spec(paper_spec() if detector is None else detector)
     # Detectors that read per-example scores get the recorded ones of each eval, as in the run itself.
     examples_at = dict(zip(trace.steps, trace.examples)) if det.uses_example_scores and trace.examples else {}
     monitor = JobMonitor(job_id=trace.name, job_type="rlhf", detector=det, cadence=cadence_from_spec(cadence))

@@ -349,7 +349,7 @@ def _row(
 
 def load_real(traces_dir: str | None) -> tuple[list[Any], Any, str | None, bool]:
     """``(traces, scales, note, platform_ok)``: the real traces (``[]`` and a note when none are usable), each
-    trace's map to the 0-1 scale (per environment, :func:`~platform_sim.studies.replay.trace_scales`), and whether they
+    trace's map to the 0-1 scale (per environment, :func:`~platform_sim.studies.trace_detection.trace_scales`), and whether they
     can feed the platform replay (any mix of lengths can; a corpus of only ambiguous traces cannot)."""
     from platform_sim.sim.corpora import corpus_dir
     from platform_sim.sim.traces import TraceError, load_traces
@@ -451,7 +451,7 @@ def study(
         if traces and platform_ok:
             curves = trace_curves(traces, scale)
             real = (curves, grid_evals(traces))
-            real_obs = recorded_observation(traces, curves, None, cfg.examples, cfg.rho, n_evals=real[1])
+            real_obs = recorded_observation(traces, curves, cfg.examples, cfg.rho, n_evals=real[1])
     plan = _plan(cfg, real, real_obs)
     if on_plan:
         on_plan(len(plan.tasks))

@@ -10,7 +10,7 @@ How a trace becomes a job of the platform:
   label (:func:`~platform_sim.sim.traces.label_trace`), the ground truth of every detection metric; *ambiguous*
   traces are not dealt (the platform's metrics need a yes or no) and are listed in the results. The hack rate of the
   replay is therefore the corpus's share of hacking traces, not ``--hack-rate``.
-- Traces of one folder may differ in length, eval cadence, planned steps, trainer and model, and may or may not carry
+- Traces of one folder may differ in length, eval interval, planned steps, trainer and model, and may or may not carry
   per-example scores. The platform's eval grid has as many evals as the longest trace; every trace's means (and its
   per-example scores, example by example) land on the grid by linear interpolation in progress, which is exact for a
   trace with that many evenly spaced evals and keeps every recorded value of the others at their progress.
@@ -41,7 +41,7 @@ from typing import Any
 import numpy as np
 
 from platform_sim.core.cadence import EvalBudget
-from platform_sim.core.detectors import detector_from_spec
+from platform_sim.core.detectors import detector_from_spec, paper_spec
 from platform_sim.sim.curves import TabulatedCurve, eval_grid
 from platform_sim.sim.engine import DEFAULT_EVAL_COST
 from platform_sim.sim.experiments import BASES, MAIN_STOPS, PolicySpec, run_policies
@@ -49,10 +49,10 @@ from platform_sim.sim.metrics import add_oracle_shares, metric_row
 from platform_sim.sim.traces import RealTrace
 from platform_sim.sim.workload import Workload, WorkloadConfig, generate_workload
 
-from .trace_detection import (  # re-exported: the replay is where callers have found them
+from .trace_detection import (
     ScaleArg,
-    _scale_for,
     native_min_delta,
+    scale_for,
     scale_group,
     trace_detection,
     trace_scales,
@@ -115,7 +115,7 @@ def trace_curves(traces: Sequence[RealTrace], scale: ScaleArg) -> tuple[TraceCur
     for t in traces:
         if t.label == "ambiguous":
             continue
-        s = _scale_for(t, scale)
+        s = scale_for(t, scale)
         assert s is not None
         examples = tuple(None if e is None else tuple(s(v) for v in e) for e in t.examples)
         out.append(TraceCurve(t.name, t.hacking, t.progress(), tuple(s(v) for v in t.scores), examples))
@@ -223,15 +223,14 @@ def on_regular_grid(trace: RealTrace, n_evals: int) -> RealTrace:
 def recorded_observation(
     traces: Sequence[RealTrace],
     curves: Sequence[TraceCurve],
-    scale: Any = None,
     examples: int | None = None,
     rho: float | None = None,
     n_evals: int | None = None,
 ) -> dict[str, Any]:
     """The observation-model spec that gives trace jobs their *recorded* per-example scores (platform scale, on the
     platform's eval grid of ``n_evals`` points, default :func:`grid_evals`) and the synthetic jobs generated ones
-    (``examples``, ``rho``: :mod:`platform_sim.sim.eval_scores`' defaults if None). ``scale`` is not needed (the
-    curves are already on the platform scale) and kept for callers that pass it."""
+    (``examples``, ``rho``: :mod:`platform_sim.sim.eval_scores`' defaults if None). The curves are already on the
+    platform scale, so no score map is needed."""
     grid = eval_grid(n_evals or grid_evals(traces))
     recorded = []
     for curve in curves:
@@ -266,7 +265,7 @@ def replay(
     """Replay ``traces`` on the platform: ``{"main", "composability", "traces", "trace_summary", "config"}``.
 
     Args:
-        traces: Recorded traces (validated; any mix of lengths, cadences, planned steps, trainers).
+        traces: Recorded traces (validated; any mix of lengths, eval intervals, planned steps, trainers).
         workload: The synthetic part (its ``n_evals`` is replaced by :func:`grid_evals`).
         detector: EvalStop's detector spec (None: the paper's k=2, min_delta 0), on the 0-1 platform scale.
         seeds: Seeds 0..seeds-1 (each a different workload and a different dealing of traces).
@@ -280,7 +279,7 @@ def replay(
             per-example scores gets the nearest recorded eval's mean and per-example scores.
         eval_cost: One eval's GPU time, as a share of a regular eval interval.
         n_evals: Regular evals per run on the platform (None: the longest trace's count, :func:`grid_evals`). Dense
-            traces (an eval every step) replay at a sparser regular cadence this way, e.g. 30 for 150-step traces
+            traces (an eval every step) replay at a sparser regular interval this way, e.g. 30 for 150-step traces
             recorded every step (every 5 steps), and the recorded evals between serve the extra evals of hints.
             The per-trace rows then read each trace on that grid too (:func:`on_regular_grid`).
         eval_budget: What a job may spend on cadence hints (None: no limit), as the callback's budget.
@@ -302,7 +301,7 @@ def replay(
     curves = trace_curves(traces, scales)
     if not curves:
         raise ValueError("every trace is ambiguous: nothing to replay on the platform")
-    det_obj = detector_from_spec(detector)
+    det_obj = detector_from_spec(paper_spec() if detector is None else detector)
     det = det_obj.spec()
     # Detectors that read per-example scores see the recorded ones (the other jobs' are generated).
     observation = recorded_observation(traces, curves, n_evals=n_evals) if det_obj.uses_example_scores else None
@@ -343,7 +342,7 @@ def replay(
         return out
 
     # With a grid of its own (dense traces), the per-trace rows see what a job on that grid sees; no hints there
-    # (those play on the platform), so a row is the regular cadence's.
+    # (those play on the platform), so a row is the regular interval's.
     on_grid = traces if grid_given is None else [on_regular_grid(t, n_evals) for t in traces]
     rows = [trace_detection(t, det, scales[t.name]) for t in on_grid]
     shared = native_min_delta(traces, score_scale)

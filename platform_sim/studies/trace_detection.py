@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from platform_sim.core.detectors import detector_from_spec
+from platform_sim.core.detectors import detector_from_spec, paper_spec
 from platform_sim.core.monitor import JobMonitor
 from platform_sim.sim.traces import RealTrace
 
@@ -65,7 +65,8 @@ def trace_scales(traces: Sequence[RealTrace], score_scale: str = "environment") 
 ScaleArg = Scale | Mapping[str, Scale]
 
 
-def _scale_for(trace: RealTrace, scale: ScaleArg | None) -> Scale | None:
+def scale_for(trace: RealTrace, scale: ScaleArg | None) -> Scale | None:
+    """The map of ``trace`` onto the 0-1 scale: ``scale`` itself when it is one map (or None), else its entry."""
     if scale is None or isinstance(scale, Scale):
         return scale
     return scale[trace.name]
@@ -95,7 +96,7 @@ def trace_detection(
 
     Args:
         trace: The trace.
-        detector: Detector spec (on the scale the scores are given in).
+        detector: Detector spec (on the scale the scores are given in); None: the paper's rule, ``paper_spec()``.
         scale: The trace's map to the platform scale; None: the detector sees the recorded scores in their own
             units, as ``EvalStopCallback`` in that run would have.
         skip_evals: Report only from the eval after the first ``skip_evals`` ones (a job that starts reporting to
@@ -107,7 +108,7 @@ def trace_detection(
         "peak_step", "evals", "delay_evals", "regret", "regret_pct", "peak_score", "delivered_score"}``; scores in
         trace units.
     """
-    det = detector_from_spec(detector)
+    det = detector_from_spec(paper_spec() if detector is None else detector)
     monitor = JobMonitor(job_id=trace.name, job_type="rlhf", detector=det)
     # Detectors that read per-example scores get the recorded ones, on the same scale as the means.
     if not det.uses_example_scores:

@@ -9,7 +9,7 @@ most ``gpus / gpus_per_trial`` trials run at once and the others wait in Tune's 
 The experiment runs twice: with the base scheduler alone (``without``) and with
 :class:`~platform_sim.integrations.ray_tune.EvalStopScheduler` around it (``with``). Scores are mapped onto the
 simulator's 0-1 scale by the same corpus-wide affine map as ``evalstop-sim replay``, and the embedded core is run on
-every trace's eval sequence (``platform_sim.studies.replay.trace_detection``) to check that Tune's decisions equal the
+every trace's eval sequence (``platform_sim.studies.trace_detection.trace_detection``) to check that Tune's decisions equal the
 core's for every trace.
 
 Measured figures (from the driver's clock, through a Tune callback, counted from the start of the first trial):

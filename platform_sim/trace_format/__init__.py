@@ -23,20 +23,19 @@ The format, one JSON object per line:
 A trace without an end line is valid (a run that crashed leaves a readable prefix: the writer flushes every line).
 Fields outside these sets are errors, because a replay built on a silently misread trace reports wrong numbers; the
 reader names the file and the line of the first problem (``path:line: message``). Traces of one corpus may differ
-in length, eval cadence, planned steps, trainer and model; nothing here requires them to agree.
+in length, eval interval, planned steps, trainer and model; nothing here requires them to agree.
 
 Validation is pure (:func:`check_header`, :func:`check_eval`, :func:`check_end`, :func:`parse_trace` on text lines);
 the file functions (:func:`read_trace`, :func:`read_header`, :func:`eval_prefix`, :func:`trace_complete`,
 :func:`write_trace`, :func:`update_header`, :class:`TraceWriter`) are thin wrappers around it. Every problem is a
-:class:`TraceError` (``TraceFormatError`` is the same class under its former name; ``read_trace_file`` is
-:func:`read_trace` under its former name).
+:class:`TraceError`.
 
 Modules: :mod:`.schema` (fields and line checks), :mod:`.reader`, :mod:`.writer`.
 """
 
 from __future__ import annotations
 
-from .reader import TraceLines, eval_prefix, parse_trace, read_header, read_trace, read_trace_file, trace_complete
+from .reader import TraceLines, eval_prefix, parse_trace, read_header, read_trace, trace_complete
 from .schema import (
     END_OPTIONAL,
     END_REQUIRED,
@@ -49,7 +48,6 @@ from .schema import (
     SPLITS,
     TRACE_FORMAT,
     TraceError,
-    TraceFormatError,
     check_end,
     check_eval,
     check_header,
@@ -68,7 +66,6 @@ __all__ = [
     "SPLITS",
     "TRACE_FORMAT",
     "TraceError",
-    "TraceFormatError",
     "TraceLines",
     "TraceWriter",
     "check_end",
@@ -82,7 +79,6 @@ __all__ = [
     "parse_trace",
     "read_header",
     "read_trace",
-    "read_trace_file",
     "trace_complete",
     "update_header",
     "write_trace",

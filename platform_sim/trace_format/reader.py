@@ -160,6 +160,3 @@ def trace_complete(path: str | os.PathLike[str]) -> bool:
     except (OSError, TraceError):
         return False
 
-
-read_trace_file = read_trace
-"""The former name of :func:`read_trace` (the same function)."""

@@ -32,10 +32,6 @@ class TraceError(ValueError):
     ``file:line:``. The one error type of traces (the simulator and the trainer side raise it too)."""
 
 
-TraceFormatError = TraceError
-"""The former name of :class:`TraceError` (the same class)."""
-
-
 # -- validation of one line (pure) ------------------------------------------------------------------------------
 
 
@@ -55,38 +51,38 @@ def check_header(obj: Any) -> dict[str, Any]:
     """Validate a header line (already parsed from JSON) and return it unchanged.
 
     Raises:
-        TraceFormatError: naming the first bad field (no file or line: the caller adds them).
+        TraceError: naming the first bad field (no file or line: the caller adds them).
     """
     if not isinstance(obj, dict) or obj.get("kind") != "header":
         got = obj.get("kind") if isinstance(obj, dict) else type(obj).__name__
-        raise TraceFormatError(f"the first line must be the header (kind 'header'), got kind {got!r}")
+        raise TraceError(f"the first line must be the header (kind 'header'), got kind {got!r}")
     if obj.get("format") != TRACE_FORMAT:
-        raise TraceFormatError(f"unsupported format {obj.get('format')!r}; expected {TRACE_FORMAT!r}")
+        raise TraceError(f"unsupported format {obj.get('format')!r}; expected {TRACE_FORMAT!r}")
     if not isinstance(obj.get("job_id"), str) or not obj["job_id"]:
-        raise TraceFormatError("header field job_id must be a non-empty string")
+        raise TraceError("header field job_id must be a non-empty string")
     if obj.get("job_type") not in JOB_TYPES:
-        raise TraceFormatError(
+        raise TraceError(
             f"header field job_type must be one of {', '.join(JOB_TYPES)}, got {obj.get('job_type')!r}"
         )
     unknown = _unknown(obj, (*HEADER_REQUIRED, *HEADER_OPTIONAL))
     if unknown:
-        raise TraceFormatError(
+        raise TraceError(
             f"unknown trace header field(s): {', '.join(unknown)}; allowed besides "
             f"{', '.join(HEADER_REQUIRED)}: {', '.join(sorted(HEADER_OPTIONAL))}"
         )
     for name in ("trainer", "model"):
         if obj.get(name) is not None and not isinstance(obj[name], str):
-            raise TraceFormatError(f"header field {name} must be a string, got {obj[name]!r}")
+            raise TraceError(f"header field {name} must be a string, got {obj[name]!r}")
     # planned_steps 0 means "not known" (a trainer without max_steps).
     for name, minimum in (("planned_steps", 0), ("world_size", 1)):
         if obj.get(name) is not None and not _is_int(obj[name], minimum):
-            raise TraceFormatError(f"header field {name} must be an integer >= {minimum}, got {obj[name]!r}")
+            raise TraceError(f"header field {name} must be an integer >= {minimum}, got {obj[name]!r}")
     if obj.get("config") is not None and not isinstance(obj["config"], dict):
-        raise TraceFormatError(f"header field config must be an object, got {type(obj['config']).__name__}")
+        raise TraceError(f"header field config must be an object, got {type(obj['config']).__name__}")
     if "environment" in obj and (not isinstance(obj["environment"], str) or not obj["environment"].strip()):
-        raise TraceFormatError(f"header field environment must be a non-empty string, got {obj['environment']!r}")
+        raise TraceError(f"header field environment must be a non-empty string, got {obj['environment']!r}")
     if "split" in obj and obj["split"] not in SPLITS:
-        raise TraceFormatError(f"header field split must be one of {', '.join(SPLITS)}, got {obj['split']!r}")
+        raise TraceError(f"header field split must be one of {', '.join(SPLITS)}, got {obj['split']!r}")
     return obj
 
 
@@ -94,33 +90,33 @@ def check_eval(obj: Any, prev_step: int | None = None) -> dict[str, Any]:
     """Validate an eval line (already parsed) that follows an eval at ``prev_step``; return it unchanged.
 
     Raises:
-        TraceFormatError: naming the first bad field.
+        TraceError: naming the first bad field.
     """
     if not isinstance(obj, dict) or obj.get("kind") != "eval":
-        raise TraceFormatError("not an eval line")
+        raise TraceError("not an eval line")
     unknown = _unknown(obj, (*EVAL_REQUIRED, *EVAL_OPTIONAL))
     if unknown:
-        raise TraceFormatError(
+        raise TraceError(
             f"unknown trace eval field(s): {', '.join(unknown)}; allowed besides step and "
             f"eval_score: {', '.join(sorted(EVAL_OPTIONAL))}"
         )
     step = obj.get("step")
     if not isinstance(step, int) or not _is_int(step, 0):
-        raise TraceFormatError(f"eval step must be an integer >= 0, got {step!r}")
+        raise TraceError(f"eval step must be an integer >= 0, got {step!r}")
     if prev_step is not None and step <= prev_step:
-        raise TraceFormatError(
+        raise TraceError(
             f"eval steps must be increasing integers (steps must increase: step {step} after {prev_step})"
         )
     if "eval_score" not in obj:
-        raise TraceFormatError("eval line without eval_score")
+        raise TraceError("eval line without eval_score")
     if not _is_finite(obj["eval_score"]):
-        raise TraceFormatError(f"eval_score must be a finite number, got {obj['eval_score']!r}")
+        raise TraceError(f"eval_score must be a finite number, got {obj['eval_score']!r}")
     per = obj.get("eval_scores")
     if per is not None and (not isinstance(per, list) or not per or not all(_is_finite(v) for v in per)):
-        raise TraceFormatError("eval_scores must be a non-empty list of finite numbers")
+        raise TraceError("eval_scores must be a non-empty list of finite numbers")
     for name in EVAL_NUMBERS:
         if obj.get(name) is not None and not _is_finite(obj[name]):
-            raise TraceFormatError(f"{name} must be a finite number, got {obj[name]!r}")
+            raise TraceError(f"{name} must be a finite number, got {obj[name]!r}")
     return obj
 
 
@@ -128,20 +124,20 @@ def check_end(obj: Any) -> dict[str, Any]:
     """Validate an end line (already parsed); return it unchanged.
 
     Raises:
-        TraceFormatError: naming the first bad field.
+        TraceError: naming the first bad field.
     """
     if not isinstance(obj, dict) or obj.get("kind") != "end":
-        raise TraceFormatError("not an end line")
+        raise TraceError("not an end line")
     unknown = _unknown(obj, (*END_REQUIRED, *END_OPTIONAL))
     if unknown:
-        raise TraceFormatError(f"unknown trace end field(s): {', '.join(unknown)}")
+        raise TraceError(f"unknown trace end field(s): {', '.join(unknown)}")
     if not isinstance(obj.get("reason"), str) or not obj["reason"]:
-        raise TraceFormatError(f"end field reason must be a non-empty string, got {obj.get('reason')!r}")
+        raise TraceError(f"end field reason must be a non-empty string, got {obj.get('reason')!r}")
     for name in ("stopped_at", "best_step"):
         if obj.get(name) is not None and not _is_int(obj[name], 0):
-            raise TraceFormatError(f"end field {name} must be an integer >= 0, got {obj[name]!r}")
+            raise TraceError(f"end field {name} must be an integer >= 0, got {obj[name]!r}")
     if obj.get("best_score") is not None and not _is_finite(obj["best_score"]):
-        raise TraceFormatError(f"end field best_score must be a finite number, got {obj['best_score']!r}")
+        raise TraceError(f"end field best_score must be a finite number, got {obj['best_score']!r}")
     return obj
 
 

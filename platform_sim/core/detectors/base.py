@@ -11,7 +11,6 @@ fields.
 from __future__ import annotations
 
 import logging
-import warnings
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar, NamedTuple
@@ -51,24 +50,13 @@ class Detector(ABC):
 
     #: Whether an extra evaluation (one a cadence hint asked for) stays in the detector's history after it was judged.
     #: False (the default): the monitor restores the detector's state after an extra eval that did not stop the job,
-    #: so the rule runs on the regular cadence it was built for (a window of the last evals, consecutive declines) and
+    #: so the rule runs on the regular interval it was built for (a window of the last evals, consecutive declines) and
     #: a hint can only bring a stop sooner (:mod:`~platform_sim.core.monitor`). True for a model of the whole curve
     #: against the step (``shape``), for which an extra eval is one more point of evidence.
     keeps_extra_evals: ClassVar[bool] = False
 
     #: Current evidence count towards a stop (for the k-decline rule: consecutive declines).
     declines: int = 0
-
-    def __init_subclass__(cls, **kwargs: Any) -> None:
-        super().__init_subclass__(**kwargs)
-        if "observe" in cls.__dict__:
-            # The monitor calls update(); a detector written against the old name would silently never be asked.
-            warnings.warn(
-                f"{cls.__qualname__} overrides Detector.observe(), which is deprecated and no longer called by "
-                "the monitor: override update() instead",
-                DeprecationWarning,
-                stacklevel=2,
-            )
 
     @abstractmethod
     def update(self, step: int, score: float, scores: Sequence[float] | None = None) -> bool:
@@ -83,19 +71,6 @@ class Detector(ABC):
     def judge(self, step: int, score: float, scores: Sequence[float] | None = None) -> Verdict:
         """:meth:`update`, answered as a :class:`Verdict` that carries the reason of a stop (same arguments)."""
         return Verdict(True, self.reason()) if self.update(step, score, scores) else _CONTINUE
-
-    def observe(self, step: int, score: float, scores: Sequence[float] | None = None) -> bool:
-        """Deprecated name of :meth:`update` (kept so that older callers run): warns, then calls :meth:`update`.
-
-        ``observe`` means one thing in the core: :meth:`~platform_sim.core.monitor.JobMonitor.observe`, which answers
-        a :class:`~platform_sim.core.boundary.Decision`.
-        """
-        warnings.warn(
-            "Detector.observe() is deprecated: call Detector.update() (same arguments, same answer)",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        return self.update(step, score, scores)
 
     @abstractmethod
     def params(self) -> dict[str, Any]:

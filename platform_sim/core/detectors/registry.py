@@ -10,12 +10,13 @@ from typing import Any
 from .base import Detector
 from .bounds import check_param_bounds
 
-#: The EvalStop paper's rule: stop at the 2nd consecutive decline, no tolerance. ``detector_from_spec(None)`` builds
-#: it, so the simulator's experiments (``evalstop-sim paper``) keep the paper's semantics.
+#: The EvalStop paper's rule: stop at the 2nd consecutive decline, no tolerance. Asked for by name (``paper_spec()``,
+#: or ``"k-decline"`` whose parameters default to these); the simulator's experiments (``evalstop-sim paper``) and
+#: its policies given no detector run it, to keep the paper's semantics.
 PAPER_SPEC: dict[str, Any] = {"name": "k-decline", "params": {"k": 2, "min_delta": 0.0}}
 
-#: The project's default for real jobs: what ``EvalStopCallback()``, ``evalstop-server`` (a job registered without a
-#: detector) and ``evalstop demo`` use. Chosen by the multi-environment real-trace benchmark: every number tuned on
+#: The project's default for real jobs: what ``detector_from_spec(None)``, ``EvalStopCallback()``, ``evalstop-server``
+#: (a job registered without a detector) and ``evalstop demo`` use. Chosen by the multi-environment real-trace benchmark: every number tuned on
 #: the tune-split environments only, the candidates judged once on the held-out test-split environments, and this is
 #: the one that did best there (``evalstop-sim benchmark``; results in docs/results/detector-selection.md).
 DEFAULT_SPEC: dict[str, Any] = {
@@ -70,9 +71,17 @@ def make_detector(name: str, **params: Any) -> Detector:
 
 
 def detector_from_spec(spec: str | Mapping[str, Any] | None) -> Detector:
-    """Build a detector from ``None`` (the paper's rule), a name, or ``{"name": ..., "params": {...}}``."""
+    """Build a detector from a spec.
+
+    Args:
+        spec: ``None`` (the project's default, :data:`DEFAULT_SPEC`), a registered name (its default parameters), or
+            ``{"name": ..., "params": {...}}``. The paper's rule is ``paper_spec()`` (or the name ``"k-decline"``).
+
+    Raises:
+        ValueError: An unknown name, an unknown spec field or a bad parameter (named).
+    """
     if spec is None:
-        return make_detector(PAPER_SPEC["name"], **PAPER_SPEC["params"])
+        return make_detector(DEFAULT_SPEC["name"], **DEFAULT_SPEC["params"])
     if isinstance(spec, str):
         return make_detector(spec)
     if not isinstance(spec, Mapping) or "name" not in spec:

@@ -17,7 +17,7 @@ Policies:
 - ``stop-at-p``: stops every covered job at the first eval at or after a fraction ``p`` (0.65) of its planned steps;
   delivers that checkpoint.
 - ``loss-plateau``: stops a covered job when its training loss improved by less than ``min_rel_improvement`` (1%,
-  relative) over the last ``window`` evals (4, i.e. 20% of the run at the default cadence); delivers the current
+  relative) over the last ``window`` evals (4, i.e. 20% of the run at the default eval interval); delivers the current
   checkpoint. Training loss keeps falling for hacking runs too, so this rule cannot see hacking: it is the baseline
   that shows why the eval signal is needed.
 - ``oracle``: stops a job exactly at its true peak eval and delivers it. It is handed the ground truth explicitly
@@ -34,7 +34,7 @@ from typing import Any, ClassVar
 from platform_sim.core.boundary import JOB_TYPES, Action
 from platform_sim.core.cadence import cadence_from_spec
 from platform_sim.core.checks import check_int, check_nonneg
-from platform_sim.core.detectors import Detector, detector_from_spec, shape_sens_spec
+from platform_sim.core.detectors import Detector, detector_from_spec, paper_spec, shape_sens_spec
 from platform_sim.core.monitor import JobMonitor
 
 from .fleet import FleetDetectorChoice
@@ -92,7 +92,7 @@ class StopPolicy(ABC):
         """The job ended: drop any per-job state."""
 
     def next_eval_step(self, job: JobView) -> int | None:
-        """The cadence hint after ``job``'s latest eval (None: its regular cadence); asked after :meth:`on_eval`
+        """The cadence hint after ``job``'s latest eval (None: its regular interval); asked after :meth:`on_eval`
         returned None. Policies without a cadence policy never hint."""
         return None
 
@@ -119,8 +119,8 @@ class EvalStopPolicy(StopPolicy):
     """The paper's rule: a :class:`JobMonitor` with the configured detector per covered job.
 
     Args:
-        detector: A detector spec for :func:`~platform_sim.core.detectors.detector_from_spec` (None: k-decline, k=2,
-            min_delta=0). Every job gets its own detector built from it.
+        detector: A detector spec for :func:`~platform_sim.core.detectors.detector_from_spec` (None: the paper's
+            rule, ``paper_spec()``: k-decline, k=2, min_delta=0). Every job gets its own detector built from it.
         job_types: Job types covered.
         cadence: A cadence spec for :func:`~platform_sim.core.cadence.cadence_from_spec` (None or ``"fixed"``: no
             hints; ``"adaptive"``: ask for a sooner eval while a decline may have begun).
@@ -136,7 +136,8 @@ class EvalStopPolicy(StopPolicy):
     ) -> None:
         super().__init__(job_types)
         self.cadence = cadence_from_spec(cadence)
-        probe = detector_from_spec(detector)  # validate now: a bad spec fails at construction, not mid-run
+        # Validated now: a bad spec fails at construction, not mid-run.
+        probe = detector_from_spec(paper_spec() if detector is None else detector)
         self.detector_spec: dict[str, Any] = probe.spec()
         self._detector_cls = type(probe)
         self._detector_params = probe.params()
