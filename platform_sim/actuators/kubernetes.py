@@ -21,6 +21,7 @@ an actuator is built, so :func:`parse_ref` works without it.
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 from collections.abc import Mapping
@@ -121,8 +122,6 @@ def _retryable(status: int | None) -> bool:
 
 def _api_reason(exc: Any) -> str:
     """One line from an ``ApiException``: the status, the reason and the server's message when it sent a Status."""
-    import json
-
     message = ""
     body = getattr(exc, "body", None)
     if body:
@@ -186,7 +185,7 @@ class KubernetesActuator:
                 raise HandleRefused(f"kubernetes {r.ref}: no such object ({_api_reason(exc)})") from None
             raise HandleError(f"kubernetes {r.ref}: could not check the object: {_api_reason(exc)}") from None
         except Exception as exc:  # unreachable server, timeout, TLS: not the tenant's fault, and not a refusal
-            raise HandleError(f"kubernetes {r.ref}: could not reach the API server: {exc!r}"[:300]) from None
+            raise HandleError(f"kubernetes {r.ref}: could not ask the API server: {exc!r}"[:300]) from None
 
     def act(self, handle: SchedulerHandle, phase: int) -> ActionResult:
         """Suspend the job (one phase, one patch); never raises for API faults.
@@ -221,8 +220,12 @@ class KubernetesActuator:
     def _read(self, r: KubernetesRef) -> dict[str, Any]:
         """GET the object the handle names, as its JSON dict (camelCase keys)."""
         if r.kind == "job":
-            job = self._batch.read_namespaced_job(r.name, r.namespace, _request_timeout=self.timeout_s)
-            result: dict[str, Any] = self._api_client.sanitize_for_serialization(job)
+            # Read raw, not into the client's typed V1Job: only the metadata matters here, and the typed model
+            # refuses objects that do not match the client's own schema version (a newer or older API server).
+            response = self._batch.read_namespaced_job(
+                r.name, r.namespace, _request_timeout=self.timeout_s, _preload_content=False
+            )
+            result: dict[str, Any] = json.loads(response.data)
             return result
         res = JOBSET if r.kind == "jobset" else WORKLOAD
         obj: dict[str, Any] = self._custom.get_namespaced_custom_object(
@@ -234,8 +237,13 @@ class KubernetesActuator:
         """Merge-patch one object (``res`` None: a ``batch/v1`` Job)."""
         if res is None:
             self._batch.patch_namespaced_job(
-                name, namespace, body, _content_type=MERGE_PATCH, _request_timeout=self.timeout_s
-            )
+                name,
+                namespace,
+                body,
+                _content_type=MERGE_PATCH,
+                _request_timeout=self.timeout_s,
+                _preload_content=False,  # the answer is not needed, and typing it can fail on version skew
+            ).data  # read to the end, so the connection goes back to the pool
         else:
             # Custom resources take only JSON (merge) patches: strategic merge needs Go struct tags they lack.
             self._custom.patch_namespaced_custom_object(
@@ -293,7 +301,9 @@ class KubernetesActuator:
         )
         items = found.get("items") or []
         if len(items) > 1:
-            logger.warning("kubernetes actuator: %d Workloads carry %s=%s; deactivating the first", len(items), JOB_UID_LABEL, uid)
+            logger.warning(
+                "kubernetes actuator: %d Workloads carry %s=%s; deactivating the first", len(items), JOB_UID_LABEL, uid
+            )
         return str(items[0]["metadata"]["name"]) if items else None
 
 
@@ -330,7 +340,9 @@ def build(options: Mapping[str, str]) -> KubernetesActuator:
     try:
         from kubernetes import client, config
     except ImportError as exc:
-        raise ImportError("the kubernetes actuator needs the kubernetes package: pip install 'evalstop[kubernetes]'") from exc
+        raise ImportError(
+            "the kubernetes actuator needs the kubernetes package: pip install 'evalstop[kubernetes]'"
+        ) from exc
 
     configuration = client.Configuration()
     try:
