@@ -149,8 +149,10 @@ class KubernetesActuator:
         if not timeout_s > 0:
             raise ValueError(f"kubernetes actuator: timeout_s must be > 0, got {timeout_s!r}")
         self._api_client = api_client
-        self._batch = client.BatchV1Api(api_client)
-        self._custom = client.CustomObjectsApi(api_client)
+        # Typed as Any: the client's annotations give the typed model as the result even with
+        # _preload_content=False, which returns the raw HTTP response (read here, see _read and _patch).
+        self._batch: Any = client.BatchV1Api(api_client)
+        self._custom: Any = client.CustomObjectsApi(api_client)
         self.timeout_s = float(timeout_s)
 
     # -- the Actuator interface ----------------------------------------------------------------------------------
@@ -243,7 +245,7 @@ class KubernetesActuator:
                 _content_type=MERGE_PATCH,
                 _request_timeout=self.timeout_s,
                 _preload_content=False,  # the answer is not needed, and typing it can fail on version skew
-            ).data  # read to the end, so the connection goes back to the pool
+            ).read()  # to the end, so the connection goes back to the pool
         else:
             # Custom resources take only JSON (merge) patches: strategic merge needs Go struct tags they lack.
             self._custom.patch_namespaced_custom_object(
