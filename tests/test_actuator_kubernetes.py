@@ -36,7 +36,13 @@ kubernetes = pytest.importorskip("kubernetes", reason="the kubernetes extra is n
 from kubernetes import client as k8s_client  # noqa: E402
 
 from platform_sim.actuators.base import HandleError, HandleRefused, SchedulerHandle, TenantScope  # noqa: E402
-from platform_sim.actuators.kubernetes import JOB_UID_LABEL, QUEUE_LABEL, KubernetesActuator, build  # noqa: E402
+from platform_sim.actuators.kubernetes import (  # noqa: E402
+    JOB_UID_LABEL,
+    QUEUE_LABEL,
+    KubernetesActuator,
+    build,
+    ref_from_env,
+)
 
 TOKEN = "test-token-0123"
 MERGE = "application/merge-patch+json"
@@ -538,3 +544,13 @@ def test_build_refuses_bad_options(tmp_path: Path) -> None:
         build({"kubeconfig": str(tmp_path / "absent")})
     with pytest.raises(ValueError, match="cannot load"):  # not inside a pod: no service account token
         build({"in_cluster": "true"})
+
+
+def test_handle_from_the_downward_api_environment() -> None:
+    pod = {"POD_NAMESPACE": "team-a", "POD_NAME": "train-1-x7k2p", "JOB_NAME": "train-1"}
+    assert ref_from_env(pod) == "team-a/job/train-1"
+    assert ref_from_env({**pod, "JOBSET_NAME": "multi"}) == "team-a/jobset/multi"  # the JobSet, not its child Job
+    assert ref_from_env({"POD_NAME": "train-1-x7k2p"}) is None  # not in a pod spec that passes the labels
+    assert ref_from_env({"POD_NAMESPACE": "team-a", "POD_NAME": "p"}) is None
+    with pytest.raises(HandleError, match="namespace"):
+        ref_from_env({"POD_NAMESPACE": "Team_A", "JOB_NAME": "train-1"})

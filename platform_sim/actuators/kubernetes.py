@@ -110,6 +110,28 @@ def parse_ref(ref: str) -> KubernetesRef:
     return KubernetesRef(namespace, kind, name)
 
 
+def ref_from_env(environ: Mapping[str, str]) -> str | None:
+    """The handle of the job this process runs in, from the downward API's environment, or None outside one.
+
+    A pod knows its namespace and its own name (``POD_NAMESPACE``, ``POD_NAME``), but the object to suspend is the
+    Job or JobSet that made the pod, whose name is a label of the pod; the pod spec in docs/service.md passes the
+    labels as ``JOBSET_NAME`` (``jobset.sigs.k8s.io/jobset-name``) and ``JOB_NAME``
+    (``batch.kubernetes.io/job-name``). A JobSet wins over its child Job: the JobSet controller would undo a
+    suspended child.
+
+    Args:
+        environ: The process environment (``os.environ``).
+
+    Raises:
+        HandleError: the variables are set but do not make a valid handle.
+    """
+    namespace = environ.get("POD_NAMESPACE", "").strip()
+    jobset, job = environ.get("JOBSET_NAME", "").strip(), environ.get("JOB_NAME", "").strip()
+    if not namespace or not (jobset or job):
+        return None
+    return parse_ref(f"{namespace}/jobset/{jobset}" if jobset else f"{namespace}/job/{job}").ref
+
+
 def _queued(meta: Mapping[str, Any]) -> bool:
     """Whether the object's metadata submits it to a Kueue queue."""
     return QUEUE_LABEL in (meta.get("labels") or {}) or QUEUE_LABEL in (meta.get("annotations") or {})
