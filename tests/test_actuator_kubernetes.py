@@ -182,6 +182,7 @@ class FakeApiServer:
     def __init__(self) -> None:
         self.objects: dict[tuple[str, str, str], dict[str, Any]] = {}
         self.faults: dict[tuple[str, str], int | str] = {}
+        self.unserved: set[str] = set()  # plurals whose API (CRD) this cluster lacks
         self.requests: list[dict[str, Any]] = []
         self.rejected: list[str] = []
         self.hang_s = 5.0
@@ -266,7 +267,7 @@ class FakeApiServer:
             return h._status(401, "Unauthorized", "Unauthorized")
         m = _PATH.fullmatch(url.path)
         res = RESOURCES.get((m["group"], m["version"], m["plural"])) if m else None
-        if m is None or res is None:
+        if m is None or res is None or m["plural"] in self.unserved:
             return h._status(404, "NotFound", f"the server could not find the requested resource ({url.path})")
         plural, ns, name = m["plural"], m["ns"], m["name"]
         fault = self.faults.get((verb, plural))
@@ -399,6 +400,16 @@ def test_queued_job_without_its_workload_yet_is_retried_not_suspended(
     result = actuator.act(_handle(actuator, "team-a/train-2"), 0)
     assert not result.ok and result.retryable and "Workload" in result.detail
     assert server.patches() == []
+
+
+def test_queue_label_without_kueue_installed_suspends_the_job(api: tuple[FakeApiServer, KubernetesActuator]) -> None:
+    server, actuator = api
+    server.unserved.add("workloads")
+    server.add("jobs", "team-a", "train-3", metadata={"labels": {QUEUE_LABEL: "gpu"}}, spec={"template": POD_TEMPLATE})
+    result = actuator.act(_handle(actuator, "team-a/train-3"), 0)
+    assert result.ok, result
+    (patch,) = server.patches()
+    assert patch["path"].endswith("/jobs/train-3") and patch["body"] == {"spec": {"suspend": True}}
 
 
 def test_plain_job_and_jobset_get_spec_suspend(api: tuple[FakeApiServer, KubernetesActuator]) -> None:

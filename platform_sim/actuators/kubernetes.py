@@ -287,13 +287,12 @@ class KubernetesActuator:
         if r.kind == "workload":
             self._patch(WORKLOAD, r.namespace, r.name, deactivate)
             return ActionResult(ok=True, action=f"deactivate workload {r.namespace}/{r.name}")
-        obj = self._read(r)
-        meta = obj.get("metadata") or {}
-        workload = self._workload_of(r, meta)
+        meta = self._read(r).get("metadata") or {}
+        workload, kueue_managed = self._workload_of(r, meta)
         if workload is not None:
             self._patch(WORKLOAD, r.namespace, workload, deactivate)
             return ActionResult(ok=True, action=f"deactivate workload {r.namespace}/{workload} of {r.ref}")
-        if _queued(meta):
+        if kueue_managed:
             # Queued with Kueue, which has not made its Workload yet: suspending the job now would be undone when
             # Kueue admits it, so wait until the Workload exists.
             return ActionResult(
@@ -302,33 +301,42 @@ class KubernetesActuator:
         self._patch(None if r.kind == "job" else JOBSET, r.namespace, r.name, {"spec": {"suspend": True}})
         return ActionResult(ok=True, action=action)
 
-    def _workload_of(self, r: KubernetesRef, meta: Mapping[str, Any]) -> str | None:
-        """The name of the Kueue Workload that manages the job, or None when Kueue does not manage it."""
+    def _workload_of(self, r: KubernetesRef, meta: Mapping[str, Any]) -> tuple[str | None, bool]:
+        """The name of the Kueue Workload that manages the job (None: none found), and whether Kueue manages it."""
         for owner in meta.get("ownerReferences") or []:
             if owner.get("kind") == WORKLOAD.kind and str(owner.get("apiVersion", "")).startswith(WORKLOAD.group):
-                return str(owner["name"])
+                return str(owner["name"]), True
         labels = meta.get("labels") or {}
         if PREBUILT_WORKLOAD_LABEL in labels:
-            return str(labels[PREBUILT_WORKLOAD_LABEL])
+            return str(labels[PREBUILT_WORKLOAD_LABEL]), True
         if not _queued(meta):
-            return None
-        uid = meta.get("uid")
-        if not uid:
-            return None
-        found = self._custom.list_namespaced_custom_object(
-            WORKLOAD.group,
-            WORKLOAD.version,
-            r.namespace,
-            WORKLOAD.plural,
-            label_selector=f"{JOB_UID_LABEL}={uid}",
-            _request_timeout=self.timeout_s,
-        )
+            return None, False
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            found = self._custom.list_namespaced_custom_object(
+                WORKLOAD.group,
+                WORKLOAD.version,
+                r.namespace,
+                WORKLOAD.plural,
+                label_selector=f"{JOB_UID_LABEL}={meta.get('uid', '')}",
+                _request_timeout=self.timeout_s,
+            )
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+            # The cluster serves no Workload API: Kueue is not installed, and the queue label means nothing.
+            logger.warning("kubernetes actuator: %s has a Kueue queue label but the cluster has no Kueue", r.ref)
+            return None, False
         items = found.get("items") or []
         if len(items) > 1:
             logger.warning(
-                "kubernetes actuator: %d Workloads carry %s=%s; deactivating the first", len(items), JOB_UID_LABEL, uid
+                "kubernetes actuator: %d Workloads carry %s=%s; deactivating the first",
+                len(items),
+                JOB_UID_LABEL,
+                meta.get("uid"),
             )
-        return str(items[0]["metadata"]["name"]) if items else None
+        return (str(items[0]["metadata"]["name"]) if items else None), True
 
 
 def build(options: Mapping[str, str]) -> KubernetesActuator:
