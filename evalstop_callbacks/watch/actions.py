@@ -119,7 +119,7 @@ STOP_WITH = ("slurm", "ray", "kubernetes")
 def stop_with_command(kind: str, ref: str | None, options: Sequence[str], environ: Mapping[str, str]) -> str:
     """The ``--on-stop`` command line that ends the run with the ``kind`` actuator (``--stop-with``).
 
-    The actuator runs in a child process (``python -m evalstop_callbacks.watch.actions``), as any ``--on-stop``
+    The actuator runs in a child process (:func:`stop_with_main`), as any ``--on-stop``
     command does: the scheduler client (Ray, Kubernetes) is imported there only, and its exit status is the stop's.
 
     Args:
@@ -138,7 +138,10 @@ def stop_with_command(kind: str, ref: str | None, options: Sequence[str], enviro
     for option in options:
         if "=" not in option or option.startswith("="):
             raise ValueError(f"--stop-option {option!r}: give KEY=VALUE")
-    return shlex.join([sys.executable, "-m", "evalstop_callbacks.watch.actions", kind, ref, *options])
+    return shlex.join([sys.executable, "-c", _STOP_WITH_MAIN, kind, ref, *options])
+
+
+_STOP_WITH_MAIN = "import sys; from evalstop_callbacks.watch.actions import stop_with_main; sys.exit(stop_with_main())"
 
 
 def detect_ref(kind: str, environ: Mapping[str, str]) -> str | None:
@@ -192,12 +195,14 @@ def run_actuator(
         phase += 1
 
 
-def _main(argv: Sequence[str]) -> int:
-    """``python -m evalstop_callbacks.watch.actions KIND REF [KEY=VALUE ...]``: exit 0 when the job was ended, 1 when
-    the scheduler refused or failed, 2 on bad input. Ray's ``address`` defaults to ``$RAY_ADDRESS``."""
+def stop_with_main(argv: Sequence[str] | None = None) -> int:
+    """The ``--stop-with`` child: arguments ``KIND REF [KEY=VALUE ...]`` (default ``sys.argv[1:]``); exit 0 when the
+    job was ended, 1 when the scheduler refused or failed, 2 on bad input. Ray's ``address`` defaults to
+    ``$RAY_ADDRESS``."""
+    argv = list(sys.argv[1:] if argv is None else argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
     if len(argv) < 2 or argv[0] not in STOP_WITH:
-        print(f"usage: python -m evalstop_callbacks.watch.actions {{{','.join(STOP_WITH)}}} REF [KEY=VALUE ...]")
+        print(f"usage: stop_with_main {{{','.join(STOP_WITH)}}} REF [KEY=VALUE ...]", file=sys.stderr)
         return 2
     kind, ref = argv[0], argv[1]
     options = dict(o.split("=", 1) for o in argv[2:])
@@ -211,7 +216,3 @@ def _main(argv: Sequence[str]) -> int:
     for line in done:
         print(f"evalstop watch --stop-with {kind}: {line}", file=sys.stderr)
     return 0 if ok else 1
-
-
-if __name__ == "__main__":
-    sys.exit(_main(sys.argv[1:]))

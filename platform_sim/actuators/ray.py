@@ -104,7 +104,9 @@ class RayActuator:
         if not prefixes:
             raise HandleRefused("the operator gave this tenant no Ray submission-id prefix (tenant scope --ray-prefix)")
         if not any(handle.ref.startswith(p) for p in prefixes):
-            raise HandleRefused(f"the submission id does not start with one of this tenant's prefixes ({len(prefixes)})")
+            raise HandleRefused(
+                f"the submission id does not start with one of this tenant's prefixes ({len(prefixes)})"
+            )
         try:
             info = self._call(lambda c: c.get_job_info(handle.ref))
         except Exception as exc:

@@ -167,7 +167,9 @@ class ActuationWorker:
                 result = actuator.act(action.handle, action.phase)
             except Exception as exc:  # the interface says act never raises; a bug must not lose the action
                 logger.exception("actuator %s raised on %s", action.handle.kind, action.handle.ref)
-                result = ActionResult(False, f"{action.handle.kind} {action.handle.ref}", f"{type(exc).__name__}: {exc}")
+                result = ActionResult(
+                    False, f"{action.handle.kind} {action.handle.ref}", f"{type(exc).__name__}: {exc}"
+                )
         now = time.time()
         retry_at = None if result.ok else self.settings.retry_at(action.attempts + 1, now, result.retryable)
         level = logging.INFO if result.ok else logging.WARNING

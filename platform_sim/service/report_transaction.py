@@ -18,8 +18,8 @@ from platform_sim.core import Decision, JobMonitor, Report
 
 from . import events
 from .sql import Statements
-from .store_actuation import QUEUE_ACTUATION, queue_row
 from .store import JobFinished, JobNotFound, ReportOutcome, StoreUnavailable
+from .store_actuation import QUEUE_ACTUATION, queue_row
 
 
 def monitor_state(

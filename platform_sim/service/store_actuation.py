@@ -187,7 +187,9 @@ def handle_record(conn: Any, p: str, tenant_id: int, job_id: str) -> HandleRecor
     act = conn.execute(
         f"SELECT {_ACTUATION_COLUMNS} FROM actuations WHERE tenant_id = {p} AND job_id = {p}", (tenant_id, job_id)
     ).fetchone()
-    return HandleRecord(job_id, SchedulerHandle(row[0], row[1]), float(row[2]), None if act is None else _actuation(act))
+    return HandleRecord(
+        job_id, SchedulerHandle(row[0], row[1]), float(row[2]), None if act is None else _actuation(act)
+    )
 
 
 def register_handle(

@@ -136,4 +136,3 @@ def add_routes(app: FastAPI, ctx: ServiceContext, actuators: Mapping[str, Actuat
         if record is None:
             raise ApiError(404, "no_handle", f"job {job_id!r} registered no scheduler handle")
         return JSONResponse(record.to_json())
-
