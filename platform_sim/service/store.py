@@ -69,6 +69,10 @@ class WebhookNotFound(StoreError):
     """``webhook remove`` of an unknown id."""
 
 
+class HandleConflict(StoreError):
+    """A job that already registered another scheduler handle (a handle is sent once and never changed)."""
+
+
 class StoreUnavailable(StoreError):
     """The store cannot commit (disk full, database locked for too long, shutting down)."""
 

@@ -25,7 +25,7 @@ from typing import Any
 from platform_sim.actuators.base import ActionResult, SchedulerHandle, TenantScope
 
 from . import events
-from .store import JobNotFound, StoreError
+from .store import HandleConflict, JobNotFound
 
 PENDING, DONE, GIVEN_UP = "pending", "done", "given_up"
 
@@ -39,10 +39,6 @@ QUEUE_ACTUATION = (
 
 _ACTUATION_COLUMNS = "action_id, tenant_id, job_id, kind, ref, state, phase, attempts, claims, next_attempt_at, "
 _ACTUATION_COLUMNS += "created_at, updated_at, last_action, last_detail"
-
-
-class HandleConflict(StoreError):
-    """A job that already registered another scheduler handle (a handle is sent once and never changed)."""
 
 
 @dataclass(frozen=True, slots=True)
