@@ -110,9 +110,7 @@ def test_registration_checks_the_job_on_the_cluster(ray_cluster: str, tmp_path: 
         _end(ray_cluster, submission)
 
 
-def test_the_service_stops_a_ray_job_once_through_kill_9_of_server_and_worker(
-    ray_cluster: str, tmp_path: Path
-) -> None:
+def test_the_service_stops_a_ray_job_once_through_kill_9_of_server_and_worker(ray_cluster: str, tmp_path: Path) -> None:
     db = tmp_path / "service.db"
     token = add_tenant(db, "acme")
     cli("tenant", "scope", "acme", "--ray-prefix", "acme-", "--db", str(db))
