@@ -24,7 +24,7 @@ from _ray_support import job_status, local_ray_cluster, ray
 from _watch_helpers import CHILD, HACKING, embedded_stop, env, evals, last_json, trace_path, watch
 from service_support import SERVER_CMD, Server, add_tenant, auth, cli, free_port
 
-from platform_sim.service.sqlite_store import SQLiteStore
+from platform_sim.service.store_sqlite import SQLiteStore
 
 JOB = Path(__file__).with_name("_actuate_ray_job.py")
 METRIC = "val-core/openai/gsm8k/reward/mean@1"
