@@ -14,6 +14,10 @@ After the evalstop run the server is stopped and the database is read back: ever
 (lost reports) and no request may have failed (errors).
 
     python benchmarks/bench_service.py --duration 30 --jobs 64 [--json]
+
+``--fastapi-route`` also runs the closed loop with the server's report fast path off (every report through the
+FastAPI route, which parses it with the same function), right after the fast path's run, and prints the ratio: the
+figure that decides whether the fast path earns its place (docs/benchmarks.md).
 """
 
 from __future__ import annotations
@@ -105,7 +109,17 @@ async def _job_worker(
         writer.close()
 
 
-def bench_evalstop(duration: float, jobs: int, workdir: Path, synchronous: str, rate: float = 0.0) -> dict:
+# `evalstop-server serve` with create_app(fast_path=False): the same server, every report through the FastAPI route.
+_SERVE_WITHOUT_FAST_PATH = (
+    "import functools, sys; import platform_sim.service.app as app; "
+    "app.create_app = functools.partial(app.create_app, fast_path=False); "
+    "from platform_sim.service.cli import main; sys.exit(main(sys.argv[1:]))"
+)
+
+
+def bench_evalstop(
+    duration: float, jobs: int, workdir: Path, synchronous: str, rate: float = 0.0, fast_path: bool = True
+) -> dict:
     from platform_sim.service.store_sqlite import SQLiteStore
 
     workdir.mkdir(parents=True, exist_ok=True)
@@ -118,8 +132,7 @@ def bench_evalstop(duration: float, jobs: int, workdir: Path, synchronous: str, 
     proc = subprocess.Popen(
         [
             sys.executable,
-            "-m",
-            "platform_sim.service.cli",
+            *(["-m", "platform_sim.service.cli"] if fast_path else ["-c", _SERVE_WITHOUT_FAST_PATH]),
             "serve",
             "--db",
             str(db),
@@ -181,7 +194,7 @@ def bench_evalstop(duration: float, jobs: int, workdir: Path, synchronous: str, 
     store.close()
     n = sum(len(v) for v in acked.values())
     return {
-        "peer": "evalstop-server" + (f" @{rate:g}/s" if rate else ""),
+        "peer": "evalstop-server" + (f" @{rate:g}/s" if rate else "") + ("" if fast_path else " (FastAPI route)"),
         "reports": n,
         "seconds": elapsed,
         "reports_per_s": n / elapsed,
@@ -298,6 +311,11 @@ def main(argv: list[str] | None = None) -> int:
         help="also run evalstop open-loop at this many reports/s in total, latency measured from each "
         "report's scheduled time (default 1000; 0 skips)",
     )
+    p.add_argument(
+        "--fastapi-route",
+        action="store_true",
+        help="also run the closed loop with the report fast path off (every report through the FastAPI route)",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
     args = p.parse_args(argv)
     if args.duration <= 0 or args.jobs < 1 or args.rate < 0:
@@ -305,6 +323,8 @@ def main(argv: list[str] | None = None) -> int:
     workdir = Path(tempfile.mkdtemp(prefix="evalstop-bench-"))
     try:
         rows = [bench_evalstop(args.duration, args.jobs, workdir / "closed", args.synchronous)]
+        if args.fastapi_route:
+            rows.append(bench_evalstop(args.duration, args.jobs, workdir / "route", args.synchronous, fast_path=False))
         if not args.skip_optuna:
             rows.append(bench_optuna(args.duration, args.jobs, workdir))
         if args.rate:
@@ -317,6 +337,13 @@ def main(argv: list[str] | None = None) -> int:
         # Both peers closed-loop (as fast as they can) in the same run: the figure to trust on a noisy machine.
         out["throughput_ratio"] = rows[0]["reports_per_s"] / optuna_rows[0]["reports_per_s"]
         out["p99_ratio"] = optuna_rows[0]["p99_ms"] / rows[0]["p99_ms"]
+    route_rows = [r for r in rows if r["peer"].endswith("(FastAPI route)")]
+    if route_rows and route_rows[0]["reports"]:
+        fast, route = rows[0], route_rows[0]
+        out["fast_path_throughput_ratio"] = fast["reports_per_s"] / route["reports_per_s"]
+        out["fast_path_cpu_per_report_ratio"] = (route["server_cpu_s"] / route["reports"]) / (
+            fast["server_cpu_s"] / max(fast["reports"], 1)
+        )
     if args.json:
         print(json.dumps(out, indent=2))
         return 0
@@ -345,6 +372,11 @@ def main(argv: list[str] | None = None) -> int:
         )
     if "throughput_ratio" in out:
         print(f"evalstop / optuna: {out['throughput_ratio']:.1f}x reports/s, p99 {out['p99_ratio']:.1f}x lower")
+    if "fast_path_throughput_ratio" in out:
+        print(
+            f"fast path / FastAPI route: {out['fast_path_throughput_ratio']:.2f}x reports/s, "
+            f"{out['fast_path_cpu_per_report_ratio']:.2f}x less server CPU per report"
+        )
     print(f"load average: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     return 0
 

@@ -161,3 +161,14 @@ def postgres_database(prefix: str = "evalstop") -> Iterator[str]:
     finally:
         with psycopg.connect(base, autocommit=True) as admin:
             admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+#: ``evalstop-server`` with the report fast path off (``create_app(fast_path=False)``): every report through the FastAPI
+#: route, to test the two ways in against each other on real servers.
+SERVER_WITHOUT_FAST_PATH_CMD = (
+    sys.executable,
+    "-c",
+    "import functools, sys; import platform_sim.service.app as app; "
+    "app.create_app = functools.partial(app.create_app, fast_path=False); "
+    "from platform_sim.service.cli import main; sys.exit(main(sys.argv[1:]))",
+)

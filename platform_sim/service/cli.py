@@ -22,6 +22,7 @@ import os
 import re
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 from platform_sim.core.boundary import JOB_TYPES
 
@@ -58,7 +59,15 @@ def _db_arg(p: argparse.ArgumentParser) -> None:
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="evalstop-server", description="The evalstop scheduler service (HTTP) and its tenants.")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    _add_serve_parser(sub)
+    tsub = _add_tenant_parsers(sub)
+    cli_events.add_parsers(sub, _db_arg, _Parser)
+    cli_actuate.add_parsers(sub, tsub, _db_arg)
+    return parser
 
+
+def _add_serve_parser(sub: Any) -> None:
+    """``serve``: the HTTP service's flags."""
     serve = sub.add_parser("serve", help="run the HTTP service")
     serve.add_argument("--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1, loopback only)")
     serve.add_argument("--port", type=int, default=8080, help="TCP port (default: 8080)")
@@ -137,6 +146,9 @@ def build_parser() -> argparse.ArgumentParser:
     cli_events.add_serve_flags(serve)
     cli_actuate.add_serve_flags(serve)
 
+
+def _add_tenant_parsers(sub: Any) -> Any:
+    """``tenant add|list|revoke|rotate|restore|detector``."""
     tenant = sub.add_parser("tenant", help="add, list or revoke tenants")
     tsub = tenant.add_subparsers(dest="tenant_command", required=True, parser_class=_Parser)
     add = tsub.add_parser("add", help="create a tenant; prints its token alone on the last line (shown once)")
@@ -180,9 +192,7 @@ def build_parser() -> argparse.ArgumentParser:
     det.add_argument("--window", type=int, default=50, help="most recent finished runs that count (default 50)")
     _db_arg(det)
     det.add_argument("--json", action="store_true", help="machine-readable output")
-    cli_events.add_parsers(sub, _db_arg, _Parser)
-    cli_actuate.add_parsers(sub, tsub, _db_arg)
-    return parser
+    return tsub
 
 
 def _iso(ts: float | None) -> str:

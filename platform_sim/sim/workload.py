@@ -333,18 +333,39 @@ def generate_workload(config: WorkloadConfig, seed: int) -> Workload:
         job_sigma[hacking] = draws.hack_noise[hacking] * p2[hacking]
         job_sigma[healthy] = draws.healthy_noise[healthy] * p2[healthy]
         kinds = np.select([lora, healthy, dpo, hacking], [0, 3, 1, 4], 0).tolist()
-        p5l = p5.tolist()
-    p1l, p2l, p3l, p4l = p1.tolist(), p2.tolist(), p3.tolist(), p4.tolist()
-    l0l, linfl, ltaul = l_0.tolist(), l_inf.tolist(), l_tau.tolist()
-    names, gl, sl, dl, el, pl, hl = (
-        type_names.tolist(),
-        gpus.tolist(),
-        submit.tolist(),
-        dur.tolist(),
-        est.tolist(),
-        planned.tolist(),
-        hacking.tolist(),
+    else:
+        p5 = np.zeros(n)  # only the real curves' peak-decline kind reads it
+    jobs = _job_specs(
+        kinds,
+        (p1, p2, p3, p4, p5),
+        (l_0, l_inf, l_tau),
+        (type_names, gpus, submit, dur, est, planned, hacking),
+        config.hack_gamma,
     )
+    return Workload(jobs, n_evals, config.sigma, true_evals, losses, noise, int(seed), config, job_sigma)
+
+
+def _job_specs(
+    kinds: list[int],
+    curve_params: tuple[np.ndarray, ...],
+    loss_params: tuple[np.ndarray, np.ndarray, np.ndarray],
+    columns: tuple[np.ndarray, ...],
+    hack_gamma: float,
+) -> list[JobSpec]:
+    """The per-job :class:`JobSpec` objects of :func:`generate_workload`'s vectorized draws.
+
+    Args:
+        kinds: Per job, its curve: 0 saturating, 1 plateau, 2 Gao hacking, 3 rise, 4 peak-decline (3 and 4 only with
+            real curves).
+        curve_params: ``(p1, p2, p3, p4, p5)``, the curves' parameters per job (``p5``: the real curves' only).
+        loss_params: ``(l_0, l_inf, l_tau)`` of each job's loss curve.
+        columns: ``(type names, gpus, submit times, durations, estimates, planned steps, hacking)`` per job.
+        hack_gamma: The Gao hacking curves' exponent.
+    """
+    p1l, p2l, p3l, p4l, p5l = (a.tolist() for a in curve_params)
+    l0l, linfl, ltaul = (a.tolist() for a in loss_params)
+    names, gl, sl, dl, el, pl, hl = (c.tolist() for c in columns)
+    n = len(kinds)
     width = max(len(str(n - 1)), 5)
     jobs: list[JobSpec] = []
     for i in range(n):
@@ -355,7 +376,7 @@ def generate_workload(config: WorkloadConfig, seed: int) -> Workload:
         elif kind == 1:
             curve = PlateauCurve(p1l[i], p2l[i], p3l[i], p4l[i])
         elif kind == 2:
-            curve = GaoHackingCurve(p1l[i], p2l[i], p3l[i], config.hack_gamma)
+            curve = GaoHackingCurve(p1l[i], p2l[i], p3l[i], hack_gamma)
         elif kind == 3:
             curve = RiseCurve(p1l[i], p2l[i], p3l[i])
         else:
@@ -375,4 +396,4 @@ def generate_workload(config: WorkloadConfig, seed: int) -> Workload:
                 ExpLossCurve(l0l[i], linfl[i], ltaul[i]),
             )
         )
-    return Workload(jobs, n_evals, config.sigma, true_evals, losses, noise, int(seed), config, job_sigma)
+    return jobs

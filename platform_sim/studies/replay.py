@@ -50,6 +50,7 @@ from platform_sim.sim.traces import RealTrace
 from platform_sim.sim.workload import Workload, WorkloadConfig, generate_workload
 
 from .trace_detection import (
+    Scale,
     ScaleArg,
     native_min_delta,
     scale_for,
@@ -345,8 +346,7 @@ def replay(
     # (those play on the platform), so a row is the regular interval's.
     on_grid = traces if grid_given is None else [on_regular_grid(t, n_evals) for t in traces]
     rows = [trace_detection(t, det, scales[t.name]) for t in on_grid]
-    shared = native_min_delta(traces, score_scale)
-    groups = {scale_group(t, score_scale): scales[t.name] for t in traces}
+    counts, maps = _traces_config(traces, scales, score_scale, det, n_evals)
     return {
         "main": [row(stop, base) for stop in REPLAY_STOPS],
         "composability": [row(stop, b) for b in REPLAY_BASES for stop in ("none", "evalstop")],
@@ -358,21 +358,41 @@ def replay(
             "detector": det,
             "base": base,
             "stop_at_p": stop_at_p,
-            "n_traces": len(traces),
-            "hacking_traces": sum(t.hacking for t in traces),
-            "ambiguous_traces": [t.name for t in traces if t.label == "ambiguous"],
-            "grid_evals": n_evals,
-            "eval_counts": sorted({len(t.steps) for t in traces}),
-            "score_scale": score_scale,
+            **counts,
             "cadence": cadence,
             "eval_cost": eval_cost,
             **(eval_budget or EvalBudget()).to_dict(),
-            "scales": {g: {"lo": s.lo, "hi": s.hi} for g, s in groups.items()}
-            if score_scale == "environment"
-            else len(groups),
-            "scale": {"lo": shared.lo, "hi": shared.hi} if shared is not None else None,
-            "min_delta_native": det["params"].get("min_delta", 0.0) * shared.span
-            if det["name"] == "k-decline" and shared is not None
-            else None,
+            **maps,
         },
     }
+
+
+def _traces_config(
+    traces: Sequence[RealTrace],
+    scales: Mapping[str, Scale],
+    score_scale: str,
+    det: Mapping[str, Any],
+    n_evals: int,
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """What :func:`replay`'s ``config`` says about the traces: their counts and grid; their score maps (and, for
+    the k-decline rule, its ``min_delta`` in the traces' own units when they share one map)."""
+    shared = native_min_delta(traces, score_scale)
+    groups = {scale_group(t, score_scale): scales[t.name] for t in traces}
+    counts = {
+        "n_traces": len(traces),
+        "hacking_traces": sum(t.hacking for t in traces),
+        "ambiguous_traces": [t.name for t in traces if t.label == "ambiguous"],
+        "grid_evals": n_evals,
+        "eval_counts": sorted({len(t.steps) for t in traces}),
+        "score_scale": score_scale,
+    }
+    maps = {
+        "scales": {g: {"lo": s.lo, "hi": s.hi} for g, s in groups.items()}
+        if score_scale == "environment"
+        else len(groups),
+        "scale": {"lo": shared.lo, "hi": shared.hi} if shared is not None else None,
+        "min_delta_native": det["params"].get("min_delta", 0.0) * shared.span
+        if det["name"] == "k-decline" and shared is not None
+        else None,
+    }
+    return counts, maps

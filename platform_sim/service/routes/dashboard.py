@@ -97,63 +97,73 @@ def add_routes(app: FastAPI, ctx: ServiceContext, sessions: SessionStore | None 
         sessions: Where sign-in sessions live (default: a new :class:`SessionStore` for this app).
     """
     live = sessions if sessions is not None else SessionStore()
-    data = DashboardData(ctx.store)
+    _add_sign_in_routes(app, ctx, live)
+    _add_job_pages(app, ctx, live, DashboardData(ctx.store))
 
-    def login_form(nonce: str, error: str | None = None, status: int = 200) -> HTMLResponse:
-        form_nonce = secrets.token_urlsafe(24)
-        response = _html(pages.Chrome(nonce), pages.login_page(pages.Chrome(nonce), form_nonce, error), status)
-        response.set_cookie(
-            LOGIN_COOKIE, form_nonce, max_age=LOGIN_FORM_TTL_S, path="/login", httponly=True, samesite="strict"
-        )
+
+def _login_form(nonce: str, error: str | None = None, status: int = 200) -> HTMLResponse:
+    """The sign-in page, with a fresh form nonce in its cookie (checked when the form comes back)."""
+    form_nonce = secrets.token_urlsafe(24)
+    response = _html(pages.Chrome(nonce), pages.login_page(pages.Chrome(nonce), form_nonce, error), status)
+    response.set_cookie(
+        LOGIN_COOKIE, form_nonce, max_age=LOGIN_FORM_TTL_S, path="/login", httponly=True, samesite="strict"
+    )
+    return response
+
+
+async def _signed_in(
+    ctx: ServiceContext, live: SessionStore, request: Request, nonce: str
+) -> tuple[Tenant, Session] | Response:
+    """The request's tenant and session, or the response to send instead (to /login, or the error page)."""
+    session_id = request.cookies.get(SESSION_COOKIE)
+    session = live.get(session_id)
+    if session is None:
+        response = _redirect("/login", nonce)
+        if session_id:
+            response.delete_cookie(SESSION_COOKIE, path="/")
         return response
-
-    async def signed_in(request: Request, nonce: str) -> tuple[Tenant, Session] | Response:
-        """The request's tenant and session, or the response to send instead (to /login, or the error page)."""
-        session_id = request.cookies.get(SESSION_COOKIE)
-        session = live.get(session_id)
-        if session is None:
+    try:
+        tenant = await ctx.call(ctx.authenticate, session.token)
+    except ApiError as exc:
+        if exc.status == 401:  # revoked since sign-in
+            live.end(session_id)
             response = _redirect("/login", nonce)
-            if session_id:
-                response.delete_cookie(SESSION_COOKIE, path="/")
+            response.delete_cookie(SESSION_COOKIE, path="/")
             return response
-        try:
-            tenant = await ctx.call(ctx.authenticate, session.token)
-        except ApiError as exc:
-            if exc.status == 401:  # revoked since sign-in
-                live.end(session_id)
-                response = _redirect("/login", nonce)
-                response.delete_cookie(SESSION_COOKIE, path="/")
-                return response
-            return _html(
-                pages.Chrome(nonce),
-                pages.error_page(pages.Chrome(nonce), exc.status, exc.message),
-                exc.status,
-                exc.headers,
-            )
-        return tenant, session
+        return _html(
+            pages.Chrome(nonce),
+            pages.error_page(pages.Chrome(nonce), exc.status, exc.message),
+            exc.status,
+            exc.headers,
+        )
+    return tenant, session
+
+
+def _add_sign_in_routes(app: FastAPI, ctx: ServiceContext, live: SessionStore) -> None:
+    """``GET /login``, ``POST /login`` and ``POST /logout``."""
 
     @app.get("/login", include_in_schema=False)
     async def login_page(request: Request) -> Response:
         nonce = _nonce()
         if live.get(request.cookies.get(SESSION_COOKIE)) is not None:
             return _redirect("/", nonce)
-        return login_form(nonce)
+        return _login_form(nonce)
 
     @app.post("/login", include_in_schema=False)
     async def login(request: Request) -> Response:
         nonce = _nonce()
         form = await read_form(request)
         if form is None:
-            return login_form(nonce, "Send the sign-in form (a form with the field token).", 400)
+            return _login_form(nonce, "Send the sign-in form (a form with the field token).", 400)
         sent, expected = form.get("login_nonce", ""), request.cookies.get(LOGIN_COOKIE, "")
         if not expected or not hmac.compare_digest(sent.encode(), expected.encode()):
-            return login_form(nonce, "The sign-in form expired or came from another site: sign in again.", 400)
+            return _login_form(nonce, "The sign-in form expired or came from another site: sign in again.", 400)
         token = form.get("token", "").strip()
         try:
             await ctx.call(ctx.authenticate, token)
         except ApiError as exc:
             if exc.status == 401:
-                return login_form(nonce, "Unknown or revoked token.", 401)
+                return _login_form(nonce, "Unknown or revoked token.", 401)
             chrome = pages.Chrome(nonce)
             return _html(chrome, pages.error_page(chrome, exc.status, exc.message), exc.status, exc.headers)
         live.end(request.cookies.get(SESSION_COOKIE))  # a new id at each sign-in (no session fixation)
@@ -186,6 +196,10 @@ def add_routes(app: FastAPI, ctx: ServiceContext, sessions: SessionStore | None 
         response.delete_cookie(SESSION_COOKIE, path="/")
         return response
 
+
+def _add_job_pages(app: FastAPI, ctx: ServiceContext, live: SessionStore, data: DashboardData) -> None:
+    """``GET /`` (the tenant's jobs) and ``GET /jobs/{job_id}``."""
+
     @app.get("/", include_in_schema=False)
     async def jobs_page(
         request: Request,
@@ -195,7 +209,7 @@ def add_routes(app: FastAPI, ctx: ServiceContext, sessions: SessionStore | None 
         page: Annotated[str, Query(max_length=9)] = "1",
     ) -> Response:
         nonce = _nonce()
-        who = await signed_in(request, nonce)
+        who = await _signed_in(ctx, live, request, nonce)
         if isinstance(who, Response):
             return who
         tenant, session = who
@@ -227,7 +241,7 @@ def add_routes(app: FastAPI, ctx: ServiceContext, sessions: SessionStore | None 
     async def job_page(request: Request, job_id: str) -> Response:
         # ``:path``: an id with an encoded "/" reaches this page (and its 404) rather than the API's JSON 404.
         nonce = _nonce()
-        who = await signed_in(request, nonce)
+        who = await _signed_in(ctx, live, request, nonce)
         if isinstance(who, Response):
             return who
         tenant, session = who

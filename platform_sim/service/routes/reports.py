@@ -1,12 +1,13 @@
 """``POST /v1/jobs/{job_id}/evals``: take one evaluation, answer the scheduler's decision after the commit.
 
-One code path for what a report means (the whitelist, the server's limits, the core's decision, the metrics):
-:meth:`Reports.handle`. Two parsers reach it: the FastAPI route (which also gives the OpenAPI spec and serves when
-the fast path is off) and :meth:`Reports.fast`, the handler of the ASGI fast path
-(:class:`~platform_sim.service.asgi.ReportFastPath`), which parses the same request with the same
-:class:`~platform_sim.service.wire.ReportIn` model straight from the raw body. The fast path stays because FastAPI's
-routing, dependency and response machinery cost about 40% of the server's CPU per report (profiled with py-spy), and
-the report endpoint is the only hot one.
+One parser and one code path for what a report means: :func:`parse_report` checks the path's job id and the raw
+body (the :class:`~platform_sim.service.wire.ReportIn` whitelist) and :meth:`Reports.handle` does the rest (the
+server's limits, the core's decision, the metrics). Both ways in call the two of them, so they answer the same
+statuses with the same messages: the FastAPI route (which also gives the OpenAPI spec and serves when the fast path
+is off) and :meth:`Reports.fast`, the handler of the ASGI fast path (:class:`~platform_sim.service.asgi.ReportFastPath`).
+The fast path stays because FastAPI's routing, dependency and response machinery cost a large share of the server's
+CPU per report (``benchmarks/bench_service.py --fastapi-route``; figures in docs/benchmarks.md), and the report
+endpoint is the only hot one.
 """
 
 # No `from __future__ import annotations`: FastAPI reads the routes' annotations at runtime.
@@ -17,7 +18,7 @@ import time
 from dataclasses import dataclass
 from typing import Annotated, Any
 
-from fastapi import Depends, FastAPI
+from fastapi import Depends, FastAPI, Path, Request
 from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 
@@ -26,7 +27,7 @@ from platform_sim.core import ConflictError, InvalidReportError, Report
 from ..deps import ServiceContext
 from ..errors import CONFLICT, ERRORS, NOT_FOUND, UNAVAILABLE, ApiError, store_error, validation_message
 from ..store import JobFinished, JobNotFound, StoreUnavailable, Tenant
-from ..wire import JOB_ID_PATTERN, DecisionOut, JobIdPath, ReportIn
+from ..wire import JOB_ID_PATTERN, DecisionOut, ReportIn
 from ..writer import OperationFailed
 from . import PREFIX, Routes
 
@@ -45,6 +46,30 @@ _OUTCOMES: tuple[tuple[type[Exception], str], ...] = (
     (StoreUnavailable, "unavailable"),
     (OperationFailed, "internal_error"),
 )
+
+
+def parse_report(job_id: str, raw: bytes) -> ReportIn:
+    """The one validation of a report request, for both ways in: the path's job id, then the raw JSON body.
+
+    Args:
+        job_id: The ``{job_id}`` of the path, as sent (not yet checked).
+        raw: The request body.
+
+    Returns:
+        The body as the whitelisted :class:`~platform_sim.service.wire.ReportIn`.
+
+    Raises:
+        ApiError: 422 ``invalid_request``, naming the path's bad job id, or every problem of the body (bad JSON, an
+            unknown field, a missing or ill-typed field, a non-finite score) without echoing the input.
+    """
+    if not _JOB_ID.fullmatch(job_id):
+        raise ApiError(
+            422, "invalid_request", f"invalid request: path.job_id: String should match pattern '{JOB_ID_PATTERN}'"
+        )
+    try:
+        return ReportIn.model_validate_json(raw)
+    except ValidationError as exc:
+        raise ApiError(422, "invalid_request", validation_message(exc.errors())) from None
 
 
 @dataclass
@@ -126,17 +151,7 @@ class Reports:
         try:
             scheme, _, token = (authorization or "").partition(" ")
             t = await self.ctx.authenticate_async(token.strip() if scheme.lower() == "bearer" else None, len(raw))
-            if not _JOB_ID.fullmatch(job_id):
-                raise ApiError(
-                    422,
-                    "invalid_request",
-                    f"invalid request: path.job_id: String should match pattern '{JOB_ID_PATTERN}'",
-                )
-            try:
-                body = ReportIn.model_validate_json(raw)
-            except ValidationError as exc:
-                raise ApiError(422, "invalid_request", validation_message(exc.errors())) from None
-            return 200, await self.handle(t, job_id, body), None
+            return 200, await self.handle(t, job_id, parse_report(job_id, raw)), None
         except ApiError as exc:
             return exc.status, exc.body(), exc.headers
         except Exception:  # a bug: a 500 for this request alone, never a dropped connection
@@ -144,21 +159,46 @@ class Reports:
             return 500, {"error": "internal_error", "message": "internal error while answering this report"}, None
 
 
+# The route reads its body itself (parse_report), so FastAPI does not see the model: the spec names it here.
+_REPORT_BODY = {
+    "requestBody": {
+        "required": True,
+        "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ReportIn"}}},
+    }
+}
+
+
 def add_routes(app: FastAPI, reports: Reports) -> None:
     """Add the report route, around ``reports``, to ``app`` (served by FastAPI when the fast path is off, and in the
     OpenAPI spec)."""
     TenantDep = Annotated[Tenant, Depends(reports.ctx.tenant)]
     api = Routes(app, PREFIX, ["jobs"])
+    # Documented, not enforced by FastAPI: parse_report checks it, with the fast path's message.
+    JobId = Annotated[str, Path(description="The job's id.", json_schema_extra={"pattern": JOB_ID_PATTERN})]
 
     @api.post(
         "/jobs/{job_id}/evals",
         response_model=DecisionOut,
         responses={**ERRORS, **NOT_FOUND, **CONFLICT, **UNAVAILABLE},
+        openapi_extra=_REPORT_BODY,
     )
-    async def post_eval(job_id: JobIdPath, body: ReportIn, t: TenantDep) -> JSONResponse:
+    async def post_eval(job_id: JobId, request: Request, t: TenantDep) -> JSONResponse:
         """Take one evaluation (the whitelisted Report) and answer the scheduler's Decision after it is committed.
 
         A re-send of a stored step with the same score answers the same decision again; a different score for a
         stored step, or an older step, is a 409. Once a job is stopped every decision is ``stop``.
         """
+        body = parse_report(job_id, await request.body())
         return JSONResponse(await reports.handle(t, job_id, body))
+
+    openapi = app.openapi
+
+    def openapi_with_report_body() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            spec = openapi()
+            spec.setdefault("components", {}).setdefault("schemas", {})["ReportIn"] = ReportIn.model_json_schema(
+                ref_template="#/components/schemas/{model}"
+            )
+        return app.openapi_schema  # type: ignore[return-value]  # set by openapi() above
+
+    app.openapi = openapi_with_report_body  # type: ignore[method-assign]
