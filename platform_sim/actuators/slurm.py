@@ -43,8 +43,20 @@ _GONE = ("invalid job id", "already completing or completed", "job has already f
 #: Slurm job states after which the job holds no slots and will not run again by itself. COMPLETING counts: the job
 #: is ending (perhaps from our own earlier phase, whose result a crash lost), and requeueing it would run it again.
 _FINISHED = frozenset(
-    {"BOOT_FAIL", "CANCELLED", "COMPLETED", "COMPLETING", "DEADLINE", "FAILED", "NODE_FAIL", "OUT_OF_MEMORY",
-     "PREEMPTED", "REVOKED", "SPECIAL_EXIT", "TIMEOUT"}
+    {
+        "BOOT_FAIL",
+        "CANCELLED",
+        "COMPLETED",
+        "COMPLETING",
+        "DEADLINE",
+        "FAILED",
+        "NODE_FAIL",
+        "OUT_OF_MEMORY",
+        "PREEMPTED",
+        "REVOKED",
+        "SPECIAL_EXIT",
+        "TIMEOUT",
+    }
 )
 
 #: The options :func:`build` accepts, all strings as the service's configuration holds them.
@@ -139,7 +151,9 @@ class SlurmActuator:
         if _gone(run.err) or (run.returncode == 0 and not run.out.strip()):
             raise HandleError(f"slurm job {handle.ref} is unknown to the cluster")
         if run.returncode != 0:
-            raise HandleError(f"cannot check slurm job {handle.ref}: {_first_line(run.err) or f'exit {run.returncode}'}")
+            raise HandleError(
+                f"cannot check slurm job {handle.ref}: {_first_line(run.err) or f'exit {run.returncode}'}"
+            )
         for line in run.out.splitlines():
             user, _, account = line.strip().partition("|")
             # Every line (one per array task) must be the tenant's: one foreign task refuses the whole handle.
@@ -221,7 +235,6 @@ class SlurmActuator:
         if alive - {"PENDING"}:
             return sorted(alive - {"PENDING"})[0], ""
         return ("PENDING" if alive else sorted(states)[0]), ""
-
 
     def _check(self, handle: SchedulerHandle) -> None:
         if handle.kind != self.kind:
