@@ -16,6 +16,7 @@ job's full history: the job stays protected. Reports the service has not acknowl
 from __future__ import annotations
 
 import logging
+import os
 import random
 import threading
 import time
@@ -62,6 +63,7 @@ class _Link:
     planned_steps: int | None
     cadence: dict[str, Any] | None = None  # normalized spec; None: the fixed cadence (not sent)
     registered: bool = False
+    handle_sent: bool = False  # the scheduler handle was registered, or refused (it is sent once either way)
     backlog: list[Report] = field(default_factory=list)  # reports the service has not acknowledged, in order
 
 
@@ -84,6 +86,13 @@ class PlatformClient:
         planned_steps: Planned training steps, declared likewise; with ``gpus`` the service estimates the GPU-hours
             a stop gives back.
         transport: An ``httpx`` transport, for tests (default: a real HTTP connection pool).
+        scheduler_handle: The cluster scheduler's job this process runs as, registered once with each job right
+            after the job's registration (``PUT /v1/jobs/{id}/scheduler-handle``), so that the service can end it
+            there at a stop: ``(kind, ref)`` such as ``("slurm", "1234")`` or ``("ray", "raysubmit_...")``;
+            ``"auto"`` to read it from the environment (``SLURM_JOB_ID``, the pod's downward API, Ray's job id;
+            :func:`evalstop_callbacks.scheduler_handle.detect_handle`); None (default) to register none. Opt-in,
+            and never part of a report. A refused handle (400/403/404/422) is logged and not sent again; the job
+            still reports.
     """
 
     def __init__(
@@ -100,6 +109,7 @@ class PlatformClient:
         gpus: int | None = None,
         planned_steps: int | None = None,
         transport: httpx.BaseTransport | None = None,
+        scheduler_handle: str | tuple[str, str] | None = None,
     ) -> None:
         if not url.startswith(("http://", "https://")):
             raise ValueError(f"url must start with http:// or https://, got {url!r}")
@@ -114,6 +124,7 @@ class PlatformClient:
                 raise ValueError(f"{name} must be an integer >= 1 or None, got {value!r}")
         self.gpus = gpus
         self.planned_steps = planned_steps
+        self.scheduler_handle = _resolve_handle(scheduler_handle)
         self.url = url.rstrip("/")
         self.max_retries = max_retries
         self.backoff = backoff
@@ -202,7 +213,29 @@ class PlatformClient:
         link.registered = reply is not None
         if isinstance(reply, Mapping):
             self._adopt_detector(job_id, reply.get("detector"))
+        if link.registered:
+            self._send_handle(job_id, link)
         return link.registered
+
+    def _send_handle(self, job_id: str, link: _Link) -> None:
+        """Register the scheduler handle of ``job_id`` once (again at the next report while the service is down)."""
+        if self.scheduler_handle is None or link.handle_sent:
+            return
+        kind, ref = self.scheduler_handle
+        try:
+            reply = self._request("PUT", f"/v1/jobs/{job_id}/scheduler-handle", {"kind": kind, "ref": ref})
+        except PlatformError as exc:
+            link.handle_sent = True  # refused: sending it again would be refused again
+            logger.error(
+                "evalstop: the scheduler refused the %s handle %r of job %r (%s); the service will not end the "
+                "job on its scheduler",
+                kind,
+                ref,
+                job_id,
+                exc,
+            )
+            return
+        link.handle_sent = reply is not None
 
     def _local_spec(self, job_id: str) -> dict[str, Any]:
         """The local core's detector for a job registered with none: the one it runs already (a resume, maybe the
@@ -428,3 +461,24 @@ class PlatformClient:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _resolve_handle(given: str | tuple[str, str] | None) -> tuple[str, str] | None:
+    """The ``(kind, ref)`` of the ``scheduler_handle`` argument (``"auto"``: detected from the environment)."""
+    if given is None:
+        return None
+    if given == "auto":
+        try:
+            from .scheduler_handle import detect_handle  # type: ignore[import-not-found,unused-ignore]
+        except ImportError as exc:
+            logger.warning("evalstop: scheduler_handle='auto' needs evalstop_callbacks.scheduler_handle (%s)", exc)
+            return None
+        found = detect_handle(os.environ)
+        if found is None:
+            logger.info("evalstop: no scheduler job found in the environment; no scheduler handle registered")
+            return None
+        kind, ref = (found.kind, found.ref) if hasattr(found, "kind") else found
+        return str(kind), str(ref)
+    if isinstance(given, str) or len(given) != 2 or not all(isinstance(x, str) and x for x in given):
+        raise ValueError(f"scheduler_handle must be 'auto', (kind, ref) or None, got {given!r}")
+    return given[0], given[1]

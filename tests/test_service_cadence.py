@@ -186,7 +186,7 @@ def test_a_version_1_database_opens_and_its_jobs_read_as_fixed(tmp_path: Path) -
         report_cols = [r[1] for r in conn.execute("PRAGMA table_info(reports)")]
         hints = conn.execute("SELECT step, next_eval_step FROM reports ORDER BY step").fetchall()
     conn.close()
-    assert version == (str(tables.SCHEMA_VERSION),) and tables.SCHEMA_VERSION == 3
+    assert version == (str(tables.SCHEMA_VERSION),) and tables.SCHEMA_VERSION == 4
     assert jobs_cols[-2:] == ["cadence", "gpu_hours_freed"] and report_cols[-1] == "next_eval_step"
     assert hints == [(0, None), (20, None), (40, None), (60, None), (80, None)]
 

@@ -1,4 +1,5 @@
-"""What a stop does: signal the trainer's process, or run the user's command (``ray job stop``, ``scancel``, ...).
+"""What a stop does: signal the trainer's process, run the user's command (``ray job stop``, ``scancel``, ...), or
+end the job through its scheduler's actuator (``--stop-with slurm|ray|kubernetes``, :func:`stop_with_command`).
 
 Also how the watcher learns that ``--pid`` ended and with what exit status: ``waitpid`` when the process is the
 watcher's own child; otherwise, on Linux, the exit status that ``/proc/<pid>/stat`` shows while the process waits to
@@ -9,10 +10,12 @@ from __future__ import annotations
 
 import logging
 import os
+import shlex
 import signal
 import subprocess
+import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 logger = logging.getLogger(__name__)
@@ -107,3 +110,109 @@ def run_stop_command(command: str, env: Mapping[str, str], timeout: float | None
     logger.info("evalstop watch: running the stop command: %s", command)
     done = subprocess.run(command, shell=True, env={**os.environ, **env}, timeout=timeout, check=False)
     return done.returncode
+
+
+STOP_WITH = ("slurm", "ray", "kubernetes")
+"""The schedulers ``--stop-with`` ends a run on (through :mod:`platform_sim.actuators`)."""
+
+
+def stop_with_command(kind: str, ref: str | None, options: Sequence[str], environ: Mapping[str, str]) -> str:
+    """The ``--on-stop`` command line that ends the run with the ``kind`` actuator (``--stop-with``).
+
+    The actuator runs in a child process (:func:`stop_with_main`), as any ``--on-stop``
+    command does: the scheduler client (Ray, Kubernetes) is imported there only, and its exit status is the stop's.
+
+    Args:
+        kind: ``slurm``, ``ray`` or ``kubernetes``.
+        ref: The job's name on the scheduler (``--stop-handle``), or None to detect it from ``environ``.
+        options: The actuator's ``KEY=VALUE`` settings (``--stop-option``).
+        environ: Where the handle is detected.
+
+    Raises:
+        ValueError: no handle given and none found in ``environ``, or a malformed option.
+    """
+    if ref is None:
+        ref = detect_ref(kind, environ)
+        if ref is None:
+            raise ValueError(f"--stop-with {kind}: no {kind} job found in the environment; give --stop-handle REF")
+    for option in options:
+        if "=" not in option or option.startswith("="):
+            raise ValueError(f"--stop-option {option!r}: give KEY=VALUE")
+    return shlex.join([sys.executable, "-c", _STOP_WITH_MAIN, kind, ref, *options])
+
+
+_STOP_WITH_MAIN = "import sys; from evalstop_callbacks.watch.actions import stop_with_main; sys.exit(stop_with_main())"
+
+
+def detect_ref(kind: str, environ: Mapping[str, str]) -> str | None:
+    """The ref of this environment's ``kind`` job: :func:`evalstop_callbacks.scheduler_handle.detect_handle` when
+    installed, else ``SLURM_JOB_ID`` for Slurm; None when none is found."""
+    try:
+        from ..scheduler_handle import detect_handle  # type: ignore[import-not-found,unused-ignore]
+    except ImportError:
+        return environ.get("SLURM_JOB_ID") if kind == "slurm" else None
+    found = detect_handle(environ)
+    if found is None:
+        return None
+    found_kind, found_ref = (found.kind, found.ref) if hasattr(found, "kind") else found
+    return str(found_ref) if found_kind == kind else None
+
+
+def run_actuator(
+    kind: str,
+    ref: str,
+    options: Mapping[str, str],
+    attempts: int = 3,
+    backoff_s: float = 1.0,
+    sleep: Callable[[float], None] = time.sleep,
+) -> tuple[bool, list[str]]:
+    """Run every phase of stopping job ``ref`` with the ``kind`` actuator, here and now; ``(ok, what was done)``.
+
+    A failed phase is tried again ``attempts`` times in all (after ``backoff_s``, doubled), unless the actuator says
+    retrying cannot help. No tenant check: the actuator acts with this process's own credentials on the scheduler.
+
+    Raises:
+        ValueError: unknown kind, a missing dependency, refused options, or a malformed ``ref``.
+    """
+    from platform_sim.actuators import make_actuator
+
+    actuator = make_actuator(kind, options)
+    handle = actuator.parse(ref)
+    done: list[str] = []
+    phase = 0
+    while True:
+        for attempt in range(1, attempts + 1):
+            result = actuator.act(handle, phase)
+            done.append(f"{result.action}: {'ok' if result.ok else 'failed'} ({result.detail})")
+            if result.ok or not result.retryable or attempt == attempts:
+                break
+            sleep(backoff_s * 2 ** (attempt - 1))
+        if not result.ok:
+            return False, done
+        if result.next_phase_after_s is None:
+            return True, done
+        sleep(result.next_phase_after_s)
+        phase += 1
+
+
+def stop_with_main(argv: Sequence[str] | None = None) -> int:
+    """The ``--stop-with`` child: arguments ``KIND REF [KEY=VALUE ...]`` (default ``sys.argv[1:]``); exit 0 when the
+    job was ended, 1 when the scheduler refused or failed, 2 on bad input. Ray's ``address`` defaults to
+    ``$RAY_ADDRESS``."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
+    if len(argv) < 2 or argv[0] not in STOP_WITH:
+        print(f"usage: stop_with_main {{{','.join(STOP_WITH)}}} REF [KEY=VALUE ...]", file=sys.stderr)
+        return 2
+    kind, ref = argv[0], argv[1]
+    options = dict(o.split("=", 1) for o in argv[2:])
+    if kind == "ray" and "address" not in options and os.environ.get("RAY_ADDRESS"):
+        options["address"] = os.environ["RAY_ADDRESS"]
+    try:
+        ok, done = run_actuator(kind, ref, options)
+    except ValueError as exc:
+        print(f"evalstop watch --stop-with {kind}: error: {exc}", file=sys.stderr)
+        return 2
+    for line in done:
+        print(f"evalstop watch --stop-with {kind}: {line}", file=sys.stderr)
+    return 0 if ok else 1

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import signal
 import sys
 from collections.abc import Sequence
@@ -19,6 +20,7 @@ from typing import Any, NoReturn
 from platform_sim.core import default_spec
 from platform_sim.core.detectors.registry import parse_detector_param
 
+from .actions import STOP_WITH, stop_with_command
 from .follow import Backoff
 from .loop import StopPlan, run, write_result
 from .records import FORMATS, WatchError
@@ -155,6 +157,21 @@ def configure(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     stop.add_argument(
         "--on-stop", metavar="CMD", help="shell command run at a stop, the decision in its environment (see below)"
     )
+    stop.add_argument(
+        "--stop-with",
+        choices=STOP_WITH,
+        help="end the job through its scheduler at a stop (Slurm scancel, Ray stop_job, Kubernetes suspend), "
+        "the job named by --stop-handle or found in the environment",
+    )
+    add("--stop-handle", metavar="REF", help="the job's name for --stop-with (Slurm job id, Ray submission id, ...)")
+    add(
+        "--stop-option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a setting of the --stop-with actuator (repeatable), e.g. address=http://127.0.0.1:8265 for ray "
+        "(default $RAY_ADDRESS)",
+    )
     add("--grace", type=_positive, default=30.0, metavar="S", help="seconds from SIGTERM to SIGKILL (default 30)")
     add(
         "--timeout",
@@ -221,6 +238,18 @@ def _client(args: argparse.Namespace) -> Any:
         raise WatchError(f"--server: {exc}") from None
 
 
+def _on_stop(args: argparse.Namespace) -> str | None:
+    """The ``--on-stop`` command, or the one that carries out ``--stop-with`` (:func:`.actions.stop_with_command`)."""
+    if args.stop_with is None:
+        if args.stop_handle is not None or args.stop_option:
+            raise WatchError("--stop-handle and --stop-option need --stop-with")
+        return args.on_stop  # type: ignore[no-any-return]
+    try:
+        return stop_with_command(args.stop_with, args.stop_handle, args.stop_option, os.environ)
+    except ValueError as exc:
+        raise WatchError(str(exc)) from None
+
+
 def _on_signal(signum: int, _frame: FrameType | None) -> None:
     raise KeyboardInterrupt(signum)
 
@@ -256,7 +285,7 @@ def run_args(args: argparse.Namespace) -> int:
         )
         plan = StopPlan(
             pid=args.pid,
-            on_stop=args.on_stop,
+            on_stop=_on_stop(args),
             grace=args.grace,
             timeout=args.timeout,
             backoff=Backoff(fast=min(0.05, args.poll), slow=args.poll),

@@ -15,11 +15,14 @@ wire models in :mod:`.wire`.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 
 from fastapi import Depends, FastAPI
 
+from platform_sim.actuators.base import Actuator
+
+from .actuate import ActuateSettings, ActuationWorker
 from .asgi import BodyLimitMiddleware, ReportFastPath
 from .deps import ServiceContext
 from .errors import ApiError, install_error_handlers, no_unknown_query
@@ -27,7 +30,7 @@ from .fairness import CountForeground
 from .metrics import ServiceMetrics
 from .quotas import JobQuotas
 from .ratelimit import RATE_BYTES_PER_TOKEN, TenantRateLimit
-from .routes import API_VERSION, history, jobs, operator, reports
+from .routes import API_VERSION, actuation, history, jobs, operator, reports
 from .routes import dashboard as dashboard_routes
 from .store import Store
 from .webhooks import DeliveryWorker, WebhookSettings
@@ -59,6 +62,8 @@ def create_app(
     admin_token: str | None = None,
     webhooks: WebhookSettings | None = None,
     quotas: JobQuotas | None = None,
+    actuators: Mapping[str, Actuator] | None = None,
+    actuate: ActuateSettings | None = None,
 ) -> FastAPI:
     """Build the service around ``store``.
 
@@ -76,18 +81,27 @@ def create_app(
         webhooks: Run the background worker (webhook delivery from the outbox, event retention) with these
             settings while the app runs; None: no worker (the CLI always runs one).
         quotas: Per-tenant job quotas (429 for a registration beyond them), or None for none.
+        actuators: The scheduler actuators by kind, which check the handles jobs register
+            (``PUT /v1/jobs/{id}/scheduler-handle``; a kind not here is refused with 422); None: none.
+        actuate: Run the actuate worker (:mod:`~platform_sim.service.actuate`) on a thread while the app runs, with
+            these settings and ``actuators``; None: no worker here (``evalstop-server actuate`` runs one apart).
     """
     if max_eval_scores < 1:
         raise ValueError(f"max_eval_scores must be >= 1, got {max_eval_scores}")
     ctx = ServiceContext(store, ServiceMetrics(), max_eval_scores, token_cache_ttl, rate_limit, quotas)
 
     worker = None if webhooks is None else DeliveryWorker(store, webhooks)
+    actuate_worker = None if actuate is None else ActuationWorker(store, actuators or {}, actuate)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         if worker is not None:
             worker.start()
+        if actuate_worker is not None:
+            actuate_worker.start()
         yield
+        if actuate_worker is not None:
+            actuate_worker.stop()
         if worker is not None:
             worker.stop()
         if close_store:
@@ -116,4 +130,5 @@ def create_app(
     operator.add_routes(app, ctx)
     history.add_routes(app, ctx, admin_token)
     dashboard_routes.add_routes(app, ctx)
+    actuation.add_routes(app, ctx, actuators or {})
     return app

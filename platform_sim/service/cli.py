@@ -7,6 +7,8 @@ evalstop-server tenant revoke NAME [--db ...]
 evalstop-server tenant rotate NAME | restore NAME [--db ...]   # prints the new token alone on the last line
 evalstop-server events [--tenant NAME] [--after ID] [--json]     # the audit trail (cli_events.py)
 evalstop-server webhook add URL --tenant NAME [--events stop,finish] | list | remove ID
+evalstop-server tenant scope NAME [--slurm-account A] [--k8s-namespace NS] [--ray-prefix P] [--remove]  # cli_actuate.py
+evalstop-server actuate --actuator ray --actuator-option address=URL [--db ...]   # the stop actions' worker
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from collections.abc import Sequence
 
 from platform_sim.core.boundary import JOB_TYPES
 
-from . import cli_events
+from . import cli_actuate, cli_events
 
 MAX_EVAL_SCORES = 10_000  # the service's default (wire.MAX_EVAL_SCORES; not imported: it needs the extra)
 
@@ -133,6 +135,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--access-log", action="store_true", help="log every request (off by default: it costs throughput)"
     )
     cli_events.add_serve_flags(serve)
+    cli_actuate.add_serve_flags(serve)
 
     tenant = sub.add_parser("tenant", help="add, list or revoke tenants")
     tsub = tenant.add_subparsers(dest="tenant_command", required=True, parser_class=_Parser)
@@ -178,6 +181,7 @@ def build_parser() -> argparse.ArgumentParser:
     _db_arg(det)
     det.add_argument("--json", action="store_true", help="machine-readable output")
     cli_events.add_parsers(sub, _db_arg, _Parser)
+    cli_actuate.add_parsers(sub, tsub, _db_arg)
     return parser
 
 
@@ -249,6 +253,7 @@ def _serve(args: argparse.Namespace) -> int:
             return _fail(f"--{flag.replace('_', '-')} must be >= 0 (0: no limit), got {getattr(args, flag)}")
     try:
         event_options = cli_events.serve_options(args)
+        actuator_options = cli_actuate.serve_options(args)
     except ValueError as exc:
         return _fail(str(exc))
     for flag in ("header_timeout", "body_timeout", "keep_alive_timeout"):
@@ -285,6 +290,7 @@ def _serve(args: argparse.Namespace) -> int:
         max_eval_scores=args.max_eval_scores,
         rate_limit=TenantRateLimit(args.rate_limit, burst) if args.rate_limit > 0 else None,
         **event_options,
+        **actuator_options,
         quotas=JobQuotas(args.max_jobs_per_tenant or None, args.max_running_jobs_per_tenant or None),
     )
     # A thread rendering a big page hands the interpreter over to the event loop within 1 ms instead of Python's 5 ms
@@ -364,6 +370,8 @@ def _tenant_command(args: argparse.Namespace) -> int:
                     status = "revoked" if t.revoked_at is not None else "active"
                     print(f"{t.name:<24} {status:<8} {_iso(t.created_at):<20} {_iso(t.revoked_at)}")
             return 0
+        if args.tenant_command == "scope":
+            return cli_actuate.scope_command(store, args, _fail)
         if args.tenant_command == "detector":
             return _fleet_detector(store, args)
         if args.tenant_command in ("rotate", "restore"):
@@ -459,6 +467,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "serve":
         return _serve(args)
+    if args.command == "actuate":
+        return cli_actuate.actuate(args, _open_store, _fail)
     return _tenant(args)
 
 

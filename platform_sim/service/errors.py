@@ -16,6 +16,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
 from .store import JobExists, JobFinished, JobNotFound, StoreUnavailable
+from .store_actuation import HandleConflict
 from .wire import ErrorOut
 from .writer import OperationFailed
 
@@ -60,6 +61,8 @@ def store_error(exc: Exception, job_id: str) -> ApiError | None:
         return ApiError(409, "conflict", str(exc))
     if isinstance(exc, JobFinished):
         return ApiError(409, "job_finished", str(exc))
+    if isinstance(exc, HandleConflict):
+        return ApiError(409, "conflict", str(exc))
     if isinstance(exc, StoreUnavailable):
         return ApiError(503, "unavailable", str(exc))
     if isinstance(exc, OperationFailed):  # this request alone failed server-side; nothing of it was stored

@@ -2,7 +2,8 @@
 
 Every state change a tenant or operator may ask about later is one row of the append-only ``events`` table:
 ``job.registered``, ``report.accepted``, ``job.stopped``, ``job.finished``, ``tenant.added``, ``tenant.revoked``,
-``webhook.delivered`` and ``webhook.failed``. A store builds the row with :func:`event_row` inside the same write
+``webhook.delivered`` and ``webhook.failed``, and the actuate worker's ``actuation.started``, ``actuation.succeeded``,
+``actuation.failed`` and ``actuation.given_up``. A store builds the row with :func:`event_row` inside the same write
 transaction as the change (so an event exists if and only if its change was committed) and writes it with
 :data:`INSERT_EVENT` (one prepared statement, batched with ``executemany`` on the report path).
 
@@ -27,6 +28,11 @@ TENANT_ADDED = "tenant.added"
 TENANT_REVOKED = "tenant.revoked"
 WEBHOOK_DELIVERED = "webhook.delivered"
 WEBHOOK_FAILED = "webhook.failed"
+# The actuate worker's record of each stop action it runs on a scheduler (store_actuation.py).
+ACTUATION_STARTED = "actuation.started"
+ACTUATION_SUCCEEDED = "actuation.succeeded"
+ACTUATION_FAILED = "actuation.failed"
+ACTUATION_GIVEN_UP = "actuation.given_up"
 
 EVENT_TYPES = (
     JOB_REGISTERED,
@@ -37,6 +43,10 @@ EVENT_TYPES = (
     TENANT_REVOKED,
     WEBHOOK_DELIVERED,
     WEBHOOK_FAILED,
+    ACTUATION_STARTED,
+    ACTUATION_SUCCEEDED,
+    ACTUATION_FAILED,
+    ACTUATION_GIVEN_UP,
 )
 """Every event type, in the order of a job's life."""
 

@@ -19,6 +19,7 @@ from platform_sim.core import Decision, JobMonitor, Report
 from . import events
 from .sql import Statements
 from .store import JobFinished, JobNotFound, ReportOutcome, StoreUnavailable
+from .store_actuation import QUEUE_ACTUATION, queue_row
 
 
 def monitor_state(
@@ -199,6 +200,8 @@ class Writes:
     job_rows: dict[tuple[Any, ...], tuple[Any, ...]] = field(default_factory=dict)
     event_rows: list[tuple[Any, ...]] = field(default_factory=list)
     freed_rows: list[tuple[Any, ...]] = field(default_factory=list)
+    # Jobs stopped in this batch: their stop action is queued in the same commit (a job without a handle gets none).
+    actuation_rows: list[tuple[Any, ...]] = field(default_factory=list)
 
     def flush(self, executemany: Any, stmts: Statements, write_events: Any = None) -> None:
         """Write what was collected with ``executemany(statement, rows)`` and start over.
@@ -218,6 +221,9 @@ class Writes:
         if self.freed_rows:
             executemany(SET_GPU_HOURS_FREED.format(p=stmts.ph), self.freed_rows)
             self.freed_rows = []
+        if self.actuation_rows:
+            executemany(QUEUE_ACTUATION.format(p=stmts.ph), self.actuation_rows)
+            self.actuation_rows = []
         if self.event_rows:
             rows, self.event_rows = self.event_rows, []
             if write_events is None:
@@ -338,6 +344,7 @@ def apply_report(key: tuple[Any, ...], job: JobState, report: Report, writes: Wr
         reclaimed = gpu_hours_reclaimed(job.gpus, job.planned_steps, first_step, first_at, report.step, now)
         freed = reclaimed if job.gpus and job.planned_steps else None
         writes.freed_rows.append((freed, *key))
+        writes.actuation_rows.append(queue_row(key[0], key[1], now))
         writes.event_rows.append(
             events.event_row(key[0], events.JOB_STOPPED, key[1], now, stop_details(job, decision, report.step, freed))
         )

@@ -32,7 +32,7 @@ from typing import Any
 
 from platform_sim.core import JobMonitor, Report, detector_from_spec
 
-from . import db_health, events, report_transaction, sql, store_queries, tables
+from . import db_health, events, report_transaction, sql, store_actuation, store_queries, tables
 from .store import (
     JobNotFound,
     JobRecord,
@@ -95,7 +95,7 @@ class _Txn:
         return fn(self.conn)
 
 
-class SQLiteStore(store_queries.SharedQueries, TenantTokens, Store):
+class SQLiteStore(store_queries.SharedQueries, store_actuation.ActuationQueries, TenantTokens, Store):
     """A :class:`~platform_sim.service.store.Store` in one SQLite file.
 
     Args:

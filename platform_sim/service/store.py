@@ -424,6 +424,40 @@ class Store(abc.ABC):
         on failure append ``webhook.failed`` and either schedule the next attempt at ``retry_at`` or, with None, drop
         the row (given up). ``detail`` goes into the event's details (status, error, attempt)."""
 
+    # -- actuators (store_actuation.ActuationQueries implements these for both stores) ---------------------------
+    def tenant_scope(self, tenant_id: int, name: str = "") -> Any:
+        """What the tenant may name on each scheduler: a :class:`~platform_sim.actuators.base.TenantScope`."""
+        raise NotImplementedError(f"{type(self).__name__} has no actuator support")
+
+    def add_tenant_scope(self, tenant_id: int, entries: Any) -> Any:
+        """Allow the tenant the ``(kind, owner)`` entries; returns its scope after."""
+        raise NotImplementedError(f"{type(self).__name__} has no actuator support")
+
+    def remove_tenant_scope(self, tenant_id: int, entries: Any = None) -> int:
+        """Remove the ``(kind, owner)`` entries (None: all of the tenant's); returns how many were there."""
+        raise NotImplementedError(f"{type(self).__name__} has no actuator support")
+
+    def register_handle(self, tenant_id: int, job_id: str, handle: Any) -> tuple[Any, bool]:
+        """Store a job's scheduler handle (once); ``(HandleRecord, created)``. Raises :class:`JobNotFound` or
+        :class:`~platform_sim.service.store_actuation.HandleConflict`. A job already stopped gets its action queued."""
+        raise NotImplementedError(f"{type(self).__name__} has no actuator support")
+
+    def scheduler_handle(self, tenant_id: int, job_id: str) -> Any:
+        """The job's :class:`~platform_sim.service.store_actuation.HandleRecord`, or None; raises :class:`JobNotFound`."""
+        raise NotImplementedError(f"{type(self).__name__} has no actuator support")
+
+    def list_actuations(self, tenant_id: int | None = None) -> list[Any]:
+        """Every stop action (of one tenant, or all) in id order."""
+        raise NotImplementedError(f"{type(self).__name__} has no actuator support")
+
+    def claim_actuations(self, now: float, lease_s: float, limit: int = 16) -> list[Any]:
+        """Claim up to ``limit`` due stop actions for ``lease_s`` seconds, each with its ``actuation.started`` event."""
+        raise NotImplementedError(f"{type(self).__name__} has no actuator support")
+
+    def finish_actuation(self, action: Any, result: Any, retry_at: float | None, now: float) -> bool:
+        """Record an attempt's outcome with its events; False (nothing recorded) when the claim was lost."""
+        raise NotImplementedError(f"{type(self).__name__} has no actuator support")
+
     # -- the dashboard -------------------------------------------------------------------------------------------
     @abc.abstractmethod
     def recent_events(self, tenant_id: int, limit: int = 20) -> list[Event]:

@@ -38,7 +38,7 @@ from typing import Any
 
 from platform_sim.core import JobMonitor, Report, detector_from_spec
 
-from . import events, report_transaction, sql, store, store_queries
+from . import events, report_transaction, sql, store, store_actuation, store_queries
 from .postgres_migrations import check_schema_at_head, is_postgres_url, upgrade_schema
 from .store import JobNotFound, JobRecord, ReportOutcome, Store, StoredReport, StoreUnavailable
 from .tenant_tokens import TenantTokens
@@ -62,7 +62,7 @@ def _write_events(cur: Any, rows: Sequence[tuple[Any, ...]]) -> None:
     cur.execute(_WRITE_EVENTS, tuple(list(col) for col in zip(*rows)))
 
 
-class PostgresStore(store_queries.SharedQueries, TenantTokens, Store):
+class PostgresStore(store_queries.SharedQueries, store_actuation.ActuationQueries, TenantTokens, Store):
     """A :class:`~platform_sim.service.store.Store` in a PostgreSQL database, shareable by several replicas.
 
     Args:

@@ -21,12 +21,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 """The SQLite file's schema version (``meta.schema_version``); a file with a newer one is refused, an older one is
 upgraded when a store opens it. Version 2 added each job's cadence (``jobs.cadence``) and the cadence hint of each
 answered decision (``reports.next_eval_step``). Version 3 (Alembic ``0003_events``) added the GPU-hours a stop freed
 (``jobs.gpu_hours_freed``), the audit trail (``events``) and the webhooks with their outbox (``webhooks``,
-``webhook_outbox``)."""
+``webhook_outbox``). Version 4 (Alembic ``0004_actuators``) added what the service may do on the cluster
+schedulers: each tenant's scopes (``tenant_scopes``), each job's scheduler handle (``scheduler_handles``) and the
+durable outbox of stop actions (``actuations``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,12 +189,66 @@ TABLES: tuple[Table, ...] = (
         foreign_keys=((("webhook_id",), "webhooks", ("webhook_id",)),),
         identity="outbox_id",
     ),
+    # What each tenant may name on each scheduler (the operator's `tenant scope`): one row per (kind, owner); the
+    # owner's syntax is the actuator's (Slurm "account:A" or "user:U", a Kubernetes namespace, a Ray prefix).
+    Table(
+        "tenant_scopes",
+        (
+            _c("tenant_id", "bigint", False, since=4),
+            _c("kind", "text", False, since=4),
+            _c("owner", "text", False, since=4),
+        ),
+        primary_key=("tenant_id", "kind", "owner"),
+        foreign_keys=((("tenant_id",), "tenants", ("tenant_id",)),),
+    ),
+    # The scheduler handle a job registered (PUT /v1/jobs/{id}/scheduler-handle), authorized when it was stored.
+    Table(
+        "scheduler_handles",
+        (
+            _c("tenant_id", "bigint", False, since=4),
+            _c("job_id", "text", False, since=4),
+            _c("kind", "text", False, since=4),
+            _c("ref", "text", False, since=4),
+            _c("registered_at", "real", False, since=4),
+        ),
+        primary_key=("tenant_id", "job_id"),
+        foreign_keys=((("tenant_id", "job_id"), "jobs", ("tenant_id", "job_id")),),
+    ),
+    # The durable outbox of stop actions: one row per stopped job with a handle, written in the transaction of the
+    # stop decision (or of the handle's registration, for a job already stopped) and kept as the action's record.
+    # state: pending (next_attempt_at is when it is due, or the claim lease while a worker runs it), done, given_up.
+    # claims counts the claims: a worker records its attempt only while the row still holds its claim (a worker
+    # whose lease ran out cannot overwrite the one that took over).
+    Table(
+        "actuations",
+        (
+            _c("action_id", "bigint", False, since=4),
+            _c("tenant_id", "bigint", False, since=4),
+            _c("job_id", "text", False, since=4),
+            _c("kind", "text", False, since=4),
+            _c("ref", "text", False, since=4),
+            _c("state", "text", False, "'pending'", since=4),
+            _c("phase", "int", False, "0", since=4),
+            _c("attempts", "int", False, "0", since=4),
+            _c("claims", "int", False, "0", since=4),
+            _c("next_attempt_at", "real", False, since=4),
+            _c("created_at", "real", False, since=4),
+            _c("updated_at", "real", False, since=4),
+            _c("last_action", "text", since=4),
+            _c("last_detail", "text", since=4),
+        ),
+        primary_key=("action_id",),
+        unique=(("tenant_id", "job_id"),),
+        identity="action_id",
+    ),
 )
 """The tables of both stores."""
 
 INDEXES: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     # GET /v1/events reads one tenant's events in id order.
     ("events_tenant_id", "events", ("tenant_id", "id")),
+    # The actuate worker looks for due pending actions.
+    ("actuations_due", "actuations", ("state", "next_attempt_at")),
 )
 """Secondary indexes ``(name, table, columns)`` (the Alembic revision that adds a table creates its indexes too)."""
 

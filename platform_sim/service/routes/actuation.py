@@ -1,0 +1,138 @@
+"""``/v1/jobs/{job_id}/scheduler-handle``: a job names the scheduler job it runs as, so that its stop ends it there.
+
+``PUT`` registers the handle once, after the server's actuator of that kind checked it: its syntax (400 when
+malformed), that the job exists on the scheduler (404 when not) and that it belongs to the tenant's scope as the
+operator configured it (``evalstop-server tenant scope``; 403 when not). A kind the server has no actuator for is
+422. ``GET`` reads the handle back with the state of the job's stop action (none before the job stopped).
+"""
+
+# No `from __future__ import annotations`: FastAPI reads the routes' annotations at runtime.
+import logging
+from collections.abc import Mapping
+from typing import Annotated
+
+from fastapi import Depends, FastAPI
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ConfigDict, Field
+
+from platform_sim.actuators.base import Actuator, HandleError, HandleRefused
+
+from ..deps import ServiceContext
+from ..errors import CONFLICT, ERRORS, NOT_FOUND, UNAVAILABLE, ApiError, ErrorOut, not_found, store_error
+from ..store import JobNotFound, Tenant
+from ..wire import JobIdPath
+from . import PREFIX
+
+logger = logging.getLogger(__name__)
+
+HANDLE_PATH = "/jobs/{job_id}/scheduler-handle"
+
+
+class HandleIn(BaseModel):
+    """The scheduler job a service job runs as."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    kind: str = Field(min_length=1, max_length=32, examples=["slurm", "kubernetes", "ray"])
+    ref: str = Field(
+        min_length=1,
+        max_length=512,
+        description="The job's name on that scheduler: Slurm job id, Kubernetes namespace/kind/name, Ray submission id.",
+        examples=["1234"],
+    )
+
+
+class ActuationOut(BaseModel):
+    """The state of a job's stop action on its scheduler."""
+
+    state: str = Field(description="pending, done or given_up")
+    phase: int
+    attempts: int
+    next_attempt_at: float | None
+    created_at: float
+    updated_at: float
+    last_action: str | None
+    last_detail: str | None
+
+
+class HandleOut(BaseModel):
+    """A job's registered scheduler handle and its stop action (null until the job stopped)."""
+
+    job_id: str
+    kind: str
+    ref: str
+    registered_at: float
+    actuation: ActuationOut | None
+
+
+def add_routes(app: FastAPI, ctx: ServiceContext, actuators: Mapping[str, Actuator]) -> None:
+    """Add the scheduler-handle routes, around ``ctx`` and the server's ``actuators`` (by kind), to ``app``."""
+    TenantDep = Annotated[Tenant, Depends(ctx.tenant)]
+    store = ctx.store
+    path = PREFIX + HANDLE_PATH
+
+    @app.put(
+        path,
+        tags=["jobs"],
+        status_code=201,
+        response_model=HandleOut,
+        responses={
+            200: {"model": HandleOut, "description": "The same handle was registered before (idempotent)."},
+            400: {"model": ErrorOut, "description": "The ref is malformed for its scheduler."},
+            403: {"model": ErrorOut, "description": "The scheduler job is not in the tenant's scope."},
+            **ERRORS,
+            **NOT_FOUND,
+            **CONFLICT,
+            **UNAVAILABLE,
+        },
+    )
+    async def put_handle(job_id: JobIdPath, body: HandleIn, t: TenantDep) -> JSONResponse:
+        """Register the job's scheduler handle (once), checked by the server's actuator of its kind.
+
+        When the job stops, the service ends the scheduler job through that actuator (a job already stopped has its
+        action queued now). 404 names either the service job or the scheduler job, whichever is unknown."""
+        actuator = actuators.get(body.kind)
+        if actuator is None:
+            configured = ", ".join(sorted(actuators)) or "none"
+            raise ApiError(
+                422, "unknown_kind", f"kind {body.kind!r}: this server has no such actuator (configured: {configured})"
+            )
+        try:
+            await ctx.call(store.get_job, t.tenant_id, job_id)
+        except JobNotFound:
+            raise not_found(job_id) from None
+        try:
+            handle = actuator.parse(body.ref)
+        except HandleError as exc:
+            raise ApiError(400, "malformed_handle", f"ref {body.ref!r}: {exc}") from None
+        scope = await ctx.call(store.tenant_scope, t.tenant_id, t.name)
+        try:
+            await ctx.call(actuator.authorize, handle, scope)
+        except HandleRefused as exc:
+            raise ApiError(403, "forbidden_handle", f"{handle.kind} job {handle.ref!r}: {exc}") from None
+        except HandleError as exc:
+            raise ApiError(404, "unknown_handle", f"{handle.kind} job {handle.ref!r}: {exc}") from None
+        except Exception as exc:  # the scheduler cannot be asked now: the client may send it again
+            logger.warning("authorizing %s handle %r failed: %s", handle.kind, handle.ref, exc)
+            raise ApiError(
+                503, "scheduler_unavailable", f"the {handle.kind} scheduler could not be asked: {exc}"
+            ) from None
+        try:
+            record, created = await ctx.call(store.register_handle, t.tenant_id, job_id, handle)
+        except Exception as exc:
+            api_error = store_error(exc, job_id)
+            if api_error is None:
+                raise
+            raise api_error from None
+        return JSONResponse(record.to_json(), status_code=201 if created else 200)
+
+    @app.get(path, tags=["jobs"], response_model=HandleOut, responses={**ERRORS, **NOT_FOUND})
+    async def get_handle(job_id: JobIdPath, t: TenantDep) -> JSONResponse:
+        """The job's scheduler handle and the state of its stop action; 404 when the job registered none."""
+        try:
+            record = await ctx.call(store.scheduler_handle, t.tenant_id, job_id)
+        except JobNotFound:
+            raise not_found(job_id) from None
+        if record is None:
+            raise ApiError(404, "no_handle", f"job {job_id!r} registered no scheduler handle")
+        return JSONResponse(record.to_json())
