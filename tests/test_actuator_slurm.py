@@ -21,9 +21,9 @@ from slurm_support import (
 )
 
 from platform_sim.actuators.base import HandleError, HandleRefused, SchedulerHandle, TenantScope
-from platform_sim.actuators.slurm import SlurmActuator, build
+from platform_sim.actuators.slurm import SchedulerUnavailable, SlurmActuator, build
 
-ROOT_TENANT = TenantScope("lab", {"slurm": frozenset({"root"})})
+ROOT_TENANT = TenantScope("lab", {"slurm": frozenset({"user:root"})})
 GONE = {"CANCELLED", "COMPLETED", "FAILED", None}
 
 
@@ -91,7 +91,8 @@ def test_a_missing_command_is_a_failed_retryable_phase() -> None:
     assert "/nonexistent/bin/squeue: command not found" in result.detail
     result = SlurmActuator(scancel="/nonexistent/bin/scancel").act(handle, 1)
     assert (result.ok, result.retryable, result.action) == (False, True, "/nonexistent/bin/scancel 12")
-    with pytest.raises(HandleError, match="cannot check slurm job 12: /nonexistent/bin/squeue: command not found"):
+    # Not the handle's fault: not a HandleError (the service answers 503, not 4xx).
+    with pytest.raises(SchedulerUnavailable, match="cannot check slurm job 12: /nonexistent/bin/squeue: command not"):
         SlurmActuator(squeue="/nonexistent/bin/squeue").authorize(handle, ROOT_TENANT)
 
 
@@ -228,10 +229,13 @@ def test_only_the_tenants_own_jobs_may_be_named(tmp_path: Path) -> None:
         with pytest.raises(HandleRefused, match=f"belongs to user '{FOREIGN_USER}', account 'physics'"):
             act.authorize(act.parse(foreign), ROOT_TENANT)
         # An operator may scope a tenant by account instead of user.
-        act.authorize(act.parse(foreign), TenantScope("physics", {"slurm": frozenset({"physics"})}))
+        act.authorize(act.parse(foreign), TenantScope("physics", {"slurm": frozenset({"account:physics"})}))
+        # An owner names a user or an account, never either: "physics" as a user is not the account.
+        with pytest.raises(HandleRefused):
+            act.authorize(act.parse(foreign), TenantScope("physics", {"slurm": frozenset({"user:physics"})}))
         # A tenant with no slurm owners may name nothing.
         with pytest.raises(HandleRefused):
-            act.authorize(act.parse(own), TenantScope("lab", {"kubernetes": frozenset({"root"})}))
+            act.authorize(act.parse(own), TenantScope("lab", {"kubernetes": frozenset({"user:root"})}))
         with pytest.raises(HandleError, match="slurm job 999999 is unknown to the cluster") as err:
             act.authorize(act.parse("999999"), ROOT_TENANT)
         assert not isinstance(err.value, HandleRefused)

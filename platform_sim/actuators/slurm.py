@@ -17,7 +17,8 @@ A command that fails, hangs past ``timeout_s`` or is missing comes back as ``ok=
 ``retryable=True``; the caller retries with backoff and never blocks on it.
 
 Whose job a handle names is read from ``squeue -o %u|%a`` (the job's Unix user and its account): this needs no
-accounting database (slurmdbd), and the tenant may name the job if either is one of its owners for ``"slurm"``.
+accounting database (slurmdbd), and the tenant may name the job if ``user:<user>`` or ``account:<account>`` is one
+of its owners for ``"slurm"``.
 """
 
 from __future__ import annotations
@@ -61,6 +62,10 @@ _FINISHED = frozenset(
 
 #: The options :func:`build` accepts, all strings as the service's configuration holds them.
 OPTIONS = ("grace_s", "requeue", "timeout_s", "scancel", "scontrol", "squeue", "slurm_conf")
+
+
+class SchedulerUnavailable(RuntimeError):
+    """Slurm could not be asked (``squeue`` failed, hung or is missing): not the handle's fault, try again later."""
 
 
 @dataclass(frozen=True)
@@ -138,10 +143,15 @@ class SlurmActuator:
     def authorize(self, handle: SchedulerHandle, scope: TenantScope) -> None:
         """Check that ``handle``'s job exists and its user or account is one of ``scope``'s owners for ``"slurm"``.
 
+        The owners are written ``user:NAME`` (the job's Unix user) or ``account:NAME`` (its Slurm account), as
+        ``evalstop-server tenant scope --slurm-user/--slurm-account`` stores them.
+
         Raises:
-            HandleError: the handle is malformed or not a Slurm one, Slurm does not know the job (never submitted,
-                or finished longer ago than the cluster's ``MinJobAge``), or ``squeue`` could not be asked.
+            HandleError: the handle is malformed or not a Slurm one, or Slurm does not know the job (never
+                submitted, or finished longer ago than the cluster's ``MinJobAge``).
             HandleRefused: the job belongs to a user and account the tenant may not name.
+            SchedulerUnavailable: ``squeue`` failed, hung or is missing: the job cannot be checked now (the service
+                answers 503, and the client may try again).
         """
         self._check(handle)
         owners = scope.owners(self.kind)
