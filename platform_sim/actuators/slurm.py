@@ -157,17 +157,16 @@ class SlurmActuator:
         owners = scope.owners(self.kind)
         run = self._run([self.squeue, "--noheader", "--states=all", f"--jobs={handle.ref}", "--format=%u|%a"])
         if run.error:
-            raise HandleError(f"cannot check slurm job {handle.ref}: {run.error}")
+            raise SchedulerUnavailable(f"cannot check slurm job {handle.ref}: {run.error}")
         if _gone(run.err) or (run.returncode == 0 and not run.out.strip()):
             raise HandleError(f"slurm job {handle.ref} is unknown to the cluster")
         if run.returncode != 0:
-            raise HandleError(
-                f"cannot check slurm job {handle.ref}: {_first_line(run.err) or f'exit {run.returncode}'}"
-            )
+            detail = _first_line(run.err) or f"exit status {run.returncode}"
+            raise SchedulerUnavailable(f"cannot check slurm job {handle.ref}: {detail}")
         for line in run.out.splitlines():
             user, _, account = line.strip().partition("|")
             # Every line (one per array task) must be the tenant's: one foreign task refuses the whole handle.
-            if user not in owners and account not in owners:
+            if f"user:{user}" not in owners and f"account:{account}" not in owners:
                 raise HandleRefused(
                     f"slurm job {handle.ref} belongs to user {user!r}, account {account!r}: "
                     f"not one of tenant {scope.tenant!r}'s slurm owners"
