@@ -59,10 +59,17 @@ def slurm_env() -> dict[str, str]:
     return {**os.environ, "SLURM_CONF": conf}
 
 
-def sbatch(script: Path | str, *args: str, user: str | None = None, cwd: Path | str | None = None) -> str:
+def sbatch(
+    script: Path | str,
+    *args: str,
+    user: str | None = None,
+    cwd: Path | str | None = None,
+    env: dict[str, str] | None = None,
+) -> str:
     """Submit ``script`` (a path) with extra sbatch ``args``, as ``user`` when given; returns the job id.
 
     Another user's submission reads the script on stdin: that user cannot open the test's private temp folder.
+    ``env`` adds variables to the submission's environment, which the job inherits (sbatch --export=ALL).
     """
     argv = ["sbatch", "--parsable", *args]
     stdin = None
@@ -72,7 +79,7 @@ def sbatch(script: Path | str, *args: str, user: str | None = None, cwd: Path | 
         argv = ["runuser", "-u", user, "--", *argv]
         stdin = Path(script).read_text()
     out = subprocess.run(
-        argv, input=stdin, env=slurm_env(), capture_output=True, text=True, timeout=30, cwd=cwd, check=False
+        argv, input=stdin, env={**slurm_env(), **(env or {})}, capture_output=True, text=True, timeout=30, cwd=cwd, check=False
     )
     assert out.returncode == 0, f"sbatch failed: {out.stderr.strip()}"
     return out.stdout.strip().split(";")[0]
