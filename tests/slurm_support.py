@@ -79,7 +79,14 @@ def sbatch(
         argv = ["runuser", "-u", user, "--", *argv]
         stdin = Path(script).read_text()
     out = subprocess.run(
-        argv, input=stdin, env={**slurm_env(), **(env or {})}, capture_output=True, text=True, timeout=30, cwd=cwd, check=False
+        argv,
+        input=stdin,
+        env={**slurm_env(), **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=30,
+        cwd=cwd,
+        check=False,
     )
     assert out.returncode == 0, f"sbatch failed: {out.stderr.strip()}"
     return out.stdout.strip().split(";")[0]

@@ -8,7 +8,6 @@ The jobs are tests/_slurm_job.py: a few reports through the real PlatformClient 
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 from pathlib import Path
