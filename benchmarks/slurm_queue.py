@@ -5,11 +5,11 @@ actuator), the same jobs in the same order with the same seeds. Beside the measu
 prediction for the same workload (the measured durations and gold curves of the run without EvalStop).
 
     eval "$(bash tests/slurm.sh start)"        # as root: the single-node cluster (2 GPU slots by default)
-    nice .venv/bin/python benchmarks/slurm_queue.py --steps 200 --out slurm-queue [--json]
+    nice .venv/bin/python benchmarks/slurm_queue.py --steps 150 --eval-steps 5 --out slurm-queue [--json]
 
-The jobs are the shipped bag-of-words world (``bow-proxy``): GRPO against the learned proxy with no KL (reward
-hacking: gold peaks, then falls) and healthy controls (GRPO on gold itself; GRPO against the proxy with KL 0.2),
-seeds 0 and 1, interleaved. Each job asks Slurm for one GPU slot (``--gres=gpu:1``) and runs on one thread.
+The jobs are the shipped bag-of-words world (``bow-proxy``, seed 0): GRPO against the learned proxy with no or a weak
+KL at three learning rates (reward hacking: gold peaks, then falls) and healthy controls (GRPO on gold itself; GRPO
+against the proxy with KL 0.2 or 1.0), interleaved. Each job asks Slurm for one GPU slot (``--gres=gpu:1``) and runs on one thread.
 
 Printed per job: start, end, stopped or not, the best step restored; per queue: mean and p95 JCT, makespan,
 slot-hours, and slot-hours after the true peak of the hacking jobs (the step of the highest held-out gold of the
@@ -21,14 +21,16 @@ Internal: ``slurm_queue.py job --spec JSON --url URL --mode observe|enforce --ou
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
-import math
 import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
@@ -37,24 +39,30 @@ sys.path.insert(0, str(REPO))
 FINISHED = {"BOOT_FAIL", "CANCELLED", "COMPLETED", "DEADLINE", "FAILED", "NODE_FAIL", "OUT_OF_MEMORY", "TIMEOUT"}
 
 
-def lab() -> Any:
-    """The tiny worlds (environments, run specs, trainers): the one place this script names their package."""
-    import evalstop_callbacks.research as package
-    from evalstop_callbacks.research import overopt, run_worlds, runs  # noqa: F401 (loads the submodules)
+#: The tiny worlds' package (environments, run specs, trainers): the one place this script names it.
+LAB = "evalstop_callbacks.research"
 
-    return package
+
+def lab() -> SimpleNamespace:
+    """The lab's modules this script uses (``overopt``, ``run_worlds``, ``runs``), imported on first use."""
+    return SimpleNamespace(**{m: importlib.import_module(f"{LAB}.{m}") for m in ("overopt", "run_worlds", "runs")})
 
 
 def workload_specs(steps: int, eval_steps: int) -> list[Any]:
-    """The queue, in submission order: hacking and healthy runs interleaved."""
+    """The queue, in submission order: hacking and healthy configurations interleaved, all in the world of seed 0
+    (one world to build; the configurations differ in reward, KL and learning rate)."""
     RunSpec = lab().runs.RunSpec
-    out = []
-    for seed in (0, 1):
-        out.append(RunSpec("grpo", "proxy", 0.0, seed, steps, eval_steps))  # hacks
-        out.append(RunSpec("grpo", "gold", 0.0, seed, steps, eval_steps))  # healthy: the reward is gold itself
-        out.append(RunSpec("grpo", "proxy", 0.0, seed, steps, eval_steps, lr=1e-3))  # hacks, faster
-        out.append(RunSpec("grpo", "proxy", 0.2, seed, steps, eval_steps))  # healthy: a strong KL
-    return out
+    grid = [
+        ("proxy", 0.0, 5e-4),  # hacks: gold peaks, then falls
+        ("gold", 0.0, 5e-4),  # healthy: the reward is gold itself
+        ("proxy", 0.0, 1e-3),  # hacks, sooner
+        ("proxy", 0.2, 5e-4),  # healthy: a strong KL
+        ("proxy", 0.05, 5e-4),  # a weak KL: still hacks
+        ("gold", 0.0, 1e-3),
+        ("proxy", 0.0, 7e-4),
+        ("proxy", 1.0, 5e-4),  # flat
+    ]
+    return [RunSpec("grpo", reward, kl, 0, steps, eval_steps, lr=lr) for reward, kl, lr in grid]
 
 
 # -- one Slurm job ------------------------------------------------------------------------------------------
@@ -112,8 +120,6 @@ def run_job(args: argparse.Namespace) -> int:
         trace_path=str(out / f"{spec.name}.jsonl"),
         trace_extras=world.evaluator.trace_extras,
     )
-    import tempfile
-
     with tempfile.TemporaryDirectory(prefix="evalstop-queue-") as folder:
         world.trainer(spec, [cb, Clock()], folder).train()
     result = {
@@ -307,7 +313,9 @@ def simulate(baseline: dict[str, Any], out: Path, slots: int, steps: int, eval_s
         duration_h = (j["end_s"] - j["start_s"]) / 3600.0
         loss = ExpLossCurve(1.0, 0.5, 0.3)
         jobs.append(
-            JobSpec(i, j["job"], "rlhf", 1, 0.0, duration_h, duration_h, steps, label_of(scores) == "hacking", curve, loss)
+            JobSpec(
+                i, j["job"], "rlhf", 1, 0.0, duration_h, duration_h, steps, label_of(scores) == "hacking", curve, loss
+            )
         )
         true_evals.append(curve.values(grid))
     n = len(jobs)
@@ -346,8 +354,8 @@ def main(argv: list[str] | None = None) -> int:
     job.add_argument("--url", required=True)
     job.add_argument("--mode", choices=["observe", "enforce"], required=True)
     job.add_argument("--out", required=True)
-    p.add_argument("--steps", type=int, default=200, help="GRPO steps per job (default 200)")
-    p.add_argument("--eval-steps", type=int, default=10, help="evaluate every this many steps (default 10)")
+    p.add_argument("--steps", type=int, default=150, help="GRPO steps per job (default 150)")
+    p.add_argument("--eval-steps", type=int, default=5, help="evaluate every this many steps (default 5)")
     p.add_argument("--jobs", type=int, default=8, help="jobs in the queue, the first N of the list (default 8)")
     p.add_argument("--out", default="slurm-queue", help="folder of the traces, logs and results.json")
     p.add_argument("--timeout-s", type=float, default=900, help="longest one queue may take (default 900)")
@@ -356,7 +364,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "job":
         return run_job(args)
     if not os.environ.get("SLURM_CONF"):
-        print("slurm_queue.py: no SLURM_CONF: start the cluster with `eval \"$(bash tests/slurm.sh start)\"`", file=sys.stderr)
+        print(
+            'slurm_queue.py: no SLURM_CONF: start the cluster with `eval "$(bash tests/slurm.sh start)"`',
+            file=sys.stderr,
+        )
         return 2
     if args.steps % args.eval_steps:
         print("slurm_queue.py: --steps must be a multiple of --eval-steps", file=sys.stderr)
