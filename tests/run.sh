@@ -36,7 +36,10 @@ lint_status=0
 # A throw-away PostgreSQL server on loopback for the tests marked `postgres` (skipped when none can be had).
 . tests/pg.sh
 pg_start
-trap pg_stop EXIT
+# A single-node Slurm cluster (slurmctld + slurmd, as root) for the tests marked `slurm` (skipped when none can be had).
+. tests/slurm.sh
+slurm_start
+trap 'pg_stop; slurm_stop' EXIT
 status=0
 # Spread over the machine's cores (pytest-xdist; 2 workers on a 2-core CI machine, about 6 minutes there instead of
 # 10): tests use their own temporary folders, OS-picked loopback ports and PostgreSQL databases, so they run side by side.
