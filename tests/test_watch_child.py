@@ -51,8 +51,10 @@ def test_verl_log_stopped_at_the_core_step_with_the_best_checkpoint_protected(tm
     # The child kept two checkpoints: the best one is gone from its folder, its mirror is not.
     assert result["best_checkpoint"] == str(ckpt / f"checkpoint-{want_best}")
     assert not (ckpt / f"checkpoint-{want_best}").exists()
-    assert result["protection"] == "hard-linked" and result["protected_checkpoint"] == str(ckpt / "evalstop-best")
-    assert (ckpt / "evalstop-best" / "model.safetensors").read_text() == f"weights at step {want_best}\n"
+    protected = ckpt / f"evalstop-best-{want_best}"
+    assert result["protection"] == "hard-linked" and result["protected_checkpoint"] == str(protected)
+    assert (protected / "model.safetensors").read_text() == f"weights at step {want_best}\n"
+    assert [k["step"] for k in result["kept"]] == [want_best] and result["mode"] == "enforce"
     assert done.stderr.count("decides on means alone") == 1
 
 
