@@ -76,15 +76,15 @@ def refuse_non_finite(
     """
     what = None
     if isinstance(score, (int, float)) and not isinstance(score, bool) and not math.isfinite(score):
-        what = f"the eval score is {float(score)}"
+        what = f"non-finite eval score {float(score)}"
     elif scores is not None:
         bad = next((i for i, v in enumerate(scores) if isinstance(v, float) and not math.isfinite(v)), None)
         if bad is not None:
-            what = f"per-example score #{bad} is {scores[bad]}"
+            what = f"non-finite per-example score {scores[bad]} (example {bad})"
     if what is not None:
-        job = "(unregistered)" if job_id is None else repr(job_id)
+        job = "(not registered yet)" if job_id is None else repr(job_id)
         raise error(
-            f"EvalStop job {job}, step {step}: {what}; a NaN or inf score is refused "
+            f"EvalStop job {job}: {what} at step {step}; a NaN or inf score is refused "
             "(EvalStop never decides on one: fix the evaluation or the metric)"
         )
 
