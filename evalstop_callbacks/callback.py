@@ -104,6 +104,7 @@ class EvalStopCallback(TrainerCallback, ExportableState):
         self.restored_from: str | None = None
         self.keeper: BestCheckpoints | None = None
         self._link_at: int | None = None  # a best step whose full checkpoint the trainer saves in this event
+        self._set_eval_on_start = False  # args.eval_on_start set for the step-0 evaluation, to be set back
         self.overhead_seconds: list[float] = []
         self.save_seconds: list[float] = []
         self._registered = self._finished = self._is_ppo = self._raise_after_save = False
@@ -223,8 +224,8 @@ class EvalStopCallback(TrainerCallback, ExportableState):
                 self._trace.open(self.trace_path, state.global_step if resuming else None, header)
         logger.info("EvalStop job %s: cadence %s, detector %s", self.job_id, self.schedule.cadence, self.detector_spec)
         if self.eval_on_start and not resuming and self.schedule.last_eval_step is None:  # step 0: the baseline
-            if self.evaluator.uses_trainer_metrics:
-                compat.evaluate_at_start(self._link.trainer, args)  # its on_evaluate reports step 0
+            if self.evaluator.uses_trainer_metrics:  # its on_evaluate reports step 0
+                self._set_eval_on_start = compat.evaluate_at_start(self._link.trainer, args)
             else:
                 self._evaluate_now(args, state, control, 0, model, processing_class)
 
@@ -253,6 +254,8 @@ class EvalStopCallback(TrainerCallback, ExportableState):
         return control
 
     def on_evaluate(self, args, state, control, metrics=None, model=None, processing_class=None, **kwargs):
+        if self._set_eval_on_start:
+            self._set_eval_on_start, args.eval_on_start = False, False
         if self._link.emitting or self.evaluator is None or not self.evaluator.uses_trainer_metrics:
             return control
         step, ended = state.global_step, self.stopped_at is not None or self._finished

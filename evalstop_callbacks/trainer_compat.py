@@ -121,18 +121,24 @@ def resolve_evaluator(evaluator: Evaluator | None, eval_steps: int | str | None,
     return evaluator
 
 
-def evaluate_at_start(trainer: Any, args: Any) -> None:
-    """Step 0 of a trainer-metric evaluator: run ``trainer.evaluate()`` (its ``on_evaluate`` reports the score, and a
-    metric that does not exist raises before training), unless the trainer's ``eval_on_start`` does it anyway."""
+def evaluate_at_start(trainer: Any, args: Any) -> bool:
+    """Step 0 of a trainer-metric evaluator: the trainer's own evaluation, whose ``on_evaluate`` reports the score
+    (and a metric that does not exist raises before training).
+
+    With the attached trainer it runs ``trainer.evaluate()``; without one it sets ``args.eval_on_start``, which the
+    Trainer reads right after ``on_train_begin`` (the callback sets it back at that evaluation); nothing to do when
+    the arguments ask for it anyway.
+
+    Returns:
+        Whether ``args.eval_on_start`` was set here (for the caller to set it back).
+    """
     if getattr(args, "eval_on_start", False):
-        return  # the trainer evaluates at step 0 itself, right after on_train_begin
+        return False  # the trainer evaluates at step 0 itself, right after on_train_begin
     if trainer is None:
-        logger.warning(
-            "EvalStop: no step-0 evaluation of the trainer's metrics: transformers does not hand callbacks the "
-            "trainer; call cb.attach(trainer), or set eval_on_start=True in the training arguments"
-        )
-        return
+        args.eval_on_start = True
+        return True
     trainer.evaluate()
+    return False
 
 
 def warn_competing_best(args: Any, mode: str) -> None:
@@ -222,6 +228,14 @@ class TrainerLink:
         seen = self._metrics_at[1]
         seen.update(metrics)
         key = getattr(evaluator, "key", None)
-        if key is not None and key(seen) is None and not self.all_datasets_seen(seen):
-            return None
+        if key is not None and key(seen) is None:
+            if self.trainer is None and any(k.startswith("eval_") and k.endswith("_runtime") for k in seen):
+                if "eval_runtime" not in seen:  # one dataset of a dict eval_dataset: which are still to come?
+                    raise ValueError(
+                        f"EvalStop: metric {getattr(evaluator, 'metric', '')!r} is not among the eval metrics of "
+                        f"step {step} ({', '.join(sorted(seen))}); with a dict eval_dataset call cb.attach(trainer), "
+                        "so that EvalStop waits for every dataset's metrics"
+                    )
+            if not self.all_datasets_seen(seen):
+                return None
         return seen
