@@ -148,6 +148,8 @@ class EvalStopTrainerMixin:
     def _save_checkpoint(self) -> None:
         super()._save_checkpoint()  # type: ignore[misc]
         self._evalstop_write_state()
+        if self._evalstop_keeper is not None and self._evalstop_keeper.prune_others:
+            self._evalstop_keeper.prune()  # verl's own saves too: only the K best and the newest stay
 
     def _evalstop_write_state(self) -> None:
         """The core's state into this step's checkpoint folder (if there is one), replaced, never rewritten in place:
