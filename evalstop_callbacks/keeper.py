@@ -195,7 +195,7 @@ class BestCheckpoints:
         A step already kept is topped up with the files ``source`` gained since (no new ranking).
 
         Returns:
-            The kept entry, or None when the step does not rank among the K best.
+            The kept entry, or None when the step does not rank among the K best (or ``source`` is gone).
         """
         source = Path(source)
         held = self.get(step)
@@ -208,6 +208,9 @@ class BestCheckpoints:
                     held = self._replace(replace(held, method=merged))
             return held
         if not self.ranks(step, score):
+            return None
+        if self.writer and not source.is_dir():
+            logger.warning("evalstop: the checkpoint %s of step %d is not there (rotated away?); not kept", source, step)
             return None
         method = "hard-linked"
         if self.writer:
