@@ -208,6 +208,8 @@ class BestCheckpoints:
                     held = self._replace(replace(held, method=merged))
             return held
         if not self.ranks(step, score):
+            if self.prune_others:
+                self.prune()  # a newer checkpoint appeared: the older unkept ones may go now
             return None
         if self.writer and not source.is_dir():
             logger.warning("evalstop: the checkpoint %s of step %d is not there (rotated away?); not kept", source, step)
