@@ -210,7 +210,9 @@ class EvalStopCallback(TrainerCallback, ExportableState):
         if not resuming and (self.history or self._registered):
             # A second run would re-report steps the core has seen (conflicts) and inherit this run's best step.
             raise ValueError("this EvalStopCallback already served a training run; create a new one for a new run")
-        self.keeper = BestCheckpoints(args.output_dir, 1, writer=self._is_main and bool(getattr(args, "should_save", True)))
+        self.keeper = BestCheckpoints(
+            args.output_dir, 1, writer=self._is_main and bool(getattr(args, "should_save", True))
+        )
         saved = resuming and saved_state(getattr(state, "stateful_callbacks", None), type(self).__name__, self.job_id)
         if saved:
             self._resume(saved)

@@ -212,7 +212,9 @@ class BestCheckpoints:
                 self.prune()  # a newer checkpoint appeared: the older unkept ones may go now
             return None
         if self.writer and not source.is_dir():
-            logger.warning("evalstop: the checkpoint %s of step %d is not there (rotated away?); not kept", source, step)
+            logger.warning(
+                "evalstop: the checkpoint %s of step %d is not there (rotated away?); not kept", source, step
+            )
             return None
         method = "hard-linked"
         if self.writer:

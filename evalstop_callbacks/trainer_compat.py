@@ -73,9 +73,10 @@ def is_rl_trainer(trainer: Any, args: Any = None) -> bool:
     """
     if trainer is None:
         return args is not None and trainer_name(args) in RL_TRAINERS
-    return any(hasattr(trainer, a) for a in ("reward_funcs", "value_model", "reward_model")) or type(
-        trainer
-    ).__name__ in RL_TRAINERS
+    return (
+        any(hasattr(trainer, a) for a in ("reward_funcs", "value_model", "reward_model"))
+        or type(trainer).__name__ in RL_TRAINERS
+    )
 
 
 def is_ppo_model(model: Any) -> bool:

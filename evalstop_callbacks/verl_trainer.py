@@ -74,7 +74,9 @@ class EvalStopTrainerMixin:
         self._evalstop_samples: list[tuple[str, float]] | None = None
         root = config.trainer.default_local_dir
         self._evalstop_keeper = (
-            BestCheckpoints(root, settings.keep_best, prune_others=settings.prune_others) if settings.protect_best else None
+            BestCheckpoints(root, settings.keep_best, prune_others=settings.prune_others)
+            if settings.protect_best
+            else None
         )
         self._evalstop_finished = False
 

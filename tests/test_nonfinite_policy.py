@@ -65,7 +65,7 @@ def test_the_verl_adapter_refuses_a_nan_validation() -> None:
 def test_the_callback_refuses_a_nan_evaluation() -> None:
     from transformers import TrainerControl, TrainerState, TrainingArguments
 
-    from evalstop_callbacks import EvalStopCallback, EvalResult, Evaluator, EvaluatorError
+    from evalstop_callbacks import EvalResult, EvalStopCallback, Evaluator, EvaluatorError
 
     class NaNAtSecond(Evaluator):
         calls = 0

@@ -150,7 +150,11 @@ def test_a_stop_ends_verls_loop_cleanly_at_the_cores_step(tmp_path: Path, monkey
     assert result["best_checkpoint"] == str(kept.parents[1]) and result["protected_checkpoint"] == str(protected)
     assert result["detector"]["name"] == "trend"
     assert result["evals"][-1] == [stop, pytest.approx(curve.at(stop)[0])]
-    assert (result["mode"], result["keep_best"], result["pruned"]) == ("enforce", 1, [str(protected.parent / f"evalstop-best-{s}") for s in bests[:-1]])
+    assert (result["mode"], result["keep_best"], result["pruned"]) == (
+        "enforce",
+        1,
+        [str(protected.parent / f"evalstop-best-{s}") for s in bests[:-1]],
+    )
     assert [k["step"] for k in result["kept"]] == [best] and result["kept"][0]["path"] == str(protected)
 
 
@@ -167,7 +171,12 @@ def test_keep_best_k_survives_verls_rotation(tmp_path: Path, monkeypatch: pytest
     stop, _best = core_verdict(curve)
     assert stop is not None
     trainer = _trainer(
-        tmp_path, curve, curve.steps[-1], monkeypatch, "trainer.max_actor_ckpt_to_keep=2", "+trainer.evalstop.keep_best=3"
+        tmp_path,
+        curve,
+        curve.steps[-1],
+        monkeypatch,
+        "trainer.max_actor_ckpt_to_keep=2",
+        "+trainer.evalstop.keep_best=3",
     )
     trainer.fit(agent_loop_manager=None)
 

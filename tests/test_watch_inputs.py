@@ -15,8 +15,8 @@ import pytest
 from _watch_helpers import HACKING, PER_EXAMPLE, embedded_stop, evals, last_json, watch
 from service_support import auth, tenant_server
 
-from evalstop_callbacks.watch import Watcher, WatchError
 from evalstop_callbacks.keeper import BestCheckpoints, checkpoint_steps
+from evalstop_callbacks.watch import Watcher, WatchError
 from evalstop_callbacks.watch.follow import LineTail
 
 

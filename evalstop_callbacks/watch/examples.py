@@ -11,8 +11,8 @@ with a warning.
 from __future__ import annotations
 
 import json
-import math
 import logging
+import math
 from pathlib import Path
 
 from .records import WatchError, scalar
