@@ -108,7 +108,8 @@ class EvalStopTrainerMixin:
             self._evalstop_write_state()
         metrics.update(monitor.log_fields(decision, value))
         if decision.should_stop and monitor.would_stop_at == step:
-            best = self._evalstop_keeper.get(decision.best_step) if self._evalstop_keeper is not None else None
+            keeper, best_step = self._evalstop_keeper, decision.best_step
+            best = keeper.get(best_step) if keeper is not None and best_step is not None else None
             logger.warning(
                 "evalstop%s: stop at step %d (%s); best step %s, %s=%s, checkpoint %s",
                 "" if monitor.stopping else " (observe: not stopping)",
@@ -173,6 +174,8 @@ class EvalStopTrainerMixin:
         path = os.path.join(self.config.trainer.default_local_dir, f"global_step_{self.global_steps}", STATE_FILE)
         if not os.path.exists(path):
             logger.warning("evalstop: %s not found; the core starts a new history at step %d", path, self.global_steps)
+            if self._evalstop_keeper is not None:
+                self._evalstop_keeper.adopt()  # the evalstop-best-<step> folders name their step and score
             return
         with open(path, encoding="utf-8") as fh:
             state = json.load(fh)
