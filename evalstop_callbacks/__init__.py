@@ -13,7 +13,7 @@ __version__ = "0.1.0"
 
 _EXPORTS: dict[str, str] = {
     "EvalStopCallback": "callback",
-    "EvalStopTrainingStopped": "callback",
+    "EvalStopTrainingStopped": "trainer_compat",
     "BoundaryClient": "client",
     "EmbeddedClient": "client",
     "PlatformClient": "platform_client",

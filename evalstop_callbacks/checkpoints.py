@@ -1,15 +1,12 @@
-"""Keeping the best checkpoint on disk and restoring it into the live model.
+"""Pointing the trainer state at the best checkpoint, writing a weights-only one, and restoring it into the model.
 
-The Trainer protects ``state.best_model_checkpoint`` from ``save_total_limit`` rotation, but nothing in GRPO or PPO
-sets it without an eval strategy and ``metric_for_best_model``. :func:`mark_best` sets the three fields the Trainer
-reads (``best_global_step``, ``best_metric``, ``best_model_checkpoint``) to the folder name the Trainer itself builds,
-so rotation keeps that folder. :func:`restore_checkpoint` loads it back into the model object the trainer holds.
-
-Disk: a best evaluation that the trainer's own save schedule does not save anyway is written by
-:func:`save_best_weights` with ``trainer.save_model`` into ``<output_dir>/evalstop-best-<step>``: the weights (or
-PEFT adapter), config and tokenizer that restore needs, no optimizer or scheduler state. At most one such folder
-exists: the previous one is deleted when a new best is written. The name is not ``checkpoint-<step>`` on purpose:
-``resume_from_checkpoint=True`` picks the newest ``checkpoint-*`` folder, which must be a full checkpoint.
+Which checkpoints are kept, and under which name, is :mod:`evalstop_callbacks.keeper`'s (``evalstop-best-<step>``,
+out of reach of ``save_total_limit``); the callback decides when. The Trainer protects ``state.best_model_checkpoint``
+from rotation too, but nothing in GRPO or PPO sets it without an eval strategy and ``metric_for_best_model``:
+:func:`mark_best` sets the three fields the Trainer reads (``best_global_step``, ``best_metric``,
+``best_model_checkpoint``) to the kept folder. :func:`save_weights` writes what restore needs (weights or PEFT
+adapter, config, tokenizer; no optimizer or scheduler state); :func:`restore_checkpoint` loads a folder back into the
+model object the trainer holds.
 """
 
 from __future__ import annotations
@@ -19,10 +16,11 @@ import os
 from pathlib import Path
 from typing import Any
 
+from .keeper import protected_dir
+
 logger = logging.getLogger(__name__)
 
 PREFIX = "checkpoint"
-BEST_PREFIX = "evalstop-best"
 
 
 class CheckpointError(RuntimeError):
@@ -35,8 +33,8 @@ def checkpoint_dir(output_dir: str | os.PathLike[str], step: int) -> str:
 
 
 def best_weights_dir(output_dir: str | os.PathLike[str], step: int) -> str:
-    """The weights-only folder EvalStop writes for a best ``step``: ``<output_dir>/evalstop-best-<step>``."""
-    return os.path.join(str(output_dir), f"{BEST_PREFIX}-{step}")
+    """The folder EvalStop keeps the best ``step`` in: ``<output_dir>/evalstop-best-<step>`` (the keeper's name)."""
+    return str(protected_dir(output_dir, step))
 
 
 def mark_best(state: Any, path: str, step: int, metric: float) -> str:
@@ -58,24 +56,24 @@ def mark_best(state: Any, path: str, step: int, metric: float) -> str:
     return path
 
 
-def save_best_weights(trainer: Any, path: str, previous: str | None) -> None:
-    """Write what restore needs (``trainer.save_model``) to ``path``; delete ``previous`` (an older such folder).
+def save_weights(trainer: Any, model: Any, processing_class: Any, path: str, is_main: bool) -> bool:
+    """Write what restore needs into ``path``, without optimizer state; whether it could.
 
-    Every rank must call it: ``save_model`` gathers a sharded model's weights (FSDP, ZeRO-3) before the main process
-    writes them. Only folders named :data:`BEST_PREFIX` are ever deleted.
+    With the attached trainer, ``trainer.save_model`` (every rank must call it: it gathers a sharded model's
+    weights, FSDP or ZeRO-3, before the main process writes them). Without one, the main process saves the unwrapped
+    model (and ``processing_class``) with ``save_pretrained``; a sharded model cannot be saved that way, and False
+    tells the caller to keep the trainer's own full checkpoint instead.
     """
-    import shutil
-
-    trainer.save_model(path)
-    if (
-        previous
-        and previous != path
-        and Path(previous).name.startswith(BEST_PREFIX + "-")
-        and getattr(trainer.args, "should_save", True)
-        and os.path.isdir(previous)
-    ):
-        shutil.rmtree(previous, ignore_errors=True)
-        logger.info("removed the previous best weights %s", previous)
+    if trainer is not None and callable(getattr(trainer, "save_model", None)):
+        trainer.save_model(path)
+        return True
+    if model is None or _is_fsdp2(model) or _is_zero3(model) or not callable(getattr(model, "save_pretrained", None)):
+        return False
+    if is_main:
+        model.save_pretrained(path)
+        if processing_class is not None and callable(getattr(processing_class, "save_pretrained", None)):
+            processing_class.save_pretrained(path)
+    return True
 
 
 def _is_fsdp2(model: Any) -> bool:
@@ -252,62 +250,6 @@ def _restore_peft(model: Any, path: Path) -> None:
     logger.info("restored PEFT adapter from %s", path)
 
 
-def keep_best(
-    trainer: Any,
-    args: Any,
-    state: Any,
-    control: Any,
-    step: int,
-    previous: str | None,
-    metric: float,
-    stopping: bool,
-    is_main: bool,
-) -> tuple[str | None, float | None]:
-    """Keep the new best step's weights on disk and point ``state.best_model_checkpoint`` at them.
-
-    If the step is saved anyway (the trainer's own schedule, or the stop), the Trainer's full checkpoint folder is the
-    best one (``control.should_save`` is set). Otherwise the weights alone go to ``evalstop-best-<step>`` (no
-    optimizer state), replacing the previous such folder.
-
-    Args:
-        trainer: The trainer (its ``save_model`` writes weights-only folders), or None.
-        args: Its ``TrainingArguments`` (``output_dir``).
-        state: Its ``TrainerState``, pointed at the new best.
-        control: Its ``TrainerControl``.
-        step: The new best step (the one being evaluated).
-        previous: The previous best folder, or None.
-        metric: The best score in transformers' convention (:meth:`Evaluator.to_metric`).
-        stopping: Whether training stops at this step (its full checkpoint is saved).
-        is_main: Whether this is the main process (it deletes the previous weights-only folder).
-
-    Returns:
-        The new best folder (None when step 0 cannot be saved without a trainer) and the seconds a weights-only save
-        took (None when the trainer's own checkpoint is the best one).
-    """
-    import shutil
-    import time
-
-    if control.should_save or stopping or trainer is None or not callable(getattr(trainer, "save_model", None)):
-        if step == 0:
-            logger.warning("EvalStop: no trainer to save the step-0 weights with; restore cannot go back to them")
-            return previous, None
-        path = checkpoint_dir(args.output_dir, step)
-        control.should_save = True
-        if (
-            previous
-            and os.path.basename(previous).startswith(BEST_PREFIX + "-")
-            and is_main
-            and os.path.isdir(previous)
-        ):
-            shutil.rmtree(previous, ignore_errors=True)
-        return mark_best(state, path, step, metric), None
-    path = best_weights_dir(args.output_dir, step)
-    t0 = time.perf_counter()
-    save_best_weights(trainer, path, previous)
-    seconds = time.perf_counter() - t0
-    return mark_best(state, path, step, metric), seconds
-
-
 def restore_best(model: Any, path: str | None, step: int | None, score: float | None) -> str | None:
     """Every rank: load the best checkpoint ``path`` (of ``step``, scored ``score``) into the live (unwrapped) ``model``.
 
@@ -329,46 +271,3 @@ def restore_best(model: Any, path: str | None, step: int | None, score: float | 
         raise
     logger.info("EvalStop restored the best checkpoint: step %s, score %s", step, score)
     return path
-
-
-def update_best(
-    callback: Any, trainer: Any, args: Any, state: Any, control: Any, step: int, decision: Any, stopping: bool,
-    is_main: bool,
-) -> None:  # fmt: skip
-    """Follow the decision's best step in an :class:`~evalstop_callbacks.EvalStopCallback` (``best_step``,
-    ``best_score``) and, in enforce mode, keep its weights (:func:`keep_best`) and the trainer state's pointer.
-
-    Args:
-        callback: The callback (its best fields, mode, evaluator and ``save_seconds``).
-        trainer: The trainer (saves weights-only folders), or None.
-        args, state, control: The trainer's arguments, state and control of this event.
-        step: The step being evaluated.
-        decision: The scheduler's :class:`~platform_sim.core.Decision` for it.
-        stopping: Whether training stops at this step.
-        is_main: Whether this is the main process (it deletes an older weights-only folder).
-    """
-    enforce = callback.mode == "enforce"
-    if decision.best_step is not None and decision.best_step != callback.best_step:
-        if decision.best_step != step:
-            # Only the step being evaluated can still be saved; a scheduler naming another step as best (a history
-            # this run does not share) would point restore at a checkpoint that was never written.
-            logger.warning(
-                "EvalStop: the scheduler names step %s as best, but this run evaluated step %s "
-                "and has no checkpoint of step %s",
-                decision.best_step,
-                step,
-                decision.best_step,
-            )
-        callback.best_step, callback.best_score = decision.best_step, decision.best_score
-        if enforce:
-            metric = float(callback.evaluator.to_metric(callback.best_score))
-            previous = callback.best_checkpoint
-            callback.best_checkpoint, seconds = keep_best(
-                trainer, args, state, control, step, previous, metric, stopping, is_main
-            )
-            if seconds is not None:
-                callback.save_seconds.append(seconds)
-    elif decision.best_step is not None and callback.best_step is not None and enforce and callback.best_checkpoint:
-        # keep it set (resume, other tools, the trainer's own best-metric bookkeeping)
-        metric = float(callback.evaluator.to_metric(callback.best_score))
-        mark_best(state, callback.best_checkpoint, callback.best_step, metric)

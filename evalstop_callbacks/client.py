@@ -10,14 +10,83 @@ from __future__ import annotations
 
 import inspect
 import logging
+import math
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Protocol, TypeGuard, runtime_checkable
 
-from platform_sim.core import Decision, JobMonitor, Report, cadence_from_spec, default_spec, detector_from_spec
+from platform_sim.core import (
+    Decision,
+    InvalidReportError,
+    JobMonitor,
+    Report,
+    cadence_from_spec,
+    default_spec,
+    detector_from_spec,
+)
 from platform_sim.core.boundary import check_job_type
 
 logger = logging.getLogger(__name__)
+
+
+def make_report(
+    job_id: str,
+    job_type: str,
+    step: int,
+    score: float,
+    scores: Sequence[float] | None = None,
+    error: type[Exception] | None = None,
+) -> Report:
+    """The :class:`Report` of one evaluation, built the one way every entry point builds it: a NaN or inf score is
+    refused first by :func:`refuse_non_finite`, with the job and step named.
+
+    Args:
+        job_id, job_type, step: The job and the evaluation's step.
+        score: The mean score (higher is better).
+        scores: Per-example scores in a fixed example order, or None.
+        error: The exception class for a non-finite score (default :class:`NonFiniteScoreError`).
+    """
+    refuse_non_finite(job_id, step, score, scores, error or NonFiniteScoreError)
+    return Report(job_id, job_type, step, score, None if scores is None else tuple(scores))
+
+
+class NonFiniteScoreError(InvalidReportError):
+    """A NaN or infinite eval score, refused by every entry point (the one policy: docs/design.md)."""
+
+
+def refuse_non_finite(
+    job_id: str | None,
+    step: int,
+    score: Any,
+    scores: Sequence[Any] | None = None,
+    error: type[Exception] = NonFiniteScoreError,
+) -> None:
+    """Raise ``error`` with one line naming the job and step if ``score`` (or a per-example score) is NaN or inf.
+
+    EvalStop's one policy for a non-finite score: refuse it, everywhere (callback, ``evalstop watch``, the verl
+    adapter, every client), rather than skip it. A NaN is no evidence either way, but skipping it silently would let
+    a run whose evaluation broke go on unwatched; an error at that step says at once what broke and where.
+
+    Args:
+        job_id: The job's id (None: not registered yet).
+        step: The evaluation's step.
+        score: The eval score.
+        scores: Per-example scores, or None.
+        error: The exception class to raise (``evalstop watch`` raises its own one-line ``WatchError``).
+    """
+    what = None
+    if isinstance(score, (int, float)) and not isinstance(score, bool) and not math.isfinite(score):
+        what = f"non-finite eval score {float(score)}"
+    elif scores is not None:
+        bad = next((i for i, v in enumerate(scores) if isinstance(v, float) and not math.isfinite(v)), None)
+        if bad is not None:
+            what = f"non-finite per-example score {scores[bad]} (example {bad})"
+    if what is not None:
+        job = "(not registered yet)" if job_id is None else repr(job_id)
+        raise error(
+            f"EvalStop job {job}: {what} at step {step}; a NaN or inf score is refused "
+            "(EvalStop never decides on one: fix the evaluation or the metric)"
+        )
 
 
 @runtime_checkable

@@ -4,7 +4,7 @@ It sends the same whitelisted :class:`~platform_sim.core.boundary.Report` object
 :class:`~evalstop_callbacks.client.EmbeddedClient` to an ``evalstop-server`` and returns its decisions, so moving a job
 from embedded to platform mode is one argument::
 
-    EvalStopCallback(evaluator, eval_steps, client=PlatformClient("http://scheduler:8080", token))
+    EvalStopCallback(evaluator, eval_steps=50, client=PlatformClient("http://scheduler:8080", token))
 
 Fail-open by design: a network fault never stops a job and never crashes training. Every report is also applied to an
 in-process copy of the scheduler core (a "shadow" :class:`EmbeddedClient`), so when the service stays unreachable past

@@ -5,7 +5,8 @@ transformers' ``ExportableState`` protocol saves ``callback.state()`` (``{"args"
 ``attributes["evalstop"]``: the history, the best step and checkpoint, the stop, the schedule's position and the
 client's own state (an :class:`~evalstop_callbacks.EmbeddedClient`'s detector, so that declines survive a resume).
 
-The callback reads it back itself at ``on_train_begin`` rather than through transformers'
+The callback builds and reads it itself (``EvalStopCallback.state`` and its ``_resume``: the helpers here return
+values, the callback assigns them), at ``on_train_begin`` rather than through transformers'
 ``restore_callback_states_from_checkpoint``: that path rebuilds the callback as ``EvalStopCallback(**args)`` from
 JSON and drops the instance the user built, and with it the evaluator, the client and ``trace_extras``, which are
 objects, not JSON.
@@ -37,6 +38,7 @@ class CallbackState:
         hinted_step: The step a followed hint asks to evaluate, or None.
         wall_s, eval_s: Wall and evaluator seconds of the run so far (the budget's time share continues from them).
         client_state: The client's ``state_dict()``, for clients that keep local state, else None.
+        keeper: The keeper's ``state_dict()`` (:class:`~evalstop_callbacks.keeper.BestCheckpoints`), or None.
     """
 
     job_id: str | None = None
@@ -53,6 +55,7 @@ class CallbackState:
     wall_s: float = 0.0
     eval_s: float = 0.0
     client_state: Any = None
+    keeper: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON data, the keys in field order."""
@@ -76,6 +79,7 @@ class CallbackState:
             wall_s=float(saved.get("wall_s") or 0.0),
             eval_s=float(saved.get("eval_s") or 0.0),
             client_state=saved.get("client_state"),
+            keeper=saved.get("keeper"),
         )
 
     def check_resumable(self, detector_spec: Mapping[str, Any], job_id: str | None) -> None:
@@ -110,57 +114,3 @@ def saved_state(stateful_callbacks: Mapping[str, Any] | None, name: str, job_id:
     if not saved or "evalstop" not in saved.get("attributes", {}):
         return None
     return CallbackState.from_dict(saved["attributes"]["evalstop"])
-
-
-def export_state(callback: Any) -> dict[str, Any]:
-    """The ``ExportableState`` record of an :class:`~evalstop_callbacks.EvalStopCallback` (its ``state()``)."""
-    save = getattr(callback.client, "state_dict", None)  # optional: clients that keep local state offer it
-    schedule = callback.schedule
-    saved = CallbackState(
-        job_id=callback.job_id,
-        detector=callback.detector_spec,
-        history=list(callback.history),
-        best_step=callback.best_step,
-        best_score=callback.best_score,
-        best_checkpoint=callback.best_checkpoint,
-        stopped_at=callback.stopped_at,
-        would_stop_at=callback.would_stop_at,
-        last_eval_step=schedule.last_eval_step,
-        extra_eval_steps=list(schedule.extra_eval_steps),
-        hinted_step=schedule.hinted_step,
-        wall_s=schedule.wall(),
-        eval_s=schedule.eval_time(),
-        client_state=save() if callable(save) else None,
-    )
-    keys = ("eval_steps", "job_id", "job_type", "mode", "restore_best", "trace_path")
-    return exported({**{key: getattr(callback, key) for key in keys}, "detector": callback.detector_spec}, saved)
-
-
-def load_state(callback: Any, saved: CallbackState) -> None:
-    """Continue ``saved`` (a resumed checkpoint's state) in ``callback``, its client's state included.
-
-    Raises:
-        ValueError: The checkpoint ran another detector or belongs to another job.
-    """
-    saved.check_resumable(callback.detector_spec, callback.job_id)
-    callback.job_id, callback.history = saved.job_id, saved.history
-    callback.best_step, callback.best_score, callback.best_checkpoint = (
-        saved.best_step,
-        saved.best_score,
-        saved.best_checkpoint,
-    )
-    callback.stopped_at, callback.would_stop_at = saved.stopped_at, saved.would_stop_at
-    schedule = callback.schedule
-    schedule.last_eval_step, schedule.hinted_step = saved.last_eval_step, saved.hinted_step
-    schedule.extra_eval_steps = saved.extra_eval_steps
-    schedule.wall_offset, schedule.eval_offset = saved.wall_s, saved.eval_s
-    load = getattr(callback.client, "load_state_dict", None)
-    if saved.client_state is not None and callable(load):
-        load(saved.client_state)
-    logger.info(
-        "EvalStop resumed job %s: %d evals, best step %s, declines %s",
-        callback.job_id,
-        len(callback.history),
-        callback.best_step,
-        callback.history[-1]["declines"] if callback.history else 0,
-    )

@@ -1,13 +1,18 @@
-"""What the callback needs to know about the trainer it serves, which transformers does not hand to callbacks.
+"""What the callback needs to know about the trainer it serves.
 
-Finding the trainer (:class:`TrainerLink`: through the caller frames of an event), telling online RL trainers apart
-(their own eval metrics score the reward being optimized), choosing the default evaluator, and TRL 1.12's
-``PPOTrainer``, whose loop ignores ``control.should_training_stop`` (:class:`EvalStopTrainingStopped`).
+transformers hands every callback event the trainer's ``model``, ``processing_class``, ``optimizer``,
+``lr_scheduler`` and dataloaders, never the trainer itself. What only the trainer has is reached through
+:class:`TrainerLink`, filled by an explicit ``EvalStopCallback.attach(trainer)`` (as transformers' own
+``JITCheckpointCallback.set_trainer``): logging through ``trainer.callback_handler`` to every ``report_to``
+backend, ``trainer.save_model`` for weights-only best folders of a sharded model, and ``trainer.evaluate()`` for a
+step-0 evaluation of the trainer's own metrics. Without it the callback works from what the events pass (see
+``EvalStopCallback.attach``). Also here: telling online RL trainers apart (their own eval metrics score the reward
+being optimized), choosing the default evaluator, and TRL 1.12's ``PPOTrainer``, whose loop ignores
+``control.should_training_stop`` (:class:`EvalStopTrainingStopped`).
 """
 
 from __future__ import annotations
 
-import inspect
 import logging
 import weakref
 from collections.abc import Callable, Mapping
@@ -56,34 +61,22 @@ def trainer_name(args: Any) -> str:
     return name[:-6] + "Trainer" if name.endswith("Config") else "Trainer"
 
 
-def find_trainer(callback: Any) -> Any:
-    """The trainer whose callback handler holds ``callback``, found among the callers of the current event.
+RL_TRAINERS = ("PPOTrainer", "GRPOTrainer", "RLOOTrainer", "OnlineDPOTrainer")
 
-    Trainers call events as ``self.callback_handler.on_<event>(...)``, so the trainer is the ``self`` of a caller
-    frame a few levels up. Callbacks are not handed the trainer otherwise; the callback needs it to log through
-    ``trainer.callback_handler`` (every ``report_to`` backend), to save weights-only checkpoints with
-    ``trainer.save_model`` and to run the step-0 evaluation of trainer metrics.
+
+def is_rl_trainer(trainer: Any, args: Any = None) -> bool:
+    """Whether the trainer is an online RL trainer, whose eval metrics score its own reward (the proxy).
+
+    Args:
+        trainer: The attached trainer, or None (then its arguments' class tells: ``GRPOConfig`` -> ``GRPOTrainer``).
+        args: The trainer's arguments.
     """
-    frame = inspect.currentframe()
-    try:
-        for _ in range(16):
-            frame = frame.f_back if frame is not None else None
-            if frame is None:
-                return None
-            obj = frame.f_locals.get("self")
-            handler = getattr(obj, "callback_handler", None)
-            if handler is not None and any(cb is callback for cb in getattr(handler, "callbacks", ())):
-                return obj
-        return None
-    finally:
-        del frame
-
-
-def is_rl_trainer(trainer: Any) -> bool:
-    """Whether ``trainer`` is an online RL trainer, whose eval metrics score its own reward (the proxy)."""
-    return any(hasattr(trainer, a) for a in ("reward_funcs", "value_model", "reward_model")) or type(
-        trainer
-    ).__name__ in ("PPOTrainer", "GRPOTrainer", "RLOOTrainer", "OnlineDPOTrainer")
+    if trainer is None:
+        return args is not None and trainer_name(args) in RL_TRAINERS
+    return (
+        any(hasattr(trainer, a) for a in ("reward_funcs", "value_model", "reward_model"))
+        or type(trainer).__name__ in RL_TRAINERS
+    )
 
 
 def is_ppo_model(model: Any) -> bool:
@@ -100,16 +93,11 @@ def resolve_evaluator(evaluator: Evaluator | None, eval_steps: int | str | None,
         evaluator: The callback's evaluator, or None.
         eval_steps: The callback's ``eval_steps`` (None: the trainer's ``eval_strategy`` must give a cadence).
         args: The trainer's ``TrainingArguments``.
-        trainer: The trainer, or None when it was not found.
+        trainer: The attached trainer, or None (its arguments' class then names it).
     """
-    name = type(trainer).__name__ if trainer is not None else "the trainer"
+    name = type(trainer).__name__ if trainer is not None else trainer_name(args)
     if evaluator is None:
-        if trainer is None:
-            raise ValueError(
-                "EvalStopCallback() without an evaluator needs a transformers Trainer (it watches "
-                "the trainer's eval metric); pass an evaluator"
-            )
-        if is_rl_trainer(trainer):
+        if is_rl_trainer(trainer, args):
             raise ValueError(
                 f"EvalStopCallback() needs a world evaluator on {name}: its own eval metrics score the reward "
                 "it optimizes; pass e.g. EvalStopCallback(RewardFunctionEvaluator(heldout_prompts, gold_fn), "
@@ -134,15 +122,24 @@ def resolve_evaluator(evaluator: Evaluator | None, eval_steps: int | str | None,
     return evaluator
 
 
-def evaluate_at_start(trainer: Any, args: Any) -> None:
-    """Step 0 of a trainer-metric evaluator: run ``trainer.evaluate()`` (its ``on_evaluate`` reports the score, and a
-    metric that does not exist raises before training), unless the trainer's ``eval_on_start`` does it anyway."""
+def evaluate_at_start(trainer: Any, args: Any) -> bool:
+    """Step 0 of a trainer-metric evaluator: the trainer's own evaluation, whose ``on_evaluate`` reports the score
+    (and a metric that does not exist raises before training).
+
+    With the attached trainer it runs ``trainer.evaluate()``; without one it sets ``args.eval_on_start``, which the
+    Trainer reads right after ``on_train_begin`` (the callback sets it back at that evaluation); nothing to do when
+    the arguments ask for it anyway.
+
+    Returns:
+        Whether ``args.eval_on_start`` was set here (for the caller to set it back).
+    """
     if getattr(args, "eval_on_start", False):
-        return  # the trainer evaluates at step 0 itself, right after on_train_begin
+        return False  # the trainer evaluates at step 0 itself, right after on_train_begin
     if trainer is None:
-        logger.warning("EvalStop: no trainer found, so no step-0 evaluation of the trainer's metrics")
-        return
+        args.eval_on_start = True
+        return True
     trainer.evaluate()
+    return False
 
 
 def warn_competing_best(args: Any, mode: str) -> None:
@@ -179,20 +176,17 @@ class TrainerLink:
     def __init__(self) -> None:
         self._ref: Callable[[], Any] = lambda: None
         self.emitting = False
+        self._warned = False
         self._metrics_at: tuple[int, dict[str, Any]] | None = None
 
     @property
     def trainer(self) -> Any:
-        """The trainer, or None when it was not found (or is gone)."""
+        """The attached trainer, or None (never attached, or gone)."""
         return self._ref()
 
-    def find(self, callback: Any) -> Any:
-        """Look for the trainer of ``callback`` among the callers of the current event (if not found yet)."""
-        if self._ref() is None:
-            trainer = find_trainer(callback)
-            if trainer is not None:
-                self._ref = weakref.ref(trainer)
-        return self._ref()
+    def attach(self, trainer: Any) -> None:
+        """Hold ``trainer`` (weakly: the trainer holds the callback)."""
+        self._ref = weakref.ref(trainer)
 
     def log(self, args: Any, state: Any, control: Any, logs: Mapping[str, float]) -> None:
         """Into the trainer's logs, as ``Trainer.log`` does: ``log_history`` and every callback's ``on_log``.
@@ -205,6 +199,12 @@ class TrainerLink:
         state.log_history.append({**logs, "step": state.global_step})
         handler = getattr(self.trainer, "callback_handler", None)
         if handler is None:
+            if not self._warned:
+                self._warned = True
+                logger.warning(
+                    "EvalStop: the evalstop/* values go to state.log_history only; call cb.attach(trainer) to send "
+                    "them to the trainer's report_to backends too (transformers does not hand callbacks the trainer)"
+                )
             return
         self.emitting = True
         should_log = control.should_log  # the handler resets it; the trainer's own log of this step must still run
@@ -229,6 +229,14 @@ class TrainerLink:
         seen = self._metrics_at[1]
         seen.update(metrics)
         key = getattr(evaluator, "key", None)
-        if key is not None and key(seen) is None and not self.all_datasets_seen(seen):
-            return None
+        if key is not None and key(seen) is None:
+            if self.trainer is None and any(k.startswith("eval_") and k.endswith("_runtime") for k in seen):
+                if "eval_runtime" not in seen:  # one dataset of a dict eval_dataset: which are still to come?
+                    raise ValueError(
+                        f"EvalStop: metric {getattr(evaluator, 'metric', '')!r} is not among the eval metrics of "
+                        f"step {step} ({', '.join(sorted(seen))}); with a dict eval_dataset call cb.attach(trainer), "
+                        "so that EvalStop waits for every dataset's metrics"
+                    )
+            if not self.all_datasets_seen(seen):
+                return None
         return seen

@@ -1,5 +1,6 @@
 """The verl-free half of the verl adapter (:mod:`evalstop_callbacks.verl_trainer`): its settings, the reports to the
-scheduler core and the decisions, the result file, and protecting the best checkpoint folder from rotation.
+scheduler core and the decisions, and the result file. The best checkpoints are kept by
+:class:`~evalstop_callbacks.keeper.BestCheckpoints`, as everywhere else.
 
 Nothing here imports verl, so it runs (and is tested) in any environment of the package.
 """
@@ -9,21 +10,19 @@ from __future__ import annotations
 import fnmatch
 import json
 import logging
-import math
-import os
-import shutil
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from platform_sim.core import Action, Decision, Report, default_spec
+from platform_sim.core import Decision, default_spec
 
-from .client import BoundaryClient, EmbeddedClient
+from .client import BoundaryClient, EmbeddedClient, make_report
+from .keeper import BestCheckpoints
 
 logger = logging.getLogger(__name__)
 
 MODE_PREFIX = "evalstop_"
-BEST_DIR = "evalstop-best"
+MODES = ("enforce", "observe")
 RESULT_FILE = "evalstop-result.json"
 STATE_FILE = "evalstop_state.json"
 
@@ -43,11 +42,22 @@ class VerlEvalStopConfig:
         job_id: The job's id; None: ``<project_name>/<experiment_name>``.
         server: URL of an ``evalstop-server``; None: the embedded core decides in-process.
         token: The tenant's bearer token for ``server``.
-        save_best: Save a checkpoint at each new best step (step 0, the initial model, is never saved).
-        protect_best: Hard-link (copy across file systems) the best step's checkpoint folder into
-            ``<default_local_dir>/evalstop-best``, out of reach of verl's checkpoint rotation.
+        save_best: Save a checkpoint at each validation that ranks among the ``keep_best`` best (step 0, the
+            initial model, is never saved).
+        protect_best: Hard-link (copy across file systems) those checkpoints into
+            ``<default_local_dir>/evalstop-best-<step>``, out of reach of verl's ``max_actor_ckpt_to_keep`` rotation.
+        keep_best: How many best validation checkpoints to keep protected (K >= 1); one that falls out of the K
+            best loses its ``evalstop-best-<step>`` copy (verl's own folder is left to verl).
+        prune_others: Also delete verl's ``global_step_<N>`` folders that are neither among the K best nor the
+            newest (the one a resume starts from).
+        mode: ``"enforce"`` (end the loop at a stop) or ``"observe"`` (never stop; still keep the K best, and
+            record where the core would have stopped).
         examples: Report the per-prompt scores as well when they can be paired (one data source, ``reward``).
         result: Path of the result JSON; None: ``<default_local_dir>/evalstop-result.json``.
+
+    Raises:
+        ValueError: One line naming the key: an unknown key, ``mode`` not enforce/observe, ``keep_best`` not an
+            integer >= 1.
     """
 
     metric: str = "val-core/*/*/mean@*"
@@ -59,8 +69,21 @@ class VerlEvalStopConfig:
     token: str | None = None
     save_best: bool = True
     protect_best: bool = True
+    keep_best: int = 1
+    prune_others: bool = False
+    mode: str = "enforce"
     examples: bool = True
     result: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.mode not in MODES:
+            raise ValueError(f"trainer.evalstop.mode must be enforce or observe, got {self.mode!r}")
+        k = self.keep_best
+        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+            raise ValueError(f"trainer.evalstop.keep_best must be an integer >= 1, got {k!r}")
+        for key in ("save_best", "protect_best", "prune_others", "examples", "greater_is_better"):
+            if not isinstance(getattr(self, key), bool):
+                raise ValueError(f"trainer.evalstop.{key} must be true or false, got {getattr(self, key)!r}")
 
     @classmethod
     def from_mapping(cls, values: Mapping[str, Any] | None) -> VerlEvalStopConfig:
@@ -106,6 +129,7 @@ class EvalStopMonitor:
     job_id: str
     evals: list[list[float]] = field(default_factory=list)
     decision: Decision | None = None
+    would_stop_at: int | None = None
     metric_name: str | None = None
     example_keys: list[str] | None = None
     _warned_means_only: bool = False
@@ -165,22 +189,26 @@ class EvalStopMonitor:
         """Report one validation (verl's ``_validate`` result at ``step``) and return the core's decision."""
         name, value = self.select(metrics)
         self.metric_name = name
-        if not math.isfinite(value):
-            # A NaN validation (no samples scored) is no evidence either way: the last decision stands.
-            logger.warning("evalstop: %s is %s at step %d; not reported", name, value, step)
-            return self.decision or self._first_decision()
+        # The one non-finite policy (docs/design.md): a NaN validation (no sample scored) is refused, naming the step.
         scores = self.paired_scores(metrics, name, samples)
         if scores is None and not self._warned_means_only:
             logger.info("evalstop: no per-example scores for %s; the detector decides on means alone", name)
             self._warned_means_only = True
-        sign = 1.0 if self.config.greater_is_better else -1.0
-        report = Report(self.job_id, self.config.job_type, step, sign * value, tuple(scores) if scores else None)
+        report = make_report(self.job_id, self.config.job_type, step, self.core_score(value), scores or None)
         self.decision = self.client.report(report)
         self.evals.append([step, value])
+        if self.decision.should_stop and self.would_stop_at is None:
+            self.would_stop_at = step
         return self.decision
 
-    def _first_decision(self) -> Decision:
-        return Decision(Action.CONTINUE, "no evaluation yet", 0, None, None)
+    def core_score(self, value: float) -> float:
+        """A value of the metric as the core sees it (higher is better: a lower-is-better metric negated)."""
+        return value if self.config.greater_is_better else -value
+
+    @property
+    def stopping(self) -> bool:
+        """Whether the run ends here: the core said stop and the mode is ``enforce``."""
+        return self.would_stop_at is not None and self.config.mode == "enforce"
 
     def best_score(self) -> float | None:
         """The best score in the metric's own sign (the core holds it negated for lower-is-better metrics)."""
@@ -199,26 +227,32 @@ class EvalStopMonitor:
                 out["evalstop/best_score"] = best
         return out
 
-    def result(self, best_checkpoint: str | None, protected_checkpoint: str | None = None) -> dict[str, Any]:
+    def result(self, keeper: BestCheckpoints | None) -> dict[str, Any]:
         """The outcome in ``evalstop watch``'s result format.
 
         Args:
-            best_checkpoint: The best step's ``global_step_<N>`` folder, or None (none was saved).
-            protected_checkpoint: Its copy out of the rotation's reach (``evalstop-best``), or None.
+            keeper: The adapter's keeper of the best checkpoints, or None (``protect_best`` off).
         """
         d = self.decision
-        stopped = d is not None and d.should_stop
+        best_step = d.best_step if d else None
+        best = keeper.get(best_step) if keeper is not None and best_step is not None else None
+        kept = [] if keeper is None else [{**k, "score": self.core_score(k["score"])} for k in keeper.listing()]
         return {
-            "decision": "stop" if stopped else "continue",
-            "stop_step": int(self.evals[-1][0]) if stopped and self.evals else None,
-            "best_step": d.best_step if d else None,
+            "decision": "stop" if self.stopping else "continue",
+            "stop_step": self.would_stop_at if self.stopping else None,
+            "would_stop_step": self.would_stop_at,
+            "best_step": best_step,
             "best_score": self.best_score(),
-            "best_checkpoint": best_checkpoint,
-            "protected_checkpoint": protected_checkpoint,
+            "best_checkpoint": best.source if best is not None else None,
+            "protected_checkpoint": best.path if best is not None else None,
             "detector": self.detector(),
             "metric": self.metric_name,
             "evals": self.evals,
             "reason": d.reason if d else None,
+            "mode": self.config.mode,
+            "keep_best": self.config.keep_best,
+            "kept": kept,
+            "pruned": [] if keeper is None else list(keeper.pruned),
         }
 
     def state_dict(self) -> dict[str, Any]:
@@ -228,6 +262,7 @@ class EvalStopMonitor:
             "evals": self.evals,
             "example_keys": self.example_keys,
             "decision": self.decision.to_dict() if self.decision else None,
+            "would_stop_at": self.would_stop_at,
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
@@ -237,6 +272,7 @@ class EvalStopMonitor:
         self.example_keys = state.get("example_keys")
         raw = state.get("decision")
         self.decision = Decision.from_dict(raw) if raw else None
+        self.would_stop_at = state.get("would_stop_at")
 
 
 def make_client(config: VerlEvalStopConfig) -> BoundaryClient:
@@ -248,23 +284,3 @@ def make_client(config: VerlEvalStopConfig) -> BoundaryClient:
     from .platform_client import PlatformClient
 
     return PlatformClient(config.server, config.token)
-
-
-def protect_folder(source: str, target: str) -> str:
-    """Replace ``target`` by a copy of ``source`` made of hard links (a plain copy across file systems).
-
-    Returns:
-        ``"hard-linked"`` or ``"copied"``: what was done.
-    """
-    tmp = target + ".tmp"
-    shutil.rmtree(tmp, ignore_errors=True)
-    how = "hard-linked"
-    try:
-        shutil.copytree(source, tmp, copy_function=os.link)
-    except OSError:  # another file system, or links refused: a real copy keeps the best safe all the same
-        shutil.rmtree(tmp, ignore_errors=True)
-        shutil.copytree(source, tmp)
-        how = "copied"
-    shutil.rmtree(target, ignore_errors=True)
-    os.replace(tmp, target)
-    return how

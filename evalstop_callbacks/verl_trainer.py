@@ -8,13 +8,18 @@ registered as ``evalstop_<mode>``, chosen like any other with ``trainer.v1.train
 * reports each ``_validate`` result (the metric the glob ``trainer.evalstop.metric`` names; with one data source and
   the ``reward`` variable also the per-prompt scores, paired across validations by prompt text) to the scheduler core:
   :class:`~evalstop_callbacks.client.EmbeddedClient` by default, ``PlatformClient`` with ``trainer.evalstop.server``;
-* at each new best saves a checkpoint with verl's own ``_save_checkpoint`` (unless ``save_freq`` saves that step
-  anyway) and hard-links it into ``<default_local_dir>/evalstop-best``, out of reach of ``max_actor_ckpt_to_keep``;
+* at each validation that ranks among the ``trainer.evalstop.keep_best`` best (default 1) saves a checkpoint with
+  verl's own ``_save_checkpoint`` (unless ``save_freq`` saves that step anyway) and hard-links it into
+  ``<default_local_dir>/evalstop-best-<step>`` (:class:`~evalstop_callbacks.keeper.BestCheckpoints`), out of reach
+  of ``max_actor_ckpt_to_keep``; a copy that falls out of the K best is deleted, and with
+  ``trainer.evalstop.prune_others`` so are verl's folders that are neither kept nor the newest;
 * puts the decision in verl's own logger beside the same step's validation metrics (``evalstop/stop``,
   ``evalstop/declines``, ``evalstop/score``, ``evalstop/best_step``, ``evalstop/best_score``: numbers, which every
   backend, TensorBoard included, takes), and the reason in Python logging;
-* at a stop ends the loop cleanly: no exception, verl's ``on_train_end`` runs (verl's own last-step branch returns
-  without it), and ``<default_local_dir>/evalstop-result.json`` holds the outcome in ``evalstop watch``'s format;
+* at a stop ends the loop cleanly (``trainer.evalstop.mode=enforce``, the default): no exception, verl's
+  ``on_train_end`` runs (verl's own last-step branch returns without it); ``mode=observe`` never stops and keeps the
+  best checkpoints all the same. ``<default_local_dir>/evalstop-result.json`` holds the outcome in
+  ``evalstop watch``'s format (``mode``, ``keep_best``, ``kept``, ``pruned`` included);
 * saves the core's state in each checkpoint folder, so a resumed run continues with the same history.
 
 verl builds the trainer inside a Ray actor (``TaskRunnerV1``), so the registration must happen in that process: run
@@ -33,16 +38,8 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from .verl_monitor import (
-    BEST_DIR,
-    MODE_PREFIX,
-    RESULT_FILE,
-    STATE_FILE,
-    EvalStopMonitor,
-    VerlEvalStopConfig,
-    make_client,
-    protect_folder,
-)
+from .keeper import BestCheckpoints
+from .verl_monitor import MODE_PREFIX, RESULT_FILE, STATE_FILE, EvalStopMonitor, VerlEvalStopConfig, make_client
 
 logger = logging.getLogger(__name__)
 
@@ -75,8 +72,12 @@ class EvalStopTrainerMixin:
         job_id = settings.job_id or f"{config.trainer.project_name}/{config.trainer.experiment_name}"
         self.evalstop = EvalStopMonitor(settings, make_client(settings), job_id)
         self._evalstop_samples: list[tuple[str, float]] | None = None
-        # The best step's checkpoint folder and its protected copy, as evalstop watch's result names them.
-        self._evalstop_best: dict[str, str | None] = {"best_checkpoint": None, "protected_checkpoint": None}
+        root = config.trainer.default_local_dir
+        self._evalstop_keeper = (
+            BestCheckpoints(root, settings.keep_best, prune_others=settings.prune_others)
+            if settings.protect_best
+            else None
+        )
         self._evalstop_finished = False
 
     # ---- validation: report, keep the best, stop ----
@@ -96,55 +97,62 @@ class EvalStopTrainerMixin:
         if monitor.evals and step <= monitor.evals[-1][0]:
             # A resumed run validates its resume step again (val_before_train): that step is already reported.
             return metrics
-        if monitor.decision is not None and monitor.decision.should_stop:
+        if monitor.stopping:
             return metrics  # the loop is ending; verl's own last-step validation may still come
         decision = monitor.observe(step, metrics, self._evalstop_samples)
-        if decision.best_step == step and step > 0:
-            self._evalstop_keep_best(step)
+        value = float(monitor.evals[-1][1])
+        if step > 0 and self._evalstop_ranks(step, monitor.core_score(value)):
+            self._evalstop_keep_best(step, monitor.core_score(value))
         else:
             # verl saves a save_freq step before validating it: that checkpoint's state must hold this eval too.
             self._evalstop_write_state()
-        metrics.update(monitor.log_fields(decision, float(monitor.evals[-1][1])))
-        if decision.should_stop:
+        metrics.update(monitor.log_fields(decision, value))
+        if decision.should_stop and monitor.would_stop_at == step:
+            keeper, best_step = self._evalstop_keeper, decision.best_step
+            best = keeper.get(best_step) if keeper is not None and best_step is not None else None
             logger.warning(
-                "evalstop: stop at step %d (%s); best step %s, %s=%s, checkpoint %s",
+                "evalstop%s: stop at step %d (%s); best step %s, %s=%s, checkpoint %s",
+                "" if monitor.stopping else " (observe: not stopping)",
                 step,
                 decision.reason,
                 decision.best_step,
                 monitor.metric_name,
                 monitor.best_score(),
-                self._evalstop_best["protected_checkpoint"] or self._evalstop_best["best_checkpoint"],
+                best.path if best is not None else None,
             )
+        if monitor.stopping:
             # fit() loops while global_steps <= total_training_steps and counts the step up after logging it:
             # capping the total at this step makes this pass the last one, and fit() then calls on_train_end.
             self.total_training_steps = step
         return metrics
 
-    def _evalstop_keep_best(self, step: int) -> None:
+    def _evalstop_ranks(self, step: int, score: float) -> bool:
+        """Whether this validation is one to keep: among the K best (the core's best step without a keeper)."""
+        if self._evalstop_keeper is not None:
+            return self._evalstop_keeper.ranks(step, score)
+        decision = self.evalstop.decision
+        return decision is not None and decision.best_step == step
+
+    def _evalstop_keep_best(self, step: int, score: float) -> None:
         trainer = self.config.trainer
         settings = self.evalstop.config
         saved_anyway = trainer.save_freq > 0 and (step % trainer.save_freq == 0 or step >= self.total_training_steps)
         if settings.save_best and not saved_anyway:
             self._save_checkpoint()
-        else:
-            self._evalstop_write_state()
         folder = os.path.join(trainer.default_local_dir, f"global_step_{step}")
         if not os.path.isdir(folder):  # save_best off, or an asynchronous save not on disk yet
             logger.warning("evalstop: best step %d has no checkpoint folder %s", step, folder)
-            self._evalstop_best = {"best_checkpoint": None, "protected_checkpoint": None}
-            return
-        target = None
-        if settings.protect_best:
-            target = os.path.join(trainer.default_local_dir, BEST_DIR)
-            how = protect_folder(folder, target)
-            logger.info("evalstop: best step %d: %s %s into %s", step, how, folder, target)
-        self._evalstop_best = {"best_checkpoint": folder, "protected_checkpoint": target}
+        elif self._evalstop_keeper is not None:
+            self._evalstop_keeper.protect(step, score, folder)
+        self._evalstop_write_state()  # after protecting: the state names the kept checkpoints
 
     # ---- checkpoints carry the core's state ----
 
     def _save_checkpoint(self) -> None:
         super()._save_checkpoint()  # type: ignore[misc]
         self._evalstop_write_state()
+        if self._evalstop_keeper is not None and self._evalstop_keeper.prune_others:
+            self._evalstop_keeper.prune()  # verl's own saves too: only the K best and the newest stay
 
     def _evalstop_write_state(self) -> None:
         """The core's state into this step's checkpoint folder (if there is one), replaced, never rewritten in place:
@@ -152,7 +160,8 @@ class EvalStopTrainerMixin:
         folder = os.path.join(self.config.trainer.default_local_dir, f"global_step_{self.global_steps}")
         if not os.path.isdir(folder):
             return
-        state = {"monitor": self.evalstop.state_dict(), "best": self._evalstop_best}
+        keeper = self._evalstop_keeper
+        state = {"monitor": self.evalstop.state_dict(), "keeper": keeper.state_dict() if keeper is not None else None}
         path = os.path.join(folder, STATE_FILE)
         with open(path + ".tmp", "w", encoding="utf-8") as fh:
             json.dump(state, fh)
@@ -165,11 +174,14 @@ class EvalStopTrainerMixin:
         path = os.path.join(self.config.trainer.default_local_dir, f"global_step_{self.global_steps}", STATE_FILE)
         if not os.path.exists(path):
             logger.warning("evalstop: %s not found; the core starts a new history at step %d", path, self.global_steps)
+            if self._evalstop_keeper is not None:
+                self._evalstop_keeper.adopt()  # the evalstop-best-<step> folders name their step and score
             return
         with open(path, encoding="utf-8") as fh:
             state = json.load(fh)
         self.evalstop.load_state_dict(state["monitor"])
-        self._evalstop_best = dict(state.get("best") or self._evalstop_best)
+        if self._evalstop_keeper is not None and state.get("keeper"):
+            self._evalstop_keeper.load_state_dict(state["keeper"])
 
     # ---- the end of the run ----
 
@@ -187,7 +199,7 @@ class EvalStopTrainerMixin:
             return
         self._evalstop_finished = True
         monitor = self.evalstop
-        result = monitor.result(**self._evalstop_best)
+        result = monitor.result(self._evalstop_keeper)
         monitor.client.finish(monitor.job_id, "stopped" if result["decision"] == "stop" else "completed")
         path = monitor.config.result or os.path.join(self.config.trainer.default_local_dir, RESULT_FILE)
         os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)

@@ -67,6 +67,7 @@ def main() -> None:
     trainer = GRPOTrainer(
         model=model, reward_funcs=anti_gold, args=args, processing_class=tok, train_dataset=data, callbacks=[cb]
     )
+    cb.attach(trainer)  # trainer.save_model writes the weights-only best on every rank
     trainer.train()
     rank = trainer.args.process_index
     probe = float(sum(p.double().sum() for p in trainer.model.parameters()))  # same weights on every rank?

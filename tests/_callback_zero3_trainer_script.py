@@ -67,6 +67,7 @@ def main() -> None:
         processing_class=tok,
         callbacks=[cb],
     )
+    cb.attach(trainer)  # trainer.save_model gathers the ZeRO-3 partitions for the weights-only best
     trainer.train()
     rescore = evaluator().evaluate(trainer.model, tok).score  # every rank, on the restored partitions
     rank = trainer.args.process_index

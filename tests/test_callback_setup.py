@@ -96,6 +96,7 @@ def test_every_evaluation_reaches_log_history_and_every_logging_callback(tmp_pat
     )
     rep = Reporter()
     trainer = sft(tmp_path, [rep, cb] if reporter_first else [cb, rep])
+    cb.attach(trainer)  # the trainer's callback handler: every report_to backend gets the evalstop/* values
     trainer.train()
     assert cb.stopped_at is not None
     logged = [e for e in trainer.state.log_history if "evalstop/eval_score" in e]
@@ -165,9 +166,11 @@ def test_missing_tokenizer_raises_at_step_0(tmp_path):
     assert trainer.state.global_step == 0
 
 
-def test_trainer_metrics_without_eval_dataset_fail_when_the_trainer_is_built(tmp_path):
+def test_trainer_metrics_without_eval_dataset_fail_when_the_trainer_is_attached(tmp_path):
+    cb = EvalStopCallback(eval_steps=2)
+    trainer = plain_trainer(tmp_path, [cb], eval_dataset=None)
     with pytest.raises(ValueError) as info:
-        plain_trainer(tmp_path, [EvalStopCallback(eval_steps=2)], eval_dataset=None)
+        cb.attach(trainer)
     assert "has no eval_dataset" in str(info.value) and "\n" not in str(info.value)
 
 
@@ -186,16 +189,18 @@ def test_grpo_without_a_world_evaluator_fails_in_one_line(tmp_path):
         (EvalStopCallback(), "needs a world evaluator on GRPOTrainer"),
         (EvalStopCallback(RewardFunctionEvaluator(HELDOUT_PROMPTS, gold)), "has no cadence"),
     ):
+        trainer = GRPOTrainer(
+            model=policy(),
+            reward_funcs=anti_gold,
+            args=args,
+            processing_class=tokenizer(),
+            train_dataset=Dataset.from_dict({"prompt": TRAIN_PROMPTS}),
+        )
         with pytest.raises(ValueError) as info:
-            GRPOTrainer(
-                model=policy(),
-                reward_funcs=anti_gold,
-                args=args,
-                processing_class=tokenizer(),
-                train_dataset=Dataset.from_dict({"prompt": TRAIN_PROMPTS}),
-                callbacks=[cb],
-            )
+            cb.attach(trainer)  # at once, and without attach at train(): the arguments' class names GRPOTrainer
         assert needle in str(info.value) and "\n" not in str(info.value)
+        with pytest.raises(ValueError, match=needle):
+            trainer.train()
 
 
 # -- what users expect -------------------------------------------------------------------------------------------
@@ -266,12 +271,13 @@ def test_dict_eval_datasets(tmp_path):
     data = {"a": encode(sentences("negative", 16, seed=2)), "b": encode(sentences("positive", 16, seed=1))}
     cb = EvalStopCallback(MetricEvaluator("b_loss"), eval_steps=2, mode="observe")
     trainer = plain_trainer(tmp_path, [cb], eval_dataset=data, max_steps=4)
+    cb.attach(trainer)
     trainer.train()
     b_losses = [e["eval_b_loss"] for e in trainer.state.log_history if "eval_b_loss" in e]
     assert [h["eval_score"] for h in cb.history] == [-x for x in b_losses] and len(cb.history) == 3
-    typo = plain_trainer(
-        tmp_path / "typo", [EvalStopCallback(MetricEvaluator("c_loss"), eval_steps=2)], eval_dataset=data
-    )
+    typo_cb = EvalStopCallback(MetricEvaluator("c_loss"), eval_steps=2)
+    typo = plain_trainer(tmp_path / "typo", [typo_cb], eval_dataset=data)
+    typo_cb.attach(typo)  # a dict eval_dataset: the trainer says which datasets' metrics are still to come
     with pytest.raises(EvaluatorError, match=r"at step 0 .*'c_loss' is not among .*eval_a_loss.*eval_b_loss"):
         typo.train()
 

@@ -44,6 +44,7 @@ def test_every_evaluation_is_in_the_tensorboard_event_file(tmp_path, monkeypatch
     logs = tmp_path / "tb"
     monkeypatch.setenv("TENSORBOARD_LOGGING_DIR", str(logs))  # transformers 5's TensorBoardCallback reads it
     trainer = sft(tmp_path / "out", [cb], report_to="tensorboard")
+    cb.attach(trainer)  # the evalstop/* values reach report_to backends through the trainer's callbacks
     assert COMMON["report_to"] == "none"  # the override above is what turns TensorBoard on
     trainer.train()
     scalars = read_scalars(logs)

@@ -47,6 +47,7 @@ def test_wandb_offline_run_has_evalstop_keys(tmp_path, monkeypatch):
         callbacks=[cb],
         train_dataset=Dataset.from_dict({"text": sentences("negative")}),
     )
+    cb.attach(trainer)  # the evalstop/* values reach report_to backends through the trainer's callbacks
     try:
         trainer.train()
     finally:

@@ -12,7 +12,8 @@ import pytest
 from _verl_helpers import HACKING, core_verdict, load_curve
 
 from evalstop_callbacks.client import EmbeddedClient
-from evalstop_callbacks.verl_monitor import EvalStopMonitor, VerlEvalStopConfig, make_client, protect_folder
+from evalstop_callbacks.keeper import BestCheckpoints
+from evalstop_callbacks.verl_monitor import EvalStopMonitor, VerlEvalStopConfig, make_client
 
 SOURCE = "val-core/gsm8k/reward/mean@1"
 
@@ -75,13 +76,26 @@ def test_settings_refuse_unknown_keys_and_read_json_detector_specs() -> None:
         make_client(VerlEvalStopConfig(server="http://127.0.0.1:1"))
 
 
-def test_protecting_a_folder_hard_links_it_and_replaces_the_previous_copy(tmp_path: Path) -> None:
+def test_the_best_folder_is_hard_linked_as_evalstop_best_step_and_outlives_verls_delete(tmp_path: Path) -> None:
     for step in (10, 20):
         (tmp_path / f"global_step_{step}" / "actor").mkdir(parents=True)
         (tmp_path / f"global_step_{step}" / "actor" / "model.pt").write_text(f"step {step}")
-    target = tmp_path / "evalstop-best"
-    assert protect_folder(str(tmp_path / "global_step_10"), str(target)) == "hard-linked"
-    assert protect_folder(str(tmp_path / "global_step_20"), str(target)) == "hard-linked"
-    assert os.path.samefile(target / "actor" / "model.pt", tmp_path / "global_step_20" / "actor" / "model.pt")
+    keeper = BestCheckpoints(tmp_path)
+    assert keeper.protect(10, 0.5, tmp_path / "global_step_10") is not None
+    kept = keeper.protect(20, 0.7, tmp_path / "global_step_20")
+    assert kept is not None and kept.method == "hard-linked" and kept.path == str(tmp_path / "evalstop-best-20")
+    assert not (tmp_path / "evalstop-best-10").exists()  # fell out of the one best: its copy is gone
+    target = tmp_path / "evalstop-best-20" / "actor" / "model.pt"
+    assert os.path.samefile(target, tmp_path / "global_step_20" / "actor" / "model.pt")
     (tmp_path / "global_step_20" / "actor" / "model.pt").unlink()  # verl's rotation removes the step's folder
-    assert (target / "actor" / "model.pt").read_text() == "step 20"
+    assert target.read_text() == "step 20"
+
+
+def test_bad_evalstop_keys_get_one_line_naming_the_key() -> None:
+    for values, needle in (
+        ({"mode": "shadow"}, "trainer.evalstop.mode must be enforce or observe, got 'shadow'"),
+        ({"keep_best": 0}, "trainer.evalstop.keep_best must be an integer >= 1, got 0"),
+        ({"prune_others": "yes"}, "trainer.evalstop.prune_others must be true or false, got 'yes'"),
+    ):
+        with pytest.raises(ValueError, match=needle):
+            VerlEvalStopConfig.from_mapping(values)

@@ -5,7 +5,8 @@ Real: verl 0.9's shipped ``ppo_trainer`` config (hydra), its trainer registry (`
 ``PPOTrainer.fit`` loop (test_freq/save_freq schedule, step counting, the last-step branch, ``on_train_end``), its
 ``Tracking`` logger with the ``file`` backend (verl's ``FileLogger`` writes the log read here), ``_save_checkpoint``
 and ``_load_checkpoint`` (folders, ``data.pt`` from a real ``StatefulDataLoader``, ``latest_checkpointed_iteration.txt``)
-and the dump executor.
+and the dump executor, and verl's checkpoint rotation (``max_actor_ckpt_to_keep``: ``BaseCheckpointManager``'s
+``ensure_checkpoint_capacity``/``register_checkpoint``, called around each save as verl's FSDP checkpoint manager does).
 Replaced (they need Ray workers, a rollout engine and a GPU): the body of ``PPOTrainer._validate`` (rollout and reward
 of the validation set) by a real run's recorded validation at that step, handed to verl's
 ``_maybe_log_val_generations`` and returned as verl's ``val-core`` metrics; the training ``step`` (rollout, advantage,
@@ -33,11 +34,21 @@ pytestmark = pytest.mark.verl
 
 
 class _ActorGroup:
-    """The actor worker group's checkpoint calls: one weights file per save."""
+    """The actor worker group's checkpoint calls: one weights file per save, rotated by verl's own code."""
+
+    def __init__(self) -> None:
+        from verl.utils.checkpoint.checkpoint_manager import BaseCheckpointManager
+
+        # verl's rotation state and methods, without the model, optimizer and process group its __init__ wants.
+        self.rotation = BaseCheckpointManager.__new__(BaseCheckpointManager)
+        self.rotation.previous_saved_paths = []
 
     def save_checkpoint(self, local_path: str, hdfs_path: Any, global_step: int, max_ckpt_to_keep: Any = None) -> None:
+        # As FSDPCheckpointManager.save_checkpoint on rank 0: make room, save, then register (and rotate).
+        self.rotation.ensure_checkpoint_capacity(max_ckpt_to_keep)
         os.makedirs(local_path, exist_ok=True)
         Path(local_path, "model.pt").write_text(f"weights of step {global_step}")
+        self.rotation.register_checkpoint(local_path, max_ckpt_to_keep)
 
     def load_checkpoint(self, local_path: str, del_local_after_load: bool = False) -> None:
         self.loaded = Path(local_path, "model.pt").read_text()
@@ -130,7 +141,7 @@ def test_a_stop_ends_verls_loop_cleanly_at_the_cores_step(tmp_path: Path, monkey
     # A checkpoint at every new best (save_freq is off), the best one kept out of the rotation's reach.
     bests = [line["step"] for line in log if line["data"].get("evalstop/best_step") == line["step"]]
     assert _ckpt_steps(tmp_path) == bests and bests[-1] == best
-    protected = tmp_path / "ckpt" / "evalstop-best"
+    protected = tmp_path / "ckpt" / f"evalstop-best-{best}"
     kept = tmp_path / "ckpt" / f"global_step_{best}" / "actor" / "model.pt"
     assert os.path.samefile(protected / "actor" / "model.pt", kept)
     assert (protected / "data.pt").exists()
@@ -139,6 +150,79 @@ def test_a_stop_ends_verls_loop_cleanly_at_the_cores_step(tmp_path: Path, monkey
     assert result["best_checkpoint"] == str(kept.parents[1]) and result["protected_checkpoint"] == str(protected)
     assert result["detector"]["name"] == "trend"
     assert result["evals"][-1] == [stop, pytest.approx(curve.at(stop)[0])]
+    assert (result["mode"], result["keep_best"], result["pruned"]) == (
+        "enforce",
+        1,
+        [str(protected.parent / f"evalstop-best-{s}") for s in bests[:-1]],
+    )
+    assert [k["step"] for k in result["kept"]] == [best] and result["kept"][0]["path"] == str(protected)
+
+
+def _k_best(curve: Curve, last: int, k: int) -> list[int]:
+    """The K best validation steps up to ``last``, best first (ties to the earliest step), from the curve itself."""
+    steps = [s for s in curve.steps if 0 < s <= last]
+    return sorted(steps, key=lambda s: (-curve.at(s)[0], s))[:k]
+
+
+def test_keep_best_k_survives_verls_rotation(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """keep_best=3 with max_actor_ckpt_to_keep=2: verl's rotation deletes all but its 2 newest actor folders, and
+    exactly the 3 best validations' checkpoints are left in evalstop-best-<step>, each with its own step's weights."""
+    curve = load_curve(HACKING)
+    stop, _best = core_verdict(curve)
+    assert stop is not None
+    trainer = _trainer(
+        tmp_path,
+        curve,
+        curve.steps[-1],
+        monkeypatch,
+        "trainer.max_actor_ckpt_to_keep=2",
+        "+trainer.evalstop.keep_best=3",
+    )
+    trainer.fit(agent_loop_manager=None)
+
+    want = _k_best(curve, stop, 3)
+    ckpt = tmp_path / "ckpt"
+    actors = sorted(int(p.parent.name.split("_")[-1]) for p in ckpt.glob("global_step_*/actor"))
+    assert len(actors) == 2 and not set(want) <= set(actors)  # verl's rotation ran and took some of the best
+    protected = sorted(int(p.name.rsplit("-", 1)[1]) for p in ckpt.glob("evalstop-best-*"))
+    assert protected == sorted(want)
+    for step in want:
+        assert (ckpt / f"evalstop-best-{step}" / "actor" / "model.pt").read_text() == f"weights of step {step}"
+    result = json.loads((ckpt / "evalstop-result.json").read_text())
+    assert [k["step"] for k in result["kept"]] == want and result["keep_best"] == 3
+    assert [k["score"] for k in result["kept"]] == [pytest.approx(curve.at(s)[0]) for s in want]
+    assert all(Path(k["path"]).name == f"evalstop-best-{k['step']}" for k in result["kept"])
+    assert result["best_step"] == want[0] and result["protected_checkpoint"] == str(ckpt / f"evalstop-best-{want[0]}")
+    assert all(Path(p).name.startswith("evalstop-best-") for p in result["pruned"])  # no --prune-others: ours only
+
+
+def test_observe_mode_never_stops_and_prune_others_leaves_the_k_best_and_the_newest(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    curve = load_curve(HACKING)
+    stop, _best = core_verdict(curve)
+    assert stop is not None and stop < curve.steps[-1]
+    last = curve.steps[-1]
+    trainer = _trainer(
+        tmp_path,
+        curve,
+        last,
+        monkeypatch,
+        "trainer.save_freq=50",
+        "+trainer.evalstop.mode=observe",
+        "+trainer.evalstop.keep_best=2",
+        "+trainer.evalstop.prune_others=true",
+    )
+    trainer.fit(agent_loop_manager=None)
+
+    assert trainer.steps_done == list(range(1, last + 1))  # observe: never stopped
+    result = json.loads((tmp_path / "ckpt" / "evalstop-result.json").read_text())
+    assert (result["decision"], result["stop_step"], result["would_stop_step"]) == ("continue", None, stop)
+    want = _k_best(curve, last, 2)
+    assert [k["step"] for k in result["kept"]] == want and result["mode"] == "observe"
+    # verl's own folders left: the kept steps' and the newest (a resume's start); the rest pruned
+    assert set(_ckpt_steps(tmp_path)) == {*want, last}
+    assert any(Path(p).name.startswith("global_step_") for p in result["pruned"])
 
 
 def test_a_healthy_run_trains_to_verls_last_step(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

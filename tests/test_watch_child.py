@@ -51,8 +51,10 @@ def test_verl_log_stopped_at_the_core_step_with_the_best_checkpoint_protected(tm
     # The child kept two checkpoints: the best one is gone from its folder, its mirror is not.
     assert result["best_checkpoint"] == str(ckpt / f"checkpoint-{want_best}")
     assert not (ckpt / f"checkpoint-{want_best}").exists()
-    assert result["protection"] == "hard-linked" and result["protected_checkpoint"] == str(ckpt / "evalstop-best")
-    assert (ckpt / "evalstop-best" / "model.safetensors").read_text() == f"weights at step {want_best}\n"
+    protected = ckpt / f"evalstop-best-{want_best}"
+    assert result["protection"] == "hard-linked" and result["protected_checkpoint"] == str(protected)
+    assert (protected / "model.safetensors").read_text() == f"weights at step {want_best}\n"
+    assert [k["step"] for k in result["kept"]] == [want_best] and result["mode"] == "enforce"
     assert done.stderr.count("decides on means alone") == 1
 
 
@@ -114,3 +116,44 @@ def test_a_watcher_restarted_mid_run_reaches_the_same_decision(tmp_path: Path) -
     result = last_json(done.stdout)
     assert (result["stop_step"], result["best_step"], result["per_example"]) == (want_stop, want_best, True)
     assert proc.returncode == -signal.SIGTERM
+
+
+def test_observe_mode_keeps_the_three_best_checkpoints_through_rotation(tmp_path: Path) -> None:
+    """--mode observe --keep-best 3 on a run whose trainer keeps only its 2 newest checkpoints: the run is never
+    stopped, and exactly the 3 best evaluations' checkpoints are left, as evalstop-best-<step>."""
+    log, ckpt = tmp_path / "verl.jsonl", tmp_path / "ckpt"
+    # The child starts once the watcher is reading (its detector warmed up): a checkpoint rotated away before the
+    # watcher saw its evaluation could not be kept.
+    proc = child(
+        HACKING, log, "verl", VERL_METRIC, "--checkpoints", str(ckpt), "--keep", "2", "--pace", "0.1",
+        "--start-after", "4",
+    )  # fmt: skip
+    try:
+        done = watch(
+            str(log),
+            "--metric",
+            "val-core/*/reward/mean@1",
+            "--pid",
+            str(proc.pid),
+            "--checkpoints",
+            str(ckpt),
+            "--keep-best",
+            "3",
+            "--mode",
+            "observe",
+        )
+    finally:
+        proc.wait(timeout=60)
+    assert done.returncode == 0 and proc.returncode == 0, done.stderr  # the child ran to its end
+    result = last_json(done.stdout)
+    curve = evals(HACKING)
+    want_stop, _ = embedded_stop(HACKING)
+    assert (result["decision"], result["stop_step"], result["would_stop_step"]) == ("continue", None, want_stop)
+    assert len(result["evals"]) == len(curve) and result["mode"] == "observe"
+    best3 = [ev["step"] for ev in sorted(curve, key=lambda ev: (-ev["eval_score"], ev["step"]))[:3]]
+    assert [k["step"] for k in result["kept"]] == best3 and result["keep_best"] == 3
+    assert sorted(int(p.name.rsplit("-", 1)[1]) for p in ckpt.glob("evalstop-best-*")) == sorted(best3)
+    for step in best3:
+        assert (ckpt / f"evalstop-best-{step}" / "model.safetensors").read_text() == f"weights at step {step}\n"
+    assert not all((ckpt / f"checkpoint-{s}").exists() for s in best3)  # the child's rotation took some of them
+    assert all(p.startswith(str(ckpt / "evalstop-best-")) for p in result["pruned"])

@@ -15,8 +15,8 @@ import pytest
 from _watch_helpers import HACKING, PER_EXAMPLE, embedded_stop, evals, last_json, watch
 from service_support import auth, tenant_server
 
+from evalstop_callbacks.keeper import BestCheckpoints, checkpoint_steps
 from evalstop_callbacks.watch import Watcher, WatchError
-from evalstop_callbacks.watch.checkpoints import CheckpointKeeper, checkpoint_steps
 from evalstop_callbacks.watch.follow import LineTail
 
 
@@ -169,22 +169,23 @@ def test_best_step_without_checkpoint_names_the_nearest_before_and_copies_across
     for step in (10, 30):
         (ckpt / f"global_step_{step}" / "actor").mkdir(parents=True)
         (ckpt / f"global_step_{step}" / "actor" / "model.pt").write_text(f"step {step}")
-    keeper = CheckpointKeeper(ckpt)
-    kept = keeper.update(20)
-    assert kept.checkpoint is None and kept.source == ckpt / "global_step_10"
-    assert kept.note == f"step 20 has no checkpoint in {ckpt}; the nearest one before it is {ckpt / 'global_step_10'}"
-    assert (ckpt / "evalstop-best" / "actor" / "model.pt").read_text() == "step 10"
-    assert kept.method == "hard-linked"
-    kept = keeper.update(30)
-    assert kept.checkpoint == ckpt / "global_step_30" and kept.note is None
-    assert (ckpt / "evalstop-best" / "actor" / "model.pt").read_text() == "step 30"
+    log = tmp_path / "log.jsonl"
+    log.write_text("".join(json.dumps({"step": s, "eval_score": v}) + "\n" for s, v in ((10, 0.5), (20, 0.9))))
+    result = Watcher(log, "eval_score", checkpoints=ckpt, warm_up=False).finish().to_dict()
+    assert result["best_step"] == 20 and result["best_checkpoint"] is None and result["protected_checkpoint"] is None
+    nearest = ckpt / "global_step_10"
+    assert result["checkpoint_note"] == f"step 20 has no checkpoint in {ckpt}; the nearest one before it is {nearest}"
+    # The step that has a checkpoint is kept all the same: one of the K best that have one.
+    assert [k["step"] for k in result["kept"]] == [10] and result["keep_best"] == 1
+    assert (ckpt / "evalstop-best-10" / "actor" / "model.pt").read_text() == "step 10"
     shm = Path("/dev/shm")
     if not shm.is_dir() or os.stat(shm).st_dev == os.stat(tmp_path).st_dev:
         return  # no second file system here to refuse hard links
     other = shm / f"evalstop-test-{os.getpid()}"
     try:
-        assert CheckpointKeeper(ckpt, other / "best").update(30).method == "copied"
-        assert (other / "best" / "actor" / "model.pt").read_text() == "step 30"
+        kept = BestCheckpoints(other / "best").protect(30, 1.0, ckpt / "global_step_30")
+        assert kept is not None and kept.method == "copied"
+        assert (other / "best" / "evalstop-best-30" / "actor" / "model.pt").read_text() == "step 30"
     finally:
         subprocess.run(["rm", "-rf", str(other)], check=False)
 

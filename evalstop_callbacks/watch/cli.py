@@ -39,7 +39,8 @@ value}). --format auto tells them apart and says which it chose."""
 
 EPILOG = """\
 The result (--result, default LOG.evalstop.json beside the log) holds decision, stop_step, best_step, best_score,
-best_checkpoint, detector, evals and more; the same JSON is printed as one line on stdout when the watch ends.
+best_checkpoint, detector, evals, mode, keep_best, kept (the protected checkpoints: step, score, path, source) and
+pruned (the folders deleted); the same JSON is printed as one line on stdout when the watch ends.
 --on-stop runs through the shell with EVALSTOP_STOP_STEP, EVALSTOP_BEST_STEP, EVALSTOP_BEST_SCORE,
 EVALSTOP_BEST_CHECKPOINT, EVALSTOP_PROTECTED_CHECKPOINT and EVALSTOP_RESULT in its environment, e.g.
   --on-stop 'ray job stop "$RAY_JOB_ID"'   --on-stop 'scancel "$SLURM_JOB_ID"'   --on-stop 'sky jobs cancel -y 3'
@@ -65,6 +66,13 @@ def _positive(text: str) -> float:
     if not ok:
         raise argparse.ArgumentTypeError(f"must be a number > 0, got {text!r}")
     return value
+
+
+def _count(text: str) -> int:
+    """A count: an integer >= 1."""
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {text!r}")
+    return int(text)
 
 
 def _pid(text: str) -> int:
@@ -185,15 +193,37 @@ def configure(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
         type=Path,
         metavar="DIR",
         help="the framework's checkpoint folder (verl global_step_<N>, "
-        "transformers checkpoint-<N>, OpenRLHF global_step<N>, NeMo-RL step_<N>): the best step's folder is named in the result "
-        "and protected from rotation in an evalstop-best folder (hard-linked, else copied; said which)",
+        "transformers checkpoint-<N>, OpenRLHF global_step<N>, NeMo-RL step_<N>): the best step's folder is named in the "
+        "result, and the --keep-best best ones are protected from rotation as evalstop-best-<step> (hard-linked, else "
+        "copied; said which)",
+    )
+    add(
+        "--keep-best",
+        type=_count,
+        default=1,
+        metavar="K",
+        help="how many best checkpoints to keep protected (default 1; needs --checkpoints); one that falls out of "
+        "the K best loses its evalstop-best-<step> copy",
+    )
+    add(
+        "--prune-others",
+        action="store_true",
+        help="also delete the framework's checkpoints under --checkpoints that are neither among the K best nor "
+        "the newest (the one a resume starts from); listed in the result's pruned",
+    )
+    add(
+        "--mode",
+        choices=("enforce", "observe"),
+        default="enforce",
+        help="enforce (default): act at a stop; observe: never stop, follow the log to its end, keep the best "
+        "checkpoints and record where it would have stopped (would_stop_step)",
     )
     add(
         "--best-dir",
         type=Path,
         metavar="DIR",
-        help="where the protected copy goes (default "
-        "DIR/evalstop-best; OpenRLHF deletes unknown folders in its checkpoint folder: give one outside it)",
+        help="where the protected copies evalstop-best-<step> go (default "
+        "the --checkpoints DIR; OpenRLHF deletes unknown folders in its checkpoint folder: give one outside it)",
     )
     add("--result", type=Path, metavar="FILE", help="where the result JSON goes (default: LOG.evalstop.json)")
     add("--job-id", metavar="ID", help="the job's id (default: from the log's path, the same after a restart)")
@@ -282,6 +312,9 @@ def run_args(args: argparse.Namespace) -> int:
             job_type=args.job_type,
             checkpoints=args.checkpoints,
             best_dir=args.best_dir,
+            keep_best=args.keep_best,
+            prune_others=args.prune_others,
+            mode=args.mode,
         )
         plan = StopPlan(
             pid=args.pid,

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 from pathlib import Path
 
 from .records import WatchError, scalar
@@ -62,7 +63,7 @@ class ExampleDumps:
             if not isinstance(sample, dict) or "input" not in sample or "score" not in sample:
                 raise WatchError(f"{path}:{line_no}: a sample needs 'input' and 'score' (verl's validation dump)")
             score = scalar(sample["score"])
-            if score is None:
+            if score is None or not math.isfinite(score):
                 raise WatchError(f"{path}:{line_no}: score {sample['score']!r} is not a finite number")
             sums.setdefault(_key(sample["input"]), []).append(-score if self.negate else score)
         if not sums:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 FORMATS: tuple[str, ...] = ("auto", "verl", "tensorboard", "jsonl")
@@ -21,7 +20,8 @@ class Point:
         series: The series' name as the log spells it (a TensorBoard tag, prefixed with its run folder when the
             event file is not at the top of the followed folder; a key of a JSONL line).
         step: The training step the value was logged at.
-        value: The value, a finite float.
+        value: The value, a float (NaN or inf too: the watcher refuses those of the watched metric, by the one
+            non-finite policy, rather than skip them).
         alias: Another name the series answers to (a TensorBoard tag without its run folder), or None.
     """
 
@@ -32,11 +32,11 @@ class Point:
 
 
 def scalar(value: object) -> float | None:
-    """``value`` as a finite float if it is a real number (not a bool), else None (text, lists, NaN are not points)."""
+    """``value`` as a float if it is a real number (not a bool), NaN and inf included; else None (text and lists are
+    not points)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
-    number = float(value)
-    return number if math.isfinite(number) else None
+    return float(value)
 
 
 def integral_step(value: object) -> int | None:

@@ -29,8 +29,8 @@ from typing import Any
 
 from platform_sim.core import Decision, Report, default_spec, detector_from_spec
 
-from ..client import BoundaryClient, EmbeddedClient
-from .checkpoints import CheckpointKeeper, Protected
+from ..client import BoundaryClient, EmbeddedClient, make_report, refuse_non_finite
+from ..keeper import BestCheckpoints, checkpoint_steps
 from .examples import ExampleDumps
 from .formats import Source, detect, open_source
 from .records import FORMATS, Point, WatchError
@@ -98,11 +98,18 @@ class WatchResult:
         format: The log's format (None if the log never appeared).
         reason: The core's reason for its last decision.
         per_example: Whether per-example scores (``--examples``) reached the detector.
-        protected_checkpoint: The ``evalstop-best`` mirror of the checkpoint, or None.
+        protected_checkpoint: The best step's ``evalstop-best-<step>`` mirror, or None.
         protection: How the mirror was made: ``"hard-linked"``, ``"copied"`` or ``"hard-linked and copied"``.
         checkpoint_note: Why ``best_checkpoint`` is None although ``--checkpoints`` was given.
         job_id: The job id the reports carried.
         ended: Why the watch ended (filled in by the command's loop).
+        mode: ``"enforce"`` (stop the run) or ``"observe"`` (never stop; ``would_stop_step`` says where).
+        would_stop_step: The step at which the core first said stop (in both modes), or None.
+        keep_best: How many best checkpoints are kept (``--keep-best``).
+        kept: The kept checkpoints, best first: ``{"step", "score", "path", "source", "method"}`` (score in the
+            metric's own units, ``path`` the ``evalstop-best-<step>`` folder, ``source`` the framework's folder).
+        pruned: Every folder the keeper deleted (copies that fell out of the K best, and with ``--prune-others``
+            the framework's checkpoints that were neither kept nor the newest).
     """
 
     decision: str
@@ -121,6 +128,11 @@ class WatchResult:
     checkpoint_note: str | None = None
     job_id: str = ""
     ended: str | None = None
+    mode: str = "enforce"
+    would_stop_step: int | None = None
+    keep_best: int = 1
+    kept: list[dict[str, Any]] = field(default_factory=list)
+    pruned: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -150,8 +162,13 @@ class Watcher:
             ``PlatformClient`` sends the reports to an ``evalstop-server``.
         job_id: The job's id; default: from the log's path (:func:`default_job_id`), stable across restarts.
         job_type: The job's type (``rlhf``, ``dpo``, ``sft``, ``lora``, ``other``).
-        checkpoints: The framework's checkpoint folder, to name and protect the best step's checkpoint, or None.
-        best_dir: Where the protected mirror goes (default ``<checkpoints>/evalstop-best``).
+        checkpoints: The framework's checkpoint folder, to name and protect the best steps' checkpoints, or None.
+        best_dir: Where the protected mirrors ``evalstop-best-<step>`` go (default ``checkpoints``).
+        keep_best: How many best checkpoints to keep protected (K >= 1; :class:`~evalstop_callbacks.keeper.
+            BestCheckpoints`).
+        prune_others: Also delete the framework's checkpoints that are neither among the K best nor the newest.
+        mode: ``"enforce"`` (the watch ends at a stop, for the command to act) or ``"observe"`` (never stops: follows
+            the log to its end, keeping the best checkpoints all the same).
         warm_up: Run the detector once on a made-up curve first (see :func:`_warm`), so that its first real decision
             is not delayed by loading its statistics code.
 
@@ -173,6 +190,9 @@ class Watcher:
         job_type: str = "rlhf",
         checkpoints: str | os.PathLike[str] | None = None,
         best_dir: str | os.PathLike[str] | None = None,
+        keep_best: int = 1,
+        prune_others: bool = False,
+        mode: str = "enforce",
         warm_up: bool = True,
     ) -> None:
         if format not in FORMATS:
@@ -181,6 +201,13 @@ class Watcher:
             self.spec = detector_from_spec(default_spec() if detector is None else detector).spec()
         except ValueError as exc:
             raise WatchError(f"--detector: {exc}") from None
+        if mode not in ("enforce", "observe"):
+            raise WatchError(f"--mode must be enforce or observe, got {mode!r}")
+        if isinstance(keep_best, bool) or not isinstance(keep_best, int) or keep_best < 1:
+            raise WatchError(f"--keep-best must be an integer >= 1, got {keep_best!r}")
+        if prune_others and checkpoints is None:
+            raise WatchError("--prune-others needs --checkpoints")
+        self.mode = mode
         if warm_up:
             _warm(self.spec)
         self.log = Path(log)
@@ -188,11 +215,13 @@ class Watcher:
         self.sign = 1.0 if greater_is_better else -1.0
         self.selector = SeriesSelector(metric)
         self.examples = None if examples is None else ExampleDumps(Path(examples), negate=not greater_is_better)
-        self.keeper = (
-            None
-            if checkpoints is None
-            else CheckpointKeeper(Path(checkpoints), None if best_dir is None else Path(best_dir))
-        )
+        self.checkpoints = None if checkpoints is None else Path(checkpoints)
+        self.keep_best = keep_best
+        self.keeper: BestCheckpoints | None = None
+        if self.checkpoints is not None:
+            root = self.checkpoints if best_dir is None else Path(best_dir)
+            self.keeper = BestCheckpoints(root, keep_best, prune_others=prune_others, checkpoints=self.checkpoints)
+            self.keeper.adopt()  # a restarted watcher takes over the mirrors it made before
         self.client: BoundaryClient = client if client is not None else EmbeddedClient()
         self.job_type = job_type
         try:
@@ -202,9 +231,9 @@ class Watcher:
         self.source: Source | None = None
         self.decision: Decision | None = None
         self.stop_step: int | None = None
+        self.would_stop_step: int | None = None
         self.evals: list[list[float]] = []
         self.per_example = False
-        self.protected = Protected(None, None, None, None, None)
         self._pending: list[_Pending] = []
         self._last_step: int | None = None
         self._repeats: dict[int, float] = {}
@@ -268,9 +297,8 @@ class Watcher:
                 else:
                     scores = self.examples.scores(step)
             self._pending.pop(0)
-            report = Report(
-                self.job_id, self.job_type, step, self.sign * value, None if scores is None else tuple(scores)
-            )
+            refuse_non_finite(self.job_id, step, value, None, WatchError)  # named in the metric's own sign
+            report = make_report(self.job_id, self.job_type, step, self.sign * value, scores, WatchError)
             try:
                 self.decision = self.client.report(report)
             except ValueError as exc:  # the core refused it (e.g. per-example scores of another length)
@@ -279,12 +307,27 @@ class Watcher:
             self.evals.append([step, value])
             self.last_eval_at = time.monotonic()
             handled += 1
-            if self.decision.should_stop:
-                self.stop_step = step
-                logger.warning("evalstop watch: STOP at step %d: %s", step, self.decision.reason)
-        if handled and self.keeper is not None and self.decision is not None:
-            self.protected = self.keeper.update(self.decision.best_step)
+            if self.decision.should_stop and self.would_stop_step is None:
+                self.would_stop_step = step
+                if self.mode == "enforce":
+                    self.stop_step = step
+                    logger.warning("evalstop watch: STOP at step %d: %s", step, self.decision.reason)
+                else:
+                    logger.warning("evalstop watch (observe): would stop at step %d: %s", step, self.decision.reason)
+        if handled:
+            self._keep()
         return handled
+
+    def _keep(self) -> None:
+        """Offer every evaluated step whose checkpoint folder exists to the keeper (it keeps the K best, and tops
+        up a mirror whose checkpoint gained files since)."""
+        if self.keeper is None or self.checkpoints is None:
+            return
+        folders = checkpoint_steps(self.checkpoints)
+        for step, value in self.evals:
+            folder = folders.get(int(step))
+            if folder is not None:
+                self.keeper.protect(int(step), self.sign * value, folder)
 
     def poll(self) -> bool:
         """Read what the log gained since the last poll and report its new evaluations.
@@ -312,8 +355,7 @@ class Watcher:
             assert self.source is not None
             self._queue(self.source.finish())
             self._report(finishing=True)
-        if self.keeper is not None and self.decision is not None:
-            self.protected = self.keeper.update(self.decision.best_step)  # tops up a checkpoint written late
+        self._keep()  # tops up a checkpoint written late
         if self.source is not None:
             self.source.close()
         return self.result()
@@ -322,24 +364,45 @@ class Watcher:
         """The decision so far."""
         d = self.decision
         best_score = None if d is None or d.best_score is None else self.sign * d.best_score
-        p = self.protected
+        best_step = None if d is None else d.best_step
+        kept = None if self.keeper is None or best_step is None else self.keeper.get(best_step)
+        best_checkpoint, note = self._best_folder(best_step, kept)
         return WatchResult(
             decision="stop" if self.stopped else "continue",
             stop_step=self.stop_step,
-            best_step=None if d is None else d.best_step,
+            best_step=best_step,
             best_score=best_score,
-            best_checkpoint=None if p.checkpoint is None else str(p.checkpoint),
+            best_checkpoint=best_checkpoint,
             detector=self.spec,
             evals=list(self.evals),
             metric=self.selector.chosen,
             format=None if self.source is None else self.source.kind,
             reason="" if d is None else d.reason,
             per_example=self.per_example,
-            protected_checkpoint=None if p.mirror is None else str(p.mirror),
-            protection=p.method,
-            checkpoint_note=p.note,
+            protected_checkpoint=None if kept is None else kept.path,
+            protection=None if kept is None else kept.method,
+            checkpoint_note=note,
             job_id=self.job_id,
+            mode=self.mode,
+            would_stop_step=self.would_stop_step,
+            keep_best=self.keep_best,
+            kept=[] if self.keeper is None else [{**k, "score": self.sign * k["score"]} for k in self.keeper.listing()],
+            pruned=[] if self.keeper is None else list(self.keeper.pruned),
         )
+
+    def _best_folder(self, best_step: int | None, kept: Any) -> tuple[str | None, str | None]:
+        """The framework's folder of the best step (the one mirrored, even if rotated away since) and, when there is
+        none, a note naming the nearest one before it."""
+        if self.checkpoints is None or best_step is None:
+            return None, None
+        if kept is not None and kept.source is not None:
+            return kept.source, None
+        folders = checkpoint_steps(self.checkpoints)
+        if best_step in folders:
+            return str(folders[best_step]), None
+        before = [s for s in folders if s < best_step]
+        nearest = f"the nearest one before it is {folders[max(before)]}" if before else "there is none before it"
+        return None, f"step {best_step} has no checkpoint in {self.checkpoints}; {nearest}"
 
     def metrics_seen(self) -> str:
         """The series the log showed so far, for the error when the metric never appears."""
