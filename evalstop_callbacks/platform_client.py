@@ -40,6 +40,7 @@ from platform_sim.core import (
 from platform_sim.core.boundary import check_job_type
 
 from .client import EmbeddedClient
+from .scheduler_handle import detect_handle
 
 logger = logging.getLogger(__name__)
 
@@ -468,17 +469,10 @@ def _resolve_handle(given: str | tuple[str, str] | None) -> tuple[str, str] | No
     if given is None:
         return None
     if given == "auto":
-        try:
-            from .scheduler_handle import detect_handle  # type: ignore[import-not-found,unused-ignore]
-        except ImportError as exc:
-            logger.warning("evalstop: scheduler_handle='auto' needs evalstop_callbacks.scheduler_handle (%s)", exc)
-            return None
         found = detect_handle(os.environ)
         if found is None:
             logger.info("evalstop: no scheduler job found in the environment; no scheduler handle registered")
-            return None
-        kind, ref = (found.kind, found.ref) if hasattr(found, "kind") else found
-        return str(kind), str(ref)
+        return found
     if isinstance(given, str) or len(given) != 2 or not all(isinstance(x, str) and x for x in given):
         raise ValueError(f"scheduler_handle must be 'auto', (kind, ref) or None, got {given!r}")
     return given[0], given[1]

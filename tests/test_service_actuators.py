@@ -26,9 +26,9 @@ from platform_sim.actuators import ActuatorUnavailable, SchedulerHandle, make_ac
 from platform_sim.actuators.base import ActionResult
 from platform_sim.core import Report, default_spec
 from platform_sim.service.actuate import ActuateSettings, ActuationWorker, parse_actuators
-from platform_sim.service.store_sqlite import SQLiteStore
 from platform_sim.service.store import JobRecord
 from platform_sim.service.store_actuation import HandleConflict
+from platform_sim.service.store_sqlite import SQLiteStore
 
 pytest.importorskip("ray.job_submission", reason="the Ray actuator needs ray[default]")
 

@@ -18,6 +18,8 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
+from ..scheduler_handle import detect_handle
+
 logger = logging.getLogger(__name__)
 
 _EXIT_CODE_FIELD = 52  # /proc/<pid>/stat: "exit_code", the status in waitpid's form (Linux >= 3.5; proc(5))
@@ -147,15 +149,11 @@ _STOP_WITH_MAIN = "import sys; from evalstop_callbacks.watch.actions import stop
 def detect_ref(kind: str, environ: Mapping[str, str]) -> str | None:
     """The ref of this environment's ``kind`` job: :func:`evalstop_callbacks.scheduler_handle.detect_handle` when
     installed, else ``SLURM_JOB_ID`` for Slurm; None when none is found."""
-    try:
-        from ..scheduler_handle import detect_handle  # type: ignore[import-not-found,unused-ignore]
-    except ImportError:
-        return environ.get("SLURM_JOB_ID") if kind == "slurm" else None
     found = detect_handle(environ)
     if found is None:
         return None
-    found_kind, found_ref = (found.kind, found.ref) if hasattr(found, "kind") else found
-    return str(found_ref) if found_kind == kind else None
+    found_kind, found_ref = found
+    return found_ref if found_kind == kind else None
 
 
 def run_actuator(
