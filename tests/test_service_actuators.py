@@ -243,3 +243,40 @@ def test_the_scope_cli_and_the_handle_refusals_of_a_real_server(tmp_path: Path, 
         assert len(refusals) == 1 and "403" in refusals[0]
     finally:
         srv.stop()
+
+
+def test_serve_actuate_runs_the_worker_inside_the_server(tmp_path: Path) -> None:
+    # The handle is stored through the store (a dead cluster cannot authorize it over HTTP): this pins that
+    # `serve --actuate` runs the worker and that its failures reach the tenant's events and handle view.
+    db = tmp_path / "service.db"
+    token = add_tenant(db, "acme")
+    store = SQLiteStore(db)
+    try:
+        [tenant] = store.list_tenants()
+        _stop(store, tenant.tenant_id, "j")
+        store.register_handle(tenant.tenant_id, "j", SchedulerHandle("ray", "acme-1"))
+    finally:
+        store.close()
+    flags = ("--actuator", "ray", "--actuator-option", f"address={_dead_address()}", "--actuate")
+    flags += ("--actuate-backoff-s", "0.1", "--actuate-max-attempts", "2", "--actuate-poll-s", "0.1")
+    srv = Server(db, free_port(), extra_args=flags).start()
+    try:
+        h = auth(token)
+        deadline = time.monotonic() + 30
+        while True:
+            view = httpx.get(f"{srv.url}/v1/jobs/j/scheduler-handle", headers=h).json()
+            if view["actuation"]["state"] != "pending" or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+        assert view["actuation"]["state"] == "given_up" and view["actuation"]["attempts"] == 2
+        assert "Failed to connect to Ray" in view["actuation"]["last_detail"]
+        types = [e["type"] for e in httpx.get(f"{srv.url}/v1/events?limit=1000", headers=h).json()["events"]]
+        assert [t for t in types if t.startswith("actuation.")] == [
+            "actuation.started",
+            "actuation.failed",
+            "actuation.started",
+            "actuation.failed",
+            "actuation.given_up",
+        ]
+    finally:
+        srv.stop()
