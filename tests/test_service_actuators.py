@@ -182,6 +182,9 @@ def test_the_registry_names_what_is_wrong() -> None:
     with pytest.raises(ValueError, match="no --actuator kubernetes given"):
         parse_actuators(["ray"], ["kubernetes.namespace=x"])
     assert parse_actuators(["ray"], ["ray.address=http://x:1", "timeout_s=3"])["ray"].timeout_s == 3.0  # type: ignore[attr-defined]
+    for bad in (("ray",), ("ray", ""), "slurm:1"):
+        with pytest.raises(ValueError, match="scheduler_handle must be 'auto', \\(kind, ref\\) or None"):
+            PlatformClient("http://127.0.0.1:1", "t", scheduler_handle=bad)  # type: ignore[arg-type]
 
 
 def test_the_scope_cli_and_the_handle_refusals_of_a_real_server(tmp_path: Path, caplog: Any) -> None:
