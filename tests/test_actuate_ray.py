@@ -162,7 +162,7 @@ def test_watch_stop_with_ray_ends_the_ray_job_at_the_stop(ray_cluster: str, tmp_
     job = f"evalstop-watch-{os.getpid()}-stop-with"
     _submit(
         ray_cluster, job, str(CHILD), str(trace_path(HACKING)), str(log), "--format", "verl", "--metric", METRIC,
-        "--pace", "0.15",
+        "--pace", "0.6",  # 11 s of evaluations after the stop: the stop-with child (it imports Ray) needs some
     )  # fmt: skip
     try:
         done = watch(
