@@ -182,6 +182,9 @@ def test_the_registry_names_what_is_wrong() -> None:
     with pytest.raises(ValueError, match="no --actuator kubernetes given"):
         parse_actuators(["ray"], ["kubernetes.namespace=x"])
     assert parse_actuators(["ray"], ["ray.address=http://x:1", "timeout_s=3"])["ray"].timeout_s == 3.0  # type: ignore[attr-defined]
+    for bad in (("ray",), ("ray", ""), "slurm:1"):
+        with pytest.raises(ValueError, match="scheduler_handle must be 'auto', \\(kind, ref\\) or None"):
+            PlatformClient("http://127.0.0.1:1", "t", scheduler_handle=bad)  # type: ignore[arg-type]
 
 
 def test_the_scope_cli_and_the_handle_refusals_of_a_real_server(tmp_path: Path, caplog: Any) -> None:
@@ -241,5 +244,42 @@ def test_the_scope_cli_and_the_handle_refusals_of_a_real_server(tmp_path: Path, 
             assert c.last_source == "service"
         refusals = [r.getMessage() for r in caplog.records if "refused the ray handle" in r.getMessage()]
         assert len(refusals) == 1 and "403" in refusals[0]
+    finally:
+        srv.stop()
+
+
+def test_serve_actuate_runs_the_worker_inside_the_server(tmp_path: Path) -> None:
+    # The handle is stored through the store (a dead cluster cannot authorize it over HTTP): this pins that
+    # `serve --actuate` runs the worker and that its failures reach the tenant's events and handle view.
+    db = tmp_path / "service.db"
+    token = add_tenant(db, "acme")
+    store = SQLiteStore(db)
+    try:
+        [tenant] = store.list_tenants()
+        _stop(store, tenant.tenant_id, "j")
+        store.register_handle(tenant.tenant_id, "j", SchedulerHandle("ray", "acme-1"))
+    finally:
+        store.close()
+    flags = ("--actuator", "ray", "--actuator-option", f"address={_dead_address()}", "--actuate")
+    flags += ("--actuate-backoff-s", "0.1", "--actuate-max-attempts", "2", "--actuate-poll-s", "0.1")
+    srv = Server(db, free_port(), extra_args=flags).start()
+    try:
+        h = auth(token)
+        deadline = time.monotonic() + 30
+        while True:
+            view = httpx.get(f"{srv.url}/v1/jobs/j/scheduler-handle", headers=h).json()
+            if view["actuation"]["state"] != "pending" or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+        assert view["actuation"]["state"] == "given_up" and view["actuation"]["attempts"] == 2
+        assert "Failed to connect to Ray" in view["actuation"]["last_detail"]
+        types = [e["type"] for e in httpx.get(f"{srv.url}/v1/events?limit=1000", headers=h).json()["events"]]
+        assert [t for t in types if t.startswith("actuation.")] == [
+            "actuation.started",
+            "actuation.failed",
+            "actuation.started",
+            "actuation.failed",
+            "actuation.given_up",
+        ]
     finally:
         srv.stop()
