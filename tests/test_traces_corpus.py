@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from evalstop_callbacks.research import envs
+from lab import envs
 from platform_sim.sim.corpora import corpus_dir
 from platform_sim.sim.traces import RealTrace, label_of
 

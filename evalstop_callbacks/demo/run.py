@@ -1,6 +1,6 @@
 """``evalstop demo``: real reward hacking on CPU, stopped by EvalStop, then the platform fed by real traces.
 
-1. Build the overoptimization environment (:mod:`evalstop_callbacks.research.overopt`; cached after the first build).
+1. Build the overoptimization environment (:mod:`evalstop_callbacks.demo.overopt`; cached after the first build).
 2. Train one real GRPO job against the learned proxy with no KL penalty (it hacks), with
    :class:`~evalstop_callbacks.EvalStopCallback` in enforce mode and the scheduler core embedded, printing proxy and
    gold side by side at each eval. EvalStop stops it after ``k`` declines of the held-out gold score, and the best
@@ -26,8 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from .overopt import EnvConfig, build_env
-from .runs import RunSpec
-from .trainers import grpo_trainer
+from .training import grpo_trainer
 
 
 def _say(ns: argparse.Namespace, text: str = "") -> None:
@@ -159,9 +158,20 @@ def _run_demo(ns: argparse.Namespace) -> int:
                 )
             return control
 
-    spec = RunSpec("grpo", "proxy", 0.0, ns.seed, ns.steps, ns.eval_steps)
     t0 = time.perf_counter()
-    trainer = grpo_trainer(env, spec, [cb, _Printer()], str(ckpt_dir), save=True, save_total_limit=1)
+    # Against the learned proxy, no KL penalty: the policy is free to hack it.
+    trainer = grpo_trainer(
+        env,
+        [cb, _Printer()],
+        str(ckpt_dir),
+        steps=ns.steps,
+        eval_steps=ns.eval_steps,
+        reward=env.proxy,
+        kl=0.0,
+        seed=ns.seed,
+        save=True,
+        save_total_limit=1,
+    )
     trainer.train()
     train_s = time.perf_counter() - t0
     stop_step, best_step, best_gold = cb.stopped_at, cb.best_step, cb.best_score
