@@ -212,6 +212,36 @@ def test_platform_never_imports_the_demo(graph):
     assert _violations(graph, "platform_sim", ["evalstop_callbacks.demo"]) == []
 
 
+def _module_level_imports(tree: ast.Module) -> Iterator[str]:
+    """The modules a file imports when it is imported: statements outside any function body (classes, ``if`` and
+    ``try`` blocks at module level included)."""
+    todo: list[ast.AST] = list(tree.body)
+    while todo:
+        node = todo.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            continue
+        if isinstance(node, ast.Import):
+            yield from (alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            yield node.module
+        todo.extend(ast.iter_child_nodes(node))
+
+
+def test_matplotlib_is_imported_only_where_a_plot_is_drawn():
+    # The base install has no matplotlib (the plot and demo extras do): no installed module may need it to import.
+    eager = sorted(
+        f"{name} imports {target}"
+        for package in PACKAGES
+        for name, path, _ in _module_files(REPO, package)
+        for target in _module_level_imports(ast.parse(path.read_text(encoding="utf-8")))
+        if target.split(".")[0] == "matplotlib"
+    )
+    assert eager == []
+    # ...and the check sees one where it is (a function-level import is left alone).
+    assert list(_module_level_imports(ast.parse("import matplotlib.pyplot as plt\n"))) == ["matplotlib.pyplot"]
+    assert list(_module_level_imports(ast.parse("def f():\n    import matplotlib\n"))) == []
+
+
 def _write(root: Path, files: dict[str, str]) -> None:
     for rel, text in files.items():
         path = root / rel
