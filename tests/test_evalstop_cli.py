@@ -9,14 +9,14 @@ import pytest
 
 from evalstop_callbacks import cli
 
-HELLO = '''\
+HELLO = """\
 import argparse
 
 def main(argv):
     parser = argparse.ArgumentParser(prog="evalstop hello")
     parser.add_argument("--times", type=int, default=1)
     return 40 + parser.parse_args(argv).times
-'''
+"""
 
 
 @pytest.fixture

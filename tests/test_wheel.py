@@ -53,7 +53,11 @@ def test_the_wheel_ships_the_two_packages_and_no_lab(wheel):
     tops = collections.Counter(n.split("/")[0] for n in names)
     assert set(tops) == {"evalstop_callbacks", "platform_sim", "evalstop-0.1.0.dist-info"}, tops
     assert not [n for n in names if n.startswith(("lab/", "benchmarks/", "tests/", "evalstop_callbacks/research/"))]
-    lab_modules = {p.name for p in (REPO / "benchmarks" / "lab").glob("*.py")} - {"__init__.py", "__main__.py", "cli.py"}
+    lab_modules = {p.name for p in (REPO / "benchmarks" / "lab").glob("*.py")} - {
+        "__init__.py",
+        "__main__.py",
+        "cli.py",
+    }
     shipped = {n.rsplit("/", 1)[-1] for n in names}
     assert not lab_modules & shipped, lab_modules & shipped  # no lab module copied into the packages either
 

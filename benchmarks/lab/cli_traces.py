@@ -11,10 +11,9 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-from platform_sim.trace_format import trace_complete
-
 from evalstop_callbacks.cli_args import Parser, log_warnings, nonneg_int, pos_int
 from evalstop_callbacks.cli_args import fail as _fail
+from platform_sim.trace_format import trace_complete
 
 from .envs import ENVIRONMENTS, get
 from .record import run_in_subprocess

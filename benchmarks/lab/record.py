@@ -28,8 +28,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from .envs import Environment, get
 from evalstop_callbacks.demo.overopt import EnvConfig, OveroptEnv, build_env
+
+from .envs import Environment, get
 from .run_worlds import World, world_of
 from .runs import RunSpec
 from .trainers import ppo_available

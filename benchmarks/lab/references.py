@@ -11,8 +11,9 @@ from pathlib import Path
 from typing import Any
 
 from evalstop_callbacks.demo.overopt import OveroptEnv, default_cache_dir
-from .runs import RunSpec
 from evalstop_callbacks.demo.tiny import build_policy, load_corpus, load_policy, pretrain_policy
+
+from .runs import RunSpec
 from .worlds import build_llama_policy, copy_corpus
 
 

@@ -10,9 +10,10 @@ from types import SimpleNamespace
 from typing import Any
 
 from evalstop_callbacks.demo.overopt import OveroptEnv, gold_reward
+from evalstop_callbacks.demo.tiny import VOCAB, load_policy
+
 from .references import format_reference_dir, policy_factory
 from .runs import RunSpec
-from evalstop_callbacks.demo.tiny import VOCAB, load_policy
 from .train_data import demonstrations, preference_pairs
 from .trainers import dpo_trainer, grpo_trainer, ppo_trainer, sft_trainer
 from .world_evaluators import HeldoutNLLEvaluator, WorldEvaluator
