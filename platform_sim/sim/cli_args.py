@@ -70,7 +70,9 @@ def require_matplotlib(how_to_skip: str) -> None:
         UsageError: matplotlib is not installed.
     """
     if importlib.util.find_spec("matplotlib") is None:
-        raise UsageError(f"plots need matplotlib, which is not installed: pip install 'evalstop[plot]', or {how_to_skip}")
+        raise UsageError(
+            f"plots need matplotlib, which is not installed: pip install 'evalstop[plot]', or {how_to_skip}"
+        )
 
 
 class Parser(argparse.ArgumentParser):
