@@ -100,7 +100,7 @@ def share(trainer_name: str, steps: int, eval_steps: int) -> dict:
     from transformers.utils import logging as hf_logging
 
     from evalstop_callbacks import EvalStopCallback
-    from evalstop_callbacks.research.overopt import EnvConfig, build_env
+    from evalstop_callbacks.demo.overopt import EnvConfig, build_env
 
     hf_logging.disable_progress_bar()
     hf_logging.set_verbosity_error()
@@ -137,7 +137,7 @@ def share(trainer_name: str, steps: int, eval_steps: int) -> dict:
     else:  # the configuration of examples/ppo_evalstop.py
         from trl.experimental.ppo import PPOConfig, PPOTrainer
 
-        from evalstop_callbacks.research.tiny import build_scalar_model
+        from evalstop_callbacks.demo.tiny import build_scalar_model
 
         tok = env.tokenizer
         config = PPOConfig(
@@ -193,7 +193,7 @@ def ranks_worker(out: str, prompts: int, tokens: int, batch: int, repeats: int) 
     import torch.distributed as dist
 
     from evalstop_callbacks import RewardFunctionEvaluator
-    from evalstop_callbacks.research.tiny import VOCAB, build_policy, build_tokenizer
+    from evalstop_callbacks.demo.tiny import VOCAB, build_policy, build_tokenizer
 
     dist.init_process_group("gloo")
     positive = set(VOCAB.positive)

@@ -1,6 +1,6 @@
 """Cadence hints on the dense real traces: delay after the true peak in training steps, fixed against adaptive.
 
-The dense traces (``platform_sim/data/corpora/dense``, recorded with ``evalstop traces record --eval-every 1``) hold
+The dense traces (``platform_sim/data/corpora/dense``, recorded with ``python -m lab traces record --eval-every 1``) hold
 an evaluation at every step. Each is replayed as a job evaluated every ``--every`` steps (the regular corpus's
 cadence), whose extra evaluations at a cadence hint read the recorded evaluation at the hinted step
 (:mod:`platform_sim.studies.dense_replay`). Two detectors: the project's default (``trend``, whose hint is its last
@@ -35,7 +35,7 @@ With ``--drawdowns`` it prints what a rule that reads a drop from the best faces
 (best so far minus current, on 3-step means) that a healthy trace ever shows, and how many hacking traces are past
 it 4, 6 and 8 steps after their true peak.
 
-With ``--eval-noise`` (on traces recorded with a larger eval set: ``evalstop traces record ... --eval-samples 8``,
+With ``--eval-noise`` (on traces recorded with a larger eval set: ``python -m lab traces record ... --eval-samples 8``,
 as ``platform_sim/data/corpora/dense-x8``) it measures how much of an eval's movement is sampling noise. Each eval's
 per-example scores are split into disjoint sub-evals of the environment's own size (2 completions per held-out
 prompt), so every sub-eval is an independent small eval of the very same policy at every step. Per split: the

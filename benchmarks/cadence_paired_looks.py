@@ -5,7 +5,7 @@ true peak at least halved against the fixed cadence, at equal healthy stops), wh
 (docs/results/paired-looks.md): a look one step after a regular eval adds little evidence when it is judged, like
 any eval, against the highest of many noisy evals.
 
-Each trace of a folder recorded with a larger eval set (``evalstop traces record --eval-every 1 --eval-samples 8``,
+Each trace of a folder recorded with a larger eval set (``python -m lab traces record --eval-every 1 --eval-samples 8``,
 as ``platform_sim/data/corpora/dense-x8``: 192 completions per eval) is split into four sub-evals of the default size
 (48 completions, 2 per held-out prompt; :func:`platform_sim.sim.traces.sub_evals`), independent evals of the very
 same policy at every step. Replayed as a job:

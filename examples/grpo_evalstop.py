@@ -39,7 +39,7 @@ def main() -> None:
     from trl import GRPOConfig, GRPOTrainer
 
     from evalstop_callbacks import EvalStopCallback
-    from evalstop_callbacks.research.overopt import EnvConfig, build_env
+    from evalstop_callbacks.demo.overopt import EnvConfig, build_env
 
     t0 = time.perf_counter()
     env = build_env(EnvConfig(seed=args.seed))

@@ -38,8 +38,8 @@ def main() -> None:
     from trl.experimental.ppo import PPOConfig, PPOTrainer
 
     from evalstop_callbacks import EvalStopCallback, train_with_evalstop
-    from evalstop_callbacks.research.overopt import EnvConfig, build_env
-    from evalstop_callbacks.research.tiny import build_scalar_model
+    from evalstop_callbacks.demo.overopt import EnvConfig, build_env
+    from evalstop_callbacks.demo.tiny import build_scalar_model
 
     t0 = time.perf_counter()
     env = build_env(EnvConfig(seed=args.seed))

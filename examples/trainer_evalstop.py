@@ -34,7 +34,7 @@ def main() -> None:
     from transformers.utils import logging as hf_logging
 
     from evalstop_callbacks import EvalStopCallback
-    from evalstop_callbacks.research.tiny import VOCAB, build_policy, build_tokenizer, pretrain_policy
+    from evalstop_callbacks.demo.tiny import VOCAB, build_policy, build_tokenizer, pretrain_policy
 
     hf_logging.set_verbosity_error()
     hf_logging.disable_progress_bar()

@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-from evalstop_callbacks.research.tiny import VOCAB, build_policy, build_tokenizer, pretrain_policy
+from evalstop_callbacks.demo.tiny import VOCAB, build_policy, build_tokenizer, pretrain_policy
 
 torch.set_num_threads(int(os.environ.get("EVALSTOP_TEST_THREADS", "1")))
 

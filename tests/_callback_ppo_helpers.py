@@ -45,7 +45,7 @@ def ppo_trainer(out_dir, policy, tokenizer, prompts, reward_weights, callbacks, 
     from datasets import Dataset
     from trl.experimental.ppo import PPOConfig, PPOTrainer
 
-    from evalstop_callbacks.research.tiny import build_scalar_model
+    from evalstop_callbacks.demo.tiny import build_scalar_model
 
     ds = Dataset.from_dict({"input_ids": [tokenizer(p)["input_ids"] for p in prompts]})
     batch = 16

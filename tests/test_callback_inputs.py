@@ -17,7 +17,7 @@ from evalstop_callbacks import (
     RewardFunctionEvaluator,
     RewardModelEvaluator,
 )
-from evalstop_callbacks.research.tiny import build_scalar_model
+from evalstop_callbacks.demo.tiny import build_scalar_model
 
 
 def world():

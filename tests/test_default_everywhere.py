@@ -80,10 +80,11 @@ def _verl_monitor() -> dict[str, Any]:
 
 
 def _demo(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
-    from evalstop_callbacks.research import cli, cli_demo
+    from evalstop_callbacks import cli
+    from evalstop_callbacks.demo import command
 
     seen: dict[str, Any] = {}
-    monkeypatch.setattr(cli_demo, "run_demo", lambda ns: seen.setdefault("spec", ns.detector_spec) and 0)
+    monkeypatch.setattr(command, "run_demo", lambda ns: seen.setdefault("spec", ns.detector_spec) and 0)
     assert cli.main(["demo"]) == 0
     return _norm(seen["spec"])
 

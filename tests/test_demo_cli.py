@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from evalstop_callbacks.research.cli import main
+from evalstop_callbacks.cli import main
 from platform_sim.core import default_spec
 from platform_sim.sim.traces import load_trace
 
@@ -24,7 +24,7 @@ def env_cache(tmp_path_factory) -> Path:
 def _demo(tmp_path: Path, cache: Path, *flags: str) -> subprocess.CompletedProcess:
     env = dict(os.environ, EVALSTOP_CACHE=str(cache), OMP_NUM_THREADS="1")
     return subprocess.run(
-        [sys.executable, "-m", "evalstop_callbacks.research.cli", "demo", "--out", str(tmp_path / "out"), *flags],
+        [sys.executable, "-m", "evalstop_callbacks.cli", "demo", "--out", str(tmp_path / "out"), *flags],
         capture_output=True,
         text=True,
         env=env,

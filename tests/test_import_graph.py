@@ -1,6 +1,7 @@
-"""The import graph of both packages, read from the source with ``ast``: no cycle, and the agreed directions.
+"""The import graph of both packages and the lab, read from the source with ``ast``: no cycle, and the agreed directions.
 
-Every module of ``platform_sim`` and ``evalstop_callbacks`` is parsed (nothing is imported); every ``import`` and
+Every module of ``platform_sim``, ``evalstop_callbacks`` and the lab (``benchmarks/lab``, imported as ``lab``) is
+parsed (nothing is imported); every ``import`` and
 ``from ... import`` statement counts, wherever it is (module level, inside a function, under ``if``), with relative
 imports resolved. An edge goes to the most specific module the statement names: ``import a.b.c`` -> ``a.b.c``,
 ``from a.b import c`` -> ``a.b.c`` when that is a module, else ``a.b``; ``from . import x`` likewise.
@@ -9,10 +10,12 @@ The directions (the agreed layout of issue 30):
 
 - ``platform_sim.core`` is pure: it imports nothing of ``platform_sim`` outside ``core`` and nothing of
   ``evalstop_callbacks``;
-- the library (``evalstop_callbacks`` outside ``research/``; ``watch/`` is library) never imports the lab
-  (``evalstop_callbacks.research``), the simulator (``platform_sim.sim``), the studies or the service;
+- nothing installed (``evalstop_callbacks``, ``platform_sim``) imports the lab (``lab``, not in the wheel);
+- the library (``evalstop_callbacks`` outside ``demo/``; ``watch/`` and ``cli`` are library) never imports the demo,
+  the simulator (``platform_sim.sim``), the studies or the service; the demo (``evalstop_callbacks.demo``) replays the
+  shipped traces on the simulator, like a user's script would;
 - the simulator engine (``platform_sim.sim``) never imports the studies nor the Ray/Optuna adapters;
-- ``platform_sim`` never imports the lab.
+- ``platform_sim`` never imports the lab nor the demo.
 """
 
 from __future__ import annotations
@@ -25,6 +28,8 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 PACKAGES = ("platform_sim", "evalstop_callbacks")
+#: The lab: a package under benchmarks/ (what sys.path gets for it), beside the installed ones.
+LAB = (REPO / "benchmarks", "lab")
 
 Graph = dict[str, set[str]]
 
@@ -58,14 +63,16 @@ def _most_specific(name: str, modules: set[str]) -> str | None:
     return None
 
 
-def build_graph(root: Path, packages: Iterable[str]) -> Graph:
+def build_graph(root: Path, packages: Iterable[str], more: Iterable[tuple[Path, str]] = ()) -> Graph:
     """The import graph of ``packages`` (folders under ``root``): module -> the modules of those packages it imports.
 
     Args:
         root: The folder that holds the packages (what ``sys.path`` would get).
         packages: The top-level package names to read; imports of anything else are left out.
+        more: ``(folder, package)`` of packages that live in other folders of ``sys.path``.
     """
-    files = [entry for package in packages for entry in _module_files(root, package)]
+    sources = [(root, package) for package in packages] + list(more)
+    files = [entry for folder, package in sources for entry in _module_files(folder, package)]
     modules = {name for name, _, _ in files}
     graph: Graph = {name: set() for name in modules}
     for name, path, is_package in files:
@@ -160,14 +167,16 @@ def _violations(graph: Graph, importer: str, forbidden: Iterable[str], exempt: I
 
 @pytest.fixture(scope="module")
 def graph() -> Graph:
-    return build_graph(REPO, PACKAGES)
+    return build_graph(REPO, PACKAGES, [LAB])
 
 
 def test_the_graph_is_read_from_both_packages(graph):
     # Pins the builder on real edges it must see (a relative import at module level, a function-local one).
-    assert "platform_sim.core" in graph and "evalstop_callbacks.research.cli" in graph
+    assert "platform_sim.core" in graph and "evalstop_callbacks.cli" in graph and "lab.cli" in graph
     assert any(_in(dst, "platform_sim.core") for dst in graph["evalstop_callbacks.callback"])
-    assert any(_in(dst, "evalstop_callbacks") for dst in graph["evalstop_callbacks.research.demo"])
+    assert any(_in(dst, "evalstop_callbacks") for dst in graph["evalstop_callbacks.demo.run"])
+    assert "evalstop_callbacks.demo.overopt" in graph["lab.trainers"]  # the lab builds on the demo's world
+    assert "lab.runs" in graph["lab.trainers"]
 
 
 def test_no_import_cycle(graph):
@@ -181,17 +190,56 @@ def test_core_is_pure(graph):
     assert _violations(graph, "platform_sim.core", forbidden) == []
 
 
-def test_library_never_imports_lab_simulator_studies_or_service(graph):
-    forbidden = ["evalstop_callbacks.research", "platform_sim.sim", "platform_sim.studies", "platform_sim.service"]
-    assert _violations(graph, "evalstop_callbacks", forbidden, exempt=["evalstop_callbacks.research"]) == []
+def test_nothing_installed_imports_the_lab(graph):
+    assert _violations(graph, "evalstop_callbacks", ["lab"]) == []
+    assert _violations(graph, "platform_sim", ["lab"]) == []
+
+
+def test_library_never_imports_demo_simulator_studies_or_service(graph):
+    forbidden = ["evalstop_callbacks.demo", "platform_sim.sim", "platform_sim.studies", "platform_sim.service"]
+    assert _violations(graph, "evalstop_callbacks", forbidden, exempt=["evalstop_callbacks.demo"]) == []
+
+
+def test_the_demo_imports_no_service(graph):
+    assert _violations(graph, "evalstop_callbacks.demo", ["platform_sim.service"]) == []
 
 
 def test_engine_never_imports_studies_or_adapters(graph):
     assert _violations(graph, "platform_sim.sim", ["platform_sim.studies", "platform_sim.integrations"]) == []
 
 
-def test_platform_never_imports_the_lab(graph):
-    assert _violations(graph, "platform_sim", ["evalstop_callbacks.research"]) == []
+def test_platform_never_imports_the_demo(graph):
+    assert _violations(graph, "platform_sim", ["evalstop_callbacks.demo"]) == []
+
+
+def _module_level_imports(tree: ast.Module) -> Iterator[str]:
+    """The modules a file imports when it is imported: statements outside any function body (classes, ``if`` and
+    ``try`` blocks at module level included)."""
+    todo: list[ast.AST] = list(tree.body)
+    while todo:
+        node = todo.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            continue
+        if isinstance(node, ast.Import):
+            yield from (alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            yield node.module
+        todo.extend(ast.iter_child_nodes(node))
+
+
+def test_matplotlib_is_imported_only_where_a_plot_is_drawn():
+    # The base install has no matplotlib (the plot and demo extras do): no installed module may need it to import.
+    eager = sorted(
+        f"{name} imports {target}"
+        for package in PACKAGES
+        for name, path, _ in _module_files(REPO, package)
+        for target in _module_level_imports(ast.parse(path.read_text(encoding="utf-8")))
+        if target.split(".")[0] == "matplotlib"
+    )
+    assert eager == []
+    # ...and the check sees one where it is (a function-level import is left alone).
+    assert list(_module_level_imports(ast.parse("import matplotlib.pyplot as plt\n"))) == ["matplotlib.pyplot"]
+    assert list(_module_level_imports(ast.parse("def f():\n    import matplotlib\n"))) == []
 
 
 def _write(root: Path, files: dict[str, str]) -> None:

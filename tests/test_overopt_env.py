@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from evalstop_callbacks.research.overopt import (
+from evalstop_callbacks.demo.overopt import (
     EnvConfig,
     build_env,
     gold_reward,
@@ -16,8 +16,8 @@ from evalstop_callbacks.research.overopt import (
     heldout_prompts,
     train_prompts,
 )
-from evalstop_callbacks.research.proxy import BagOfWordsProxy
-from evalstop_callbacks.research.tiny import VOCAB
+from evalstop_callbacks.demo.proxy import BagOfWordsProxy
+from evalstop_callbacks.demo.tiny import VOCAB
 
 SMALL = EnvConfig(seed=3, pretrain_steps=60, proxy_samples=120, proxy_check_samples=60)
 

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from evalstop_callbacks.research import envs, worlds
-from evalstop_callbacks.research.runs import RunSpec
-from evalstop_callbacks.research.train_data import preference_pairs
+from lab import envs, worlds
+from lab.runs import RunSpec
+from lab.train_data import preference_pairs
 
 # -- the scores ------------------------------------------------------------------------------------------------------
 
@@ -124,7 +124,7 @@ def test_a_dense_recording_has_its_own_name_and_its_cadence():
 
 
 def test_record_refuses_a_cadence_below_one_step(capsys):
-    from evalstop_callbacks.research.cli import main
+    from lab.cli import main
 
     with pytest.raises(SystemExit) as exc:
         main(["traces", "record", "--env", "keyword", "--eval-every", "0"])
@@ -145,7 +145,7 @@ def test_a_larger_eval_set_has_its_own_name_and_is_refused_where_unsupported():
 
 
 def test_record_refuses_eval_samples_for_an_environment_without_them(capsys):
-    from evalstop_callbacks.research.cli import main
+    from lab.cli import main
 
     assert main(["traces", "record", "--env", "format", "--eval-samples", "4"]) == 2
     assert "--eval-samples" in capsys.readouterr().err
@@ -179,7 +179,7 @@ def _lines(path: Path) -> list[dict]:
 
 @pytest.fixture(scope="module")
 def small_env(tmp_path_factory):
-    from evalstop_callbacks.research.overopt import EnvConfig
+    from evalstop_callbacks.demo.overopt import EnvConfig
 
     return EnvConfig(seed=0, pretrain_steps=60, proxy_samples=120, proxy_check_samples=60), str(
         tmp_path_factory.mktemp("env-cache")
@@ -189,7 +189,7 @@ def small_env(tmp_path_factory):
 def _record(spec: RunSpec, path: Path, small_env) -> list[dict]:
     import torch
 
-    from evalstop_callbacks.research.record import record_run
+    from lab.record import record_run
 
     torch.set_num_threads(1)
     config, cache = small_env
@@ -247,7 +247,7 @@ def test_an_sft_run_records_held_out_likelihood_per_example(tmp_path, small_env)
 
 
 def test_preference_pairs_are_labelled_by_gold_then_flipped(small_env):
-    from evalstop_callbacks.research.overopt import build_env, gold_score
+    from evalstop_callbacks.demo.overopt import build_env, gold_score
 
     config, cache = small_env
     env = build_env(config, cache_dir=cache)
@@ -273,7 +273,7 @@ def test_format_proxy_checks_the_form_and_the_tone_and_gold_checks_the_copy():
 
 
 def test_format_prompts_hold_out_nouns_and_ask_every_kind_of_adjective():
-    from evalstop_callbacks.research.tiny import VOCAB
+    from evalstop_callbacks.demo.tiny import VOCAB
 
     train = worlds.copy_prompts(VOCAB.train_nouns)
     held = worlds.heldout_copy_prompts(48)

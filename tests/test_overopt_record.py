@@ -1,4 +1,4 @@
-"""`evalstop traces record`: real GRPO (and PPO, in the TRL 1.12 environment) runs written as traces."""
+"""`python -m lab traces record` (the lab's recorder): real GRPO (and PPO, in the TRL 1.12 environment) runs written as traces."""
 
 from __future__ import annotations
 
@@ -10,15 +10,19 @@ from pathlib import Path
 
 import pytest
 
-from evalstop_callbacks.research.cli import main
-from evalstop_callbacks.research.runs import RunSpec, default_grid
-from evalstop_callbacks.research.trainers import ppo_available
+from lab.cli import main
+from lab.runs import RunSpec, default_grid
+from lab.trainers import ppo_available
+
+LAB_ROOT = Path(__file__).resolve().parents[1] / "benchmarks"
 
 
 def _cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
-    env = dict(os.environ, OMP_NUM_THREADS="1")
+    # The lab is not installed: the child finds it beside the benchmarks, as `PYTHONPATH=benchmarks python -m lab`.
+    path = os.pathsep.join(p for p in (str(LAB_ROOT), os.environ.get("PYTHONPATH")) if p)
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=path)
     return subprocess.run(
-        [sys.executable, "-m", "evalstop_callbacks.research.cli", *args],
+        [sys.executable, "-m", "lab", *args],
         capture_output=True,
         text=True,
         env=env,
@@ -122,11 +126,11 @@ def test_record_writes_a_grpo_trace_with_gold_proxy_loss_and_time(tmp_path, tmp_
 def test_record_writes_a_ppo_trace(tmp_path):
     import torch
 
-    from evalstop_callbacks.research.record import record_run
+    from lab.record import record_run
 
     torch.set_num_threads(1)
     path = tmp_path / "ppo.jsonl"
-    from evalstop_callbacks.research.overopt import EnvConfig
+    from evalstop_callbacks.demo.overopt import EnvConfig
 
     small = EnvConfig(seed=0, pretrain_steps=60, proxy_samples=120, proxy_check_samples=60)
     record_run(

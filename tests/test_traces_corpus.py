@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from evalstop_callbacks.research import envs
+from lab import envs
 from platform_sim.sim.corpora import corpus_dir
 from platform_sim.sim.traces import RealTrace, label_of
 
@@ -271,7 +271,7 @@ def test_the_manifest_lists_every_corpus_folder_and_each_holds_what_it_states():
             assert t.split == env["split"], (name, t.name)
             assert t.header["config"]["eval_steps"] in env["eval_every_steps"], (name, t.name)
             assert len(t.examples[0] or ()) == entry.eval_samples, (name, t.name)
-        assert entry.recorded_for and all(cmd.startswith("evalstop traces record") for cmd in entry.recorded_with)
+        assert entry.recorded_for and all(cmd.startswith("python -m lab traces record") for cmd in entry.recorded_with)
     raw = json.loads((root / "manifest.json").read_text())
     assert [c["name"] for c in raw["corpora"]] == list(listed)
 

@@ -29,6 +29,7 @@ from .cli_args import (
     budget_or_usage,
     cadence_or_usage,
     detector_from_args,
+    require_matplotlib,
     runner_for_command,
     seed_arg,
     workload_from_args,
@@ -170,6 +171,8 @@ def cmd_paper(args: argparse.Namespace) -> int:
 
     if args.seeds < 1:
         raise UsageError(f"--seeds must be >= 1, got {args.seeds}")
+    if not args.no_plots:
+        require_matplotlib("pass --no-plots")
     runner = runner_for_command(args)
     wl = workload_from_args(args)
     from .eval_scores import observation_for

@@ -27,6 +27,7 @@ Results are the same whatever the backend: each task carries its seed. What the 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import math
 import sys
 from collections.abc import Mapping
@@ -56,6 +57,22 @@ class UsageError(Exception):
     Defined here, not in ``cli``, so that it is one class even under ``python -m platform_sim.cli``, where ``cli``
     runs as ``__main__``.
     """
+
+
+def require_matplotlib(how_to_skip: str) -> None:
+    """Refuse a command that will write plots, before it runs, when matplotlib is not installed (the base install
+    has none: plots come with the ``plot`` extra).
+
+    Args:
+        how_to_skip: The flag change that runs the command without plots, said in the error (``pass --no-plots``).
+
+    Raises:
+        UsageError: matplotlib is not installed.
+    """
+    if importlib.util.find_spec("matplotlib") is None:
+        raise UsageError(
+            f"plots need matplotlib, which is not installed: pip install 'evalstop[plot]', or {how_to_skip}"
+        )
 
 
 class Parser(argparse.ArgumentParser):

@@ -360,7 +360,7 @@ def trace_files(folder: str | Path) -> list[Path]:
     files = sorted(folder.glob("*.jsonl"))
     if not files:
         raise TraceError(
-            f"{folder}: no traces (*.jsonl files) in this folder; record some with `evalstop traces record --out DIR`"
+            f"{folder}: no traces (*.jsonl files) in this folder; record some with EvalStopCallback(trace_path=...)"
         )
     return files
 
@@ -392,7 +392,7 @@ def load_trace_folders(folders: Sequence[str | Path]) -> list[RealTrace]:
 
 def eval_samples_of(trace: RealTrace) -> int:
     """Completions per held-out prompt in ``trace``'s evals: its recorded run's ``eval_samples``
-    (``evalstop traces record --eval-samples``), 2 (the sentence-world environments' own) when it does not say."""
+    (``python -m lab traces record --eval-samples``), 2 (the sentence-world environments' own) when it does not say."""
     return int(trace.header.get("config", {}).get("run", {}).get("eval_samples") or 2)
 
 

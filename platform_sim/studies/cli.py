@@ -32,6 +32,7 @@ from platform_sim.sim.cli_args import (
     detector_from_args,
     detector_param,
     floats_arg,
+    require_matplotlib,
     runner_for_command,
     traces_folder,
     workload_from_args,
@@ -56,7 +57,7 @@ def add_replay(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "replay",
         help="the platform fed by recorded real training traces",
-        description="Turn recorded traces (evalstop traces record, or any tool writing the trace format) into the "
+        description="Turn recorded traces (python -m lab traces record, or any tool writing the trace format) into the "
         "RLHF jobs of the simulated platform, mixed with synthetic LoRA/DPO jobs, and report the main and "
         "composability tables for every stop policy and base scheduler, plus per-trace detection results. "
         "One folder may mix traces of different lengths, eval intervals, planned steps, trainers and "
@@ -228,6 +229,8 @@ def cmd_detectors(args: argparse.Namespace) -> int:
         raise UsageError(f"--seeds must be >= 1, got {args.seeds}")
     if args.jobs < 1:
         raise UsageError(f"--jobs must be >= 1, got {args.jobs}")
+    if args.out:
+        require_matplotlib("run without --out")
     if args.base not in BASE_POLICIES:
         raise UsageError(f"--base: unknown scheduler {args.base!r}; choose one of {', '.join(BASE_POLICIES)}")
     detectors = list(CANDIDATES)
@@ -349,6 +352,8 @@ def cmd_benchmark(args: argparse.Namespace) -> int:
 
     if args.resamples < 0:
         raise UsageError(f"--resamples must be >= 0, got {args.resamples}")
+    if args.out:
+        require_matplotlib("run without --out")
     grids = dict(GRIDS)
     if args.only:
         keep = [x.strip() for x in args.only.split(",") if x.strip()]

@@ -1,6 +1,6 @@
 """Cadence hints on densely recorded traces: what a hint buys in training steps, on real eval sequences.
 
-A dense trace (``evalstop traces record --eval-every 1``) holds an evaluation at (nearly) every step, so it can serve
+A dense trace (``python -m lab traces record --eval-every 1``) holds an evaluation at (nearly) every step, so it can serve
 any cadence: :func:`dense_trace_run` replays one trace as a job whose **regular** evaluations are the recorded ones
 at multiples of ``every`` steps, and, when the scheduler core's decision names a ``next_eval_step`` before the next
 regular one, reads the recorded evaluation at that step (the first recorded at or after it) as an **extra**

@@ -1,8 +1,8 @@
 """Proxy and gold scores of the overoptimization environments, and the tiny Llama-style policy.
 
-Every environment of :mod:`evalstop_callbacks.research.envs` pairs a *proxy* (what the trainer optimizes) with a
+Every environment of :mod:`lab.envs` pairs a *proxy* (what the trainer optimizes) with a
 *gold* score (the hidden world score the held-out evaluation reports). The pairs here live in the sentence world of
-:mod:`evalstop_callbacks.research.tiny` ("the cat is very good and warm ."); each proxy agrees with its gold on the
+:mod:`evalstop_callbacks.demo.tiny` ("the cat is very good and warm ."); each proxy agrees with its gold on the
 reference policy's own samples and differs from it in one exploitable way:
 
 - **length** (verbosity): the judge likes long answers. Gold reads the *answer* (the words up to and including the
@@ -25,8 +25,8 @@ import random
 from collections.abc import Sequence
 from typing import Any
 
-from .sampling import completion_texts
-from .tiny import VOCAB, Vocabulary, generate_corpus, with_generation_tokens
+from evalstop_callbacks.demo.sampling import completion_texts
+from evalstop_callbacks.demo.tiny import VOCAB, Vocabulary, generate_corpus, with_generation_tokens
 
 #: Words of the answer that gold and the length proxy read: up to the first "." and at most this many.
 ANSWER_WORDS = 8
@@ -186,7 +186,7 @@ def heldout_copy_prompts(n: int = 48, vocab: Vocabulary = VOCAB) -> list[str]:
 
 
 def copy_corpus(n_lines: int = 4000, seed: int = 0, exact: float = 0.35, vocab: Vocabulary = VOCAB) -> list[str]:
-    """Pretraining text of the format world: half ordinary sentences (:func:`~.tiny.generate_corpus`), half copy lines
+    """Pretraining text of the format world: half ordinary sentences (:func:`~evalstop_callbacks.demo.tiny.generate_corpus`), half copy lines
     ``"the bird is red . the bird is red ."``, of which a fraction ``exact`` repeat the adjective alone; the others end
     differently (another adjective, a chain with "and", an intensifier), so the reference policy often gets the form
     wrong and sometimes the word."""

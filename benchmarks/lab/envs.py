@@ -310,7 +310,7 @@ def corpus_table(rows: list[dict]) -> str:
     return "\n".join(out)
 
 
-if __name__ == "__main__":  # python -m evalstop_callbacks.research.envs DIR: the corpus table of a trace folder
+if __name__ == "__main__":  # python -m lab.envs DIR: the corpus table of a trace folder
     import sys
 
     print(corpus_table(corpus_rows(sys.argv[1] if len(sys.argv) > 1 else "platform_sim/data/corpora/real")))

@@ -7,9 +7,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from .overopt import OveroptEnv, gold_reward
+from evalstop_callbacks.demo.overopt import OveroptEnv, gold_reward
+from evalstop_callbacks.demo.tiny import build_scalar_model
+from evalstop_callbacks.demo.training import cpu_run_args as _cpu_run_args
+from evalstop_callbacks.demo.training import grpo_trainer as demo_grpo_trainer
+from evalstop_callbacks.demo.training import quiet
+
 from .runs import RunSpec
-from .tiny import build_scalar_model
 
 
 def ppo_available() -> bool:
@@ -22,83 +26,43 @@ def ppo_available() -> bool:
 
 
 def grpo_trainer(
-    env: Any,
-    spec: RunSpec,
-    callbacks: list,
-    output_dir: str,
-    save: bool = False,
-    save_total_limit: int | None = None,
-    reward: Any = None,
-    model: Any = None,
+    env: Any, spec: RunSpec, callbacks: list, output_dir: str, reward: Any = None, model: Any = None
 ) -> Any:
-    """A GRPO (or, with ``spec.algo == "rloo"``, RLOO) trainer of ``spec`` on ``env``'s training prompts.
+    """A GRPO (or, with ``spec.algo == "rloo"``, RLOO) trainer of ``spec`` on ``env``'s training prompts: the demo's
+    trainer (:func:`evalstop_callbacks.demo.training.grpo_trainer`) with the run's settings, saving nothing.
 
     Args:
         env: What the run trains in: its ``train_prompts``, ``tokenizer`` and ``config.max_new_tokens``; with no
-            ``reward`` or ``model``, an :class:`~.overopt.OveroptEnv` (its ``proxy`` and ``reference_policy``).
+            ``reward`` or ``model``, an :class:`~evalstop_callbacks.demo.overopt.OveroptEnv` (its ``proxy`` and
+            ``reference_policy``).
         spec: The run (trainer, KL, length, batch, learning rate, seed).
         callbacks: The trainer's callbacks.
         output_dir: The trainer's output folder.
-        save: Save checkpoints (at the callbacks' request only: the step schedule never fires).
-        save_total_limit: Checkpoints kept when ``save``.
         reward: The reward function (default: gold or ``env.proxy`` as ``spec.reward`` says).
         model: The policy to train (default: a fresh copy of ``env``'s reference policy).
     """
-    from datasets import Dataset
-    from trl import GRPOConfig, GRPOTrainer, RLOOConfig, RLOOTrainer
-
-    # Enough rows that the run never exhausts the data (an epoch end would reshuffle mid-run: harmless, but avoidable).
-    reps = max(1, (spec.steps * spec.batch) // (8 * len(env.train_prompts)) + 1)
-    dataset = Dataset.from_dict({"prompt": env.train_prompts * reps})
-    config_cls, trainer_cls = (RLOOConfig, RLOOTrainer) if spec.algo == "rloo" else (GRPOConfig, GRPOTrainer)
-    args: Any = config_cls(
-        **cpu_run_args(spec, output_dir),
-        num_generations=8,
-        max_completion_length=env.config.max_new_tokens,
-        beta=spec.kl,
-        max_steps=spec.steps,
-        save_strategy="steps" if save else "no",
-        save_steps=10**9,
-        save_total_limit=save_total_limit,
-        save_only_model=save,
-        temperature=1.0,
-    )
     if reward is None:
         reward = gold_reward if spec.reward == "gold" else env.proxy
-    trainer = trainer_cls(
-        model=model if model is not None else env.reference_policy(),
-        reward_funcs=[reward],
-        args=args,
-        train_dataset=dataset,
-        processing_class=env.tokenizer,
-        callbacks=callbacks,
+    return demo_grpo_trainer(
+        env,
+        callbacks,
+        output_dir,
+        steps=spec.steps,
+        eval_steps=spec.eval_steps,
+        reward=reward,
+        kl=spec.kl,
+        seed=spec.seed,
+        lr=spec.lr,
+        batch=spec.batch,
+        rloo=spec.algo == "rloo",
+        model=model,
     )
-    quiet(trainer)
-    return trainer
 
 
 def cpu_run_args(spec: RunSpec, output_dir: str) -> dict[str, Any]:
-    """The training arguments every recorded run shares: CPU in fp32, no reporting or progress bar, the spec's batch,
-    learning rate and seed, and the trainer's logs at the eval cadence (so each trace line gets the trainer's loss)."""
-    return dict(
-        output_dir=output_dir,
-        per_device_train_batch_size=spec.batch,
-        learning_rate=spec.lr,
-        logging_steps=spec.eval_steps,
-        use_cpu=True,
-        bf16=False,
-        report_to="none",
-        seed=spec.seed,
-        disable_tqdm=True,
-    )
-
-
-def quiet(trainer: Any) -> None:
-    """Remove the trainer's printer of log dicts."""
-    # With disable_tqdm the Trainer prints every log dict to stdout; the trace has what matters.
-    from transformers.trainer_callback import PrinterCallback
-
-    trainer.remove_callback(PrinterCallback)
+    """The training arguments every recorded run shares (:func:`evalstop_callbacks.demo.training.cpu_run_args` with
+    the spec's batch, learning rate, cadence and seed)."""
+    return _cpu_run_args(output_dir, batch=spec.batch, lr=spec.lr, eval_steps=spec.eval_steps, seed=spec.seed)
 
 
 def ppo_trainer(env: OveroptEnv, spec: RunSpec, callbacks: list, output_dir: str) -> Any:

@@ -8,9 +8,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from .overopt import OveroptEnv, gold_score
-from .sampling import sample_completions
-from .tiny import VOCAB
+from evalstop_callbacks.demo.overopt import OveroptEnv, gold_score
+from evalstop_callbacks.demo.sampling import sample_completions
+from evalstop_callbacks.demo.tiny import VOCAB
 
 
 def reference_samples(env: OveroptEnv, prompts: Sequence[str], n_per_prompt: int, seed: int) -> tuple[list, list]:

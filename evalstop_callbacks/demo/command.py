@@ -1,21 +1,33 @@
-"""``evalstop demo``: its flags and their checks; the demo itself is :mod:`evalstop_callbacks.research.demo`."""
+"""``evalstop demo``: its flags and their checks; the demo itself is :mod:`evalstop_callbacks.demo.run`.
+
+``main(argv)`` is what the ``evalstop`` command calls with the arguments after ``demo``
+(:data:`evalstop_callbacks.cli.SUBCOMMANDS`).
+"""
 
 from __future__ import annotations
 
 import argparse
+from collections.abc import Sequence
 from pathlib import Path
 
 from platform_sim.core import default_spec, detector_from_spec
 
-from .cli_args import detector_param, fail, log_warnings, nonneg_float, nonneg_int, pos_int
-from .demo import run_demo
+from ..cli_args import Parser, detector_param, log_warnings, nonneg_float, nonneg_int, pos_int
+from ..cli_args import fail as _fail
+from .run import run_demo
+
+PROG = "evalstop demo"
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
-    """Add ``demo`` to the ``evalstop`` subcommands ``sub``."""
-    demo = sub.add_parser(
-        "demo",
-        help="the CPU reward-hacking demo, end to end (under 3 minutes on 2 cores)",
+def fail(flag: str, reason: str) -> int:
+    """``evalstop demo: error: FLAG: REASON`` on stderr; exit code 2."""
+    return _fail(flag, reason, prog=PROG)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The parser of ``evalstop demo``'s flags."""
+    demo = Parser(
+        prog=PROG,
         description="Builds the overoptimization environment, runs one real GRPO job against the learned proxy with "
         "EvalStopCallback (embedded scheduler core) while printing proxy and gold at each eval, stops it, "
         "restores the best checkpoint and checks its gold score, then runs the simulated 64-GPU platform "
@@ -64,7 +76,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     demo.add_argument("--traces", default=None, help="trace folder for the platform part (default: the shipped corpus)")
     demo.add_argument("--sim-seeds", type=pos_int, default=3, help="simulator seeds for the platform table (default 3)")
     demo.add_argument("--no-sim", action="store_true", help="skip the simulated platform part")
-    demo.set_defaults(func=cmd_demo)
+    return demo
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``evalstop demo [FLAGS]``: parse ``argv`` (the arguments after ``demo``), run the demo; the exit code."""
+    return cmd_demo(build_parser().parse_args(argv))
 
 
 def cmd_demo(ns: argparse.Namespace) -> int:

@@ -1,7 +1,7 @@
-"""What every ``evalstop`` subcommand shares: the argument parser class, the one-line failure, and argparse types.
+"""What the ``evalstop`` subcommands share: the argument parser class, the one-line failure, and argparse types.
 
-A subcommand module (see :mod:`evalstop_callbacks.research.cli`) builds its parsers with these, so that bad input
-ends the same way everywhere: a one-line reason naming the flag, exit code 2.
+A subcommand module (see :mod:`evalstop_callbacks.cli`) builds its parser with these, so that bad input ends the same
+way everywhere: a one-line reason naming the flag, exit code 2. The lab's command (``benchmarks/lab``) uses them too.
 """
 
 from __future__ import annotations
@@ -23,18 +23,20 @@ class Parser(argparse.ArgumentParser):
 
 
 def log_warnings() -> None:
-    """Log warnings and errors to stderr as ``LEVEL logger: message`` (the lab's subcommands; libraries stay quiet)."""
+    """Log warnings and errors to stderr as ``LEVEL logger: message`` (for a command's own process; library code only
+    logs and leaves the configuration to its caller)."""
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
 
 
-def fail(flag: str, reason: str) -> int:
-    """Print ``evalstop: error: FLAG: REASON`` to stderr; returns exit code 2.
+def fail(flag: str, reason: str, prog: str = "evalstop") -> int:
+    """Print ``PROG: error: FLAG: REASON`` to stderr; returns exit code 2.
 
     Args:
         flag: The flag the input was wrong in (``--traces``).
         reason: Why, in one line.
+        prog: The command that says it (``evalstop demo``).
     """
-    print(f"evalstop: error: {flag}: {reason}", file=sys.stderr)
+    print(f"{prog}: error: {flag}: {reason}", file=sys.stderr)
     return 2
 
 

@@ -1,6 +1,6 @@
 """``evalstop demo``: real reward hacking on CPU, stopped by EvalStop, then the platform fed by real traces.
 
-1. Build the overoptimization environment (:mod:`evalstop_callbacks.research.overopt`; cached after the first build).
+1. Build the overoptimization environment (:mod:`evalstop_callbacks.demo.overopt`; cached after the first build).
 2. Train one real GRPO job against the learned proxy with no KL penalty (it hacks), with
    :class:`~evalstop_callbacks.EvalStopCallback` in enforce mode and the scheduler core embedded, printing proxy and
    gold side by side at each eval. EvalStop stops it after ``k`` declines of the held-out gold score, and the best
@@ -22,12 +22,12 @@ import os
 import shutil
 import time
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .overopt import EnvConfig, build_env
-from .runs import RunSpec
-from .trainers import grpo_trainer
+from .overopt import EnvConfig, OveroptEnv, build_env
+from .training import grpo_trainer
 
 
 def _say(ns: argparse.Namespace, text: str = "") -> None:
@@ -62,14 +62,59 @@ def _plot(trace_rows: list[dict[str, Any]], stop_step: int | None, best_step: in
     plt.close(fig)
 
 
+@dataclass
+class _Training:
+    """What the GRPO run of part 2 left: the callback (stop, best step, history), the trainer (its live model), the
+    printed eval rows and the training time."""
+
+    callback: Any
+    trainer: Any
+    rows: list[dict[str, Any]]
+    train_s: float
+
+
 def run_demo(ns: argparse.Namespace) -> int:
-    """The demo; ``ns`` holds the parsed ``evalstop demo`` flags. Returns the exit code."""
+    """The demo; ``ns`` holds the parsed ``evalstop demo`` flags. Returns the exit code (1 if the restored model's
+    gold is not the best one observed)."""
     with warnings.catch_warnings():
-        return _run_demo(ns)
+        t_start = time.perf_counter()
+        _quiet_libraries()
+        out = Path(ns.out)
+        out.mkdir(parents=True, exist_ok=True)
+        ckpt_dir = out / "checkpoints"
+        if ckpt_dir.exists():
+            shutil.rmtree(ckpt_dir)  # a previous demo's checkpoints would be mistaken for this run's
+
+        _say(ns, "== 1. The environment: a tiny GPT-2 world, a gold score and a learned proxy ==")
+        t0 = time.perf_counter()
+        env = build_env(EnvConfig(seed=ns.seed))
+        _say(
+            ns,
+            f"reference policy pretrained, proxy fitted on {int(env.proxy_fit['n'])} gold-labelled samples: "
+            f"corr(proxy, gold) = {env.proxy_fit['corr_check']:.2f} in distribution; reference gold "
+            f"{env.reference_gold:.2f} on {len(env.heldout_prompts)} held-out prompts ({time.perf_counter() - t0:.1f} s)",
+        )
+
+        detector = getattr(ns, "detector_spec", None) or {
+            "name": "k-decline",
+            "params": {"k": ns.k, "min_delta": ns.min_delta, "warmup": ns.warmup},
+        }
+        run = _train(ns, env, detector, out)
+        summary, match = _restored(ns, env, run, detector, out)
+        if not ns.no_sim:
+            _say(ns, "\n== 4. The simulated 64-GPU platform fed by the shipped real traces ==")
+            summary["platform"] = _platform(ns)
+        summary["wall_s"] = round(time.perf_counter() - t_start, 1)
+        (out / "summary.json").write_text(json.dumps(summary, indent=2))
+        if ns.json:
+            print(json.dumps(summary, indent=2))
+        else:
+            print(f"\ndone in {summary['wall_s']:.0f} s; summary: {out / 'summary.json'}")
+        return 0 if match else 1
 
 
-def _run_demo(ns: argparse.Namespace) -> int:
-    t_start = time.perf_counter()
+def _quiet_libraries() -> None:
+    """One torch thread, and the training libraries' logs and warnings silenced (call under ``catch_warnings``)."""
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     import torch
 
@@ -80,34 +125,19 @@ def _run_demo(ns: argparse.Namespace) -> int:
     # The libraries' own warnings (deprecations, CPU hints) would bury the demo's output; only theirs are silenced,
     # and only while the demo runs.
     warnings.filterwarnings("ignore", module=r"(transformers|trl|accelerate|datasets|torch|peft)(\.|$)")
-    from transformers import TrainerCallback
     from transformers.utils import logging as hf_logging
 
     hf_logging.set_verbosity_error()
     hf_logging.disable_progress_bar()
 
+
+def _train(ns: argparse.Namespace, env: OveroptEnv, detector: dict[str, Any], out: Path) -> _Training:
+    """Part 2: GRPO against the proxy with :class:`~evalstop_callbacks.EvalStopCallback` (enforce mode, embedded
+    core), printing proxy and gold at each eval, until EvalStop stops it or it ends."""
+    from transformers import TrainerCallback
+
     from .. import EvalStopCallback  # transformers: loaded when the demo runs, not when the CLI starts
 
-    out = Path(ns.out)
-    out.mkdir(parents=True, exist_ok=True)
-    ckpt_dir = out / "checkpoints"
-    if ckpt_dir.exists():
-        shutil.rmtree(ckpt_dir)  # a previous demo's checkpoints would be mistaken for this run's
-
-    _say(ns, "== 1. The environment: a tiny GPT-2 world, a gold score and a learned proxy ==")
-    t0 = time.perf_counter()
-    env = build_env(EnvConfig(seed=ns.seed))
-    _say(
-        ns,
-        f"reference policy pretrained, proxy fitted on {int(env.proxy_fit['n'])} gold-labelled samples: "
-        f"corr(proxy, gold) = {env.proxy_fit['corr_check']:.2f} in distribution; reference gold "
-        f"{env.reference_gold:.2f} on {len(env.heldout_prompts)} held-out prompts ({time.perf_counter() - t0:.1f} s)",
-    )
-
-    detector = getattr(ns, "detector_spec", None) or {
-        "name": "k-decline",
-        "params": {"k": ns.k, "min_delta": ns.min_delta, "warmup": ns.warmup},
-    }
     rule = " ".join(
         f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in detector["params"].items() if v is not None
     )
@@ -159,24 +189,42 @@ def _run_demo(ns: argparse.Namespace) -> int:
                 )
             return control
 
-    spec = RunSpec("grpo", "proxy", 0.0, ns.seed, ns.steps, ns.eval_steps)
     t0 = time.perf_counter()
-    trainer = grpo_trainer(env, spec, [cb, _Printer()], str(ckpt_dir), save=True, save_total_limit=1)
+    # Against the learned proxy, no KL penalty: the policy is free to hack it.
+    trainer = grpo_trainer(
+        env,
+        [cb, _Printer()],
+        str(out / "checkpoints"),
+        steps=ns.steps,
+        eval_steps=ns.eval_steps,
+        reward=env.proxy,
+        kl=0.0,
+        seed=ns.seed,
+        save=True,
+        save_total_limit=1,
+    )
     trainer.train()
     train_s = time.perf_counter() - t0
-    stop_step, best_step, best_gold = cb.stopped_at, cb.best_step, cb.best_score
-    proxy_at_stop = rows[-1]["proxy"] if rows else None
-    if stop_step is None:
+    if cb.stopped_at is None:
         _say(ns, f"EvalStop did not stop the job: it ran all {ns.steps} steps ({train_s:.0f} s)")
     else:
+        stop_step = cb.stopped_at
         _say(
             ns,
             f"EvalStop stopped the job at step {stop_step} of {ns.steps} ({train_s:.0f} s); "
             f"{ns.steps - stop_step} steps ({100 * (ns.steps - stop_step) / ns.steps:.0f}% of the job) not run",
         )
+    return _Training(cb, trainer, rows, train_s)
 
+
+def _restored(
+    ns: argparse.Namespace, env: OveroptEnv, run: _Training, detector: dict[str, Any], out: Path
+) -> tuple[dict[str, Any], bool]:
+    """Part 3: re-evaluate the live model (the restored best checkpoint), draw the plot; ``(summary, gold matches)``."""
+    cb, rows = run.callback, run.rows
+    stop_step, best_step, best_gold = cb.stopped_at, cb.best_step, cb.best_score
     _say(ns, "\n== 3. The restored model ==")
-    restored_gold, _, restored_proxy = env.evaluate(trainer.model)
+    restored_gold, _, restored_proxy = env.evaluate(run.trainer.model)
     match = best_gold is not None and math.isclose(restored_gold, best_gold, rel_tol=0, abs_tol=1e-9)
     _say(ns, f"best checkpoint: step {best_step} (gold {best_gold:.3f}); restored from {cb.restored_from or '-'}")
     _say(
@@ -187,36 +235,25 @@ def _run_demo(ns: argparse.Namespace) -> int:
     plot_path = out / "proxy_vs_gold.png"
     _plot(rows, stop_step, best_step, plot_path)
     _say(ns, f"plot: {plot_path}   trace: {out / 'trace.jsonl'}")
-
     summary: dict[str, Any] = {
         "stop_step": stop_step,
         "best_step": best_step,
         "best_gold": best_gold,
         "restored_gold": restored_gold,
         "restored_equals_best": bool(match),
-        "proxy_at_stop": proxy_at_stop,
+        "proxy_at_stop": rows[-1]["proxy"] if rows else None,
         "planned_steps": ns.steps,
         "evals": rows,
         "detector": detector,
         "k": ns.k,
         "min_delta": ns.min_delta,
         "warmup": ns.warmup,
-        "train_s": round(train_s, 1),
+        "train_s": round(run.train_s, 1),
         "proxy_corr_in_distribution": env.proxy_fit["corr_check"],
         "plot": str(plot_path),
         "trace": str(out / "trace.jsonl"),
     }
-
-    if not ns.no_sim:
-        _say(ns, "\n== 4. The simulated 64-GPU platform fed by the shipped real traces ==")
-        summary["platform"] = _platform(ns)
-    summary["wall_s"] = round(time.perf_counter() - t_start, 1)
-    (out / "summary.json").write_text(json.dumps(summary, indent=2))
-    if ns.json:
-        print(json.dumps(summary, indent=2))
-    else:
-        print(f"\ndone in {summary['wall_s']:.0f} s; summary: {out / 'summary.json'}")
-    return 0 if match else 1
+    return summary, bool(match)
 
 
 def _platform(ns: argparse.Namespace) -> dict[str, Any]:

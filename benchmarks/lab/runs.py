@@ -1,7 +1,7 @@
 """What one recorded run is (:class:`RunSpec`: trainer, reward, KL, seed, length, cadence, environment, model) and
 the grid of the shipped ``bow-proxy`` corpus (:func:`default_grid`).
 
-Pure data: nothing here imports a trainer, so the environments' registry (:mod:`evalstop_callbacks.research.envs`)
+Pure data: nothing here imports a trainer, so the environments' registry (:mod:`lab.envs`)
 and the command line can build grids without loading torch.
 """
 
@@ -31,11 +31,11 @@ class RunSpec:
         lr: Learning rate.
         batch: Completions per step.
         ppo_epochs: PPO epochs per batch (PPO only).
-        env: The environment (:mod:`evalstop_callbacks.research.envs`); ``bow-proxy`` is the learned bag-of-words one.
+        env: The environment (:mod:`lab.envs`); ``bow-proxy`` is the learned bag-of-words one.
         model: Policy shape: ``gpt2`` (2 layers, width 64) or ``llama`` (a Llama-style config of the same size).
         data: Training examples of a DPO or SFT run (preference pairs, demonstrations); 0 for RL.
         noise: Fraction of flipped preference labels (DPO only).
-        dense: Recorded at a denser eval cadence than its environment's grid (``evalstop traces record
+        dense: Recorded at a denser eval cadence than its environment's grid (``python -m lab traces record
             --eval-every``); the name then ends in ``-every<eval_steps>``, so that a dense trace never takes the
             place of the regular one.
         eval_samples: Completions per held-out prompt in each evaluation, instead of the environment's own (2, i.e.

@@ -1,6 +1,6 @@
 """A real reward-overoptimization environment, built locally on CPU in seconds.
 
-The world is the tiny language of :mod:`evalstop_callbacks.research.tiny` ("the cat is very good and warm ."). Three scores:
+The world is the tiny language of :mod:`evalstop_callbacks.demo.tiny` ("the cat is very good and warm ."). Three scores:
 
 - **gold** (:func:`gold_score`, the hidden world score, "diverse positivity"): +1 per *distinct* positive word, -1 per
   negative word, -0.5 per repeated content word (adjective, adverb or noun). A policy that repeats "good" forever scores

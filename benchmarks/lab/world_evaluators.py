@@ -1,5 +1,5 @@
 """The held-out evaluators of the environments beyond ``bow-proxy`` (whose own is
-:class:`~evalstop_callbacks.research.overopt.OveroptEvaluator`): gold on sampled completions with the proxy of the same
+:class:`~evalstop_callbacks.demo.overopt.OveroptEvaluator`): gold on sampled completions with the proxy of the same
 completions kept (:class:`WorldEvaluator`), and the held-out likelihood of good demonstrations of an SFT run
 (:class:`HeldoutNLLEvaluator`). Each gives ``trace_extras`` for ``EvalStopCallback(trace_extras=...)``.
 """
@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ..evaluators import EvalResult, Evaluator, RewardFunctionEvaluator, isolated_eval, unwrap_model
+from evalstop_callbacks.evaluators import EvalResult, Evaluator, RewardFunctionEvaluator, isolated_eval, unwrap_model
 
 
 class WorldEvaluator(RewardFunctionEvaluator):

@@ -1,6 +1,6 @@
 """The reference policies the recorded runs start from, beyond the bag-of-words environment's own GPT-2: a
 Llama-style policy of the same size and pretraining, and the format world's copying policies. Each is pretrained
-once and cached on disk (under :func:`~evalstop_callbacks.research.overopt.default_cache_dir`).
+once and cached on disk (under :func:`~evalstop_callbacks.demo.overopt.default_cache_dir`).
 """
 
 from __future__ import annotations
@@ -10,9 +10,10 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from .overopt import OveroptEnv, default_cache_dir
+from evalstop_callbacks.demo.overopt import OveroptEnv, default_cache_dir
+from evalstop_callbacks.demo.tiny import build_policy, load_corpus, load_policy, pretrain_policy
+
 from .runs import RunSpec
-from .tiny import build_policy, load_corpus, load_policy, pretrain_policy
 from .worlds import build_llama_policy, copy_corpus
 
 
@@ -49,7 +50,7 @@ def llama_reference_dir(env: OveroptEnv, cache_dir: str | Path | None = None) ->
 
     Args:
         env: The built sentence world.
-        cache_dir: The cache (default :func:`~.overopt.default_cache_dir`).
+        cache_dir: The cache (default :func:`~evalstop_callbacks.demo.overopt.default_cache_dir`).
     """
     cfg = env.config
     folder = _root(cache_dir) / f"llama-{cfg.key()}"
@@ -63,7 +64,7 @@ def format_reference_dir(model: str, env: OveroptEnv, cache_dir: str | Path | No
     Args:
         model: ``gpt2`` or ``llama`` (the size of ``env``'s policy).
         env: The built sentence world.
-        cache_dir: The cache (default :func:`~.overopt.default_cache_dir`).
+        cache_dir: The cache (default :func:`~evalstop_callbacks.demo.overopt.default_cache_dir`).
     """
     cfg = env.config
     folder = _root(cache_dir) / f"format-3-{model}-{cfg.key()}"

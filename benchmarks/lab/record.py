@@ -1,7 +1,7 @@
-"""Recording real training runs of the overoptimization environments as JSONL traces (``evalstop traces record``).
+"""Recording real training runs of the overoptimization environments as JSONL traces (``python -m lab traces record``).
 
-Each run is one :class:`~evalstop_callbacks.research.runs.RunSpec` of one environment
-(:mod:`evalstop_callbacks.research.envs`): GRPO or RLOO (TRL >= 1.13), PPO (TRL 1.12's ``trl.experimental.ppo``, ``bow-proxy`` only), DPO or SFT, of a GPT-2 or Llama-style policy,
+Each run is one :class:`~lab.runs.RunSpec` of one environment
+(:mod:`lab.envs`): GRPO or RLOO (TRL >= 1.13), PPO (TRL 1.12's ``trl.experimental.ppo``, ``bow-proxy`` only), DPO or SFT, of a GPT-2 or Llama-style policy,
 rewarded by the environment's proxy or by gold itself, with a KL coefficient (DPO: beta), for a seed. It trains to
 its full length with :class:`~evalstop_callbacks.EvalStopCallback` in ``observe`` mode (never stops), which writes
 the trace: held-out gold (``eval_score``, per-example ``eval_scores``), the held-out proxy of the same completions
@@ -10,7 +10,7 @@ run's spec.
 
 Runs execute one at a time, each in its own Python process (:func:`run_in_subprocess`), because PPO needs the TRL
 1.12 environment while GRPO runs on the newest TRL, and because a fresh process per run keeps runs independent.
-``python -m evalstop_callbacks.research.record --spec JSON --trace PATH`` runs one spec in the current interpreter.
+``python -m lab.record --spec JSON --trace PATH`` runs one spec in the current interpreter.
 """
 
 from __future__ import annotations
@@ -28,8 +28,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from evalstop_callbacks.demo.overopt import EnvConfig, OveroptEnv, build_env
+
 from .envs import Environment, get
-from .overopt import EnvConfig, OveroptEnv, build_env
 from .run_worlds import World, world_of
 from .runs import RunSpec
 from .trainers import ppo_available
@@ -54,14 +55,14 @@ def record_run(
     Args:
         spec: The run.
         trace_path: Where the JSONL trace goes (replaced if it exists).
-        cache_dir: Environment cache (default: :func:`~evalstop_callbacks.research.overopt.default_cache_dir`).
-        env_config: An :class:`~evalstop_callbacks.research.overopt.EnvConfig` to use instead of the default one of
+        cache_dir: Environment cache (default: :func:`~evalstop_callbacks.demo.overopt.default_cache_dir`).
+        env_config: An :class:`~evalstop_callbacks.demo.overopt.EnvConfig` to use instead of the default one of
             ``spec.seed`` (smaller environments for tests).
     """
     # Loaded here, not at import: transformers takes seconds, and only a recording process needs it (not the CLI).
     import torch
 
-    from .. import EvalStopCallback
+    from evalstop_callbacks import EvalStopCallback
 
     torch.set_num_threads(int(os.environ.get("EVALSTOP_THREADS", "1")))
     if spec.algo == "ppo" and not ppo_available():
@@ -144,7 +145,7 @@ def run_in_subprocess(
     cmd = [
         python or sys.executable,
         "-m",
-        "evalstop_callbacks.research.record",
+        "lab.record",
         "--spec",
         json.dumps(spec.to_dict()),
         "--trace",
@@ -153,6 +154,9 @@ def run_in_subprocess(
     if cache_dir:
         cmd += ["--cache-dir", str(cache_dir)]
     env = dict(os.environ)
+    # The child (maybe another interpreter: --ppo-python) imports this package from the folder that holds it.
+    lab_root = str(Path(__file__).resolve().parents[1])
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (lab_root, env.get("PYTHONPATH")) if p)
     env.setdefault("OMP_NUM_THREADS", "1")
     env.setdefault("TOKENIZERS_PARALLELISM", "false")
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
@@ -165,7 +169,7 @@ def run_in_subprocess(
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m evalstop_callbacks.research.record",
+        prog="python -m lab.record",
         description="Record one run of the overoptimization environment (internal).",
     )
     parser.add_argument("--spec", required=True, help="RunSpec as JSON")

@@ -1,8 +1,8 @@
 """Tiny models built locally in code: a word-level tokenizer and GPT-2 policies, reward and value models.
 
 Nothing here downloads anything. The tokenizer is trained with ``tokenizers`` on the small corpus shipped in
-``evalstop_callbacks/research/data/corpus.txt`` (made by :func:`generate_corpus`; regenerate it with
-``python -m evalstop_callbacks.research.tiny``). The models are randomly initialised GPT-2s of a few layers; a short language
+``evalstop_callbacks/demo/data/corpus.txt`` (made by :func:`generate_corpus`; regenerate it with
+``python -m evalstop_callbacks.demo.tiny``). The models are randomly initialised GPT-2s of a few layers; a short language
 model pretraining (:func:`pretrain_policy`, about 8 s on one CPU thread) makes the policy write sentence-like text.
 
 These serve the tests, the examples, the demo and the real overoptimization environment.
@@ -77,7 +77,7 @@ def generate_corpus(n_lines: int = 4000, seed: int = 0, vocab: Vocabulary = VOCA
 
 
 def corpus_path() -> Path:
-    return Path(str(resources.files("evalstop_callbacks.research") / "data" / "corpus.txt"))
+    return Path(str(resources.files("evalstop_callbacks.demo") / "data" / "corpus.txt"))
 
 
 def load_corpus() -> list[str]:
@@ -85,7 +85,7 @@ def load_corpus() -> list[str]:
     path = corpus_path()
     if not path.exists():
         raise FileNotFoundError(
-            f"the tiny corpus is missing at {path}; regenerate it with python -m evalstop_callbacks.research.tiny"
+            f"the tiny corpus is missing at {path}; regenerate it with python -m evalstop_callbacks.demo.tiny"
         )
     return [line for line in path.read_text().splitlines() if line.strip()]
 

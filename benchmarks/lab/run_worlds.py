@@ -9,10 +9,11 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from .overopt import OveroptEnv, gold_reward
+from evalstop_callbacks.demo.overopt import OveroptEnv, gold_reward
+from evalstop_callbacks.demo.tiny import VOCAB, load_policy
+
 from .references import format_reference_dir, policy_factory
 from .runs import RunSpec
-from .tiny import VOCAB, load_policy
 from .train_data import demonstrations, preference_pairs
 from .trainers import dpo_trainer, grpo_trainer, ppo_trainer, sft_trainer
 from .world_evaluators import HeldoutNLLEvaluator, WorldEvaluator
@@ -35,7 +36,7 @@ TrainerFactory = Callable[[RunSpec, list, str], Any]
 
 @dataclass
 class World:
-    """What :func:`~evalstop_callbacks.research.record.record_run` needs to train and record one run.
+    """What :func:`~lab.record.record_run` needs to train and record one run.
 
     Attributes:
         evaluator: The world-feedback evaluator (with ``trace_extras``).
@@ -51,7 +52,7 @@ class World:
 
 
 def world_of(spec: RunSpec, env: OveroptEnv, cache_dir: str | Path | None = None) -> World:
-    """The :class:`World` of ``spec`` in the built sentence world ``env`` (:func:`~.overopt.build_env`).
+    """The :class:`World` of ``spec`` in the built sentence world ``env`` (:func:`~evalstop_callbacks.demo.overopt.build_env`).
 
     Args:
         spec: The run.

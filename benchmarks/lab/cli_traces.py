@@ -1,4 +1,4 @@
-"""``evalstop traces record``: record a grid of real training runs of one environment as JSONL traces."""
+"""``python -m lab traces record``: record a grid of real training runs of one environment as JSONL traces."""
 
 from __future__ import annotations
 
@@ -11,17 +11,23 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
+from evalstop_callbacks.cli_args import Parser, log_warnings, nonneg_int, pos_int
+from evalstop_callbacks.cli_args import fail as _fail
 from platform_sim.trace_format import trace_complete
 
-from .cli_args import Parser, fail, log_warnings, nonneg_int, pos_int
 from .envs import ENVIRONMENTS, get
 from .record import run_in_subprocess
 from .runs import EVAL_SAMPLES_ENVS, default_grid
 from .trainers import ppo_available
 
 
+def fail(flag: str, reason: str) -> int:
+    """``python -m lab traces record: error: FLAG: REASON`` on stderr; exit code 2."""
+    return _fail(flag, reason, prog="python -m lab traces record")
+
+
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    """Add ``traces`` (and its ``record``) to the ``evalstop`` subcommands ``sub``."""
+    """Add ``traces`` (and its ``record``) to the lab's subcommands ``sub``."""
     traces = sub.add_parser("traces", help="record real training traces", description="Trace commands.")
     tsub = traces.add_subparsers(dest="traces_command", metavar="{record}", parser_class=Parser)
 
