@@ -51,4 +51,3 @@ class TraceRecorder(TraceWriter):
 
     def __enter__(self) -> TraceRecorder:
         return self
-

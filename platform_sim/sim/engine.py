@@ -178,7 +178,9 @@ def simulate(
     if eval_budget is not None and not isinstance(eval_budget, EvalBudget):
         raise TypeError(f"eval_budget must be an EvalBudget or None, got {type(eval_budget).__name__}")
     budget = None if eval_budget is None or eval_budget.unlimited else eval_budget
-    run = _Run(workload, scheduler, gpus, preemption_cost_h, observation or ObservationModel(workload), eval_cost, budget)
+    run = _Run(
+        workload, scheduler, gpus, preemption_cost_h, observation or ObservationModel(workload), eval_cost, budget
+    )
     run.run()
     first = workload.jobs[0].submit_time if workload.jobs else 0.0
     return SimResult(

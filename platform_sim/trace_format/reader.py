@@ -159,4 +159,3 @@ def trace_complete(path: str | os.PathLike[str]) -> bool:
         return read_trace(path).end is not None
     except (OSError, TraceError):
         return False
-

@@ -61,9 +61,7 @@ def check_header(obj: Any) -> dict[str, Any]:
     if not isinstance(obj.get("job_id"), str) or not obj["job_id"]:
         raise TraceError("header field job_id must be a non-empty string")
     if obj.get("job_type") not in JOB_TYPES:
-        raise TraceError(
-            f"header field job_type must be one of {', '.join(JOB_TYPES)}, got {obj.get('job_type')!r}"
-        )
+        raise TraceError(f"header field job_type must be one of {', '.join(JOB_TYPES)}, got {obj.get('job_type')!r}")
     unknown = _unknown(obj, (*HEADER_REQUIRED, *HEADER_OPTIONAL))
     if unknown:
         raise TraceError(
@@ -104,9 +102,7 @@ def check_eval(obj: Any, prev_step: int | None = None) -> dict[str, Any]:
     if not isinstance(step, int) or not _is_int(step, 0):
         raise TraceError(f"eval step must be an integer >= 0, got {step!r}")
     if prev_step is not None and step <= prev_step:
-        raise TraceError(
-            f"eval steps must be increasing integers (steps must increase: step {step} after {prev_step})"
-        )
+        raise TraceError(f"eval steps must be increasing integers (steps must increase: step {step} after {prev_step})")
     if "eval_score" not in obj:
         raise TraceError("eval line without eval_score")
     if not _is_finite(obj["eval_score"]):
