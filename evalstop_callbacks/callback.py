@@ -383,9 +383,10 @@ class EvalStopCallback(TrainerCallback, ExportableState):
             self.best_step, self.best_score = decision.best_step, decision.best_score
             if enforce:
                 self.best_checkpoint = self._keep_best(args, control, step, stopping, model, tok)
-        if enforce and self.best_checkpoint and self.best_step is not None and self.evaluator is not None:
+        path, best_step, best_score = self.best_checkpoint, self.best_step, self.best_score
+        if enforce and path and best_step is not None and best_score is not None and self.evaluator is not None:
             # kept set (resume, other tools, the trainer's own best-metric bookkeeping)
-            mark_best(state, self.best_checkpoint, self.best_step, float(self.evaluator.to_metric(self.best_score)))
+            mark_best(state, path, best_step, float(self.evaluator.to_metric(best_score)))
 
     def _keep_best(self, args: Any, control: Any, step: int, stopping: bool, model: Any, tok: Any) -> str | None:
         """Keep the new best step's weights as ``<output_dir>/evalstop-best-<step>``; the folder (or the previous

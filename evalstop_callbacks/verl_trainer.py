@@ -156,7 +156,7 @@ class EvalStopTrainerMixin:
 
     def _evalstop_write_state(self) -> None:
         """The core's state into this step's checkpoint folder (if there is one), replaced, never rewritten in place:
-        the file may also be hard-linked into ``evalstop-best``."""
+        the file may also be hard-linked into ``evalstop-best-<step>``."""
         folder = os.path.join(self.config.trainer.default_local_dir, f"global_step_{self.global_steps}")
         if not os.path.isdir(folder):
             return

@@ -305,3 +305,14 @@ def test_platform_client_is_exported():
     from evalstop_callbacks.platform_client import PlatformClient
 
     assert evalstop_callbacks.PlatformClient is PlatformClient and "PlatformClient" in evalstop_callbacks.__all__
+
+
+def test_arguments_after_the_evaluator_are_keyword_only_and_the_stop_exception_has_one_path():
+    with pytest.raises(TypeError, match="positional"):
+        EvalStopCallback(None, 10, 3)  # eval_steps=10, k=3 positionally would switch the detector silently
+    import evalstop_callbacks
+    import evalstop_callbacks.callback as callback_module
+    from evalstop_callbacks.trainer_compat import EvalStopTrainingStopped
+
+    assert evalstop_callbacks.EvalStopTrainingStopped is EvalStopTrainingStopped
+    assert not hasattr(callback_module, "EvalStopTrainingStopped")

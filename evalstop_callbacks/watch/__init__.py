@@ -5,9 +5,10 @@ Python API (stable; the command is a loop around it)::
     from evalstop_callbacks.watch import Watcher, WatchResult, WatchError, StopPlan, run
 
     watcher = Watcher(log, metric, format="auto", greater_is_better=True, examples=None, detector=None,
-                      client=None, job_id=None, job_type="rlhf", checkpoints=None, best_dir=None)
+                      client=None, job_id=None, job_type="rlhf", checkpoints=None, best_dir=None, keep_best=1,
+                      prune_others=False, mode="enforce")
     watcher.poll() -> bool          # read what is new, report new evaluations; True if the log gained anything
-    watcher.stopped -> bool         # the core decided to stop
+    watcher.stopped -> bool         # the core decided to stop (never in mode="observe")
     watcher.finish() -> WatchResult # read the rest once the writer is done
     watcher.result() -> WatchResult # the decision so far; .to_dict() is the --result JSON
     run(watcher, StopPlan(pid=..., on_stop=..., grace=..., timeout=...), result_file) -> Outcome

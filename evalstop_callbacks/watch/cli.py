@@ -100,6 +100,48 @@ def _detector_param(text: str) -> tuple[str, Any]:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+def _add_checkpoint_flags(parser: argparse.ArgumentParser) -> None:
+    """The flags of the best checkpoints (:class:`~evalstop_callbacks.keeper.BestCheckpoints`) and of the mode."""
+    add = parser.add_argument
+    add(
+        "--checkpoints",
+        type=Path,
+        metavar="DIR",
+        help="the framework's checkpoint folder (verl global_step_<N>, "
+        "transformers checkpoint-<N>, OpenRLHF global_step<N>, NeMo-RL step_<N>): the best step's folder is named in the "
+        "result, and the --keep-best best ones are protected from rotation as evalstop-best-<step> (hard-linked, else "
+        "copied; said which)",
+    )
+    add(
+        "--keep-best",
+        type=_count,
+        default=1,
+        metavar="K",
+        help="how many best checkpoints to keep protected (default 1; needs --checkpoints); one that falls out of "
+        "the K best loses its evalstop-best-<step> copy",
+    )
+    add(
+        "--prune-others",
+        action="store_true",
+        help="also delete the framework's checkpoints under --checkpoints that are neither among the K best nor "
+        "the newest (the one a resume starts from); listed in the result's pruned",
+    )
+    add(
+        "--mode",
+        choices=("enforce", "observe"),
+        default="enforce",
+        help="enforce (default): act at a stop; observe: never stop, follow the log to its end, keep the best "
+        "checkpoints and record where it would have stopped (would_stop_step)",
+    )
+    add(
+        "--best-dir",
+        type=Path,
+        metavar="DIR",
+        help="where the protected copies evalstop-best-<step> go (default "
+        "the --checkpoints DIR; OpenRLHF deletes unknown folders in its checkpoint folder: give one outside it)",
+    )
+
+
 def configure(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     """Add the ``watch`` arguments to ``parser``."""
     add = parser.add_argument
@@ -188,43 +230,7 @@ def configure(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
         help="end the watch after S seconds without a new evaluation of "
         "the metric; if it was never seen, with a one-line error naming the series the log showed",
     )
-    add(
-        "--checkpoints",
-        type=Path,
-        metavar="DIR",
-        help="the framework's checkpoint folder (verl global_step_<N>, "
-        "transformers checkpoint-<N>, OpenRLHF global_step<N>, NeMo-RL step_<N>): the best step's folder is named in the "
-        "result, and the --keep-best best ones are protected from rotation as evalstop-best-<step> (hard-linked, else "
-        "copied; said which)",
-    )
-    add(
-        "--keep-best",
-        type=_count,
-        default=1,
-        metavar="K",
-        help="how many best checkpoints to keep protected (default 1; needs --checkpoints); one that falls out of "
-        "the K best loses its evalstop-best-<step> copy",
-    )
-    add(
-        "--prune-others",
-        action="store_true",
-        help="also delete the framework's checkpoints under --checkpoints that are neither among the K best nor "
-        "the newest (the one a resume starts from); listed in the result's pruned",
-    )
-    add(
-        "--mode",
-        choices=("enforce", "observe"),
-        default="enforce",
-        help="enforce (default): act at a stop; observe: never stop, follow the log to its end, keep the best "
-        "checkpoints and record where it would have stopped (would_stop_step)",
-    )
-    add(
-        "--best-dir",
-        type=Path,
-        metavar="DIR",
-        help="where the protected copies evalstop-best-<step> go (default "
-        "the --checkpoints DIR; OpenRLHF deletes unknown folders in its checkpoint folder: give one outside it)",
-    )
+    _add_checkpoint_flags(parser)
     add("--result", type=Path, metavar="FILE", help="where the result JSON goes (default: LOG.evalstop.json)")
     add("--job-id", metavar="ID", help="the job's id (default: from the log's path, the same after a restart)")
     add("--job-type", choices=("rlhf", "dpo", "sft", "lora", "other"), default="rlhf", help="default rlhf")

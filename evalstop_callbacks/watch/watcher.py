@@ -205,8 +205,8 @@ class Watcher:
             raise WatchError(f"--mode must be enforce or observe, got {mode!r}")
         if isinstance(keep_best, bool) or not isinstance(keep_best, int) or keep_best < 1:
             raise WatchError(f"--keep-best must be an integer >= 1, got {keep_best!r}")
-        if prune_others and checkpoints is None:
-            raise WatchError("--prune-others needs --checkpoints")
+        if (prune_others or keep_best != 1) and checkpoints is None:
+            raise WatchError(f"{'--prune-others' if prune_others else '--keep-best'} needs --checkpoints")
         self.mode = mode
         if warm_up:
             _warm(self.spec)
