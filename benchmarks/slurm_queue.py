@@ -65,6 +65,12 @@ def workload_specs(steps: int, eval_steps: int) -> list[Any]:
     return [RunSpec("grpo", reward, kl, 0, steps, eval_steps, lr=lr) for reward, kl, lr in grid]
 
 
+def job_name(spec: Any) -> str:
+    """The job's name here (its trace, its service job id, its Slurm job name): the lab's run name, which for this
+    world leaves the learning rate out, with the learning rate."""
+    return f"{spec.name}-lr{spec.lr:g}"
+
+
 # -- one Slurm job ------------------------------------------------------------------------------------------
 
 
@@ -88,7 +94,7 @@ def run_job(args: argparse.Namespace) -> int:
         term["at"] = time.time()
 
     signal.signal(signal.SIGTERM, on_term)
-    times = (out / f"{spec.name}.times.jsonl").open("a", buffering=1)
+    times = (out / f"{job_name(spec)}.times.jsonl").open("a", buffering=1)
 
     class Clock(TrainerCallback):  # type: ignore[misc]
         """The wall time of each eval step (for the slot-hours after the peak), and the stop on TERM."""
@@ -113,17 +119,17 @@ def run_job(args: argparse.Namespace) -> int:
         world.evaluator,
         eval_steps=spec.eval_steps,
         client=client,
-        job_id=spec.name,
+        job_id=job_name(spec),
         job_type="rlhf",
         mode=args.mode,
         eval_on_start=False,
-        trace_path=str(out / f"{spec.name}.jsonl"),
+        trace_path=str(out / f"{job_name(spec)}.jsonl"),
         trace_extras=world.evaluator.trace_extras,
     )
     with tempfile.TemporaryDirectory(prefix="evalstop-queue-") as folder:
         world.trainer(spec, [cb, Clock()], folder).train()
     result = {
-        "job": spec.name,
+        "job": job_name(spec),
         "slurm_job_id": os.environ.get("SLURM_JOB_ID"),
         "started": started,
         "ended": time.time(),
@@ -134,7 +140,7 @@ def run_job(args: argparse.Namespace) -> int:
         "restored": cb.restored_from is not None,
         "term_at": term["at"],
     }
-    (out / f"{spec.name}.result.json").write_text(json.dumps(result))
+    (out / f"{job_name(spec)}.result.json").write_text(json.dumps(result))
     client.close()
     return 0
 
@@ -204,18 +210,18 @@ def run_queue(mode: str, specs: list[Any], out: Path, timeout_s: float) -> dict[
     try:
         t0 = time.time()
         for spec in specs:
-            script = out / f"{spec.name}.sh"
+            script = out / f"{job_name(spec)}.sh"
             script.write_text(
                 "#!/bin/bash\n"
                 f"exec nice -n 5 {sys.executable} {Path(__file__).resolve()} job --spec '{json.dumps(spec.to_dict())}'"
                 f" --url {url} --mode {mode} --out {out}\n"
             )
             proc = subprocess.run(
-                ["sbatch", "--parsable", "--gres=gpu:1", "--cpus-per-task=1", f"--job-name={spec.name}",
-                 f"--output={out}/{spec.name}.out", str(script)],
+                ["sbatch", "--parsable", "--gres=gpu:1", "--cpus-per-task=1", f"--job-name={job_name(spec)}",
+                 f"--output={out}/{job_name(spec)}.out", str(script)],
                 capture_output=True, text=True, env=env, check=True,
             )  # fmt: skip
-            ids[spec.name] = proc.stdout.strip().split(";")[0]
+            ids[job_name(spec)] = proc.stdout.strip().split(";")[0]
         start: dict[str, float] = {}
         end: dict[str, float] = {}
         state: dict[str, str] = {}
@@ -240,7 +246,7 @@ def run_queue(mode: str, specs: list[Any], out: Path, timeout_s: float) -> dict[
         server.wait(timeout=20)
     jobs = []
     for spec in specs:
-        name = spec.name
+        name = job_name(spec)
         result_path = out / f"{name}.result.json"
         result = json.loads(result_path.read_text()) if result_path.exists() else {}
         times = [json.loads(line) for line in (out / f"{name}.times.jsonl").read_text().splitlines() if line]
@@ -372,6 +378,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.steps % args.eval_steps:
         print("slurm_queue.py: --steps must be a multiple of --eval-steps", file=sys.stderr)
         return 2
+    # A TERM ends the driver through its finally blocks: the queue's jobs are cancelled, the server stopped.
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(143))
     out = Path(args.out).resolve()
     specs = workload_specs(args.steps, args.eval_steps)[: args.jobs]
     slots = _slots()
