@@ -274,6 +274,12 @@ def _trace_scores(out: Path, name: str) -> tuple[list[int], list[float]]:
     return list(trace.steps), list(trace.scores)
 
 
+def _trace_examples(out: Path, name: str) -> list[tuple[float, ...] | None]:
+    from platform_sim.sim.traces import load_trace
+
+    return list(load_trace(out / f"{name}.jsonl").examples)
+
+
 def queue_metrics(run: dict[str, Any], peaks: dict[str, int]) -> dict[str, Any]:
     """Mean/p95 JCT, makespan, slot-hours, slot-hours after the true peak of the hacking jobs (all in seconds)."""
     import numpy as np
@@ -283,7 +289,8 @@ def queue_metrics(run: dict[str, Any], peaks: dict[str, int]) -> dict[str, Any]:
     after_peak = 0.0
     for j in jobs:
         if j["job"] in peaks:
-            t_peak = j["step_times"].get(peaks[j["job"]])
+            # int keys (a fresh run) or str keys (read back from results.json)
+            t_peak = {int(k): v for k, v in j["step_times"].items()}.get(peaks[j["job"]])
             if t_peak is not None:
                 after_peak += max(0.0, j["end_s"] - t_peak)
     return {
@@ -296,6 +303,16 @@ def queue_metrics(run: dict[str, Any], peaks: dict[str, int]) -> dict[str, Any]:
     }
 
 
+def speed_ratio(runs: dict[str, Any]) -> float:
+    """Run time with EvalStop over run time without, summed over the jobs neither run stopped: how much faster the
+    shared machine ran the same work in the second queue (1.0: the same load)."""
+    obs = {j["job"]: j for j in runs["observe"]["jobs"]}
+    both = [j for j in runs["enforce"]["jobs"] if j["stopped_at"] is None and obs[j["job"]]["stopped_at"] is None]
+    enforce = sum(j["end_s"] - j["start_s"] for j in both)
+    observe = sum(obs[j["job"]]["end_s"] - obs[j["job"]]["start_s"] for j in both)
+    return enforce / observe if observe else float("nan")
+
+
 def simulate(baseline: dict[str, Any], out: Path, slots: int, steps: int, eval_steps: int) -> dict[str, Any]:
     """The simulator's prediction: the same jobs (measured durations and gold curves of the run without EvalStop) on
     ``slots`` GPUs under FIFO, without and with EvalStop (the service's default detector), all submitted at 0."""
@@ -305,6 +322,7 @@ def simulate(baseline: dict[str, Any], out: Path, slots: int, steps: int, eval_s
     from platform_sim.sim.curves import ExpLossCurve, TabulatedCurve, eval_grid
     from platform_sim.sim.engine import simulate as sim_run
     from platform_sim.sim.metrics import run_metrics
+    from platform_sim.sim.observe import ObservationModel
     from platform_sim.sim.policies.policies import FIFO
     from platform_sim.sim.policies.stop_policies import evalstop, with_stop
     from platform_sim.sim.traces import label_of
@@ -327,9 +345,23 @@ def simulate(baseline: dict[str, Any], out: Path, slots: int, steps: int, eval_s
     n = len(jobs)
     losses = np.array([[1.0] * n_evals for _ in range(n)])
     workload = Workload(jobs, n_evals, 0.0, np.array(true_evals), losses, np.zeros((n, n_evals)))
+    examples = [_trace_examples(out, j["job"]) for j in baseline["jobs"]]
+
+    class Recorded(ObservationModel):
+        """The recorded evals, with their per-example scores: what the service's detector was sent."""
+
+        per_example = True
+
+        def observe_eval(self, job: Any, k: int, progress: float) -> tuple[float, tuple[float, ...] | None]:
+            score, _ = super().observe_eval(job, k, progress)
+            per = examples[job.index]
+            return score, (tuple(per[k - 1]) if k - 1 < len(per) and per[k - 1] is not None else None)
+
     out_rows = {}
     for name, sched in (("observe", with_stop(FIFO(), None)), ("enforce", evalstop(FIFO(), default_spec()))):
-        result = sim_run(workload, sched, gpus=slots, preemption_cost_h=0.0, eval_cost=0.0)
+        result = sim_run(
+            workload, sched, gpus=slots, preemption_cost_h=0.0, eval_cost=0.0, observation=Recorded(workload)
+        )
         m = run_metrics(result)
         out_rows[name] = {
             "slot_s": result.busy_gpu_hours * 3600,
@@ -366,6 +398,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", default="slurm-queue", help="folder of the traces, logs and results.json")
     p.add_argument("--timeout-s", type=float, default=900, help="longest one queue may take (default 900)")
     p.add_argument("--json", action="store_true", help="print the results as JSON")
+    p.add_argument(
+        "--report-only", action="store_true", help="recompute the figures from the folder's traces of an earlier run"
+    )
     args = p.parse_args(argv)
     if args.command == "job":
         return run_job(args)
@@ -388,7 +423,12 @@ def main(argv: list[str] | None = None) -> int:
     for seed in sorted({s.seed for s in specs}):
         research.overopt.build_env(research.overopt.EnvConfig(seed=seed))
     started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
-    runs = {mode: run_queue(mode, specs, out / mode, args.timeout_s) for mode in ("observe", "enforce")}
+    earlier: dict[str, Any] = {}
+    if args.report_only:
+        earlier = json.loads((out / "results.json").read_text())
+        runs, started = earlier["runs"], earlier["date"]
+    else:
+        runs = {mode: run_queue(mode, specs, out / mode, args.timeout_s) for mode in ("observe", "enforce")}
     from platform_sim.sim.traces import label_of
 
     labels, peaks = {}, {}
@@ -399,7 +439,7 @@ def main(argv: list[str] | None = None) -> int:
             peaks[j["job"]] = st[max(range(len(scores)), key=lambda i: (scores[i], -i))]
     results = {
         "date": started,
-        "command": "benchmarks/slurm_queue.py " + " ".join(sys.argv[1:]),
+        "command": earlier["command"] if args.report_only else "benchmarks/slurm_queue.py " + " ".join(sys.argv[1:]),
         "slots": slots,
         "steps": args.steps,
         "eval_steps": args.eval_steps,
@@ -407,6 +447,7 @@ def main(argv: list[str] | None = None) -> int:
         "true_peak_step": peaks,
         "runs": runs,
         "measured": {mode: queue_metrics(run, peaks) for mode, run in runs.items()},
+        "speed_ratio": speed_ratio(runs),
         "simulated": simulate(runs["observe"], out / "observe", slots, args.steps, args.eval_steps),
     }
     (out / "results.json").write_text(json.dumps(results, indent=1))
@@ -420,6 +461,7 @@ def main(argv: list[str] | None = None) -> int:
 def report(r: dict[str, Any]) -> str:
     """The markdown tables of a results object."""
     lines = [f"{len(r['labels'])} jobs, {r['slots']} GPU slots, {r['steps']} GRPO steps each, {r['date']}", ""]
+    lines += [f"Run time of the jobs neither queue stopped, with EvalStop / without: {r['speed_ratio']:.2f}", ""]
     lines += ["| job | label | mode | start s | end s | Slurm state | stopped at | best step restored |", "|---|---|---|---|---|---|---|---|"]  # fmt: skip
     for mode in ("observe", "enforce"):
         for j in r["runs"][mode]["jobs"]:
