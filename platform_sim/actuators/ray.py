@@ -151,11 +151,11 @@ def build(options: Mapping[str, str]) -> RayActuator:
         raise ValueError("give address=http://HOST:PORT (the Ray job API)")
     import ray.job_submission  # noqa: F401  - fail at start, not at the first stop, when ray is missing
 
-    kwargs: dict[str, float] = {}
-    for key in ("timeout_s", "confirm_s"):
+    numbers = {"timeout_s": 10.0, "confirm_s": 5.0}
+    for key in numbers:
         if key in options:
             try:
-                kwargs[key] = float(options[key])
+                numbers[key] = float(options[key])
             except ValueError:
                 raise ValueError(f"{key}={options[key]!r}: not a number") from None
-    return RayActuator(options["address"], **kwargs)
+    return RayActuator(options["address"], timeout_s=numbers["timeout_s"], confirm_s=numbers["confirm_s"])

@@ -69,6 +69,10 @@ class WebhookNotFound(StoreError):
     """``webhook remove`` of an unknown id."""
 
 
+class HandleConflict(StoreError):
+    """A job that already registered another scheduler handle (a handle is sent once and never changed)."""
+
+
 class StoreUnavailable(StoreError):
     """The store cannot commit (disk full, database locked for too long, shutting down)."""
 
@@ -185,7 +189,8 @@ class Event:
         id: Monotone id (a later event has a larger id); the ``after`` cursor of :meth:`Store.list_events`.
         type: One of :data:`platform_sim.service.events.EVENT_TYPES` (``job.registered``, ``report.accepted``,
             ``job.stopped``, ``job.finished``, ``tenant.added``, ``tenant.revoked``, ``webhook.delivered``,
-            ``webhook.failed``).
+            ``webhook.failed``, ``actuation.started``, ``actuation.succeeded``, ``actuation.failed``,
+            ``actuation.given_up``).
         tenant_id: The tenant it concerns.
         job_id: The job it concerns, or None (tenant events).
         time: Unix time (server clock) of the transaction that wrote it.

@@ -25,7 +25,7 @@ from typing import Any
 from platform_sim.actuators.base import ActionResult, SchedulerHandle, TenantScope
 
 from . import events
-from .store import JobNotFound, StoreError
+from .store import HandleConflict, JobNotFound
 
 PENDING, DONE, GIVEN_UP = "pending", "done", "given_up"
 
@@ -39,10 +39,6 @@ QUEUE_ACTUATION = (
 
 _ACTUATION_COLUMNS = "action_id, tenant_id, job_id, kind, ref, state, phase, attempts, claims, next_attempt_at, "
 _ACTUATION_COLUMNS += "created_at, updated_at, last_action, last_detail"
-
-
-class HandleConflict(StoreError):
-    """A job that already registered another scheduler handle (a handle is sent once and never changed)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -215,10 +211,7 @@ def register_handle(
     existing = handle_record(conn, p, tenant_id, job_id)
     if existing is not None:
         if existing.handle != handle:
-            raise HandleConflict(
-                f"job {job_id!r} already registered the {existing.handle.kind} handle {existing.handle.ref!r}; "
-                "a handle is registered once"
-            )
+            raise HandleConflict(conflict_message(job_id, existing.handle))
         return existing, False
     conn.execute(
         f"INSERT INTO scheduler_handles (tenant_id, job_id, kind, ref, registered_at) VALUES ({p}, {p}, {p}, {p}, {p})",
@@ -229,6 +222,11 @@ def register_handle(
     record = handle_record(conn, p, tenant_id, job_id)
     assert record is not None
     return record, True
+
+
+def conflict_message(job_id: str, handle: SchedulerHandle) -> str:
+    """The message of :class:`HandleConflict` for job ``job_id`` holding ``handle``."""
+    return f"job {job_id!r} already registered the {handle.kind} handle {handle.ref!r}; a handle is registered once"
 
 
 # -- the outbox ----------------------------------------------------------------------------------------------------

@@ -33,6 +33,7 @@ from typing import Any
 from platform_sim.core import BoundaryError
 
 from .store import (
+    HandleConflict,
     JobExists,
     JobFinished,
     JobNotFound,
@@ -55,6 +56,7 @@ DOMAIN_ERRORS: tuple[type[Exception], ...] = (
     TenantNotFound,
     TenantRevoked,
     WebhookNotFound,
+    HandleConflict,
 )
 """Errors an operation raises before writing anything, because of its input or the job's state: answered as they
 are (a 4xx), the rest of its batch commits. The one definition both stores use."""

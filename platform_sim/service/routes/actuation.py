@@ -20,6 +20,7 @@ from platform_sim.actuators.base import Actuator, HandleError, HandleRefused
 from ..deps import ServiceContext
 from ..errors import CONFLICT, ERRORS, NOT_FOUND, UNAVAILABLE, ApiError, ErrorOut, not_found, store_error
 from ..store import JobNotFound, Tenant
+from ..store_actuation import conflict_message
 from ..wire import JobIdPath
 from . import PREFIX
 
@@ -98,13 +99,17 @@ def add_routes(app: FastAPI, ctx: ServiceContext, actuators: Mapping[str, Actuat
                 422, "unknown_kind", f"kind {body.kind!r}: this server has no such actuator (configured: {configured})"
             )
         try:
-            await ctx.call(store.get_job, t.tenant_id, job_id)
+            existing = await ctx.call(store.scheduler_handle, t.tenant_id, job_id)
         except JobNotFound:
             raise not_found(job_id) from None
         try:
             handle = actuator.parse(body.ref)
         except HandleError as exc:
             raise ApiError(400, "malformed_handle", f"ref {body.ref!r}: {exc}") from None
+        if existing is not None:  # sent once: a retry is answered as stored, another handle refused, unasked
+            if existing.handle != handle:
+                raise ApiError(409, "conflict", conflict_message(job_id, existing.handle))
+            return JSONResponse(existing.to_json(), status_code=200)
         scope = await ctx.call(store.tenant_scope, t.tenant_id, t.name)
         try:
             await ctx.call(actuator.authorize, handle, scope)
