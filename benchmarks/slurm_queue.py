@@ -39,13 +39,24 @@ sys.path.insert(0, str(REPO))
 FINISHED = {"BOOT_FAIL", "CANCELLED", "COMPLETED", "DEADLINE", "FAILED", "NODE_FAIL", "OUT_OF_MEMORY", "TIMEOUT"}
 
 
-#: The tiny worlds' package (environments, run specs, trainers): the one place this script names it.
-LAB = "evalstop_callbacks.research"
+#: Where the tiny worlds live (run specs, trainers, the bag-of-words environment): the one place this script names
+#: them. First the lab beside the benchmarks (``benchmarks/lab/``, importable as ``lab`` since this script's folder is
+#: on ``sys.path``) with the demo's environment; else the older layout, all in ``evalstop_callbacks.research``.
+LAB_LAYOUTS = (
+    {"runs": "lab.runs", "run_worlds": "lab.run_worlds", "overopt": "evalstop_callbacks.demo.overopt"},
+    {m: f"evalstop_callbacks.research.{m}" for m in ("runs", "run_worlds", "overopt")},
+)
 
 
 def lab() -> SimpleNamespace:
-    """The lab's modules this script uses (``overopt``, ``run_worlds``, ``runs``), imported on first use."""
-    return SimpleNamespace(**{m: importlib.import_module(f"{LAB}.{m}") for m in ("overopt", "run_worlds", "runs")})
+    """The lab's modules this script uses (``overopt``, ``run_worlds``, ``runs``), from the first layout that imports."""
+    error: ImportError | None = None
+    for layout in LAB_LAYOUTS:
+        try:
+            return SimpleNamespace(**{key: importlib.import_module(name) for key, name in layout.items()})
+        except ImportError as exc:
+            error = exc
+    raise ImportError(f"the tiny worlds of benchmarks/lab/ cannot be imported: {error}")
 
 
 def workload_specs(steps: int, eval_steps: int) -> list[Any]:
@@ -63,6 +74,12 @@ def workload_specs(steps: int, eval_steps: int) -> list[Any]:
         ("proxy", 1.0, 5e-4),  # flat
     ]
     return [RunSpec("grpo", reward, kl, 0, steps, eval_steps, lr=lr) for reward, kl, lr in grid]
+
+
+def job_name(spec: Any) -> str:
+    """The job's name here (its trace, its service job id, its Slurm job name): the lab's run name, which for this
+    world leaves the learning rate out, with the learning rate."""
+    return f"{spec.name}-lr{spec.lr:g}"
 
 
 # -- one Slurm job ------------------------------------------------------------------------------------------
@@ -88,7 +105,7 @@ def run_job(args: argparse.Namespace) -> int:
         term["at"] = time.time()
 
     signal.signal(signal.SIGTERM, on_term)
-    times = (out / f"{spec.name}.times.jsonl").open("a", buffering=1)
+    times = (out / f"{job_name(spec)}.times.jsonl").open("a", buffering=1)
 
     class Clock(TrainerCallback):  # type: ignore[misc]
         """The wall time of each eval step (for the slot-hours after the peak), and the stop on TERM."""
@@ -113,17 +130,17 @@ def run_job(args: argparse.Namespace) -> int:
         world.evaluator,
         eval_steps=spec.eval_steps,
         client=client,
-        job_id=spec.name,
+        job_id=job_name(spec),
         job_type="rlhf",
         mode=args.mode,
         eval_on_start=False,
-        trace_path=str(out / f"{spec.name}.jsonl"),
+        trace_path=str(out / f"{job_name(spec)}.jsonl"),
         trace_extras=world.evaluator.trace_extras,
     )
     with tempfile.TemporaryDirectory(prefix="evalstop-queue-") as folder:
         world.trainer(spec, [cb, Clock()], folder).train()
     result = {
-        "job": spec.name,
+        "job": job_name(spec),
         "slurm_job_id": os.environ.get("SLURM_JOB_ID"),
         "started": started,
         "ended": time.time(),
@@ -134,7 +151,7 @@ def run_job(args: argparse.Namespace) -> int:
         "restored": cb.restored_from is not None,
         "term_at": term["at"],
     }
-    (out / f"{spec.name}.result.json").write_text(json.dumps(result))
+    (out / f"{job_name(spec)}.result.json").write_text(json.dumps(result))
     client.close()
     return 0
 
@@ -204,18 +221,18 @@ def run_queue(mode: str, specs: list[Any], out: Path, timeout_s: float) -> dict[
     try:
         t0 = time.time()
         for spec in specs:
-            script = out / f"{spec.name}.sh"
+            script = out / f"{job_name(spec)}.sh"
             script.write_text(
                 "#!/bin/bash\n"
                 f"exec nice -n 5 {sys.executable} {Path(__file__).resolve()} job --spec '{json.dumps(spec.to_dict())}'"
                 f" --url {url} --mode {mode} --out {out}\n"
             )
             proc = subprocess.run(
-                ["sbatch", "--parsable", "--gres=gpu:1", "--cpus-per-task=1", f"--job-name={spec.name}",
-                 f"--output={out}/{spec.name}.out", str(script)],
+                ["sbatch", "--parsable", "--gres=gpu:1", "--cpus-per-task=1", f"--job-name={job_name(spec)}",
+                 f"--output={out}/{job_name(spec)}.out", str(script)],
                 capture_output=True, text=True, env=env, check=True,
             )  # fmt: skip
-            ids[spec.name] = proc.stdout.strip().split(";")[0]
+            ids[job_name(spec)] = proc.stdout.strip().split(";")[0]
         start: dict[str, float] = {}
         end: dict[str, float] = {}
         state: dict[str, str] = {}
@@ -240,7 +257,7 @@ def run_queue(mode: str, specs: list[Any], out: Path, timeout_s: float) -> dict[
         server.wait(timeout=20)
     jobs = []
     for spec in specs:
-        name = spec.name
+        name = job_name(spec)
         result_path = out / f"{name}.result.json"
         result = json.loads(result_path.read_text()) if result_path.exists() else {}
         times = [json.loads(line) for line in (out / f"{name}.times.jsonl").read_text().splitlines() if line]
@@ -268,6 +285,12 @@ def _trace_scores(out: Path, name: str) -> tuple[list[int], list[float]]:
     return list(trace.steps), list(trace.scores)
 
 
+def _trace_examples(out: Path, name: str) -> list[tuple[float, ...] | None]:
+    from platform_sim.sim.traces import load_trace
+
+    return list(load_trace(out / f"{name}.jsonl").examples)
+
+
 def queue_metrics(run: dict[str, Any], peaks: dict[str, int]) -> dict[str, Any]:
     """Mean/p95 JCT, makespan, slot-hours, slot-hours after the true peak of the hacking jobs (all in seconds)."""
     import numpy as np
@@ -277,7 +300,8 @@ def queue_metrics(run: dict[str, Any], peaks: dict[str, int]) -> dict[str, Any]:
     after_peak = 0.0
     for j in jobs:
         if j["job"] in peaks:
-            t_peak = j["step_times"].get(peaks[j["job"]])
+            # int keys (a fresh run) or str keys (read back from results.json)
+            t_peak = {int(k): v for k, v in j["step_times"].items()}.get(peaks[j["job"]])
             if t_peak is not None:
                 after_peak += max(0.0, j["end_s"] - t_peak)
     return {
@@ -290,6 +314,16 @@ def queue_metrics(run: dict[str, Any], peaks: dict[str, int]) -> dict[str, Any]:
     }
 
 
+def speed_ratio(runs: dict[str, Any]) -> float:
+    """Run time with EvalStop over run time without, summed over the jobs neither run stopped: how much faster the
+    shared machine ran the same work in the second queue (1.0: the same load)."""
+    obs = {j["job"]: j for j in runs["observe"]["jobs"]}
+    both = [j for j in runs["enforce"]["jobs"] if j["stopped_at"] is None and obs[j["job"]]["stopped_at"] is None]
+    enforce = sum(j["end_s"] - j["start_s"] for j in both)
+    observe = sum(obs[j["job"]]["end_s"] - obs[j["job"]]["start_s"] for j in both)
+    return enforce / observe if observe else float("nan")
+
+
 def simulate(baseline: dict[str, Any], out: Path, slots: int, steps: int, eval_steps: int) -> dict[str, Any]:
     """The simulator's prediction: the same jobs (measured durations and gold curves of the run without EvalStop) on
     ``slots`` GPUs under FIFO, without and with EvalStop (the service's default detector), all submitted at 0."""
@@ -299,6 +333,7 @@ def simulate(baseline: dict[str, Any], out: Path, slots: int, steps: int, eval_s
     from platform_sim.sim.curves import ExpLossCurve, TabulatedCurve, eval_grid
     from platform_sim.sim.engine import simulate as sim_run
     from platform_sim.sim.metrics import run_metrics
+    from platform_sim.sim.observe import ObservationModel
     from platform_sim.sim.policies.policies import FIFO
     from platform_sim.sim.policies.stop_policies import evalstop, with_stop
     from platform_sim.sim.traces import label_of
@@ -321,9 +356,23 @@ def simulate(baseline: dict[str, Any], out: Path, slots: int, steps: int, eval_s
     n = len(jobs)
     losses = np.array([[1.0] * n_evals for _ in range(n)])
     workload = Workload(jobs, n_evals, 0.0, np.array(true_evals), losses, np.zeros((n, n_evals)))
+    examples = [_trace_examples(out, j["job"]) for j in baseline["jobs"]]
+
+    class Recorded(ObservationModel):
+        """The recorded evals, with their per-example scores: what the service's detector was sent."""
+
+        per_example = True
+
+        def observe_eval(self, job: Any, k: int, progress: float) -> tuple[float, tuple[float, ...] | None]:
+            score, _ = super().observe_eval(job, k, progress)
+            per = examples[job.index]
+            return score, (tuple(per[k - 1]) if k - 1 < len(per) and per[k - 1] is not None else None)
+
     out_rows = {}
     for name, sched in (("observe", with_stop(FIFO(), None)), ("enforce", evalstop(FIFO(), default_spec()))):
-        result = sim_run(workload, sched, gpus=slots, preemption_cost_h=0.0, eval_cost=0.0)
+        result = sim_run(
+            workload, sched, gpus=slots, preemption_cost_h=0.0, eval_cost=0.0, observation=Recorded(workload)
+        )
         m = run_metrics(result)
         out_rows[name] = {
             "slot_s": result.busy_gpu_hours * 3600,
@@ -360,6 +409,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", default="slurm-queue", help="folder of the traces, logs and results.json")
     p.add_argument("--timeout-s", type=float, default=900, help="longest one queue may take (default 900)")
     p.add_argument("--json", action="store_true", help="print the results as JSON")
+    p.add_argument(
+        "--report-only", action="store_true", help="recompute the figures from the folder's traces of an earlier run"
+    )
     args = p.parse_args(argv)
     if args.command == "job":
         return run_job(args)
@@ -372,6 +424,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.steps % args.eval_steps:
         print("slurm_queue.py: --steps must be a multiple of --eval-steps", file=sys.stderr)
         return 2
+    # A TERM ends the driver through its finally blocks: the queue's jobs are cancelled, the server stopped.
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(143))
     out = Path(args.out).resolve()
     specs = workload_specs(args.steps, args.eval_steps)[: args.jobs]
     slots = _slots()
@@ -380,7 +434,12 @@ def main(argv: list[str] | None = None) -> int:
     for seed in sorted({s.seed for s in specs}):
         research.overopt.build_env(research.overopt.EnvConfig(seed=seed))
     started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
-    runs = {mode: run_queue(mode, specs, out / mode, args.timeout_s) for mode in ("observe", "enforce")}
+    earlier: dict[str, Any] = {}
+    if args.report_only:
+        earlier = json.loads((out / "results.json").read_text())
+        runs, started = earlier["runs"], earlier["date"]
+    else:
+        runs = {mode: run_queue(mode, specs, out / mode, args.timeout_s) for mode in ("observe", "enforce")}
     from platform_sim.sim.traces import label_of
 
     labels, peaks = {}, {}
@@ -391,7 +450,7 @@ def main(argv: list[str] | None = None) -> int:
             peaks[j["job"]] = st[max(range(len(scores)), key=lambda i: (scores[i], -i))]
     results = {
         "date": started,
-        "command": "benchmarks/slurm_queue.py " + " ".join(sys.argv[1:]),
+        "command": earlier["command"] if args.report_only else "benchmarks/slurm_queue.py " + " ".join(sys.argv[1:]),
         "slots": slots,
         "steps": args.steps,
         "eval_steps": args.eval_steps,
@@ -399,6 +458,7 @@ def main(argv: list[str] | None = None) -> int:
         "true_peak_step": peaks,
         "runs": runs,
         "measured": {mode: queue_metrics(run, peaks) for mode, run in runs.items()},
+        "speed_ratio": speed_ratio(runs),
         "simulated": simulate(runs["observe"], out / "observe", slots, args.steps, args.eval_steps),
     }
     (out / "results.json").write_text(json.dumps(results, indent=1))
@@ -412,6 +472,7 @@ def main(argv: list[str] | None = None) -> int:
 def report(r: dict[str, Any]) -> str:
     """The markdown tables of a results object."""
     lines = [f"{len(r['labels'])} jobs, {r['slots']} GPU slots, {r['steps']} GRPO steps each, {r['date']}", ""]
+    lines += [f"Run time of the jobs neither queue stopped, with EvalStop / without: {r['speed_ratio']:.2f}", ""]
     lines += ["| job | label | mode | start s | end s | Slurm state | stopped at | best step restored |", "|---|---|---|---|---|---|---|---|"]  # fmt: skip
     for mode in ("observe", "enforce"):
         for j in r["runs"][mode]["jobs"]:

@@ -32,26 +32,35 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping
+from typing import NamedTuple
+
+class DetectedHandle(NamedTuple):
+    """A detected ``(kind, ref)``: a plain tuple, also readable as ``.kind`` and ``.ref`` like a
+    :class:`~platform_sim.actuators.base.SchedulerHandle` (this module does not import the platform side)."""
+
+    kind: str
+    ref: str
+
 
 _SLURM_ID = re.compile(r"[1-9][0-9]*")
 _SLURM_TASK = re.compile(r"[0-9]+")
 
 
-def detect_handle(environ: Mapping[str, str]) -> tuple[str, str] | None:
+def detect_handle(environ: Mapping[str, str]) -> DetectedHandle | None:
     """The ``(kind, ref)`` of the scheduler job the environment describes, or ``None`` when it names none.
 
     Args:
         environ: The process environment (``os.environ``) or any mapping like it.
 
     Returns:
-        ``("ray", submission_id)``, ``("kubernetes", "namespace/job/name")`` (or ``.../jobset/...``),
+        A :class:`DetectedHandle` (a ``(kind, ref)`` tuple): ``("ray", submission_id)``, ``("kubernetes", "namespace/job/name")`` (or ``.../jobset/...``),
         ``("slurm", "1234")`` or ``("slurm", "1234_5")``; ``None`` when no scheduler's variables are set or they do
         not parse (a handle that cannot name the job is worse than none: the service would refuse it).
     """
     return _ray(environ) or _kubernetes(environ) or _slurm(environ)
 
 
-def _ray(environ: Mapping[str, str]) -> tuple[str, str] | None:
+def _ray(environ: Mapping[str, str]) -> DetectedHandle | None:
     raw = environ.get("RAY_JOB_CONFIG_JSON_ENV_VAR")
     if not raw:
         return None
@@ -61,24 +70,24 @@ def _ray(environ: Mapping[str, str]) -> tuple[str, str] | None:
         return None
     metadata = config.get("metadata") if isinstance(config, dict) else None
     submission = metadata.get("job_submission_id") if isinstance(metadata, dict) else None
-    return ("ray", submission) if isinstance(submission, str) and submission.strip() else None
+    return DetectedHandle("ray", submission) if isinstance(submission, str) and submission.strip() else None
 
 
-def _kubernetes(environ: Mapping[str, str]) -> tuple[str, str] | None:
+def _kubernetes(environ: Mapping[str, str]) -> DetectedHandle | None:
     namespace = environ.get("POD_NAMESPACE", "").strip()
     if not namespace:
         return None
     for variable, kind in (("JOBSET_NAME", "jobset"), ("JOB_NAME", "job")):
         name = environ.get(variable, "").strip()
         if name:
-            return "kubernetes", f"{namespace}/{kind}/{name}"
+            return DetectedHandle("kubernetes", f"{namespace}/{kind}/{name}")
     return None
 
 
-def _slurm(environ: Mapping[str, str]) -> tuple[str, str] | None:
+def _slurm(environ: Mapping[str, str]) -> DetectedHandle | None:
     array_job = environ.get("SLURM_ARRAY_JOB_ID", "").strip()
     task = environ.get("SLURM_ARRAY_TASK_ID", "").strip()
     if _SLURM_ID.fullmatch(array_job) and _SLURM_TASK.fullmatch(task):
-        return "slurm", f"{array_job}_{task}"
+        return DetectedHandle("slurm", f"{array_job}_{task}")
     job = environ.get("SLURM_JOB_ID", "").strip()
-    return ("slurm", job) if _SLURM_ID.fullmatch(job) else None
+    return DetectedHandle("slurm", job) if _SLURM_ID.fullmatch(job) else None

@@ -58,3 +58,10 @@ def test_a_broken_array_task_falls_back_to_the_job_id() -> None:
         "slurm",
         "1240",
     )
+
+
+def test_the_handle_reads_as_a_tuple_and_by_name() -> None:
+    found = detect_handle({"SLURM_JOB_ID": "77"})
+    assert found is not None
+    kind, ref = found
+    assert (kind, ref) == (found.kind, found.ref) == ("slurm", "77")
