@@ -21,7 +21,6 @@ Internal: ``slurm_queue.py job --spec JSON --url URL --mode observe|enforce --ou
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import os
 import signal
@@ -39,24 +38,14 @@ sys.path.insert(0, str(REPO))
 FINISHED = {"BOOT_FAIL", "CANCELLED", "COMPLETED", "DEADLINE", "FAILED", "NODE_FAIL", "OUT_OF_MEMORY", "TIMEOUT"}
 
 
-#: Where the tiny worlds live (run specs, trainers, the bag-of-words environment): the one place this script names
-#: them. First the lab beside the benchmarks (``benchmarks/lab/``, importable as ``lab`` since this script's folder is
-#: on ``sys.path``) with the demo's environment; else the older layout, all in ``evalstop_callbacks.research``.
-LAB_LAYOUTS = (
-    {"runs": "lab.runs", "run_worlds": "lab.run_worlds", "overopt": "evalstop_callbacks.demo.overopt"},
-    {m: f"evalstop_callbacks.research.{m}" for m in ("runs", "run_worlds", "overopt")},
-)
-
-
 def lab() -> SimpleNamespace:
-    """The lab's modules this script uses (``overopt``, ``run_worlds``, ``runs``), from the first layout that imports."""
-    error: ImportError | None = None
-    for layout in LAB_LAYOUTS:
-        try:
-            return SimpleNamespace(**{key: importlib.import_module(name) for key, name in layout.items()})
-        except ImportError as exc:
-            error = exc
-    raise ImportError(f"the tiny worlds of benchmarks/lab/ cannot be imported: {error}")
+    """The tiny worlds this script uses: run specs and their trainers from the lab beside the benchmarks
+    (``benchmarks/lab/``, importable as ``lab`` since this script's folder is on ``sys.path``), and the demo's
+    bag-of-words environment."""
+    from evalstop_callbacks.demo import overopt
+    from lab import run_worlds, runs
+
+    return SimpleNamespace(runs=runs, run_worlds=run_worlds, overopt=overopt)
 
 
 def workload_specs(steps: int, eval_steps: int) -> list[Any]:
