@@ -11,91 +11,23 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import signal
-import subprocess
 import sys
-import tempfile
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from _ray_support import RAY, local_ray_cluster
+from _ray_support import ray as _ray
 from _watch_helpers import CHILD, HACKING, embedded_stop, env, evals, last_json, trace_path, watch
-from service_support import free_port
 
-RAY = str(Path(sys.executable).parent / "ray")
 METRIC = "val-core/openai/gsm8k/reward/mean@1"
-
-
-def ray_env() -> dict[str, str]:
-    """No token authentication: Ray turns it on when it finds a token in ~/.ray, which another run may have left."""
-    return {**env(), "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
-
-
-def _ray(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([RAY, *args], env=ray_env(), capture_output=True, text=True, timeout=timeout)
 
 
 @pytest.fixture
 def ray_cluster() -> Iterator[str]:
-    """A local Ray cluster on loopback; yields its job API address."""
-    if not Path(RAY).exists():
-        pytest.skip(f"no ray command beside {sys.executable} (pip install 'ray[default]')")
-    temp = Path(tempfile.mkdtemp(prefix="ew", dir="/tmp"))  # short: Ray's socket paths must fit 107 bytes
-    api = free_port()
-    cmd = [
-        RAY,
-        "start",
-        "--head",
-        "--block",
-        "--node-ip-address",
-        "127.0.0.1",
-        "--port",
-        str(free_port()),
-        "--num-cpus",
-        "1",
-        "--include-dashboard",
-        "true",
-        "--dashboard-host",
-        "127.0.0.1",
-        "--dashboard-port",
-        str(api),
-        "--ray-client-server-port",
-        str(free_port()),
-        "--dashboard-agent-listen-port",
-        str(free_port()),
-        "--temp-dir",
-        str(temp),
-        "--disable-usage-stats",
-    ]
-    log = open(temp / "ray-start.log", "wb")
-    head = subprocess.Popen(cmd, env=ray_env(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    address = f"http://127.0.0.1:{api}"
-    try:
-        deadline = time.monotonic() + 90
-        while True:
-            if head.poll() is not None:
-                pytest.skip(f"ray start exited {head.returncode}: {(temp / 'ray-start.log').read_text()[-400:]}")
-            if _ray("job", "list", "--address", address).returncode == 0:
-                break
-            if time.monotonic() > deadline:
-                pytest.skip(f"Ray's job API at {address} did not answer within 90 s")
-            time.sleep(1)
+    """A local Ray cluster on loopback (tests/_ray_support.py); yields its job API address."""
+    with local_ray_cluster() as address:
         yield address
-    finally:
-        os.killpg(head.pid, signal.SIGTERM)  # ray start --block ends the processes it started
-        try:
-            head.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            pass
-        try:
-            os.killpg(head.pid, signal.SIGKILL)  # Ray drains for up to 30 s on SIGTERM: not needed here
-        except ProcessLookupError:
-            pass
-        head.wait(timeout=10)
-        log.close()
-        shutil.rmtree(temp, ignore_errors=True)
 
 
 def test_on_stop_ray_job_stop_ends_the_ray_job_at_the_stop(ray_cluster: str, tmp_path: Path) -> None:
