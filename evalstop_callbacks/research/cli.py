@@ -20,12 +20,13 @@ import argparse
 import sys
 from collections.abc import Sequence
 
+from ..integrations import llamafactory as cli_llamafactory
 from ..watch import cli as cli_watch
 from . import cli_demo, cli_traces
 from .cli_args import Parser
 
 #: The modules of the ``evalstop`` subcommands, in the order ``--help`` lists them.
-SUBCOMMANDS = (cli_demo, cli_traces, cli_watch)
+SUBCOMMANDS = (cli_demo, cli_traces, cli_watch, cli_llamafactory)
 
 
 def build_parser() -> argparse.ArgumentParser:
