@@ -264,7 +264,7 @@ def test_llamafactory_not_installed_is_said_at_start(tmp_path, capsys):
     code, err = run_main(tmp_path, capsys, "stage: sft\nevalstop:\n  eval_steps: 2\n")
     assert (code, err) == (
         2,
-        "evalstop llamafactory: error: evalstop's LLaMA-Factory entry point needs llamafactory 0.9.3 (not installed)\n",
+        "evalstop llamafactory: error: evalstop's LLaMA-Factory entry point needs llamafactory 0.9.5 (not installed)\n",
     )
 
 

@@ -34,9 +34,9 @@ from .options import OptionsError, UnsupportedVersionError, build_callback, chec
 
 logger = logging.getLogger(__name__)
 
-#: The LLaMA-Factory releases this entry point is tested with: ``>=TESTED[0],<TESTED[1]``. 0.9.3 is the newest one
-#: that runs on a CPU-only torch: 0.9.4 and 0.9.5 import torchaudio at start, whose PyPI wheels need CUDA torch.
-TESTED: tuple[str, str] = ("0.9.3", "0.9.4")
+#: The LLaMA-Factory releases this entry point is tested with: ``>=TESTED[0],<TESTED[1]``. Older ones pin
+#: transformers 4.x (0.9.3: <=4.52.4, 0.9.4: <=4.57.1), below the 5.0 that evalstop's callback needs.
+TESTED: tuple[str, str] = ("0.9.5", "0.9.6")
 
 #: The section of the YAML file that holds the evalstop options.
 SECTION = "evalstop"
