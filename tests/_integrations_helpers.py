@@ -90,3 +90,23 @@ def same_weights(folder_a: Path, folder_b: Path) -> bool:
 
     a, b = load_file(str(folder_a / "model.safetensors")), load_file(str(folder_b / "model.safetensors"))
     return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def assert_stopped_at_decline_with_best_saved(trace: Path, out: Path) -> None:
+    """The run stopped at the k=2 decline of its trace, and the model the framework saved in ``out`` is the best."""
+    from _callback_helpers import first_k_decline_step, tokenizer, world_evaluator
+
+    evals, end = read_trace(trace)
+    history = [{"step": e["step"], "eval_score": e["eval_score"]} for e in evals]
+    stop = first_k_decline_step(history, 2)
+    assert stop is not None and end["reason"] == "stopped" and end["stopped_at"] == stop, (history, end)
+    assert evals[-1]["step"] == stop  # nothing was evaluated (or trained on) after the stop
+    best = max(history, key=lambda h: h["eval_score"])  # ties: the earliest, as max keeps the first
+    assert (end["best_step"], end["best_score"]) == (best["step"], best["eval_score"])
+    # The model the framework saved at the end holds the best step's weights, not the stop step's, and scores the best.
+    assert same_weights(out, out / f"evalstop-best-{best['step']}")
+    assert not same_weights(out, out / f"checkpoint-{stop}")
+    from transformers import AutoModelForCausalLM
+
+    saved = AutoModelForCausalLM.from_pretrained(out)
+    assert world_evaluator().evaluate(saved, tokenizer()).score == best["eval_score"]

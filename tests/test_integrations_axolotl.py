@@ -20,13 +20,12 @@ os.environ["AXOLOTL_DO_NOT_TRACK"] = "1"
 os.environ["HF_HUB_OFFLINE"] = "1"
 pytest.importorskip("axolotl")
 
-from _callback_helpers import first_k_decline_step, sentences, tokenizer, world_evaluator  # noqa: E402
+from _callback_helpers import sentences  # noqa: E402
 from _integrations_helpers import (  # noqa: E402
     EVALUATOR,
+    assert_stopped_at_decline_with_best_saved,
     preference_rows,
-    read_trace,
     run_framework,
-    same_weights,
     save_tiny_model,
 )
 
@@ -80,30 +79,12 @@ def write_config(tmp_path, kind: str, **evalstop) -> object:
     return path
 
 
-def assert_stopped_at_decline_with_best_saved(tmp_path) -> None:
-    evals, end = read_trace(tmp_path / "trace.jsonl")
-    history = [{"step": e["step"], "eval_score": e["eval_score"]} for e in evals]
-    stop = first_k_decline_step(history, 2)
-    assert stop is not None and end["reason"] == "stopped" and end["stopped_at"] == stop, (history, end)
-    assert evals[-1]["step"] == stop  # nothing was evaluated (or trained on) after the stop
-    best = max(history, key=lambda h: h["eval_score"])  # ties: the earliest, as max keeps the first
-    assert (end["best_step"], end["best_score"]) == (best["step"], best["eval_score"])
-    out = tmp_path / "out"
-    # The model Axolotl saved at the end holds the best step's weights, not the stop step's, and scores the best.
-    assert same_weights(out, out / f"evalstop-best-{best['step']}")
-    assert not same_weights(out, out / f"checkpoint-{stop}")
-    from transformers import AutoModelForCausalLM
-
-    saved = AutoModelForCausalLM.from_pretrained(out)
-    assert world_evaluator().evaluate(saved, tokenizer()).score == best["eval_score"]
-
-
 @pytest.mark.parametrize("kind", ["sft", "dpo"])
 def test_axolotl_run_stops_at_the_decline_and_saves_the_best(tmp_path, kind):
     trace = tmp_path / "trace.jsonl"
     config = write_config(tmp_path, kind, evaluator=EVALUATOR, eval_steps=2, k=2, trace_path=str(trace))
     run_framework(["-m", "axolotl.cli.train", str(config)], cwd=tmp_path)
-    assert_stopped_at_decline_with_best_saved(tmp_path)
+    assert_stopped_at_decline_with_best_saved(trace, tmp_path / "out")
     header = json.loads(trace.read_text().splitlines()[0])
     assert header["job_type"] == kind  # from the config's rl: key (none: sft)
 
