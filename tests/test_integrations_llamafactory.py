@@ -11,11 +11,9 @@ the model LLaMA-Factory saves at the end must be the best one. Run by tests/run.
 from __future__ import annotations
 
 import json
-import os
 
 import pytest
 
-os.environ["HF_HUB_OFFLINE"] = "1"  # before LLaMA-Factory imports the Hub client: no hub is reachable here
 pytest.importorskip("llamafactory")
 
 from _callback_helpers import sentences  # noqa: E402
