@@ -77,7 +77,9 @@ def write_config(tmp_path, stage: str, **evalstop) -> object:
 def test_llamafactory_run_stops_at_the_decline_and_saves_the_best(tmp_path, stage):
     trace = tmp_path / "trace.jsonl"
     config = write_config(tmp_path, stage, evaluator=EVALUATOR, eval_steps=2, k=2, trace_path=str(trace))
-    proc = run_framework(["-m", "evalstop_callbacks.integrations.llamafactory", "train", str(config), "--json"], tmp_path)
+    proc = run_framework(
+        ["-m", "evalstop_callbacks.integrations.llamafactory", "train", str(config), "--json"], tmp_path
+    )
     assert_stopped_at_decline_with_best_saved(trace, tmp_path / "out")
     result = json.loads(proc.stdout.strip().splitlines()[-1])  # --json: the last line is the run's decisions
     evals = [json.loads(line) for line in trace.read_text().splitlines()[1:-1]]

@@ -46,7 +46,9 @@ def test_an_unknown_key_is_named_with_the_nearest_known_one():
 
 
 def test_a_section_key_is_named_with_its_section():
-    with pytest.raises(OptionsError, match=r"^evalstop\.detektor: unknown evalstop key; did you mean evalstop\.detector"):
+    with pytest.raises(
+        OptionsError, match=r"^evalstop\.detektor: unknown evalstop key; did you mean evalstop\.detector"
+    ):
         parse_options({"detektor": "trend"}, where="evalstop.")
 
 
@@ -236,7 +238,9 @@ def run_main(tmp_path, capsys, text: str) -> tuple[int, str]:
 def test_llamafactory_bad_section_key_exits_2_in_one_line(tmp_path, capsys):
     code, err = run_main(tmp_path, capsys, "stage: sft\nevalstop:\n  eval_steps: 2\n  modee: observe\n")
     assert code == 2
-    assert err.startswith("evalstop llamafactory: error: evalstop.modee: unknown evalstop key; did you mean evalstop.mode?")
+    assert err.startswith(
+        "evalstop llamafactory: error: evalstop.modee: unknown evalstop key; did you mean evalstop.mode?"
+    )
     assert err.count("\n") == 1
 
 
@@ -250,7 +254,10 @@ def test_llamafactory_wrong_type_exits_2_in_one_line(tmp_path, capsys):
 
 def test_llamafactory_section_that_is_no_mapping_exits_2(tmp_path, capsys):
     code, err = run_main(tmp_path, capsys, "stage: sft\nevalstop: 3\n")
-    assert (code, err) == (2, "evalstop llamafactory: error: evalstop: expected a mapping of evalstop options, got int\n")
+    assert (code, err) == (
+        2,
+        "evalstop llamafactory: error: evalstop: expected a mapping of evalstop options, got int\n",
+    )
 
 
 def test_llamafactory_missing_file_exits_2(tmp_path, capsys):

@@ -63,7 +63,9 @@ def split_config(config: Any) -> tuple[dict[str, Any], dict[str, Any]]:
         OptionsError: The file is not a mapping, or its ``evalstop`` entry is not one.
     """
     if not isinstance(config, Mapping):
-        raise OptionsError(f"the config file must hold a mapping of LLaMA-Factory arguments, got {type(config).__name__}")
+        raise OptionsError(
+            f"the config file must hold a mapping of LLaMA-Factory arguments, got {type(config).__name__}"
+        )
     args = dict(config)
     section = args.pop(SECTION, None)
     if section is None:

@@ -4,6 +4,8 @@
 - ``evalstop traces record``: record real training runs of the overoptimization environment as JSONL traces.
 - ``evalstop watch``: follow any run's metrics log (verl, OpenRLHF, TensorBoard, JSONL) and stop it when its eval score
   declines (the library's :mod:`evalstop_callbacks.watch`).
+- ``evalstop llamafactory train config.yaml``: LLaMA-Factory's training with EvalStop, from its own YAML plus an
+  ``evalstop:`` section (:mod:`evalstop_callbacks.integrations.llamafactory`).
 
 Bad input ends with a one-line reason naming the flag and exit code 2; ``--json`` prints machine-readable output.
 
