@@ -48,7 +48,7 @@ def preference_rows(n: int = 48) -> list[dict[str, str]]:
     return rows
 
 
-def run_framework(argv: list[str], cwd: Path, timeout: float = 240) -> subprocess.CompletedProcess[str]:
+def run_framework(argv: list[str], cwd: Path, timeout: float = 600) -> subprocess.CompletedProcess[str]:
     """Run a framework's command in a child process on one CPU thread, with this checkout and the tests importable.
 
     Raises:
