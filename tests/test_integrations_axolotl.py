@@ -113,3 +113,18 @@ def test_axolotl_refuses_a_bad_key_when_it_loads_the_config(tmp_path, key, value
     with pytest.raises(OptionsError) as err:
         load_cfg(str(config))
     assert str(err.value).startswith(message) and "\n" not in str(err.value)
+
+
+def test_axolotl_outside_the_tested_range_is_refused_when_it_loads_the_config(tmp_path, monkeypatch):
+    from axolotl.cli.config import load_cfg
+
+    from evalstop_callbacks.integrations import axolotl as plugin_module
+    from evalstop_callbacks.integrations.options import UnsupportedVersionError
+
+    monkeypatch.delenv("EVALSTOP_ALLOW_UNTESTED_VERSIONS", raising=False)
+    monkeypatch.setattr(plugin_module, "TESTED", ("0.1.0", "0.2.0"))
+    with pytest.raises(
+        UnsupportedVersionError,
+        match=r"^evalstop's Axolotl plugin is tested with axolotl >=0\.1\.0,<0\.2\.0, but 0\.19\.0 is installed",
+    ):
+        load_cfg(str(write_config(tmp_path, "sft", eval_steps=2)))

@@ -284,3 +284,12 @@ def test_the_evalstop_command_hands_llamafactory_its_arguments(tmp_path, capsys)
     assert capsys.readouterr().err == (
         "evalstop llamafactory: error: evalstop.k: expected an integer >= 1, got 'zero' (str)\n"
     )
+
+
+def test_llamafactory_without_a_config_is_one_line_and_exit_2(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        llamafactory.main(["train"])
+    assert exit_.value.code == 2
+    assert capsys.readouterr().err == (
+        "evalstop llamafactory train: error: the following arguments are required: config\n"
+    )

@@ -28,7 +28,7 @@ import logging
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from .options import OptionsError, UnsupportedVersionError, build_callback, check_version, parse_options
 
@@ -118,11 +118,16 @@ def train(config_path: str | Path) -> dict[str, Any]:
     return summary(callback)
 
 
-def build_parser(prog: str = "evalstop llamafactory") -> argparse.ArgumentParser:
-    from ..research.cli_args import Parser
+class _Parser(argparse.ArgumentParser):
+    """Errors in one line with exit code 2, as every ``evalstop`` subcommand (argparse's usage first is noise)."""
 
-    parser = Parser(prog=prog, description="Run LLaMA-Factory's training with EvalStop from its own YAML file.")
-    sub = parser.add_subparsers(dest="action", parser_class=Parser, metavar="{train}")
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def build_parser(prog: str = "evalstop llamafactory") -> argparse.ArgumentParser:
+    parser = _Parser(prog=prog, description="Run LLaMA-Factory's training with EvalStop from its own YAML file.")
+    sub = parser.add_subparsers(dest="action", parser_class=_Parser, metavar="{train}")
     run = sub.add_parser("train", help="train from CONFIG (LLaMA-Factory's YAML plus an evalstop: section)")
     run.add_argument("config", help="the YAML file llamafactory-cli train takes, with an evalstop: section")
     run.add_argument("--json", action="store_true", help="print the run's decisions as one JSON object")
