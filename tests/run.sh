@@ -3,6 +3,8 @@
 #   .venv      newest TRL and everything else (the package with all extras)
 #   .venv-ppo  TRL 1.12.0, the last release with PPOTrainer, for the tests marked `ppo`
 #   .venv-verl verl 0.9.1 (its v1 trainer), for the tests marked `verl` (tests/verl_env.sh)
+#   .venv-axolotl axolotl 0.19.0, for the tests marked `axolotl` (tests/axolotl_env.sh)
+#   .venv-llamafactory llamafactory 0.9.5, for the tests marked `llamafactory` (tests/llamafactory_env.sh)
 # Extra arguments go to pytest (e.g. `bash tests/run.sh -k detector`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -26,6 +28,8 @@ fi
 setup_env .venv tests/constraints.txt -e ".[all]"
 setup_env .venv-ppo tests/constraints-ppo.txt -e ".[train,test]" "trl==1.12.0"
 . tests/verl_env.sh
+. tests/axolotl_env.sh
+. tests/llamafactory_env.sh
 
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 # Lint, format and type checks first: a finding fails the run like a failing test.
@@ -47,7 +51,7 @@ status=0
 # (about 90 s) bounds the run anyway. PYTEST_WORKERS=N sets the count, 0 runs them in this one process.
 cores=$(nproc 2>/dev/null || echo 1)
 workers=${PYTEST_WORKERS:-$(( cores < 4 ? cores : 4 ))}
-.venv/bin/python -m pytest -m "not slow and not ppo and not verl" -n "$workers" "$@" || status=$?
+.venv/bin/python -m pytest -m "not slow and not ppo and not verl and not axolotl and not llamafactory" -n "$workers" "$@" || status=$?
 # PPO tests run in their own environment; exit code 5 means none were selected (e.g. by -k) and is no failure.
 ppo_status=0
 # Only the files that hold PPO tests are collected there: the others import packages that environment lacks.
@@ -58,5 +62,11 @@ verl_status=0
 verl_tests "$@" || verl_status=$?
 [ "$status" -eq 0 ] && status=$ppo_status
 [ "$status" -eq 0 ] && status=$verl_status
+axolotl_status=0
+axolotl_tests "$@" || axolotl_status=$?
+llamafactory_status=0
+llamafactory_tests "$@" || llamafactory_status=$?
+[ "$status" -eq 0 ] && status=$axolotl_status
+[ "$status" -eq 0 ] && status=$llamafactory_status
 [ "$status" -eq 0 ] && status=$lint_status
 exit "$status"
