@@ -34,6 +34,7 @@ import re
 from collections.abc import Mapping
 from typing import NamedTuple
 
+
 class DetectedHandle(NamedTuple):
     """A detected ``(kind, ref)``: a plain tuple, also readable as ``.kind`` and ``.ref`` like a
     :class:`~platform_sim.actuators.base.SchedulerHandle` (this module does not import the platform side)."""
