@@ -66,8 +66,8 @@ SUBCOMMANDS: dict[str, Subcommand] = {
     "llamafactory": Subcommand(
         "evalstop_callbacks.integrations.llamafactory",
         "train with LLaMA-Factory under EvalStop (evalstop llamafactory train config.yaml)",
-        requires=("llamafactory",),
-        install="pip install llamafactory",
+        # No up-front requirement: the entry point checks the config's keys first, then the installed release
+        # against the tested range, each in one line (so `--help` and a config typo answer without the framework).
     ),
 }
 

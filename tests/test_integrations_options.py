@@ -276,7 +276,7 @@ def test_llamafactory_not_installed_is_said_at_start(tmp_path, capsys):
 
 
 def test_the_evalstop_command_hands_llamafactory_its_arguments(tmp_path, capsys):
-    from evalstop_callbacks.research import cli
+    from evalstop_callbacks import cli
 
     path = tmp_path / "config.yaml"
     path.write_text("stage: sft\nevalstop:\n  k: zero\n")
