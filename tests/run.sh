@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Sets up both test environments from scratch (idempotent) and runs the whole test suite.
+# Sets up the test environments from scratch (idempotent), a throw-away PostgreSQL and a single-node Slurm, and runs
+# the whole test suite.
 #   .venv      newest TRL and everything else (the package with all extras)
 #   .venv-ppo  TRL 1.12.0, the last release with PPOTrainer, for the tests marked `ppo`
 #   .venv-verl verl 0.9.1 (its v1 trainer), for the tests marked `verl` (tests/verl_env.sh)
