@@ -46,28 +46,42 @@ pg_start
 slurm_start
 trap 'pg_stop; slurm_stop' EXIT
 status=0
-# Spread over the machine's cores (pytest-xdist; 2 workers on a 2-core CI machine, about 6 minutes there instead of
+# Spread over the machine's cores (pytest-xdist; 2 workers on a 2-core machine: about 8 minutes there, instead of
 # 10): tests use their own temporary folders, OS-picked loopback ports and PostgreSQL databases, so they run side by side.
 # At most 4 by default: tests start servers, Ray instances and trainers of their own, and the slowest single test
 # (about 90 s) bounds the run anyway. PYTEST_WORKERS=N sets the count, 0 runs them in this one process.
 cores=$(nproc 2>/dev/null || echo 1)
 workers=${PYTEST_WORKERS:-$(( cores < 4 ? cores : 4 ))}
 .venv/bin/python -m pytest -m "not slow and not ppo and not verl and not axolotl and not llamafactory" -n "$workers" "$@" || status=$?
-# PPO tests run in their own environment; exit code 5 means none were selected (e.g. by -k) and is no failure.
-ppo_status=0
-# Only the files that hold PPO tests are collected there: the others import packages that environment lacks.
-mapfile -t ppo_files < <(grep -l "mark.ppo" tests/test_*.py)
-.venv-ppo/bin/python -m pytest -m "ppo and not slow" "${ppo_files[@]}" "$@" || ppo_status=$?
-[ "$ppo_status" -eq 5 ] && ppo_status=0
-verl_status=0
-verl_tests "$@" || verl_status=$?
-[ "$status" -eq 0 ] && status=$ppo_status
-[ "$status" -eq 0 ] && status=$verl_status
-axolotl_status=0
-axolotl_tests "$@" || axolotl_status=$?
-llamafactory_status=0
-llamafactory_tests "$@" || llamafactory_status=$?
-[ "$status" -eq 0 ] && status=$axolotl_status
-[ "$status" -eq 0 ] && status=$llamafactory_status
+# The other environments' tests (TRL 1.12's PPO, verl, Axolotl, LLaMA-Factory): each run is one process, so they go
+# two at a time, side by side on a 2-core machine. Each run's output is kept and printed whole once both are done.
+# Only the files that hold an environment's tests are collected there (the others import packages it lacks); exit
+# code 5 means none were selected (e.g. by -k) and is no failure.
+ppo_tests() {
+    local files rc=0
+    mapfile -t files < <(grep -l "mark.ppo" tests/test_*.py)
+    .venv-ppo/bin/python -m pytest -m "ppo and not slow" "${files[@]}" "$@" || rc=$?
+    [ "$rc" -eq 5 ] && rc=0
+    return "$rc"
+}
+side_dir=$(mktemp -d)
+run_side() {  # $1 = name of the run; the rest: its command. Writes NAME.log and NAME.rc in $side_dir.
+    local name=$1 rc=0
+    shift
+    "$@" >"$side_dir/$name.log" 2>&1 || rc=$?
+    echo "$rc" >"$side_dir/$name.rc"
+}
+(run_side ppo ppo_tests "$@"; run_side verl verl_tests "$@") &
+side_a=$!
+(run_side axolotl axolotl_tests "$@"; run_side llamafactory llamafactory_tests "$@") &
+side_b=$!
+wait "$side_a" "$side_b" || true  # the statuses are in the .rc files
+for name in ppo verl axolotl llamafactory; do
+    echo "=== tests/run.sh: the $name environment's tests"
+    cat "$side_dir/$name.log"
+    side_status=$(cat "$side_dir/$name.rc" 2>/dev/null || echo 1)
+    [ "$status" -eq 0 ] && status=$side_status
+done
+rm -rf "$side_dir"
 [ "$status" -eq 0 ] && status=$lint_status
 exit "$status"
