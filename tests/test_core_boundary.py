@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from platform_sim.core import Action, BoundaryError, Decision, InvalidReportError, Report
+from platform_sim.core import Action, BoundaryError, Decision, EvidenceMode, InvalidReportError, Report
 
 
 def test_report_round_trip():
@@ -37,12 +37,43 @@ def test_missing_fields_named():
         ({"eval_scores": ()}, "eval_scores"),
         ({"eval_scores": (0.1, math.nan)}, "eval_scores"),
         ({"eval_scores": "0.1"}, "eval_scores"),
+        ({"eval_std": 0.1}, "eval_std was given without eval_n"),
+        ({"eval_n": 8}, "eval_n was given without eval_std"),
+        ({"eval_std": -0.1, "eval_n": 8}, "eval_std must be >= 0"),
+        ({"eval_std": math.nan, "eval_n": 8}, "eval_std must be finite"),
+        ({"eval_std": math.inf, "eval_n": 8}, "eval_std must be finite"),
+        ({"eval_std": "0.1", "eval_n": 8}, "eval_std must be a number"),
+        ({"eval_std": 0.1, "eval_n": 1}, "eval_n must be an integer >= 2"),
+        ({"eval_std": 0.1, "eval_n": 2.0}, "eval_n must be an integer >= 2"),
+        ({"eval_std": 0.1, "eval_n": True}, "eval_n must be an integer >= 2"),
+        ({"eval_scores": (0.0, 1.0), "eval_std": 0.7071067811865476, "eval_n": 3}, "eval_n is 3 but eval_scores"),
+        ({"eval_scores": (0.0, 1.0), "eval_std": 0.5, "eval_n": 2}, "disagrees with the sample standard deviation"),
     ],
 )
 def test_bad_values_rejected(kwargs, match):
     base = {"job_id": "j", "job_type": "rlhf", "step": 0, "eval_score": 0.1}
     with pytest.raises(InvalidReportError, match=match):
         Report(**{**base, **kwargs})
+
+
+def test_the_spread_travels_with_its_count_and_names_the_mode():
+    spread = Report("j1", "rlhf", 10, 0.5, eval_std=0.25, eval_n=64)
+    assert Report.from_dict(spread.to_dict()) == spread
+    assert spread.to_dict()["eval_std"] == 0.25 and spread.to_dict()["eval_n"] == 64
+    assert spread.mode is EvidenceMode.MEAN_AND_SPREAD
+    assert Report("j1", "rlhf", 10, 0.5).mode is EvidenceMode.MEANS_ONLY
+    assert "eval_std" not in Report("j1", "rlhf", 10, 0.5).to_dict()
+    # with the vector: the spread must be the vector's own (ddof=1), up to float32-sized rounding; the mode is richer
+    scores = (1e9 + 0.25, 1e9 + 0.75, 1e9 + 0.5)  # far from zero: a naive sum of squares loses the spread
+    both = Report("j1", "rlhf", 10, 1e9 + 0.5, scores, eval_std=0.25 * (1 + 1e-7), eval_n=3)
+    assert both.mode is EvidenceMode.PER_EXAMPLE and Report.from_dict(both.to_dict()) == both
+    assert Report("j1", "rlhf", 10, 0.5, (0.5, 0.5), eval_std=0.0, eval_n=2).eval_std == 0.0
+
+
+def test_a_reason_names_its_mode_and_gives_it_back():
+    for mode in EvidenceMode:
+        assert EvidenceMode.of_reason(mode.label("slope < 0 (p=0.001)")) is mode
+    assert EvidenceMode.of_reason("2 consecutive declines (k=2, min_delta=0)") is None
 
 
 def test_report_from_non_mapping():

@@ -9,6 +9,7 @@ from .boundary import (
     BoundaryError,
     ConflictError,
     Decision,
+    EvidenceMode,
     InvalidReportError,
     Report,
 )
@@ -47,6 +48,7 @@ __all__ = [
     "Detector",
     "EvalBudget",
     "EvidenceDetector",
+    "EvidenceMode",
     "InvalidReportError",
     "JobMonitor",
     "KDeclineDetector",

@@ -1,6 +1,6 @@
 """The information boundary: what may cross from a training job to the scheduler, and what comes back.
 
-A :class:`Report` is a whitelist of the five fields below. Unknown fields are rejected, never ignored, so a client that
+A :class:`Report` is a whitelist of the seven fields below. Unknown fields are rejected, never ignored, so a client that
 tries to send a training loss, a proxy reward or a path fails loudly instead of leaking it. A :class:`Decision` is
 the scheduler's only answer. Both are plain frozen dataclasses with ``to_dict``/``from_dict`` so that the embedded
 client, the HTTP service and the simulator all speak the same objects.
@@ -17,7 +17,9 @@ from typing import Any
 JOB_TYPES: tuple[str, ...] = ("rlhf", "dpo", "lora", "sft", "other")
 """Job types a report may name. Schedulers may treat them differently (StopAt-p only stops ``rlhf``)."""
 
-REPORT_FIELDS: frozenset[str] = frozenset({"job_id", "job_type", "step", "eval_score", "eval_scores"})
+REPORT_FIELDS: frozenset[str] = frozenset(
+    {"job_id", "job_type", "step", "eval_score", "eval_scores", "eval_std", "eval_n"}
+)
 DECISION_FIELDS: frozenset[str] = frozenset(
     {"action", "reason", "declines", "best_step", "best_score", "next_eval_step"}
 )
@@ -33,6 +35,36 @@ class InvalidReportError(BoundaryError):
 
 class ConflictError(BoundaryError):
     """The report contradicts what the job already reported (different score for a seen step, step went back)."""
+
+
+class EvidenceMode(str, Enum):
+    """What a report tells a detector about one evaluation, richest first; each decision's reason names its mode.
+
+    A detector decides on the richest evidence a job's reports carry: the per-example scores (paired tests across
+    evals), else each eval's mean with its spread (the standard deviation and count of its example scores, as
+    trainers' own evaluations log them), else the means alone.
+    """
+
+    PER_EXAMPLE = "per-example"
+    MEAN_AND_SPREAD = "mean-and-spread"
+    MEANS_ONLY = "means only"
+
+    def label(self, reason: str) -> str:
+        """``reason`` as a decision states it: led by this mode (``"mean-and-spread: ..."``)."""
+        return f"{self.value}: {reason}"
+
+    @classmethod
+    def of_reason(cls, reason: str) -> EvidenceMode | None:
+        """The mode a decision's reason names (written by :meth:`label`), or ``None`` for a reason without one."""
+        for mode in cls:
+            if reason.startswith(f"{mode.value}: "):
+                return mode
+        return None
+
+
+SPREAD_REL_TOL: float = 1e-6
+"""How closely ``eval_std`` must match the sample standard deviation of ``eval_scores`` when a report carries both
+(relative, with an absolute floor of 1e-12): room for float32 arithmetic on the sender's side, none for another eval."""
 
 
 class Action(str, Enum):
@@ -80,6 +112,17 @@ def check_finite_scores(values: Sequence[Any], field: str = "eval_scores[]") -> 
     return tuple(check_finite_score(v, field) for v in values)
 
 
+def sample_std(values: Sequence[float]) -> float:
+    """The sample standard deviation (``ddof=1``) of at least two values, by Welford's update (no catastrophic
+    cancellation for scores far from zero)."""
+    mean = m2 = 0.0
+    for count, value in enumerate(values, start=1):
+        delta = value - mean
+        mean += delta / count
+        m2 += delta * (value - mean)
+    return math.sqrt(m2 / (len(values) - 1))
+
+
 def check_step(value: Any) -> int:
     """Return ``value`` as an int step, or raise :class:`InvalidReportError` if it is not an integer >= 0."""
     step: int
@@ -113,6 +156,11 @@ class Report:
         eval_score: Mean held-out world-feedback score of the checkpoint (higher is better). Must be finite.
         eval_scores: Optional per-example scores of the same evaluation, for detectors that use paired tests.
             All finite; the same held-out examples in the same order at every eval of a job.
+        eval_std: Optional sample standard deviation (``ddof=1``) of the evaluation's example scores, finite and
+            >= 0, when only the mean and its spread are known (a trainer's ``.../std`` metric). Given with
+            ``eval_n`` or not at all; with ``eval_scores`` it must agree with them.
+        eval_n: Optional count of the evaluation's example scores, an integer >= 2, together with ``eval_std``; with
+            ``eval_scores`` it must equal their length.
     """
 
     job_id: str
@@ -120,6 +168,8 @@ class Report:
     step: int
     eval_score: float
     eval_scores: tuple[float, ...] | None = None
+    eval_std: float | None = None
+    eval_n: int | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.job_id, str) or not self.job_id:
@@ -134,6 +184,40 @@ class Report:
                 raise InvalidReportError("eval_scores must not be empty when given")
             scores = check_finite_scores(self.eval_scores)
             object.__setattr__(self, "eval_scores", scores)
+        self._check_spread()
+
+    def _check_spread(self) -> None:
+        """``eval_std`` and ``eval_n`` come together, are valid, and agree with ``eval_scores`` when both are given."""
+        if (self.eval_std is None) != (self.eval_n is None):
+            given, missing = ("eval_std", "eval_n") if self.eval_n is None else ("eval_n", "eval_std")
+            raise InvalidReportError(f"{given} was given without {missing}: the spread needs both")
+        if self.eval_std is None:
+            return
+        std = check_finite_score(self.eval_std, "eval_std")
+        if std < 0:
+            raise InvalidReportError(f"eval_std must be >= 0, got {std}")
+        n = self.eval_n
+        if isinstance(n, bool) or not isinstance(n, int) or n < 2:
+            raise InvalidReportError(f"eval_n must be an integer >= 2 (a spread needs two scores), got {n!r}")
+        object.__setattr__(self, "eval_std", std)
+        if self.eval_scores is None:
+            return
+        if n != len(self.eval_scores):
+            raise InvalidReportError(f"eval_n is {n} but eval_scores holds {len(self.eval_scores)} scores")
+        actual = sample_std(self.eval_scores)
+        if not math.isclose(std, actual, rel_tol=SPREAD_REL_TOL, abs_tol=1e-12):
+            raise InvalidReportError(
+                f"eval_std {std:g} disagrees with the sample standard deviation {actual:g} of eval_scores"
+            )
+
+    @property
+    def mode(self) -> EvidenceMode:
+        """The richest evidence this report carries (see :class:`EvidenceMode`)."""
+        if self.eval_scores is not None:
+            return EvidenceMode.PER_EXAMPLE
+        if self.eval_std is not None:
+            return EvidenceMode.MEAN_AND_SPREAD
+        return EvidenceMode.MEANS_ONLY
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Report:
@@ -160,6 +244,9 @@ class Report:
         }
         if self.eval_scores is not None:
             out["eval_scores"] = list(self.eval_scores)
+        if self.eval_std is not None:
+            out["eval_std"] = self.eval_std
+            out["eval_n"] = self.eval_n
         return out
 
 
