@@ -42,6 +42,8 @@ PARAM_BOUNDS: dict[str, dict[str, tuple[float, float]]] = {
         "short_window": (3, MAX_EVALS),
         "level_alpha": _PROB,
         "warmup": _WARMUP,
+        "spread_window": (3, MAX_EVALS),
+        "spread_alpha": _PROB,
     },
     "shape": {
         "threshold": _PROB,
