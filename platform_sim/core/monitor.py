@@ -40,8 +40,7 @@ from .boundary import (
     check_step,
 )
 from .cadence import CadencePolicy, cadence_from_spec
-from .detectors import Detector, detector_from_spec, paper_spec
-from .detectors.base import Spread
+from .detectors import Detector, Spread, detector_from_spec, paper_spec
 
 CONFIRMING = "confirming a stop"
 """How the reason of a CONTINUE decision that asks for a second look at a weak stop begins (``CadencePolicy.confirm``)."""

@@ -24,12 +24,11 @@ both splits) is computed after the choice and reported, never used to choose.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from platform_sim.core.boundary import EvidenceMode
+from platform_sim.core.boundary import EvidenceMode, sample_std
 from platform_sim.core.detectors import detector_from_spec, paper_spec
 from platform_sim.sim.traces import RealTrace, load_trace
 
@@ -54,12 +53,6 @@ METRIC_KEYS = (
     "delay_median",
     "regret_worst",
 )
-
-
-def sample_std(values: Sequence[float]) -> float:
-    """The sample standard deviation (``ddof=1``) of at least two values: the rule that derives ``eval_std``."""
-    mean = math.fsum(values) / len(values)
-    return math.sqrt(math.fsum((v - mean) ** 2 for v in values) / (len(values) - 1))
 
 
 def mode_inputs(

@@ -17,7 +17,6 @@ that cannot use a kind of evidence decides in the next mode it can use: the pape
 from __future__ import annotations
 
 import logging
-import math
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar, NamedTuple
@@ -60,15 +59,6 @@ class Spread(NamedTuple):
         return self.std * self.std / self.n
 
 
-def spread_of(scores: Sequence[float]) -> Spread | None:
-    """The :class:`Spread` of per-example scores (sample standard deviation, ``ddof=1``), or None for fewer than 2."""
-    n = len(scores)
-    if n < 2:
-        return None
-    mean = math.fsum(scores) / n
-    return Spread(math.sqrt(math.fsum((s - mean) ** 2 for s in scores) / (n - 1)), n)
-
-
 class Detector(ABC):
     """Interface of a stop detector.
 
@@ -81,6 +71,10 @@ class Detector(ABC):
     #: Whether the detector reads per-example eval scores when they are reported (simulators generate them only for
     #: such detectors; others get the mean alone).
     uses_example_scores: ClassVar[bool] = False
+
+    #: Whether :meth:`update` takes the ``spread`` argument. False for a detector written before spreads were
+    #: reported: :meth:`judge` then never passes one, and the detector decides on what it read before.
+    takes_spread: ClassVar[bool] = False
 
     #: Whether an extra evaluation (one a cadence hint asked for) stays in the detector's history after it was judged.
     #: False (the default): the monitor restores the detector's state after an extra eval that did not stop the job,
@@ -111,9 +105,12 @@ class Detector(ABC):
     ) -> Verdict:
         """:meth:`update`, answered as a :class:`Verdict` that carries the reason of a stop (same arguments).
 
-        ``spread`` is passed on only when given, so a detector written before spreads existed (an ``update`` without
-        the argument) keeps working on reports without one."""
-        stop = self.update(step, score, scores) if spread is None else self.update(step, score, scores, spread)
+        ``spread`` is passed on only to a detector that :attr:`takes_spread`, so one written before spreads existed
+        (an ``update`` without the argument) keeps working, on the means, whatever the reports carry."""
+        if spread is not None and self.takes_spread:
+            stop = self.update(step, score, scores, spread)
+        else:
+            stop = self.update(step, score, scores)
         return Verdict(True, self.reason()) if stop else _CONTINUE
 
     def mode(self) -> EvidenceMode:
@@ -164,6 +161,8 @@ class EvidenceDetector(Detector):
         k: Consecutive evals with evidence that stop the job. Integer >= 1.
         warmup: The first ``warmup`` evals never count as evidence (0: none). Integer >= 0.
     """
+
+    takes_spread: ClassVar[bool] = True
 
     def __init__(self, k: int, warmup: int) -> None:
         self.k = check_int("k", k, 1)

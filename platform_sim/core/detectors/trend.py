@@ -8,7 +8,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from ..boundary import EvidenceMode
+from ..boundary import EvidenceMode, sample_std
 from ..checks import check_int, check_nonneg, check_optional_nonneg, check_prob
 from .base import EvidenceDetector, Spread
 from .pvalues import one_sided_t_p, scipy_module, slope_less_p
@@ -150,7 +150,7 @@ class TrendDetector(EvidenceDetector):
                 out[i] = sp[0] * sp[0] / sp[1]
             else:
                 assert r is not None  # _window_mode checked it
-                out[i] = float(np.var(r, ddof=1)) / len(r)
+                out[i] = sample_std(r) ** 2 / len(r)  # the rule that checks a report's eval_std
         return out
 
     def _p_value(self, mode: EvidenceMode, w: int, slope: float, x: np.ndarray, den: float) -> float:
