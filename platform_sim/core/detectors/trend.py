@@ -11,10 +11,12 @@ import numpy as np
 from ..boundary import EvidenceMode, sample_std
 from ..checks import check_int, check_nonneg, check_optional_nonneg, check_prob
 from .base import EvidenceDetector, Spread
+from .progress import ProgressSlope
 from .pvalues import one_sided_t_p, scipy_module, slope_less_p
 from .registry import register_detector
 
 TREND_TESTS: tuple[str, ...] = ("t", "wilcoxon")
+MEANS_TESTS: tuple[str, ...] = ("window", "progress")
 
 
 @register_detector
@@ -50,6 +52,11 @@ class TrendDetector(EvidenceDetector):
       from the residuals of the fit (computed as scipy computes it, by
       :func:`~platform_sim.core.detectors.pvalues.slope_less_p`).
 
+    With ``means_test="progress"`` the means-only mode is instead :class:`~.progress.ProgressSlope`'s test, whose
+    false-stop rate is bounded per run at ``run_alpha`` however densely the run is evaluated: a window of the last
+    ``frac`` of training progress (at least ``window`` evals), the noise pooled from the run's second differences,
+    the level spent over geometric epochs of steps, and a stop only on a drop of at least ``rel_drop`` of the rise.
+
     The mode is read from the evals of its window (those there are, before it fills), so a job whose reports carry
     spreads on some evals and not others decides on the means alone until the last ``spread_window`` evals all carry
     one. ``short_window`` is used in the per-example and means-only modes.
@@ -73,6 +80,12 @@ class TrendDetector(EvidenceDetector):
             of :meth:`params` when None, so earlier specs are unchanged.
         spread_alpha: Significance level of the mean-and-spread mode, strictly between 0 and 1; None: ``alpha``.
             Left out of :meth:`params` when None.
+        means_test: The means-only test: ``"window"`` (the last ``window`` evals, at ``alpha`` per look) or
+            ``"progress"`` (per run, above). The next three are used (and listed by :meth:`params`) only with
+            ``"progress"``.
+        run_alpha: The run's false-stop level of the progress test, strictly between 0 and 1.
+        frac: Share of the steps so far that the progress window covers, strictly between 0 and 1.
+        rel_drop: Materiality of the progress test: a share of the run's rise so far, >= 0.
     """
 
     name: ClassVar[str] = "trend"
@@ -91,6 +104,10 @@ class TrendDetector(EvidenceDetector):
         warmup: int = 0,
         spread_window: int | None = None,
         spread_alpha: float | None = None,
+        means_test: str = "window",
+        run_alpha: float = 0.05,
+        frac: float = 0.2,
+        rel_drop: float = 0.2,
     ) -> None:
         self.window = check_int("window", window, 3)
         super().__init__(k, warmup)
@@ -108,6 +125,15 @@ class TrendDetector(EvidenceDetector):
         self.level_alpha = None if level_alpha is None else check_prob("level_alpha", level_alpha)
         self.spread_window = None if spread_window is None else check_int("spread_window", spread_window, 3)
         self.spread_alpha = None if spread_alpha is None else check_prob("spread_alpha", spread_alpha)
+        if means_test not in MEANS_TESTS:
+            raise ValueError(f"means_test must be one of {', '.join(MEANS_TESTS)}, got {means_test!r}")
+        self.means_test = means_test
+        self.run_alpha = check_prob("run_alpha", run_alpha)
+        self.frac = check_prob("frac", frac)
+        self.rel_drop = check_nonneg("rel_drop", rel_drop)
+        self._progress = (
+            ProgressSlope(self.run_alpha, self.frac, self.window, self.rel_drop) if means_test == "progress" else None
+        )
         self.best_score: float | None = None
         self.best_scores: list[float] | None = None
         self.recent_means: list[float] = []
@@ -195,30 +221,43 @@ class TrendDetector(EvidenceDetector):
         self.last_p = self.last_slope = None
         self._last_t = None
         self._mode = mode = self._window_mode()
+        if self._progress is not None:
+            self._progress.add(step, score)  # at every eval, whatever the mode, so it is ready when the means decide
         # The cheap check first: a test runs only when the mean really fell below the best.
         if self.best_score is not None and score < self.best_score - self.min_drop:
-            spread_mode = mode is EvidenceMode.MEAN_AND_SPREAD
-            windows = (self._spread_w,) if spread_mode else self._windows
-            level = (self._spread_a if spread_mode else self.alpha) / len(windows)
-            for w in windows:
-                if len(self.recent_means) < w:
-                    continue
-                x = np.arange(w, dtype=float) - (w - 1) / 2.0  # centered positions: slope = x @ y / (x @ x)
-                den = float(x @ x)
-                slope = float(x @ np.asarray(self.recent_means[-w:]) / den)
-                if slope >= 0.0:
-                    continue  # a one-sided p-value of a rising fit is >= 0.5: never significant
-                p = self._p_value(mode, w, slope, x, den)
-                if self.last_p is None or p < self.last_p:
-                    self.last_p, self.last_slope = p, slope
-                if p < level:
-                    significant = True
-                    break
+            if mode is EvidenceMode.MEANS_ONLY and self._progress is not None:
+                self._warn_fallback("no per-example eval scores or spread on every eval of the window")
+                significant, self.last_slope = self._progress.significant()
+                self.last_p = self._progress.last_p
+            else:
+                significant = self._window_test(mode)
             if significant and self.level_alpha is not None:
                 significant = self._below_best(self.level_alpha)
         if self.best_score is None or score > self.best_score:
             self.best_score = score
             self.best_scores = self.recent_scores[-1]
+        return significant
+
+    def _window_test(self, mode: EvidenceMode) -> bool:
+        """The test on the last evals' window(s) in ``mode``; sets :attr:`last_p` and :attr:`last_slope`."""
+        significant = False
+        spread_mode = mode is EvidenceMode.MEAN_AND_SPREAD
+        windows = (self._spread_w,) if spread_mode else self._windows
+        level = (self._spread_a if spread_mode else self.alpha) / len(windows)
+        for w in windows:
+            if len(self.recent_means) < w:
+                continue
+            x = np.arange(w, dtype=float) - (w - 1) / 2.0  # centered positions: slope = x @ y / (x @ x)
+            den = float(x @ x)
+            slope = float(x @ np.asarray(self.recent_means[-w:]) / den)
+            if slope >= 0.0:
+                continue  # a one-sided p-value of a rising fit is >= 0.5: never significant
+            p = self._p_value(mode, w, slope, x, den)
+            if self.last_p is None or p < self.last_p:
+                self.last_p, self.last_slope = p, slope
+            if p < level:
+                significant = True
+                break
         return significant
 
     def _below_best(self, level_alpha: float) -> bool:
@@ -267,10 +306,20 @@ class TrendDetector(EvidenceDetector):
             "warmup": self.warmup,
             **({} if self.spread_window is None else {"spread_window": self.spread_window}),
             **({} if self.spread_alpha is None else {"spread_alpha": self.spread_alpha}),
+            **(
+                {}
+                if self._progress is None
+                else {
+                    "means_test": "progress",
+                    "run_alpha": self.run_alpha,
+                    "frac": self.frac,
+                    "rel_drop": self.rel_drop,
+                }
+            ),
         }
 
     def _rule_state(self) -> dict[str, Any]:
-        state = {
+        state: dict[str, Any] = {
             "best_score": self.best_score,
             "best_scores": None if self.best_scores is None else list(self.best_scores),
             "recent_means": list(self.recent_means),
@@ -280,6 +329,8 @@ class TrendDetector(EvidenceDetector):
         }
         if any(sp is not None for sp in self.recent_spreads):  # left out without spreads: earlier states unchanged
             state["recent_spreads"] = [None if sp is None else list(sp) for sp in self.recent_spreads]
+        if self._progress is not None:
+            state["progress"] = self._progress.state_dict()
         return state
 
     def _load_rule_state(self, state: Mapping[str, Any]) -> None:
@@ -295,5 +346,7 @@ class TrendDetector(EvidenceDetector):
             else [None if sp is None else [float(sp[0]), int(sp[1])] for sp in spreads]
         )
         self._mode = self._window_mode() if self.recent_means else EvidenceMode.MEANS_ONLY
+        if self._progress is not None:
+            self._progress.load_state_dict(state["progress"])
         self.last_p = state["last_p"]
         self.last_slope = state["last_slope"]
