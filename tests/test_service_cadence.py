@@ -171,7 +171,8 @@ def test_a_version_1_database_opens_and_its_jobs_read_as_fixed(tmp_path: Path) -
             client = EmbeddedClient()
             client.register("rlhf", DETECTOR, job_id="old-job")
             expected = [client.report(Report("old-job", "rlhf", s, x)).to_dict() for s, x in history]
-            assert _post(http, "old-job", 60, 0.44) == expected[3]  # a re-send of a version-1 row
+            # A re-send of a version-1 row gets the decision it got then, whose reason names no evidence mode.
+            assert _post(http, "old-job", 60, 0.44) == {**expected[3], "reason": "no stop signal"}
             assert _post(http, "old-job", 80, 0.40) == expected[4]
             assert expected[4]["action"] == "stop"
             # The same job id registered again with its old settings is idempotent; with a cadence it is not.

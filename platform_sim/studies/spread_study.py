@@ -154,6 +154,11 @@ def spread_study(
     candidates = [
         ("chosen", cal["chosen"]),
         ("unconstrained tune choice", free["chosen"]),
+        # The per-run means-only test (opt-in, chosen on tuning data in the error-control study), beside.
+        (
+            "chosen, means_test=progress",
+            {**cal["chosen"], "params": {**cal["chosen"]["params"], "means_test": "progress"}},
+        ),
         ("paper k=2", paper_spec()),
     ]
     modes: list[dict[str, Any]] = []

@@ -213,7 +213,7 @@ class TrendDetector(EvidenceDetector):
         self, step: int, score: float, scores: Sequence[float] | None, counts: bool, spread: Spread | None = None
     ) -> bool:
         self.recent_means.append(score)
-        self.recent_scores.append(None if scores is None or len(scores) == 0 else [float(s) for s in scores])
+        self.recent_scores.append(None if scores is None or len(scores) == 0 else list(map(float, scores)))
         self.recent_spreads.append(None if spread is None else [float(spread.std), int(spread.n)])
         if len(self.recent_means) > self._keep:
             del self.recent_means[0], self.recent_scores[0], self.recent_spreads[0]
