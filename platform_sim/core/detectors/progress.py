@@ -16,9 +16,9 @@ on the branch that explored it; ``docs/results/mean-and-spread.md``):
 - **The run's level ``run_alpha`` is spent over its looks** (anytime, no planned length needed): steps are cut into
   geometric epochs ``[s0 r**j, s0 r**(j+1))`` with ``r = 1 / (1 - frac)`` (one window length) and ``s0`` the step of
   the first look; epoch ``j`` gets ``run_alpha / ((j+1)(j+2))`` (these sum to ``run_alpha``), shared evenly by the
-  looks it can hold at the eval interval seen so far (``floor(length / interval) + 1``). By the union bound the chance that a run whose slope never falls
-  is ever stopped is at most ``run_alpha``, whatever its eval density or length (as far as the noise is independent
-  and the pooled estimate holds).
+  looks it can hold at the eval interval seen so far (``floor(length / interval) + 1``). By the union bound the
+  chance that a run whose slope never falls is ever stopped is at most ``run_alpha``, whatever its eval density or
+  length (as far as the noise is independent, the interval regular and the pooled estimate holds).
 
 A stop also needs **materiality**: the window's fitted level at its last eval must be below the best window mean so
 far by at least ``rel_drop`` of the run's rise so far (best window mean minus the first window's mean). Scale-free
