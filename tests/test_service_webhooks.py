@@ -13,6 +13,7 @@ import hashlib
 import hmac
 import http.server
 import json
+import socket
 import sqlite3
 import threading
 import time
@@ -254,6 +255,75 @@ def test_a_hanging_endpoint_never_holds_up_reports(env: dict[str, Any]) -> None:
     for i in range(5):
         _stop_job(fast, f"next{i}")
     assert hang.requests >= 1
+
+
+class Dripper:
+    """A receiver on 127.0.0.1 that takes each request, then sends its answer's status line one byte every 0.5 s and
+    never finishes it: each read gets a byte well within any per-read timeout. Records how long each connection
+    stayed open (until the client closed it)."""
+
+    def __init__(self) -> None:
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.port = self.sock.getsockname()[1]
+        self.held: list[float] = []  # seconds each closed connection was held
+        self.open = 0
+        self._closed = threading.Event()
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while not self._closed.is_set():
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._drip, args=(conn,), daemon=True).start()
+
+    def _drip(self, conn: socket.socket) -> None:
+        start = time.monotonic()
+        self.open += 1
+        try:
+            conn.recv(65536)
+            for byte in b"HTTP/1.1 200 OK\r\n" * 1000:
+                if self._closed.wait(0.5):
+                    break
+                conn.sendall(bytes([byte]))
+        except OSError:  # the client gave up on it: what the deadline must do
+            pass
+        finally:
+            self.open -= 1
+            self.held.append(time.monotonic() - start)
+            conn.close()
+
+    def close(self) -> None:
+        self._closed.set()
+        self.sock.close()
+
+
+def test_a_dripping_receiver_holds_back_no_other_tenant(env: dict[str, Any]) -> None:
+    drip = Dripper()
+    env["receivers"].append(drip)
+    _add_webhook(env["db"], f"http://127.0.0.1:{drip.port}/hook")
+    beta_token = add_tenant(env["db"], "beta")
+    port = free_port()
+    secret = cli("webhook", "add", f"http://127.0.0.1:{port}/h", "--tenant", "beta", "--db", str(env["db"]))
+    rec = Receiver(secret.stdout.strip().splitlines()[-1], port)
+    env["receivers"].append(rec)
+    timeout_s = 4.0
+    _, c = _serve(env, "--webhook-timeout-s", str(timeout_s))
+    for i in range(12):  # three times acme's lanes: its deliveries queue behind its own dripping ones
+        _stop_job(c, f"acme{i}")
+    _wait("acme's lanes all held by the dripper", lambda: drip.open >= 4)
+    beta = httpx.Client(base_url=c.base_url, headers=auth(beta_token), timeout=10)
+    _stop_job(beta, "b1")
+    stopped = time.monotonic()
+    _wait("beta's stop event", lambda: rec.events, timeout=30)
+    assert time.monotonic() - stopped < timeout_s  # within its own timeout, whatever acme's receiver does
+    assert rec.bad == [] and rec.events[0]["job_id"] == "b1"
+    # acme's attempts end at the total deadline (a per-read timeout would hold each for minutes: 1 byte / 0.5 s).
+    failed = _wait("acme's attempts cut off", lambda: _events(c, "webhook.failed"), timeout=30)
+    assert failed[0]["details"]["error"] == f"no answer within {timeout_s:g} s"
+    _wait("the dripper's connections closed", lambda: len(drip.held) >= 4, timeout=30)
+    assert max(drip.held) < timeout_s + 3.0
 
 
 def test_a_delivery_is_given_up_after_max_attempts(env: dict[str, Any]) -> None:
