@@ -1,0 +1,98 @@
+"""The scheduler side of tenant isolation, with a real ``evalstop-server`` process on loopback, a real SQLite file and
+a stand-in Slurm (tests/slurm_standin.py: scripts that answer from files and record every call).
+
+What is pinned: scheduler look-ups run on their own threads with a cap per tenant, so a flood of handle
+registrations against a slow ``squeue`` is answered 429/503 and never keeps another tenant's reads and reports
+waiting.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from service_support import Server, add_tenant, auth, cli, free_port
+from slurm_standin import SlurmStandIn
+
+
+@pytest.fixture
+def env(tmp_path: Path) -> Iterator[dict[str, Any]]:
+    state: dict[str, Any] = {"db": tmp_path / "service.db", "slurm": SlurmStandIn(tmp_path / "slurm"), "servers": []}
+    yield state
+    for srv in state["servers"]:
+        srv.stop()
+
+
+def _serve(env: dict[str, Any], *extra: str) -> Server:
+    srv = Server(env["db"], free_port(), extra_args=(*env["slurm"].serve_args(), *extra)).start()
+    env["servers"].append(srv)
+    return srv
+
+
+def _tenant(env: dict[str, Any], name: str, *scope: str) -> str:
+    token = add_tenant(env["db"], name)
+    if scope:
+        cli("tenant", "scope", name, *scope, "--db", str(env["db"]))
+    return token
+
+
+def _register(c: httpx.Client, job: str) -> None:
+    assert c.post("/v1/jobs", json={"job_type": "rlhf", "job_id": job}).status_code == 201
+
+
+def _until(what: str, cond: Any, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.02)
+
+
+def test_a_registration_flood_against_a_slow_squeue_never_stalls_another_tenant(env: dict[str, Any]) -> None:
+    slurm = env["slurm"]
+    floods = {f"t{i}": _tenant(env, f"t{i}", "--slurm-account", "ml") for i in range(4)}
+    beta = _tenant(env, "beta", "--slurm-account", "ml")
+    srv = _serve(env)
+    per_tenant = 12  # 48 in all: more than the threads every route shares (40)
+    clients = {name: httpx.Client(base_url=srv.url, headers=auth(tok), timeout=60) for name, tok in floods.items()}
+    for n, (name, c) in enumerate(clients.items()):
+        for i in range(per_tenant):
+            _register(c, f"{name}-{i}")
+            slurm.job(str(1000 * (n + 1) + i), "alice", "ml")
+    slurm.delay(8)  # every squeue now takes 8 s: a busy slurmctld
+    answers: list[httpx.Response] = []
+
+    def put(c: httpx.Client, job: str, slurm_id: int) -> None:
+        answers.append(c.put(f"/v1/jobs/{job}/scheduler-handle", json={"kind": "slurm", "ref": str(slurm_id)}))
+
+    threads = [
+        threading.Thread(target=put, args=(c, f"{name}-{i}", 1000 * (n + 1) + i))
+        for n, (name, c) in enumerate(clients.items())
+        for i in range(per_tenant)
+    ]
+    for t in threads:
+        t.start()
+    _until("the look-up pool full (8 squeue running)", lambda: slurm.squeue_started() >= 8)
+    # While every look-up thread waits on squeue, another tenant is served: its reads, its registration and its
+    # reports, and its own handle is refused at once (503, the pool is full) instead of waiting.
+    b = httpx.Client(base_url=srv.url, headers=auth(beta), timeout=60)
+    _register(b, "b1")
+    assert b.get("/v1/jobs").status_code == 200
+    report = {"job_id": "b1", "job_type": "rlhf", "step": 10, "eval_score": 0.5}
+    assert b.post("/v1/jobs/b1/evals", json=report).status_code == 200
+    assert slurm.squeue_ended() == 0, "the other tenant waited for a look-up to end"
+    busy = b.put("/v1/jobs/b1/scheduler-handle", json={"kind": "slurm", "ref": "77"})
+    assert busy.status_code == 503 and busy.json()["error"] == "scheduler_busy"
+    assert busy.headers["Retry-After"]
+    for t in threads:
+        t.join(60)
+    codes = Counter(a.status_code for a in answers)
+    assert codes == {201: 8, 429: 40}, codes  # two look-ups per tenant; the rest refused at once, not queued
+    refused = next(a for a in answers if a.status_code == 429)
+    assert refused.json()["error"] == "lookups_busy" and refused.headers["Retry-After"]
+    assert slurm.squeue_started() == 8  # nothing queued behind the pool
