@@ -211,6 +211,11 @@ class KubernetesActuator:
         except Exception as exc:  # unreachable server, timeout, TLS: not the tenant's fault, and not a refusal
             raise HandleError(f"kubernetes {r.ref}: could not ask the API server: {exc!r}"[:300]) from None
 
+    def check_owner(self, handle: SchedulerHandle, scope: TenantScope) -> None:
+        """The handle's namespace (its owner, fixed in the handle) must still be one of the tenant's."""
+        if parse_ref(handle.ref).namespace not in scope.owners(KIND):
+            raise HandleRefused("its namespace is no longer in this tenant's kubernetes scope")
+
     def act(self, handle: SchedulerHandle, phase: int) -> ActionResult:
         """Suspend the job (one phase, one patch); never raises for API faults.
 

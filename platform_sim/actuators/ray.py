@@ -100,13 +100,7 @@ class RayActuator:
 
     def authorize(self, handle: SchedulerHandle, scope: TenantScope) -> None:
         """The job must start with one of the tenant's ``ray`` prefixes and exist on the cluster as a submitted job."""
-        prefixes = scope.owners(KIND)
-        if not prefixes:
-            raise HandleRefused("the operator gave this tenant no Ray submission-id prefix (tenant scope --ray-prefix)")
-        if not any(handle.ref.startswith(p) for p in prefixes):
-            raise HandleRefused(
-                f"the submission id does not start with one of this tenant's prefixes ({len(prefixes)})"
-            )
+        self.check_owner(handle, scope)
         try:
             info = self._call(lambda c: c.get_job_info(handle.ref))
         except Exception as exc:
@@ -115,6 +109,17 @@ class RayActuator:
             raise  # cannot ask the cluster now: not the handle's fault (the service answers 503)
         if getattr(info, "submission_id", None) != handle.ref:
             raise HandleError("not a submitted Ray job (give its submission id, not a driver's job id)")
+
+    def check_owner(self, handle: SchedulerHandle, scope: TenantScope) -> None:
+        """The submission id (its owner, fixed in the handle) must start with one of the tenant's ``ray`` prefixes;
+        asks nothing of the cluster, so a tenant without one is refused before the cluster is asked."""
+        prefixes = scope.owners(KIND)
+        if not prefixes:
+            raise HandleRefused("the operator gave this tenant no Ray submission-id prefix (tenant scope --ray-prefix)")
+        if not any(handle.ref.startswith(p) for p in prefixes):
+            raise HandleRefused(
+                f"the submission id does not start with one of this tenant's prefixes ({len(prefixes)})"
+            )
 
     def act(self, handle: SchedulerHandle, phase: int) -> ActionResult:
         """Phase 0: ``stop_job``; phase 1: check that the job ended (and ask again when it did not)."""

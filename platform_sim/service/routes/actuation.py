@@ -118,6 +118,13 @@ def add_routes(
                 raise ApiError(409, "conflict", conflict_message(job_id, existing.handle))
             return JSONResponse(existing.to_json(), status_code=200)
         scope = await ctx.call(store.tenant_scope, t.tenant_id, t.name)
+        if not scope.owners(handle.kind):  # refused before the scheduler is asked: nothing learnt about its jobs
+            raise ApiError(
+                403,
+                "forbidden_handle",
+                f"{handle.kind} job {handle.ref!r}: the operator gave this tenant no {handle.kind} scope "
+                "(evalstop-server tenant scope)",
+            )
         try:  # never on the shared threads: a slow scheduler must not stall other routes (lookups.py)
             await lookups.run(t.tenant_id, actuator.authorize, handle, scope)
         except ApiError:  # no room for the look-up: 429/503 as the pool answered
@@ -127,9 +134,13 @@ def add_routes(
         except HandleError as exc:
             raise ApiError(404, "unknown_handle", f"{handle.kind} job {handle.ref!r}: {exc}") from None
         except Exception as exc:  # the scheduler cannot be asked now: the client may send it again
+            # Why goes to the server log only: it may hold the scheduler's own messages and the operator's paths.
             logger.warning("authorizing %s handle %r failed: %s", handle.kind, handle.ref, exc)
             raise ApiError(
-                503, "scheduler_unavailable", f"the {handle.kind} scheduler could not be asked: {exc}"
+                503,
+                "scheduler_unavailable",
+                f"the {handle.kind} scheduler could not be asked now; try again later",
+                {"Retry-After": "5"},
             ) from None
         try:
             record, created = await ctx.call(store.register_handle, t.tenant_id, job_id, handle)
