@@ -26,7 +26,7 @@ def add_serve_flags(serve: argparse.ArgumentParser) -> None:
         "--admin-token-file",
         default=None,
         help="file holding the operator's admin token (one line, at least 32 characters): with it "
-        "GET /v1/events reads every tenant's events (it opens no other route)",
+        "GET /v1/events reads every tenant's events and GET /metrics each tenant's totals (it opens no other route)",
     )
     serve.add_argument(
         "--event-retention-days",
