@@ -163,8 +163,13 @@ def test_a_scopeless_tenant_is_refused_before_any_squeue(env: dict[str, Any]) ->
     r = _put(a, "j", "601")
     assert (r.status_code, r.json()["error"]) == (403, "forbidden_handle")
     assert "bob" not in r.text and "physics" not in r.text
+    # One scheduler job, one service job: the tenant's second job naming it is a clear 409.
+    assert _put(a, "j", "600").status_code == 201
+    assert a.post("/v1/jobs", json={"job_type": "rlhf", "job_id": "k"}).status_code == 201
+    r = _put(a, "k", "600")
+    assert (r.status_code, r.json()["error"]) == (409, "conflict") and "already the handle of another" in r.text
     # Slurm's own error and the operator's paths stay in the server log: the 503 says only to retry.
     slurm.fail_with("squeue: error: slurm_receive_msg: Socket timed out on send/recv to ctld-7.internal:6817")
-    r = _put(a, "j", "600")
+    r = _put(a, "k", "601")
     assert (r.status_code, r.json()["error"]) == (503, "scheduler_unavailable") and r.headers["Retry-After"]
     assert "ctld-7" not in r.text and str(slurm.folder) not in r.text
