@@ -355,10 +355,56 @@ def test_the_webhook_cli(env: dict[str, Any]) -> None:
     assert info["events"] == ["job.stopped", "job.finished"] and secret.startswith("whsec_")
     listed = json.loads(cli("webhook", "list", "--json", "--db", db).stdout)
     assert [(h["webhook_id"], h["tenant"], h["url"]) for h in listed] == [
-        (info["webhook_id"], "acme", "http://127.0.0.1:1/h")
+        (info["webhook_id"], "acme", "http://127.0.0.1:1/…")  # its path may hold a secret: never listed
     ]
     assert secret not in cli("webhook", "list", "--db", db).stdout + json.dumps(listed)
     assert cli("webhook", "remove", str(info["webhook_id"]), "--db", db).returncode == 0
     assert json.loads(cli("webhook", "list", "--json", "--db", db).stdout) == []
     gone = cli("webhook", "remove", str(info["webhook_id"]), "--db", db, check=False)
     assert gone.returncode == 2 and f"no webhook {info['webhook_id']}" in gone.stderr
+
+
+@pytest.mark.parametrize(
+    ("url", "why"),
+    [
+        ("http://169.254.169.254/latest/meta-data/", "cloud metadata endpoint"),
+        ("http://[fd00:ec2::254]/latest", "cloud metadata endpoint"),
+        ("http://metadata.google.internal/computeMetadata/v1/", "cloud metadata endpoint"),
+        ("http://[::ffff:169.254.169.254]/", "cloud metadata endpoint"),
+        ("http://169.254.10.1/hook", "link-local address"),
+        ("http://[fe80::1]/hook", "link-local address"),
+        ("http://hooks.example.com/a\r\nX-Injected: 1", "control characters"),
+        ("http://hooks.example.com/a\nb", "control characters"),
+    ],
+)
+def test_webhook_add_refuses_metadata_link_local_and_crlf_urls(tmp_path: Path, url: str, why: str) -> None:
+    db = tmp_path / "service.db"
+    add_tenant(db, "acme")
+    bad = cli("webhook", "add", url, "--tenant", "acme", "--db", str(db), check=False)
+    assert bad.returncode == 2 and why in bad.stderr
+    assert json.loads(cli("webhook", "list", "--json", "--db", str(db)).stdout) == []
+
+
+def test_webhook_urls_are_redacted_in_listings_and_logs_and_private_ones_warned(env: dict[str, Any]) -> None:
+    db = str(env["db"])
+    private = cli("webhook", "add", "https://10.1.2.3/h", "--tenant", "acme", "--db", db)
+    assert "warning: 10.1.2.3 is a private address" in private.stderr
+    port = free_port()
+    url = f"http://user:hunter2@127.0.0.1:{port}/s3cr3t-path?sig=abc123"
+    added = cli("webhook", "add", url, "--tenant", "acme", "--db", db)
+    assert "warning: 127.0.0.1 is a loopback address" in added.stderr
+    listing = cli("webhook", "list", "--db", db).stdout + cli("webhook", "list", "--json", "--db", db).stdout
+    assert f"http://127.0.0.1:{port}/…" in listing and "https://10.1.2.3/…" in listing
+    for secret in ("hunter2", "user:", "s3cr3t-path", "abc123"):
+        assert secret not in listing + added.stderr
+    cli("webhook", "remove", str(json.loads(listing.splitlines()[-1])[0]["webhook_id"]), "--db", db)  # not dialled
+    rec = Receiver(added.stdout.strip().splitlines()[-1], port)
+    env["receivers"].append(rec)
+    srv, c = _serve(env, "--log-level", "info")  # httpx logs each request's URL at INFO
+    _stop_job(c, "j1")
+    _wait("the stop event", lambda: rec.events)
+    _wait("the delivery recorded", lambda: _events(c, "webhook.delivered"))
+    assert srv.log is not None
+    log = srv.log.read_text()
+    assert f'HTTP Request: POST http://127.0.0.1:{port}/… "HTTP/1.0 204' in log  # logged, redacted
+    assert "hunter2" not in log and "s3cr3t-path" not in log and "abc123" not in log

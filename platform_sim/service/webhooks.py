@@ -37,6 +37,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import hmac
+import ipaddress
 import json
 import logging
 import threading
@@ -45,6 +46,7 @@ from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
 
 from .events import event_json
 from .store import Delivery, Store
@@ -107,6 +109,81 @@ class WebhookSettings:
         return now + min(self.backoff_max_s, self.backoff_s * 2 ** (attempt - 1))
 
 
+METADATA_HOSTS = frozenset(
+    {"169.254.169.254", "fd00:ec2::254", "100.100.100.200", "metadata.google.internal", "metadata.goog", "metadata"}
+)
+"""Cloud instance-metadata endpoints (AWS/GCP/Azure/OpenStack, AWS over IPv6, Alibaba, GCP by name): a webhook there
+would POST from the server's own network position to where its cloud credentials are served."""
+
+
+def check_url(url: str) -> list[str]:
+    """Check a webhook URL for ``webhook add``; returns warnings (the operator may mean them: a private or loopback
+    receiver) and raises for what is never right.
+
+    Only what the URL says is checked: a name that resolves to a refused address later is not caught here.
+
+    Raises:
+        ValueError: not http(s) with a host; a control character or space (CR/LF would split the request); a
+            link-local address or a cloud metadata endpoint.
+    """
+    if any(ord(c) < 0x21 or ord(c) == 0x7F for c in url):
+        raise ValueError(f"URL {url!r}: control characters and spaces (CR, LF, tab) are not allowed")
+    parts = urlsplit(url)
+    try:
+        host = parts.hostname
+        parts.port  # noqa: B018 - parsed for its error: a malformed port
+    except ValueError as exc:
+        raise ValueError(f"URL {redact_url(url)!r}: {exc}") from None
+    if parts.scheme not in ("http", "https") or not host:
+        raise ValueError(f"URL {redact_url(url)!r}: give an http:// or https:// URL with a host")
+    if host in METADATA_HOSTS:
+        raise ValueError(f"URL {redact_url(url)!r}: {host} is a cloud metadata endpoint")
+    try:
+        ip = ipaddress.ip_address(host)
+    except ValueError:
+        ip = None
+    if ip is not None:
+        mapped = getattr(ip, "ipv4_mapped", None)
+        ip = mapped or ip
+        if str(ip) in METADATA_HOSTS:
+            raise ValueError(f"URL {redact_url(url)!r}: {host} is a cloud metadata endpoint")
+        if ip.is_link_local:
+            raise ValueError(f"URL {redact_url(url)!r}: {host} is a link-local address")
+        if ip.is_loopback or ip.is_private or ip.is_unspecified:
+            kind = "loopback" if ip.is_loopback else "private"
+            return [f"{host} is a {kind} address: the server will POST there from its own network"]
+    elif host == "localhost" or host.endswith(".localhost"):
+        return [f"{host} is a loopback name: the server will POST there from its own network"]
+    return []
+
+
+def redact_url(url: str) -> str:
+    """``url`` as logs and listings show it: scheme, host and port only, its path and query (secret tokens are
+    often put there) as ``/…``, and never its credentials."""
+    try:
+        parts = urlsplit(str(url))
+        host = parts.hostname or ""
+        port = parts.port
+    except ValueError:
+        return "<invalid URL>"
+    if ":" in host:
+        host = f"[{host}]"
+    tail = "/…" if parts.path not in ("", "/") or parts.query or parts.fragment else parts.path
+    return f"{parts.scheme}://{host}{'' if port is None else f':{port}'}{tail}"
+
+
+class _RedactUrls(logging.Filter):
+    """Shows the URLs of httpx's request log lines (``HTTP Request: POST <url> ...``, at INFO) redacted."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(record.args, tuple):
+            record.args = tuple(
+                redact_url(str(a)) if type(a).__name__ == "URL" or str(a).startswith(("http://", "https://")) else a
+                for a in record.args
+            )
+        return True
+
+
 def sign(secret: str, body: bytes) -> str:
     """The signature header's value: ``sha256=`` and the hex HMAC-SHA256 of ``body`` keyed with ``secret``."""
     return "sha256=" + hmac.new(secret.encode("utf-8"), body, hashlib.sha256).hexdigest()
@@ -154,6 +231,9 @@ class DeliveryWorker:
 
     def start(self) -> None:
         """Start the thread (once)."""
+        httpx_log = logging.getLogger("httpx")
+        if not any(isinstance(f, _RedactUrls) for f in httpx_log.filters):
+            httpx_log.addFilter(_RedactUrls())
         if self._thread is None:
             self._thread = threading.Thread(target=self._main, name="evalstop-webhooks", daemon=True)
             self._thread.start()
@@ -214,7 +294,11 @@ class DeliveryWorker:
             retry_at = None if ok else self.settings.retry_at(delivery.attempts + 1, now)
             if not ok:
                 logger.warning(
-                    "webhook %d: event %d not delivered (%s)", delivery.webhook.webhook_id, delivery.event.id, detail
+                    "webhook %d (%s): event %d not delivered (%s)",
+                    delivery.webhook.webhook_id,
+                    redact_url(delivery.webhook.url),
+                    delivery.event.id,
+                    detail,
                 )
             await asyncio.to_thread(self.store.finish_delivery, delivery, ok, detail, retry_at, now)
         except Exception:  # the store failed: the row stays claimed and is sent again after its lease
