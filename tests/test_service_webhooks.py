@@ -24,7 +24,7 @@ from typing import Any
 
 import httpx
 import pytest
-from service_support import Server, add_tenant, auth, cli, free_port
+from service_support import Server, add_tenant, auth, cli, free_port, postgres_database
 
 FAST = ("--webhook-backoff-s", "0.2", "--webhook-backoff-max-s", "0.4", "--webhook-poll-s", "0.05")
 """Serve flags for the tests: retries every 0.2-0.4 s, the outbox looked at every 50 ms."""
@@ -408,3 +408,48 @@ def test_webhook_urls_are_redacted_in_listings_and_logs_and_private_ones_warned(
     log = srv.log.read_text()
     assert f'HTTP Request: POST http://127.0.0.1:{port}/… "HTTP/1.0 204' in log  # logged, redacted
     assert "hunter2" not in log and "s3cr3t-path" not in log and "abc123" not in log
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def any_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
+    if request.param == "sqlite":
+        from platform_sim.service.store_sqlite import SQLiteStore
+
+        s: Any = SQLiteStore(tmp_path / "service.db")
+        try:
+            yield s
+        finally:
+            s.close()
+        return
+    from platform_sim.service.store_postgres import PostgresStore
+
+    with postgres_database("evalstop_lanes") as url:
+        s = PostgresStore(url, workers=2)
+        try:
+            yield s
+        finally:
+            s.close()
+
+
+def test_the_claim_gives_each_tenant_its_lanes_the_longest_waiting_first(any_store: Any) -> None:
+    # The worker's claim (both stores): acme has a backlog of 6 due deliveries, older than beta's one.
+    from platform_sim.service.store import JobRecord
+
+    store = any_store
+    ids = {}
+    for name, jobs in (("acme", 6), ("beta", 1)):
+        tenant, _ = store.add_tenant(name)
+        ids[name] = tenant.tenant_id
+        store.add_webhook(tenant.tenant_id, "http://127.0.0.1:9/h", ("job.registered",))
+        for i in range(jobs):
+            store.register_job(tenant.tenant_id, JobRecord(f"{name}{i}", "rlhf", {"name": "k-decline", "params": {}}))
+    now = time.time() + 1
+    tenant_of = lambda batch: [d.webhook.tenant_id for d in batch]  # noqa: E731
+    # Two lanes each: acme (waiting longest) gets two, beta its one, within the limit of 3.
+    first = store.claim_deliveries(now, 60, limit=3, per_tenant=2, in_flight={})
+    assert tenant_of(first) == [ids["acme"], ids["acme"], ids["beta"]]
+    # acme's lanes are full: nothing of its backlog is claimed, however much room is left.
+    assert store.claim_deliveries(now, 60, limit=10, per_tenant=2, in_flight={ids["acme"]: 2}) == []
+    # One lane of acme's free again: one more of its deliveries, the oldest left.
+    (more,) = store.claim_deliveries(now, 60, limit=10, per_tenant=2, in_flight={ids["acme"]: 1})
+    assert more.webhook.tenant_id == ids["acme"] and more.event.id > max(d.event.id for d in first[:2])
