@@ -89,7 +89,8 @@ def create_app(
             answers, less CPU); False routes it through FastAPI (kept for comparison and tests).
         max_eval_scores: Most per-example scores one report may carry; longer lists get 422.
         rate_limit: Per-tenant request rate limit (429 with ``Retry-After`` beyond it), or None for none.
-        admin_token: The operator's token that reads every tenant's events (``GET /v1/events``), or None.
+        admin_token: The operator's token that reads every tenant's events (``GET /v1/events``) and the per-tenant
+            totals of ``/metrics``, or None.
         webhooks: Run the background worker (webhook delivery from the outbox, event retention) with these
             settings while the app runs; None: no worker (the CLI always runs one).
         quotas: Per-tenant job quotas (429 for a registration beyond them), or None for none.
@@ -138,7 +139,7 @@ def create_app(
     app.add_middleware(CountForeground, gate=ctx.gate)
     jobs.add_routes(app, ctx)
     reports.add_routes(app, report_work)
-    operator.add_routes(app, ctx)
+    operator.add_routes(app, ctx, admin_token)
     history.add_routes(app, ctx, admin_token)
     dashboard_routes.add_routes(app, ctx)
     actuation.add_routes(app, ctx, actuators or {})

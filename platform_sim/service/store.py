@@ -13,7 +13,7 @@ from __future__ import annotations
 import abc
 import hashlib
 import secrets
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
@@ -416,10 +416,18 @@ class Store(abc.ABC):
         """Delete a webhook and its pending deliveries; raises :class:`WebhookNotFound`."""
 
     @abc.abstractmethod
-    def claim_deliveries(self, now: float, lease_s: float, limit: int = 16) -> list[Delivery]:
+    def claim_deliveries(
+        self,
+        now: float,
+        lease_s: float,
+        limit: int = 16,
+        per_tenant: int | None = None,
+        in_flight: Mapping[int, int] | None = None,
+    ) -> list[Delivery]:
         """Claim up to ``limit`` outbox rows due at ``now`` (oldest first) for ``lease_s`` seconds: they are not
         claimed again before the lease ends, so a delivery interrupted by a crash is retried after it (at least
-        once)."""
+        once). With ``per_tenant``, each tenant gets at most that many minus its deliveries ``in_flight`` (tenant
+        id -> count), the tenant waiting longest first, so that one tenant's backlog never holds another's back."""
 
     @abc.abstractmethod
     def finish_delivery(
