@@ -76,6 +76,7 @@ def create_app(
     quotas: JobQuotas | None = None,
     actuators: Mapping[str, Actuator] | None = None,
     actuate: ActuateSettings | None = None,
+    api_docs: bool = False,
 ) -> FastAPI:
     """Build the service around ``store``.
 
@@ -97,6 +98,9 @@ def create_app(
             (``PUT /v1/jobs/{id}/scheduler-handle``; a kind not here is refused with 422); None: none.
         actuate: Run the actuate worker (:mod:`~platform_sim.service.actuate`) on a thread while the app runs, with
             these settings and ``actuators``; None: no worker here (``evalstop-server actuate`` runs one apart).
+        api_docs: Serve ``/docs`` and ``/redoc``. Off by default: FastAPI's pages load their scripts and styles from
+            a CDN, unpinned, on the dashboard's origin (and the service may run offline); ``/openapi.json`` is
+            always served.
     """
     if max_eval_scores < 1:
         raise ValueError(f"max_eval_scores must be >= 1, got {max_eval_scores}")
@@ -125,6 +129,8 @@ def create_app(
         description=APP_DESCRIPTION,
         lifespan=lifespan,
         dependencies=[Depends(no_unknown_query)],
+        docs_url="/docs" if api_docs else None,
+        redoc_url="/redoc" if api_docs else None,
     )
     app.state.context = ctx
     app.state.store = store
