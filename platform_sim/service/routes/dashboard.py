@@ -16,7 +16,6 @@ and script (by a per-response nonce), and may not be framed.
 
 # No `from __future__ import annotations`: FastAPI reads the routes' annotations at runtime.
 import hmac
-import math
 import re
 import secrets
 from typing import Annotated
@@ -26,10 +25,11 @@ from fastapi import FastAPI, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
 from ..dashboard import pages
-from ..dashboard.data import SORTS, DashboardData, sort_jobs
+from ..dashboard.data import SORTS, DashboardData
 from ..dashboard.sessions import Session, SessionStore
 from ..deps import ServiceContext
 from ..errors import ApiError
+from ..fairness import Pacer
 from ..store import JobNotFound, Tenant
 from ..wire import JOB_ID_PATTERN
 
@@ -39,6 +39,9 @@ LOGIN_COOKIE = "evalstop_login"
 LOGIN_FORM_TTL_S = 1800
 PER_PAGE = 50
 """Jobs per page of the list."""
+REPORTS_PER_PAGE = 500
+"""Reports per page of a job's page (its table and its curve): the page is read, and charged, like
+``GET /v1/jobs/{id}/evals`` (:mod:`~platform_sim.service.fairness`)."""
 MAX_FORM_BYTES = 8192
 """Largest sign-in or sign-out form body (a token is 46 characters)."""
 _JOB_ID = re.compile(JOB_ID_PATTERN)
@@ -60,7 +63,9 @@ def security_headers(nonce: str) -> dict[str, str]:
     }
 
 
-def _html(chrome: pages.Chrome, body: str, status: int = 200, headers: dict[str, str] | None = None) -> HTMLResponse:
+def _html(
+    chrome: pages.Chrome, body: str | bytes, status: int = 200, headers: dict[str, str] | None = None
+) -> HTMLResponse:
     return HTMLResponse(body, status_code=status, headers={**security_headers(chrome.nonce), **(headers or {})})
 
 
@@ -226,19 +231,22 @@ def _add_job_pages(app: FastAPI, ctx: ServiceContext, live: SessionStore, data: 
             problem = "page must be a positive integer"
         if problem is not None:
             return _html(chrome, pages.error_page(chrome, 422, problem), 422)
-        jobs, truncated = await ctx.call(data.jobs, tenant.tenant_id, status)
-        ordered = sort_jobs(jobs, sort, order == "desc")
-        n_pages = max(1, math.ceil(len(ordered) / PER_PAGE))
-        number = min(int(page), n_pages)
-        shown = ordered[(number - 1) * PER_PAGE : number * PER_PAGE]
-        rows = await ctx.call(data.rows, tenant.tenant_id, shown)
-        totals = await ctx.call(data.totals, tenant.tenant_id)
-        events = await ctx.call(data.events, tenant.tenant_id)
-        listing = pages.Listing(status, sort, order, number, n_pages, len(ordered), truncated)
-        return _html(chrome, pages.jobs_page(chrome, rows, listing, totals, events))
+
+        def render(pace: Pacer) -> tuple[int, bytes]:
+            # Sorted and cut by the store; read, charged and paced like an API listing (fairness.py).
+            found = data.list_page(tenant.tenant_id, status, sort, order == "desc", int(page), PER_PAGE, pace)
+            listing = pages.Listing(status, sort, order, found.page, found.pages, found.total)
+            totals, events = data.totals(tenant.tenant_id), data.events(tenant.tenant_id)
+            return len(found.rows), pages.jobs_page(chrome, found.rows, listing, totals, events).encode()
+
+        return _html(chrome, await ctx.bulk_read(tenant, render))
 
     @app.get("/jobs/{job_id:path}", include_in_schema=False)
-    async def job_page(request: Request, job_id: str) -> Response:
+    async def job_page(
+        request: Request,
+        job_id: str,
+        before: Annotated[str | None, Query(max_length=19, description="show reports below this step")] = None,
+    ) -> Response:
         # ``:path``: an id with an encoded "/" reaches this page (and its 404) rather than the API's JSON 404.
         nonce = _nonce()
         who = await _signed_in(ctx, live, request, nonce)
@@ -249,12 +257,21 @@ def _add_job_pages(app: FastAPI, ctx: ServiceContext, live: SessionStore, data: 
         missing = _html(chrome, pages.error_page(chrome, 404, f"No job {job_id!r} for this tenant."), 404)
         if _JOB_ID.fullmatch(job_id) is None:
             return missing
+        if before is not None and not before.isdigit():
+            return _html(chrome, pages.error_page(chrome, 422, "before must be a step (a whole number >= 0)"), 422)
+        cursor = None if before is None else int(before)
+
+        def render(pace: Pacer) -> tuple[int, bytes]:
+            # One page of the history, newest first: read, charged and paced like GET /v1/jobs/{id}/evals.
+            job = data.job(tenant.tenant_id, job_id)
+            points, more = data.history_page(tenant.tenant_id, job_id, cursor, REPORTS_PER_PAGE, pace)
+            last = points[0].score if points and cursor is None else data.last_score(tenant.tenant_id, job)
+            window = pages.HistoryWindow(cursor, points[-1].step if more and points else None, job.n_reports)
+            totals, events = data.totals(tenant.tenant_id), data.events(tenant.tenant_id)
+            html = pages.job_page(chrome, data.row(job, last), points[::-1], totals, events, window)
+            return len(points), html.encode()
+
         try:
-            job = await ctx.call(data.job, tenant.tenant_id, job_id)
-            history = await ctx.call(data.history, tenant.tenant_id, job_id)
+            return _html(chrome, await ctx.bulk_read(tenant, render))
         except JobNotFound:
             return missing
-        row = data.row(job, history[-1].score if history else None)
-        totals = await ctx.call(data.totals, tenant.tenant_id)
-        events = await ctx.call(data.events, tenant.tenant_id)
-        return _html(chrome, pages.job_page(chrome, row, history, totals, events))
