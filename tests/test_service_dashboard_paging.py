@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 from dashboard_support import sign_in
-from service_support import Server, add_tenant, free_port
+from service_support import Server, add_tenant, free_port, postgres_database
 
 from platform_sim.core import Report
 from platform_sim.service.routes.dashboard import REPORTS_PER_PAGE
 from platform_sim.service.sql import JOB_SORTS
-from platform_sim.service.store import JobRecord
+from platform_sim.service.store import JobRecord, Store
 from platform_sim.service.store_sqlite import SQLiteStore
 
 NEVER_STOPS = {"name": "k-decline", "params": {"k": 1000}}
@@ -95,10 +95,9 @@ def test_a_job_page_is_charged_by_its_rows(db: tuple[Path, str, str]) -> None:
         srv.stop()
 
 
-def test_the_store_sorts_and_cuts_the_job_list(tmp_path: Path) -> None:
+def _sorts_and_cuts(store: Store) -> None:
     """Every sort key, both orders: pages of 7 put together are every job once, in order of the key, jobs without a
     value last; the count follows the status filter."""
-    store = SQLiteStore(tmp_path / "s.db", synchronous="NORMAL")
     try:
         tenant, _ = store.add_tenant("t")
         other, _ = store.add_tenant("o")
@@ -142,3 +141,14 @@ def test_the_store_sorts_and_cuts_the_job_list(tmp_path: Path) -> None:
             store.iter_sorted_jobs(tenant.tenant_id, None, "password", False, 10)
     finally:
         store.close()
+
+
+def test_sqlite_sorts_and_cuts_the_job_list(tmp_path: Path) -> None:
+    _sorts_and_cuts(SQLiteStore(tmp_path / "s.db", synchronous="NORMAL"))
+
+
+def test_postgres_sorts_and_cuts_the_job_list() -> None:
+    from platform_sim.service.store_postgres import PostgresStore
+
+    with postgres_database() as url:
+        _sorts_and_cuts(PostgresStore(url))
