@@ -60,7 +60,8 @@ def dashboard_scenario(folder: Path) -> Iterator[Scenario]:
     """A started server: tenant ``alpha`` with a stopped, a running and a finished job, tenant ``beta`` with one."""
     db = folder / "service.db"
     alpha, beta = add_tenant(db, "alpha"), add_tenant(db, "beta")
-    server = Server(db, free_port()).start()
+    # The tests sign in many times from one address: well within the sign-in rate's reach by default.
+    server = Server(db, free_port(), extra_args=("--sign-ins-per-minute", "600")).start()
     try:
         with httpx.Client(base_url=server.url, timeout=30.0) as client:
             _register(client, alpha, STOPPED_JOB, "rlhf", gpus=8, planned_steps=1000)
@@ -81,7 +82,9 @@ def dashboard_scenario(folder: Path) -> Iterator[Scenario]:
 
 
 def sign_in_form(client: httpx.Client, token: str) -> httpx.Response:
-    """Send the sign-in form with ``token`` (fetching the form first for its nonce); the answer to the form."""
+    """Send the sign-in form with ``token`` (fetching the form first for its nonce, signed out first if the client
+    is signed in); the answer to the form."""
+    client.cookies.clear()
     form = client.get("/login")
     assert form.status_code == 200, form.text
     nonce = re.search(r'name="login_nonce" value="([^"]+)"', form.text)

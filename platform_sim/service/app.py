@@ -24,6 +24,7 @@ from platform_sim.actuators.base import Actuator
 
 from .actuate import ActuateSettings, ActuationWorker
 from .asgi import BodyLimitMiddleware, ReportFastPath
+from .dashboard.sessions import SignInSettings
 from .deps import ServiceContext
 from .errors import ApiError, install_error_handlers, no_unknown_query
 from .fairness import CountForeground
@@ -77,6 +78,7 @@ def create_app(
     actuators: Mapping[str, Actuator] | None = None,
     actuate: ActuateSettings | None = None,
     api_docs: bool = False,
+    sign_in: SignInSettings | None = None,
 ) -> FastAPI:
     """Build the service around ``store``.
 
@@ -101,6 +103,7 @@ def create_app(
         api_docs: Serve ``/docs`` and ``/redoc``. Off by default: FastAPI's pages load their scripts and styles from
             a CDN, unpinned, on the dashboard's origin (and the service may run offline); ``/openapi.json`` is
             always served.
+        sign_in: The dashboard's sign-in bounds (sessions per tenant, sign-ins a minute); None: the defaults.
     """
     if max_eval_scores < 1:
         raise ValueError(f"max_eval_scores must be >= 1, got {max_eval_scores}")
@@ -146,6 +149,6 @@ def create_app(
     reports.add_routes(app, report_work)
     operator.add_routes(app, ctx)
     history.add_routes(app, ctx, admin_token)
-    dashboard_routes.add_routes(app, ctx)
+    dashboard_routes.add_routes(app, ctx, sign_in)
     actuation.add_routes(app, ctx, actuators or {})
     return app

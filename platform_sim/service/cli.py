@@ -150,6 +150,19 @@ def _add_serve_parser(sub: Any) -> None:
         f"(default {DEFAULT_MAX_CONNECTIONS_PER_ADDRESS}; 0: no cap; behind a reverse proxy every client has its "
         "address: raise it)",
     )
+    serve.add_argument(
+        "--max-sessions-per-tenant",
+        type=int,
+        default=100,
+        help="most dashboard sessions one tenant holds at once; a new sign-in ends its oldest (default 100)",
+    )
+    serve.add_argument(
+        "--sign-ins-per-minute",
+        type=float,
+        default=10.0,
+        help="dashboard sign-ins one client address may make a minute, and at once; a tenant 6 times as many from "
+        "all addresses; beyond it 429 (default 10)",
+    )
     serve.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
     serve.add_argument(
         "--access-log",
@@ -293,6 +306,10 @@ def _serve(args: argparse.Namespace) -> int:
         return _fail(f"--max-connections must be >= 1, got {args.max_connections}")
     if args.max_connections_per_address < 0:
         return _fail(f"--max-connections-per-address must be >= 0 (0: no cap), got {args.max_connections_per_address}")
+    if args.max_sessions_per_tenant < 1:
+        return _fail(f"--max-sessions-per-tenant must be >= 1, got {args.max_sessions_per_tenant}")
+    if not 0 < args.sign_ins_per_minute < float("inf"):
+        return _fail(f"--sign-ins-per-minute must be a number > 0, got {args.sign_ins_per_minute}")
     why = _check_listen(args.host, args.port)
     if why is not None:
         return _fail(why)
@@ -300,6 +317,7 @@ def _serve(args: argparse.Namespace) -> int:
         import uvicorn
 
         from .app import JobQuotas, TenantRateLimit, create_app
+        from .dashboard.sessions import SignInSettings
         from .edge import QueryRedactingFilter, edge_protocol
     except ImportError as exc:
         return _fail(f"the service needs its extra: pip install 'evalstop[service]' ({exc})")
@@ -324,6 +342,7 @@ def _serve(args: argparse.Namespace) -> int:
         **actuator_options,
         quotas=JobQuotas(args.max_jobs_per_tenant or None, args.max_running_jobs_per_tenant or None),
         api_docs=args.api_docs,
+        sign_in=SignInSettings(args.max_sessions_per_tenant, args.sign_ins_per_minute),
     )
     # A thread rendering a big page hands the interpreter over to the event loop within 1 ms instead of Python's 5 ms
     # when the loop asks for it: the wait of a request that arrives before the page gives way to it (fairness.py).

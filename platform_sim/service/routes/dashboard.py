@@ -16,6 +16,7 @@ and script (by a per-response nonce), and may not be framed.
 
 # No `from __future__ import annotations`: FastAPI reads the routes' annotations at runtime.
 import hmac
+import math
 import re
 import secrets
 from typing import Annotated
@@ -26,8 +27,9 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
 from ..dashboard import pages
 from ..dashboard.data import SORTS, DashboardData
-from ..dashboard.sessions import Session, SessionStore
+from ..dashboard.sessions import Session, SessionStore, SignInLimit, SignInSettings
 from ..deps import ServiceContext
+from ..edge import address_key
 from ..errors import ApiError
 from ..fairness import Pacer
 from ..store import JobNotFound, Tenant
@@ -93,16 +95,17 @@ async def read_form(request: Request) -> dict[str, str] | None:
     return {name: values[0] for name, values in fields.items()}
 
 
-def add_routes(app: FastAPI, ctx: ServiceContext, sessions: SessionStore | None = None) -> None:
+def add_routes(app: FastAPI, ctx: ServiceContext, settings: SignInSettings | None = None) -> None:
     """Add the dashboard's pages, around ``ctx``, to ``app``.
 
     Args:
         app: The app.
         ctx: The app's shared dependencies.
-        sessions: Where sign-in sessions live (default: a new :class:`SessionStore` for this app).
+        settings: The sign-in bounds (default: :class:`SignInSettings`'s).
     """
-    live = sessions if sessions is not None else SessionStore()
-    _add_sign_in_routes(app, ctx, live)
+    settings = settings or SignInSettings()
+    live = SessionStore(max_per_tenant=settings.max_sessions_per_tenant)
+    _add_sign_in_routes(app, ctx, live, SignInLimit(settings.sign_ins_per_minute))
     _add_job_pages(app, ctx, live, DashboardData(ctx.store))
 
 
@@ -144,7 +147,15 @@ async def _signed_in(
     return tenant, session
 
 
-def _add_sign_in_routes(app: FastAPI, ctx: ServiceContext, live: SessionStore) -> None:
+def _too_many_sign_ins(nonce: str, whose: str, wait: float) -> HTMLResponse:
+    """The sign-in form again, 429 with ``Retry-After``: too many sign-ins from this address or for this tenant."""
+    seconds = max(1, math.ceil(wait))
+    response = _login_form(nonce, f"Too many sign-ins {whose}: try again in {seconds} s.", 429)
+    response.headers["Retry-After"] = str(seconds)
+    return response
+
+
+def _add_sign_in_routes(app: FastAPI, ctx: ServiceContext, live: SessionStore, limit: SignInLimit) -> None:
     """``GET /login``, ``POST /login`` and ``POST /logout``."""
 
     @app.get("/login", include_in_schema=False)
@@ -157,6 +168,10 @@ def _add_sign_in_routes(app: FastAPI, ctx: ServiceContext, live: SessionStore) -
     @app.post("/login", include_in_schema=False)
     async def login(request: Request) -> Response:
         nonce = _nonce()
+        # Every attempt counts against its address, before any work (a wrong token too).
+        wait = limit.address_wait(address_key(request.client.host) if request.client else "")
+        if wait > 0:
+            return _too_many_sign_ins(nonce, "from this address", wait)
         form = await read_form(request)
         if form is None:
             return _login_form(nonce, "Send the sign-in form (a form with the field token).", 400)
@@ -165,14 +180,17 @@ def _add_sign_in_routes(app: FastAPI, ctx: ServiceContext, live: SessionStore) -
             return _login_form(nonce, "The sign-in form expired or came from another site: sign in again.", 400)
         token = form.get("token", "").strip()
         try:
-            await ctx.call(ctx.authenticate, token)
+            tenant = await ctx.call(ctx.authenticate, token)
         except ApiError as exc:
             if exc.status == 401:
                 return _login_form(nonce, "Unknown or revoked token.", 401)
             chrome = pages.Chrome(nonce)
             return _html(chrome, pages.error_page(chrome, exc.status, exc.message), exc.status, exc.headers)
+        wait = limit.tenant_wait(tenant.tenant_id)
+        if wait > 0:
+            return _too_many_sign_ins(nonce, "for this tenant", wait)
         live.end(request.cookies.get(SESSION_COOKIE))  # a new id at each sign-in (no session fixation)
-        session_id, _ = live.create(token)
+        session_id, _ = live.create(token, tenant.tenant_id)
         response = _redirect("/", nonce)
         response.set_cookie(
             SESSION_COOKIE,
