@@ -309,6 +309,16 @@ class SharedQueries:
         rows = self._rows(*sql.list_jobs_query(self._ph, tenant_id, status, limit, after))
         return (sql.job_from_row(r) for r in rows)
 
+    def iter_sorted_jobs(
+        self, tenant_id: int, status: str | None, sort: str, descending: bool, limit: int, offset: int = 0
+    ) -> Iterator[JobRecord]:
+        rows = self._rows(*sql.sorted_jobs_query(self._ph, tenant_id, status, sort, descending, limit, offset))
+        return (sql.job_from_row(r) for r in rows)
+
+    def count_jobs(self, tenant_id: int, status: str | None = None) -> int:
+        query, args = sql.count_jobs_query(self._ph, tenant_id, status)
+        return int(self._on_reader(lambda c: c.execute(query, args).fetchone()[0]))
+
     def iter_evals(
         self, tenant_id: int, job_id: str, *, order: str = "newest", limit: int = 100, cursor: int | None = None
     ) -> Iterator[StoredReport]:
