@@ -55,6 +55,8 @@ class EvalPoint:
         action: The decision answered (``continue`` or ``stop``).
         reason: The decision's reason.
         received_at: Unix time it was received.
+        std: The report's ``eval_std`` (the spread of its example scores), or None.
+        n: The report's ``eval_n``, or None.
     """
 
     step: int
@@ -62,6 +64,8 @@ class EvalPoint:
     action: str
     reason: str
     received_at: float
+    std: float | None = None
+    n: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,7 +156,9 @@ class DashboardData:
     def history(self, tenant_id: int, job_id: str) -> list[EvalPoint]:
         """The job's stored reports in step order; raises :class:`~platform_sim.service.store.JobNotFound`."""
         return [
-            EvalPoint(r.step, r.eval_score, r.decision.action.value, r.decision.reason, r.received_at)
+            EvalPoint(
+                r.step, r.eval_score, r.decision.action.value, r.decision.reason, r.received_at, r.eval_std, r.eval_n
+            )
             for r in self.store.reports(tenant_id, job_id)
         ]
 
