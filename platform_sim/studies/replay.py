@@ -216,6 +216,7 @@ def on_regular_grid(trace: RealTrace, n_evals: int) -> RealTrace:
         proxy=pick(trace.proxy),
         wall_s=pick(trace.wall_s),
         examples=pick(trace.examples),
+        spreads=pick(trace.spreads),
     )
     object.__setattr__(sub, "_labelling", trace.labelling)  # the cached label of the whole curve
     return sub
