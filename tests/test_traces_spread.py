@@ -75,3 +75,34 @@ def test_a_sub_eval_does_not_keep_the_whole_eval_s_spread(tmp_path: Path) -> Non
     path.write_text("\n".join([json.dumps(header), *path.read_text().splitlines()[1:]]) + "\n")
     trace = sim_traces.load_trace(path)
     assert trace.spreads and all(sub.spreads == () for sub in sim_traces.sub_evals(trace, per=2))
+
+
+def test_the_replay_feeds_each_trace_s_recorded_spread_to_the_detector(tmp_path: Path) -> None:
+    """Two recordings of one falling curve, one with a spread far larger than its dips and one with a small spread:
+    the replay's per-trace rows decide on the recorded spread (the first is not stopped, which the same curve on its
+    means alone is; the second is), as trace_detection does when handed the spreads."""
+    import numpy as np
+
+    from platform_sim.core import default_spec
+    from platform_sim.sim.workload import WorkloadConfig
+    from platform_sim.studies.replay import replay
+    from platform_sim.studies.trace_detection import corpus_scale, trace_detection
+
+    rng = np.random.default_rng(3)
+    p = np.arange(1, 25) / 24
+    curve = np.where(p <= 0.5, 2 * p, 1 - (p - 0.5)) + rng.normal(0, 0.03, p.size)
+    for name, std in (("wide", 5.0), ("narrow", 0.01)):
+        rows = [
+            {"step": 10 * (i + 1), "eval_score": float(v), "eval_std": std, "eval_n": 50} for i, v in enumerate(curve)
+        ]
+        _write(tmp_path / f"{name}.jsonl", rows)
+    traces = sim_traces.load_traces(tmp_path)
+    spec = default_spec()
+    out = replay(traces, WorkloadConfig(n_jobs=12), spec, seeds=1)
+    got = {row["trace"]: row for row in out["traces"]}
+    scale = corpus_scale(traces)
+    for t in traces:
+        assert t.spreads and got[t.name]["stopped"] == trace_detection(t, spec, scale, spreads=t.spreads)["stopped"]
+    means_only = {t.name: trace_detection(t, spec, scale)["stopped"] for t in traces}
+    assert means_only == {"wide": True, "narrow": True}
+    assert (got["wide"]["stopped"], got["narrow"]["stopped"]) == (False, True)
