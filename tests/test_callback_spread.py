@@ -72,5 +72,6 @@ def test_a_trainer_logging_mean_and_std_makes_the_callback_decide_on_the_spread(
     evals = [line for line in lines if line["kind"] == "eval"]
     assert evals and all(e["eval_n"] == HELDOUT for e in evals)
     assert all(e["eval_std"] == pytest.approx(logged[e["step"]]) for e in evals)
-    # The history names the mode of every decision: the mean with its spread.
+    # The detector decided on the mean with its spread (its reason says so), and the history names that mode.
+    assert EvidenceMode.of_reason(cb.last_decision.reason) is EvidenceMode.MEAN_AND_SPREAD, cb.last_decision
     assert cb.history and all(h["mode"] == EvidenceMode.MEAN_AND_SPREAD.value for h in cb.history), cb.history
