@@ -55,6 +55,7 @@ def test_embedded_client_takes_reports_with_a_spread() -> None:
     for step, mean in enumerate([0.2, 0.4, 0.5]):
         decision = client.report(make_report(job, "rlhf", step * 10, mean, std=0.1, n=32))
         assert decision.action.value == "continue"
+        assert EvidenceMode.of_reason(decision.reason) is EvidenceMode.MEAN_AND_SPREAD
     assert client.monitor(job).steps == [0, 10, 20]
 
 
@@ -64,7 +65,8 @@ def test_platform_client_queues_the_spread_while_the_service_is_down() -> None:
     url = f"http://127.0.0.1:{free_port()}"
     with PlatformClient(url, "token", max_retries=0, connect_timeout=0.2) as client:
         job = client.register("rlhf", job_id="offline")
-        client.report(make_report(job, "rlhf", 0, 0.3, std=0.12, n=50))
+        local = client.report(make_report(job, "rlhf", 0, 0.3, std=0.12, n=50))
+        assert EvidenceMode.of_reason(local.reason) is EvidenceMode.MEAN_AND_SPREAD  # the fallback core used it
         client.report(make_report(job, "rlhf", 10, 0.4))
         assert client.last_source == "fallback" and client.pending(job) == 2
         state = client.state_dict()
