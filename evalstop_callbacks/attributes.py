@@ -24,7 +24,8 @@ class CallbackAttributes:
         detector_spec, cadence_spec, eval_budget: The detector spec the job runs, the cadence policy's spec (None:
             fixed), the budget of hinted evaluations (``max_extra_evals``, ``max_eval_share``).
         job_id (`str` or `None`): The job's id at the scheduler (chosen by the client at registration when not given).
-        history (`list[dict]`): One entry per evaluation: `step`, `eval_score`, `declines`, `action`.
+        history (`list[dict]`): One entry per evaluation: `step`, `eval_score`, `declines`, `action`, `mode` (the
+            evidence the decision was taken in: `"per-example"`, `"mean-and-spread"` or `"means only"`).
         stopped_at, would_stop_at (`int` or `None`): Enforce mode's stop step; the scheduler's first stop (both modes).
         stop_reason, last_decision: The stop decision's reason; the last decision.
         restored_from (`str` or `None`): Checkpoint folder whose weights were loaded into the model.

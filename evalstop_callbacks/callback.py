@@ -188,7 +188,7 @@ class EvalStopCallback(CallbackAttributes, TrainerCallback, ExportableState):
         step, ended = state.global_step, self.stopped_at is not None or self._finished
         if ended or not self.schedule.metrics_due(step, _max_steps(state), self.eval_on_start):
             return control
-        result = self._link.metrics_result(step, metrics or {}, self.evaluator)
+        result = self._link.metrics_result(step, metrics or {}, self.evaluator, args, kwargs.get("eval_dataloader"))
         if result is None:
             return control  # the metric belongs to a dataset evaluated next
         payload = self._report(args, state, step, result) if self._is_main else None
@@ -234,12 +234,12 @@ class EvalStopCallback(CallbackAttributes, TrainerCallback, ExportableState):
         try:
             checked, decision = self.job.report(step, result, self.evaluator)
             extras = dict(self.trace_extras(args, state) or {}) if self.trace_extras is not None else {}
-            self._trace.hold(step, checked.score, checked.scores, extras, self.schedule.wall())
+            self._trace.hold(step, checked, extras, self.schedule.wall())
             allowed = self.schedule.hint_allowed(step)
         except Exception as exc:  # noqa: BLE001 - shared with every rank by _apply, then raised everywhere
             return failure(exc)
         self._own_time = time.perf_counter() - t0
-        return {"step": step, "score": checked.score, "decision": decision.to_dict(), "hint_allowed": allowed}
+        return self.job.payload(step, checked, decision, allowed)
 
     def _apply(
         self, args: Any, state: Any, control: Any, step: int, payload: dict[str, Any] | None, model: Any, tok: Any
@@ -249,7 +249,7 @@ class EvalStopCallback(CallbackAttributes, TrainerCallback, ExportableState):
         shared = share_outcome(payload, step)  # a failure raises on every rank here
         decision = self.record.last_decision = Decision.from_dict(shared["decision"])
         score = shared["score"]
-        self.record.add(step, score, decision, extra=self.schedule.record(step))
+        self.record.add(step, score, decision, self.schedule.record(step), shared.get("mode"))
         self.schedule.take_hint(step, decision, _max_steps(state), bool(shared.get("hint_allowed", True)))
         stopping = decision.should_stop and self.would_stop_at is None
         assert self.evaluator is not None

@@ -36,6 +36,8 @@ def make_report(
     score: float,
     scores: Sequence[float] | None = None,
     error: type[Exception] | None = None,
+    std: float | None = None,
+    n: int | None = None,
 ) -> Report:
     """The :class:`Report` of one evaluation, built the one way every entry point builds it: a NaN or inf score is
     refused first by :func:`refuse_non_finite`, with the job and step named.
@@ -44,10 +46,27 @@ def make_report(
         job_id, job_type, step: The job and the evaluation's step.
         score: The mean score (higher is better).
         scores: Per-example scores in a fixed example order, or None.
-        error: The exception class for a non-finite score (default :class:`NonFiniteScoreError`).
+        error: The exception class for a non-finite score or spread (default :class:`NonFiniteScoreError`).
+        std: The sample standard deviation of the evaluation's example scores (the report's ``eval_std``), or None.
+        n: Their count (``eval_n``), given together with ``std``.
+
+    Raises:
+        ``error``: A non-finite score, per-example score or ``std``.
+        InvalidReportError: Any other value the :class:`Report` refuses (``std`` without ``n``, ``n`` < 2, a negative
+            ``std``, a spread that disagrees with ``scores``), its message led by the job and step.
     """
     refuse_non_finite(job_id, step, score, scores, error or NonFiniteScoreError)
-    return Report(job_id, job_type, step, score, None if scores is None else tuple(scores))
+    if isinstance(std, float) and not math.isfinite(std):
+        raise (error or NonFiniteScoreError)(
+            f"EvalStop job {job_id!r}: non-finite eval_std {std} at step {step}; a NaN or inf spread is refused "
+            "(leave the spread out, or fix the metric that logs it)"
+        )
+    try:
+        return Report(job_id, job_type, step, score, None if scores is None else tuple(scores), std, n)
+    except InvalidReportError as exc:
+        if std is None and n is None:
+            raise
+        raise InvalidReportError(f"EvalStop job {job_id!r} step {step}: {exc}") from None
 
 
 class NonFiniteScoreError(InvalidReportError):

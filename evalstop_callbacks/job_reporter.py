@@ -7,10 +7,11 @@ Everything here runs on the main process only; the callback shares what comes ba
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
-from platform_sim.core import Decision, Report
+from platform_sim.core import Decision, EvidenceMode
 
-from .client import BoundaryClient, refuse_non_finite
+from .client import BoundaryClient, make_report, refuse_non_finite
 from .evaluators import EvalResult, EvaluatorError, checked_result
 from .settings import CallbackSettings
 
@@ -30,6 +31,8 @@ class JobReporter:
     settings: CallbackSettings
     job_id: str | None = None
     registered: bool = False
+    #: The evidence the last report carried (per-example scores, a mean with its spread, or the mean alone).
+    last_mode: EvidenceMode | None = None
 
     def register(self) -> str:
         """Register the job (once) and return its id."""
@@ -42,15 +45,36 @@ class JobReporter:
     def report(self, step: int, result: object, evaluator: object) -> tuple[EvalResult, Decision]:
         """Report the evaluation of ``step`` and return the checked result with the scheduler's decision.
 
+        The report carries the result's spread (``EvalResult.std``/``n``: ``eval_std``/``eval_n``) when it has one.
+
         Raises:
-            EvaluatorError: ``result`` is not a finite :class:`EvalResult` (named with the job and the step).
+            EvaluatorError: ``result`` is not a finite :class:`EvalResult`, or its spread is not finite (named with
+                the job and the step).
+            InvalidReportError: Its spread breaks the report's rules (``std`` without ``n``, ``n`` < 2, ...).
         """
         job_id = self.register()
         if isinstance(result, EvalResult):  # the one non-finite policy: refused, naming the job and step
             refuse_non_finite(job_id, step, result.score, result.scores, EvaluatorError)
         checked = checked_result(result, evaluator, step)
         scores = tuple(checked.scores) if checked.scores else None
-        return checked, self.client.report(Report(job_id, self.settings.job_type, step, checked.score, scores))
+        job_type = self.settings.job_type
+        report = make_report(job_id, job_type, step, checked.score, scores, EvaluatorError, checked.std, checked.n)
+        self.last_mode = report.mode
+        return checked, self.client.report(report)
+
+    def payload(self, step: int, checked: EvalResult, decision: Decision, hint_allowed: bool) -> dict[str, Any]:
+        """What the main process shares with every rank after a report (plain data): the step, the score, the
+        decision, whether its cadence hint may be followed, and the evidence mode of the history entry: the one the
+        decision's reason names, else the one the report carried (a scheduler whose reasons name none)."""
+        named = EvidenceMode.of_reason(decision.reason)
+        mode = named if named is not None else self.last_mode
+        return {
+            "step": step,
+            "score": checked.score,
+            "decision": decision.to_dict(),
+            "hint_allowed": hint_allowed,
+            "mode": None if mode is None else mode.value,
+        }
 
     def finish(self, reason: str) -> None:
         """Tell the scheduler the run ended (``"stopped"`` or ``"completed"``), if it was ever registered."""

@@ -117,19 +117,23 @@ class RunRecord:
     restored_from: str | None = None
     overhead_seconds: list[float] = field(default_factory=list)
 
-    def add(self, step: int, score: float, decision: Decision, extra: bool) -> dict[str, Any]:
+    def add(self, step: int, score: float, decision: Decision, extra: bool, mode: str | None = None) -> dict[str, Any]:
         """Record the evaluation of ``step`` and its decision; the history entry.
 
         Args:
             step, score: The evaluation.
             decision: The scheduler's decision on it.
             extra: It was made at a cadence hint, off the regular interval (``"extra": True`` in the entry).
+            mode: The evidence mode the decision was taken in (``"per-example"``, ``"mean-and-spread"``,
+                ``"means only"``: :meth:`JobReporter.payload <evalstop_callbacks.job_reporter.JobReporter.payload>`),
+                the entry's ``mode``.
         """
         entry: dict[str, Any] = {
             "step": step,
             "eval_score": score,
             "declines": decision.declines,
             "action": decision.action.value,
+            "mode": mode,
         }
         if extra:
             entry["extra"] = True

@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .distributed import world
-from .evaluators import unwrap_model
+from .evaluators import EvalResult, unwrap_model
 from .trace import TraceRecorder, eval_prefix
 from .trainer_compat import trainer_name
 
@@ -49,13 +49,14 @@ class TraceSink:
             self.recorder.append_raw(kept)
         self._pending = None
 
-    def hold(
-        self, step: int, score: float, scores: Sequence[float] | None, extras: Mapping[str, Any], wall_s: float
-    ) -> None:
-        """Hold the eval line of ``step`` until the step's logs are in; ``extras`` (from ``trace_extras``) win over
-        the logged values."""
+    def hold(self, step: int, result: EvalResult, extras: Mapping[str, Any], wall_s: float) -> None:
+        """Hold the eval line of ``step`` (the evaluation's score, per-example scores and spread, as reported) until
+        the step's logs are in; ``extras`` (from ``trace_extras``) win over the logged values."""
         fixed = {k: v for k, v in extras.items() if v is not None}
-        self._pending = {"step": step, "score": score, "scores": scores, "fields": dict(fixed), "fixed": set(fixed)}
+        if result.std is not None:  # the spread that was reported with the score
+            fixed.update(eval_std=result.std, eval_n=result.n)
+        scores: Sequence[float] | None = result.scores
+        self._pending = {"step": step, "score": result.score, "scores": scores, "fields": fixed, "fixed": set(fixed)}
         self._pending["wall_s"] = wall_s
         if self._last_logs is not None and self._last_logs[0] == step:
             self._merge(self._last_logs[1])

@@ -229,9 +229,13 @@ class TrainerLink:
             return True
         return all(any(k.startswith(f"eval_{name}_") for k in metrics) for name in eval_dataset)
 
-    def metrics_result(self, step: int, metrics: Mapping[str, Any], evaluator: Evaluator) -> Any:
+    def metrics_result(
+        self, step: int, metrics: Mapping[str, Any], evaluator: Evaluator, args: Any = None, eval_dataloader: Any = None
+    ) -> Any:
         """The evaluator's result from the trainer's eval metrics of ``step``, or None while its metric is still to
-        come (see :meth:`gather_metrics`).
+        come (see :meth:`gather_metrics`). A :class:`MetricEvaluator` first learns how many example scores an
+        evaluation averages (for its spread): from the attached trainer's ``eval_dataset``, else from the dataset of
+        the ``eval_dataloader`` the trainer hands its callbacks, with ``args`` for GRPO/RLOO's generations per prompt.
 
         Raises:
             EvaluatorError: The evaluator failed on the metrics (named with the step; the same on every rank).
@@ -239,6 +243,9 @@ class TrainerLink:
         seen = self.gather_metrics(step, metrics, evaluator)
         if seen is None:
             return None
+        if isinstance(evaluator, MetricEvaluator) and evaluator.eval_count is None:
+            dataset = getattr(self.trainer, "eval_dataset", None)
+            evaluator.use_eval_set(args, dataset if dataset is not None else getattr(eval_dataloader, "dataset", None))
         try:
             return evaluator.from_metrics(seen)
         except Exception as exc:  # noqa: BLE001 - trainer metrics are the same on every rank: all raise here

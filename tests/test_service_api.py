@@ -188,7 +188,15 @@ def test_openapi_spec_is_versioned_and_declares_bearer_auth(server):
     assert spec["components"]["securitySchemes"]["HTTPBearer"]["scheme"] == "bearer"
     report = spec["components"]["schemas"]["ReportIn"]
     assert report["additionalProperties"] is False
-    assert set(report["properties"]) == {"job_id", "job_type", "step", "eval_score", "eval_scores"}
+    assert set(report["properties"]) == {
+        "job_id",
+        "job_type",
+        "step",
+        "eval_score",
+        "eval_scores",
+        "eval_std",
+        "eval_n",
+    }
     detector = spec["components"]["schemas"]["JobOut"]["properties"]["detector"]
     assert detector["$ref"].endswith("/DetectorSpec") and "default detector" in detector["description"]
     # The description says what a job registered without a detector runs: the default spec, in its own numbers.

@@ -185,11 +185,12 @@ def test_a_version_1_database_opens_and_its_jobs_read_as_fixed(tmp_path: Path) -
         version = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
         jobs_cols = [r[1] for r in conn.execute("PRAGMA table_info(jobs)")]
         report_cols = [r[1] for r in conn.execute("PRAGMA table_info(reports)")]
-        hints = conn.execute("SELECT step, next_eval_step FROM reports ORDER BY step").fetchall()
+        hints = conn.execute("SELECT step, next_eval_step, eval_std, eval_n FROM reports ORDER BY step").fetchall()
     conn.close()
-    assert version == (str(tables.SCHEMA_VERSION),) and tables.SCHEMA_VERSION == 4
-    assert jobs_cols[-2:] == ["cadence", "gpu_hours_freed"] and report_cols[-1] == "next_eval_step"
-    assert hints == [(0, None), (20, None), (40, None), (60, None), (80, None)]
+    assert version == (str(tables.SCHEMA_VERSION),) and tables.SCHEMA_VERSION == 5
+    assert jobs_cols[-2:] == ["cadence", "gpu_hours_freed"]
+    assert report_cols[-3:] == ["next_eval_step", "eval_std", "eval_n"]
+    assert hints == [(step, None, None, None) for step in (0, 20, 40, 60, 80)]
 
 
 def test_a_confirmed_stop_survives_a_server_restart_between_the_two_looks(tmp_path: Path) -> None:

@@ -37,6 +37,8 @@ _field_values = {
     "eval_scores": st.one_of(
         st.lists(st.one_of(_numbers, st.sampled_from([True, "x", None])), max_size=4), st.just([]), _anything
     ),
+    "eval_std": st.one_of(_numbers, st.sampled_from([0.0, -0.5, 0.25, True, "0.2", None]), _anything),
+    "eval_n": st.one_of(st.integers(-2, 5), st.sampled_from([2**62 + 1, 3.0, 3.5, True, "7", None]), _anything),
 }
 
 

@@ -22,11 +22,16 @@ class EvalResult:
         scores: Per-example scores in the fixed order of the held-out set, or ``None`` when the evaluator has only
             an aggregate (e.g. :class:`MetricEvaluator`).
         completions: The generated completions, for inspection and traces (not sent to the scheduler).
+        std: The sample standard deviation of the example scores behind ``score``, when the evaluator has it without
+            the scores themselves (a trainer's ``.../std`` metric); reported as ``eval_std``. None: not known.
+        n: How many example scores ``std`` is over (``eval_n``, >= 2); given with ``std``.
     """
 
     score: float
     scores: tuple[float, ...] | None = None
     completions: tuple[str, ...] | None = None
+    std: float | None = None
+    n: int | None = None
 
 
 class Evaluator(ABC):

@@ -179,6 +179,19 @@ def configure(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
         "it the detector decides on means alone (and says so)",
     )
     add(
+        "--std-metric",
+        metavar="NAME",
+        help="the series of the metric's standard deviation (a name ending in 'stderr': its standard error); default: "
+        "the metric's sibling when the log holds one ('.../mean' -> '.../std', 'X' -> 'X_std', 'X_stderr'); with --n "
+        "the detector decides on each eval's mean and spread",
+    )
+    add(
+        "--n",
+        type=int,
+        metavar="N",
+        help="how many example scores each evaluation averages (>= 2), which the spread needs",
+    )
+    add(
         "--detector",
         type=_detector,
         metavar="SPEC",
@@ -321,6 +334,8 @@ def run_args(args: argparse.Namespace) -> int:
             keep_best=args.keep_best,
             prune_others=args.prune_others,
             mode=args.mode,
+            std_metric=args.std_metric,
+            n=args.n,
         )
         plan = StopPlan(
             pid=args.pid,

@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 import fnmatch
+import logging
+import math
 
+from ..evaluators.metric import spread_siblings
 from .records import Point, WatchError
+
+logger = logging.getLogger(__name__)
 
 
 def _is_glob(pattern: str) -> bool:
@@ -66,3 +71,93 @@ class SeriesSelector:
             return "none"
         more = f" and {len(names) - limit} more" if len(names) > limit else ""
         return ", ".join(names[:limit]) + more
+
+
+class SpreadSeries:
+    """The spread of the watched metric: the standard deviation (or standard error) series beside it, and the count.
+
+    The series is ``--std-metric`` when given, else the first of the chosen metric's automatic siblings that the log
+    holds (:func:`~evalstop_callbacks.evaluators.metric.spread_siblings`: ``.../mean`` -> ``.../std``, ``X`` ->
+    ``X_std``, ``X_stderr``), as ``MetricEvaluator`` reads a trainer's metrics; a name ending in ``stderr`` is a
+    standard error, turned into a standard deviation with the count (``std = stderr * sqrt(n)``). The count is
+    ``--n``: a log does not say how many examples an evaluation averaged. Without both, evaluations go on their means
+    alone; the first evaluation logs once which evidence the detector gets and why.
+
+    Args:
+        std_metric: The spread's series name (``--std-metric``), or None for the automatic siblings.
+        n: The count of each evaluation's example scores (``--n``, >= 2), or None.
+
+    Raises:
+        WatchError: ``std_metric`` empty, or ``n`` not an integer >= 2.
+    """
+
+    def __init__(self, std_metric: str | None = None, n: int | None = None) -> None:
+        if std_metric is not None and not std_metric:
+            raise WatchError("--std-metric: empty name")
+        if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 2):
+            raise WatchError(f"--n must be an integer >= 2 (a spread needs two scores), got {n!r}")
+        self.std_metric = std_metric
+        self.n = n
+        self.values: dict[str, dict[int, float]] = {}
+        self._told = False
+        self._warned = False
+
+    def take(self, points: list[Point], chosen: str | None) -> None:
+        """Keep the points of every series that may be the spread of ``chosen`` (the metric's series, or None)."""
+        names = self.candidates(chosen)
+        for point in points:
+            for name in (point.series, point.alias):
+                if name is not None and name in names:
+                    self.values.setdefault(name, {})[point.step] = point.value
+
+    def candidates(self, chosen: str | None) -> list[str]:
+        """The series names that may hold the spread of ``chosen``, in the order they are tried."""
+        if self.std_metric is not None:
+            return [self.std_metric]
+        return [] if chosen is None else [name for name, _ in spread_siblings(chosen)]
+
+    def at(self, step: int, chosen: str) -> tuple[float | None, int | None]:
+        """The ``(std, n)`` of the evaluation at ``step``, or ``(None, None)``: no spread logged at that step, no
+        count, or a value that is not a finite number >= 0 (warned once: the mean still decides)."""
+        found = next(
+            ((name, v[step]) for name in self.candidates(chosen) if step in (v := self.values.get(name, {}))), None
+        )
+        if found is None or self.n is None:
+            self._tell(chosen, None if found is None else found[0])
+            return None, None
+        name, value = found
+        if not math.isfinite(value) or value < 0:
+            if not self._warned:
+                self._warned = True
+                logger.warning(
+                    "evalstop watch: %s is %r at step %d, not a finite standard deviation >= 0: that evaluation "
+                    "(and any other such) goes on its mean alone",
+                    name,
+                    value,
+                    step,
+                )
+            return None, None
+        self._tell(chosen, name)
+        return (value * math.sqrt(self.n) if name.endswith("stderr") else value), self.n
+
+    def _tell(self, chosen: str, name: str | None) -> None:
+        if self._told:
+            return
+        self._told = True
+        if name is not None and self.n is not None:
+            logger.info(
+                "evalstop watch: %s is reported with its spread (%s, n=%d): the detector decides in mean-and-spread "
+                "mode",
+                chosen,
+                name,
+                self.n,
+            )
+        elif name is not None:
+            logger.info("evalstop watch: %s has a spread (%s) but no --n: means only; pass --n N", chosen, name)
+        else:
+            logger.info(
+                "evalstop watch: no spread of %s in the log (looked for %s): means only; pass --std-metric NAME --n N "
+                "when it is logged under another name",
+                chosen,
+                ", ".join(self.candidates(chosen)),
+            )

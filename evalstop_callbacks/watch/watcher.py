@@ -27,14 +27,14 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from platform_sim.core import Decision, Report, default_spec, detector_from_spec
+from platform_sim.core import Decision, EvidenceMode, Report, default_spec, detector_from_spec
 
 from ..client import BoundaryClient, EmbeddedClient, make_report, refuse_non_finite
 from ..keeper import BestCheckpoints, checkpoint_steps
 from .examples import ExampleDumps
 from .formats import Source, detect, open_source
 from .records import FORMATS, Point, WatchError
-from .series import SeriesSelector
+from .series import SeriesSelector, SpreadSeries
 
 logger = logging.getLogger(__name__)
 
@@ -110,6 +110,8 @@ class WatchResult:
             metric's own units, ``path`` the ``evalstop-best-<step>`` folder, ``source`` the framework's folder).
         pruned: Every folder the keeper deleted (copies that fell out of the K best, and with ``--prune-others``
             the framework's checkpoints that were neither kept nor the newest).
+        evidence: The evidence mode the detector's last decision names (``"per-example"``, ``"mean-and-spread"``,
+            ``"means only"``), or None before any decision or when its reason names none.
     """
 
     decision: str
@@ -133,6 +135,7 @@ class WatchResult:
     keep_best: int = 1
     kept: list[dict[str, Any]] = field(default_factory=list)
     pruned: list[str] = field(default_factory=list)
+    evidence: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -171,6 +174,9 @@ class Watcher:
             the log to its end, keeping the best checkpoints all the same).
         warm_up: Run the detector once on a made-up curve first (see :func:`_warm`), so that its first real decision
             is not delayed by loading its statistics code.
+        std_metric: The series of the metric's standard deviation (or, named ``...stderr``, standard error), or None
+            for the automatic siblings (:class:`~evalstop_callbacks.watch.series.SpreadSeries`).
+        n: The count of each evaluation's example scores, which the spread needs (None: means only).
 
     Raises:
         WatchError: A bad format name, detector spec or job type.
@@ -194,6 +200,8 @@ class Watcher:
         prune_others: bool = False,
         mode: str = "enforce",
         warm_up: bool = True,
+        std_metric: str | None = None,
+        n: int | None = None,
     ) -> None:
         if format not in FORMATS:
             raise WatchError(f"--format must be one of {', '.join(FORMATS)}, got {format!r}")
@@ -214,6 +222,7 @@ class Watcher:
         self.format = format
         self.sign = 1.0 if greater_is_better else -1.0
         self.selector = SeriesSelector(metric)
+        self.spread = SpreadSeries(std_metric, n)
         self.examples = None if examples is None else ExampleDumps(Path(examples), negate=not greater_is_better)
         self.checkpoints = None if checkpoints is None else Path(checkpoints)
         self.keep_best = keep_best
@@ -267,7 +276,9 @@ class Watcher:
         return True
 
     def _queue(self, points: list[Point]) -> None:
-        for point in self.selector.select(points):
+        selected = self.selector.select(points)
+        self.spread.take(points, self.selector.chosen)
+        for point in selected:
             if self._last_step is not None and point.step <= self._last_step:
                 # A resumed trainer logs steps again, a replaced event file is read again: the first value stands.
                 if self._repeats.get(point.step, point.value) != point.value:
@@ -298,7 +309,8 @@ class Watcher:
                     scores = self.examples.scores(step)
             self._pending.pop(0)
             refuse_non_finite(self.job_id, step, value, None, WatchError)  # named in the metric's own sign
-            report = make_report(self.job_id, self.job_type, step, self.sign * value, scores, WatchError)
+            std, n = (None, None) if scores is not None else self.spread.at(step, self.selector.chosen or "")
+            report = make_report(self.job_id, self.job_type, step, self.sign * value, scores, WatchError, std, n)
             try:
                 self.decision = self.client.report(report)
             except ValueError as exc:  # the core refused it (e.g. per-example scores of another length)
@@ -388,6 +400,7 @@ class Watcher:
             keep_best=self.keep_best,
             kept=[] if self.keeper is None else [{**k, "score": self.sign * k["score"]} for k in self.keeper.listing()],
             pruned=[] if self.keeper is None else list(self.keeper.pruned),
+            evidence=None if d is None or (m := EvidenceMode.of_reason(d.reason)) is None else m.value,
         )
 
     def _best_folder(self, best_step: int | None, kept: Any) -> tuple[str | None, str | None]:

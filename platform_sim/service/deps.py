@@ -186,4 +186,5 @@ def job_out(job: JobRecord) -> dict[str, Any]:
         "finish_reason": job.finish_reason,
         "stop_reason": job.stop_reason,
         "gpu_hours_freed": job.gpu_hours_freed,
+        "mode": None if job.mode is None else job.mode.value,
     }

@@ -91,6 +91,8 @@ def report_row(key: tuple[Any, ...], report: Report, decision: Decision, now: fl
         decision.best_score,
         now,
         decision.next_eval_step,
+        report.eval_std,
+        report.eval_n,
     )
 
 

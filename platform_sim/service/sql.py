@@ -32,7 +32,8 @@ JOB_FROM = (
 )
 TENANT_COLUMNS = "tenant_id, name, created_at, revoked_at"
 STORED_REPORT_COLUMNS = (
-    "step, eval_score, eval_scores, action, reason, declines, best_step, best_score, received_at, next_eval_step"
+    "step, eval_score, eval_scores, action, reason, declines, best_step, best_score, received_at, next_eval_step, "
+    "eval_std, eval_n"
 )
 
 _STATUS_WHERE = {
@@ -93,7 +94,7 @@ def statements(ph: str) -> Statements:
         ),
         insert_report=(
             "INSERT INTO reports (tenant_id, job_id, step, eval_score, eval_scores, action, reason, declines, "
-            f"best_step, best_score, received_at, next_eval_step) VALUES ({', '.join([p] * 12)})"
+            f"best_step, best_score, received_at, next_eval_step, eval_std, eval_n) VALUES ({', '.join([p] * 14)})"
         ),
         update_job_state=(
             f"UPDATE jobs SET detector_state = {p}, n_reports = {p}, first_step = {p}, first_report_at = {p}, "
@@ -274,6 +275,8 @@ def stored_report_from_row(row: Sequence[Any]) -> StoredReport:
         None if row[2] is None else tuple(json.loads(row[2])),
         decision_from_row(row[3], row[4], row[5], row[6], row[7], row[9]),
         row[8],
+        row[10],
+        row[11],
     )
 
 

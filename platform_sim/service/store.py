@@ -18,7 +18,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
-from platform_sim.core import Decision, Report
+from platform_sim.core import Decision, EvidenceMode, Report
 
 TOKEN_PREFIX = "es_"
 
@@ -151,6 +151,16 @@ class JobRecord:
             return "stopped"
         return "running"
 
+    @property
+    def mode(self) -> EvidenceMode | None:
+        """The evidence the job's detector decided on at its last report, as the reason names it
+        (:meth:`EvidenceMode.of_reason <platform_sim.core.EvidenceMode.of_reason>`): a stopped job's from the
+        detector's stop reason (the stop decision's reason leads with the step it stopped at), a running job's from
+        its last decision; None before the first report or when the reason names no mode."""
+        if self.stop_reason:
+            return EvidenceMode.of_reason(self.stop_reason)
+        return None if self.last_decision is None else EvidenceMode.of_reason(self.last_decision.reason)
+
 
 @dataclass(frozen=True, slots=True)
 class ReportOutcome:
@@ -179,6 +189,8 @@ class StoredReport:
     eval_scores: tuple[float, ...] | None
     decision: Decision
     received_at: float = field(default=0.0)
+    eval_std: float | None = None
+    eval_n: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,14 +21,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 """The SQLite file's schema version (``meta.schema_version``); a file with a newer one is refused, an older one is
 upgraded when a store opens it. Version 2 added each job's cadence (``jobs.cadence``) and the cadence hint of each
 answered decision (``reports.next_eval_step``). Version 3 (Alembic ``0003_events``) added the GPU-hours a stop freed
 (``jobs.gpu_hours_freed``), the audit trail (``events``) and the webhooks with their outbox (``webhooks``,
 ``webhook_outbox``). Version 4 (Alembic ``0004_actuators``) added what the service may do on the cluster
 schedulers: each tenant's scopes (``tenant_scopes``), each job's scheduler handle (``scheduler_handles``) and the
-durable outbox of stop actions (``actuations``)."""
+durable outbox of stop actions (``actuations``). Version 5 (Alembic ``0005_spread``) added each report's spread
+(``reports.eval_std``, ``reports.eval_n``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,6 +139,9 @@ TABLES: tuple[Table, ...] = (
             _c("received_at", "real", False),
             # The decision's cadence hint (NULL: none), so that a re-send is answered the same decision.
             _c("next_eval_step", "bigint", since=2),
+            # The report's spread (eval_std, eval_n; NULL: none): the history shows it.
+            _c("eval_std", "real", since=5),
+            _c("eval_n", "bigint", since=5),
         ),
         primary_key=("tenant_id", "job_id", "step"),
         foreign_keys=((("tenant_id", "job_id"), "jobs", ("tenant_id", "job_id")),),

@@ -178,6 +178,16 @@ class ReportIn(_Strict):
     # StrictFloat: JSON numbers only (no booleans, no strings), checked in pydantic's core without a Python call per
     # value (a report may carry tens of thousands).
     eval_scores: list[StrictFloat] | None = Field(None, min_length=1, max_length=1_000_000)
+    # The spread, when only the mean and its spread are known; the core checks that both come together and agree
+    # with eval_scores.
+    eval_std: Number | None = Field(
+        None,
+        ge=0,
+        description="Sample standard deviation (ddof=1) of the eval's example scores, finite and >= 0; with eval_n.",
+    )
+    eval_n: Integer | None = Field(
+        None, ge=2, le=2**62, description="Count of the eval's example scores, >= 2; with eval_std."
+    )
 
 
 class FinishIn(_Strict):
@@ -228,6 +238,12 @@ class JobOut(BaseModel):
     finished_at: float | None
     finish_reason: str | None
     stop_reason: str | None = Field(None, description="The core's reason for the stop; null while not stopped.")
+    mode: Literal["per-example", "mean-and-spread", "means only"] | None = Field(
+        None,
+        description="The evidence the job's detector decided on at its last report, as the decision's reason names "
+        "it (per-example scores, each eval's mean with its spread, or the means alone); null before the first "
+        "report or when the reason names none.",
+    )
     gpu_hours_freed: float | None = Field(
         None,
         description="GPU-hours the stop gave back: gpus x the remaining planned steps at the job's measured step "
@@ -260,6 +276,8 @@ class EvalOut(BaseModel):
     step: int
     eval_score: float
     n_eval_scores: int | None = Field(description="How many per-example scores the report carried (null: none).")
+    eval_std: float | None = Field(None, description="The report's eval_std (null: none).")
+    eval_n: int | None = Field(None, description="The report's eval_n (null: none).")
     decision: DecisionOut
     received_at: float = Field(description="Unix time (server clock) the report was committed.")
 

@@ -31,7 +31,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -238,6 +238,8 @@ class RealTrace:
         wall_s: Seconds since training began per step where recorded.
         end: The end line, if any.
         examples: Per-example scores per step where recorded (``None`` entries where not).
+        spreads: The recorded spread ``(eval_std, eval_n)`` per step where an eval line carries one (``None`` entries
+            where not; empty: no eval line of the trace does).
     """
 
     name: str
@@ -249,6 +251,7 @@ class RealTrace:
     wall_s: tuple[float | None, ...]
     end: dict[str, Any] | None = field(default=None)
     examples: tuple[tuple[float, ...] | None, ...] = field(default=())
+    spreads: tuple[tuple[float, int] | None, ...] = field(default=())
 
     @property
     def job_type(self) -> str:
@@ -344,7 +347,14 @@ def load_trace(path: str | Path) -> RealTrace:
         tuple(None if e.get("wall_s") is None else float(e["wall_s"]) for e in ev),
         t.end,
         tuple(tuple(float(v) for v in e["eval_scores"]) if e.get("eval_scores") else None for e in ev),
+        _spreads(ev),
     )
+
+
+def _spreads(evals: Sequence[Mapping[str, Any]]) -> tuple[tuple[float, int] | None, ...]:
+    """The recorded ``(eval_std, eval_n)`` of each eval line (validated by the reader), or ``()`` when none has one."""
+    out = tuple(None if e.get("eval_std") is None else (float(e["eval_std"]), int(e["eval_n"])) for e in evals)
+    return out if any(s is not None for s in out) else ()
 
 
 def trace_files(folder: str | Path) -> list[Path]:
@@ -429,7 +439,14 @@ def sub_evals(trace: RealTrace, per: int = 2) -> list[RealTrace]:
             tuple(v for i, v in enumerate(e or ()) if (i % n) // per == j) for e in trace.examples
         )
         out.append(
-            replace(trace, name=f"{trace.name}-sub{j}", scores=tuple(statistics.fmean(e) for e in sub), examples=sub)
+            # A sub-eval's spread is its own (of its examples), not the recorded one of the whole eval.
+            replace(
+                trace,
+                name=f"{trace.name}-sub{j}",
+                scores=tuple(statistics.fmean(e) for e in sub),
+                examples=sub,
+                spreads=(),
+            )
         )
     return out
 

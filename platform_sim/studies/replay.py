@@ -216,6 +216,7 @@ def on_regular_grid(trace: RealTrace, n_evals: int) -> RealTrace:
         proxy=pick(trace.proxy),
         wall_s=pick(trace.wall_s),
         examples=pick(trace.examples),
+        spreads=pick(trace.spreads),
     )
     object.__setattr__(sub, "_labelling", trace.labelling)  # the cached label of the whole curve
     return sub
@@ -345,7 +346,8 @@ def replay(
     # With a grid of its own (dense traces), the per-trace rows see what a job on that grid sees; no hints there
     # (those play on the platform), so a row is the regular interval's.
     on_grid = traces if grid_given is None else [on_regular_grid(t, n_evals) for t in traces]
-    rows = [trace_detection(t, det, scales[t.name]) for t in on_grid]
+    # A trace whose eval lines carry a spread (eval_std, eval_n) is reported with it, as its run's reports were.
+    rows = [trace_detection(t, det, scales[t.name], spreads=t.spreads or None) for t in on_grid]
     counts, maps = _traces_config(traces, scales, score_scale, det, n_evals)
     return {
         "main": [row(stop, base) for stop in REPLAY_STOPS],

@@ -16,8 +16,11 @@ The format, one JSON object per line:
 - One **eval** line per evaluation: ``{"kind": "eval", "step", "eval_score", ...}``. Required: ``step`` (integer
   >= 0, strictly greater than the previous eval line's) and ``eval_score`` (finite number: the mean world-feedback
   score, higher is better). Optional (:data:`EVAL_OPTIONAL`): ``eval_scores`` (non-empty list of finite numbers: the
-  per-example scores, the same examples at every eval), and the finite numbers ``proxy_reward``, ``train_loss``,
-  ``kl``, ``wall_s`` (seconds since training began) and ``gpu_s`` (accelerator-seconds since training began).
+  per-example scores, the same examples at every eval), ``eval_std`` and ``eval_n`` (the eval's spread when only
+  its mean is known: the sample standard deviation of its example scores, finite and >= 0, and their count, an
+  integer >= 2; both or neither, and agreeing with ``eval_scores`` when both are there, as the boundary's report
+  requires), and the finite numbers ``proxy_reward``, ``train_loss``, ``kl``, ``wall_s`` (seconds since training
+  began) and ``gpu_s`` (accelerator-seconds since training began).
 - At most one **end** line, last: ``{"kind": "end", "reason", "stopped_at"?, "best_step"?, "best_score"?}``.
 
 A trace without an end line is valid (a run that crashed leaves a readable prefix: the writer flushes every line).

@@ -6,7 +6,7 @@ import math
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from platform_sim.core.boundary import JOB_TYPES
+from platform_sim.core.boundary import JOB_TYPES, InvalidReportError, Report
 
 TRACE_FORMAT = "evalstop-trace/1"
 """The ``format`` value of every header this module reads and writes."""
@@ -22,7 +22,9 @@ HEADER_OPTIONAL: frozenset[str] = frozenset(
 EVAL_REQUIRED: tuple[str, ...] = ("step", "eval_score")
 EVAL_NUMBERS: tuple[str, ...] = ("proxy_reward", "train_loss", "kl", "wall_s", "gpu_s")
 """Optional finite-number fields of an eval line."""
-EVAL_OPTIONAL: frozenset[str] = frozenset({"eval_scores", *EVAL_NUMBERS})
+EVAL_SPREAD: tuple[str, ...] = ("eval_std", "eval_n")
+"""The optional spread of an eval line, together or not at all, checked as the boundary's report checks them."""
+EVAL_OPTIONAL: frozenset[str] = frozenset({"eval_scores", *EVAL_SPREAD, *EVAL_NUMBERS})
 END_REQUIRED: tuple[str, ...] = ("reason",)
 END_OPTIONAL: frozenset[str] = frozenset({"stopped_at", "best_step", "best_score"})
 
@@ -113,7 +115,26 @@ def check_eval(obj: Any, prev_step: int | None = None) -> dict[str, Any]:
     for name in EVAL_NUMBERS:
         if obj.get(name) is not None and not _is_finite(obj[name]):
             raise TraceError(f"{name} must be a finite number, got {obj[name]!r}")
+    if any(obj.get(name) is not None for name in EVAL_SPREAD):
+        _check_spread(obj)
     return obj
+
+
+def _check_spread(obj: Mapping[str, Any]) -> None:
+    """The eval line's ``eval_std``/``eval_n`` as a report would carry them: the boundary's rule (both or neither,
+    ``eval_std`` finite >= 0, ``eval_n`` an integer >= 2, agreeing with ``eval_scores`` when both are there)."""
+    try:
+        Report(
+            "trace",
+            "other",
+            obj["step"],
+            obj["eval_score"],
+            obj.get("eval_scores"),
+            obj.get("eval_std"),
+            obj.get("eval_n"),
+        )
+    except InvalidReportError as exc:
+        raise TraceError(str(exc)) from None
 
 
 def check_end(obj: Any) -> dict[str, Any]:

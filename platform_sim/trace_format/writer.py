@@ -45,7 +45,7 @@ def make_eval(step: int, eval_score: float, prev_step: int | None = None, **fiel
             continue
         if name == "eval_scores" and isinstance(value, Sequence) and not isinstance(value, (str, bytes)):
             value = [_num(v) for v in value]
-        elif name != "eval_scores":
+        elif name not in ("eval_scores", "eval_n"):  # eval_n stays an integer
             value = _num(value)
         line[name] = value
     return check_eval(line, prev_step)
@@ -113,8 +113,9 @@ class TraceWriter:
         Args:
             step: Training step; strictly greater than the previous eval line's.
             eval_score: Mean world-feedback score (finite).
-            **fields: Optional ``eval_scores`` (list of finite numbers), ``proxy_reward``, ``train_loss``, ``kl``,
-                ``wall_s``, ``gpu_s``. ``None`` values are left out.
+            **fields: Optional ``eval_scores`` (list of finite numbers), ``eval_std`` and ``eval_n`` (the spread,
+                together), ``proxy_reward``, ``train_loss``, ``kl``, ``wall_s``, ``gpu_s``. ``None`` values are left
+                out.
 
         Raises:
             TraceError: a bad or unknown field, a step not after the last one, or the end line already written.

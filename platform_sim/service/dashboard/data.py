@@ -55,6 +55,8 @@ class EvalPoint:
         action: The decision answered (``continue`` or ``stop``).
         reason: The decision's reason.
         received_at: Unix time it was received.
+        std: The report's ``eval_std`` (the spread of its example scores), or None.
+        n: The report's ``eval_n``, or None.
     """
 
     step: int
@@ -62,6 +64,8 @@ class EvalPoint:
     action: str
     reason: str
     received_at: float
+    std: float | None = None
+    n: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -191,7 +195,17 @@ class DashboardData:
         points = []
         for r in self.store.iter_evals(tenant_id, job_id, order="newest", limit=limit + 1, cursor=before):
             pace()
-            points.append(EvalPoint(r.step, r.eval_score, r.decision.action.value, r.decision.reason, r.received_at))
+            points.append(
+                EvalPoint(
+                    r.step,
+                    r.eval_score,
+                    r.decision.action.value,
+                    r.decision.reason,
+                    r.received_at,
+                    r.eval_std,
+                    r.eval_n,
+                )
+            )
         return points[:limit], len(points) > limit
 
     def totals(self, tenant_id: int) -> Totals:

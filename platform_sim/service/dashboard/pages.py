@@ -281,6 +281,11 @@ def _spec(spec: object) -> str:
     return str(spec)
 
 
+def _spread(point: EvalPoint) -> str:
+    """A report's spread as the job page shows it: ``std (n)``, or a dash for a report without one."""
+    return DASH if point.std is None else f"{score(point.std)} ({point.n})"
+
+
 def job_page(
     chrome: Chrome,
     row: JobRow,
@@ -297,6 +302,7 @@ def job_page(
         ("Status", f'<span class="badge {job.status}">{job.status}</span>'),
         ("Type", escape(job.job_type)),
         ("Detector", f"<code>{escape(_spec(job.detector))}</code>"),
+        ("Decided on", escape(DASH if job.mode is None else job.mode.value)),
         ("Cadence", f"<code>{escape(_spec(job.cadence or 'fixed'))}</code>"),
         ("GPUs", number(job.gpus)),
         ("Planned steps", number(job.planned_steps)),
@@ -328,7 +334,8 @@ def job_page(
         caption += f" of {window.total} (steps {history[0].step} to {history[-1].step})"
     caption += f"; {', '.join(marks)}." if marks else "."
     report_rows = "".join(
-        f'<tr><td class="num">{p.step}</td><td class="num">{score(p.score)}</td><td>{escape(p.action)}</td>'
+        f'<tr><td class="num">{p.step}</td><td class="num">{score(p.score)}</td><td class="num">{_spread(p)}</td>'
+        f"<td>{escape(p.action)}</td>"
         f'<td class="reason">{escape(p.reason)}</td><td>{when(p.received_at)}</td></tr>'
         for p in reversed(history)
     )
@@ -339,7 +346,8 @@ def job_page(
         f'<dl class="facts">{dl}</dl>'
         f"<figure>{curve}<figcaption>{escape(caption)}</figcaption></figure>"
         "<h2>Reports</h2>"
-        '<table id="reports"><thead><tr><th class="num">Step</th><th class="num">Score</th><th>Decision</th>'
+        '<table id="reports"><thead><tr><th class="num">Step</th><th class="num">Score</th>'
+        '<th class="num">Std (n)</th><th>Decision</th>'
         f"<th>Reason</th><th>Received</th></tr></thead><tbody>{report_rows}</tbody></table>{more}"
         f"<h2>Tenant totals</h2>{totals_cards(totals)}"
         f"<h2>Recent events of the tenant</h2>{events_table(events, job.job_id)}"

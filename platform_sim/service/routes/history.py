@@ -33,6 +33,8 @@ def eval_json(report: StoredReport) -> dict[str, Any]:
         "step": report.step,
         "eval_score": report.eval_score,
         "n_eval_scores": None if report.eval_scores is None else len(report.eval_scores),
+        "eval_std": report.eval_std,
+        "eval_n": report.eval_n,
         "decision": report.decision.to_dict(),
         "received_at": report.received_at,
     }

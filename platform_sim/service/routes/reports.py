@@ -114,6 +114,8 @@ class Reports:
                 step=body.step,
                 eval_score=body.eval_score,
                 eval_scores=None if body.eval_scores is None else tuple(body.eval_scores),
+                eval_std=body.eval_std,
+                eval_n=body.eval_n,
             )
             outcome = await asyncio.wrap_future(store.submit_report(t.tenant_id, report))
         except Exception as exc:
