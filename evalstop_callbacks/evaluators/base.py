@@ -22,11 +22,16 @@ class EvalResult:
         scores: Per-example scores in the fixed order of the held-out set, or ``None`` when the evaluator has only
             an aggregate (e.g. :class:`MetricEvaluator`).
         completions: The generated completions, for inspection and traces (not sent to the scheduler).
+        engine: What generated them: ``"hf"`` (``generate`` on the live model), ``"vllm-colocate"`` or
+            ``"vllm-server"`` (the trainer's vLLM engine); ``None`` for evaluators that generate nothing.
+        sampling: The sampling settings that produced them (temperature, top-k, top-p, ..., seed).
     """
 
     score: float
     scores: tuple[float, ...] | None = None
     completions: tuple[str, ...] | None = None
+    engine: str | None = None
+    sampling: Mapping[str, Any] | None = None
 
 
 class Evaluator(ABC):
