@@ -133,7 +133,7 @@ def reward_metric_evaluator(args: Any, trainer: Any, trainer_name: str) -> ZeroW
         return ZeroWeightRewardEvaluator(metric, name, None, trainer_name)
     if weights is None or 0.0 not in weights:
         raise ValueError(
-            f"metric_for_best_model={metric!r} names a reward function {trainer_name} optimizes: no reward function "
-            f"has weight 0 (reward_weights={weights}); {_world_evaluator_hint()}"
+            f"metric_for_best_model={metric!r} names reward function {name!r}, which {trainer_name} optimizes: no "
+            f"reward function has weight 0 (reward_weights={weights}); {_world_evaluator_hint()}"
         )
     return ZeroWeightRewardEvaluator(metric, name, weights, trainer_name)

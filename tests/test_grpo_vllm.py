@@ -163,3 +163,51 @@ def test_route2_healthy_run_is_not_stopped(tmp_path, use_vllm):
     trainer, cb, _ = route2_run(tmp_path, use_vllm, trained_gold)
     report("route 2 healthy", use_vllm, cb, cb.evaluator.engine_name)
     assert cb.stopped_at is None and trainer.state.global_step == STEPS
+
+
+# -- bad input: one line naming the problem, before step 1 --------------------------------------------------------
+
+
+def refusal_trainer(tmp_path: Path, metric: str | None, weights: list[float] | None, cb: Any) -> Any:
+    extra: dict[str, Any] = dict(eval_strategy="steps", eval_steps=2, num_generations_eval=4)
+    args = grpo_args(tmp_path, False, 2, reward_weights=weights, metric_for_best_model=metric, **extra)
+    return grpo_trainer(tmp_path, args, [proxy, gold], [cb], eval_prompts=HELDOUT_PROMPTS)
+
+
+@pytest.mark.parametrize(
+    ("metric", "weights", "needle"),
+    [
+        ("eval_rewards/proxy/mean", [1.0, 0.0], "names reward function 'proxy', which GRPOTrainer optimizes (weight 1"),
+        ("eval_rewards/gold/mean", None, "names reward function 'gold', which GRPOTrainer optimizes"),
+        ("eval_reward", [1.0, 0.0], "is the total reward GRPOTrainer optimizes"),
+        ("eval_rewards/golden/mean", [1.0, 0.0], "'golden', which GRPOTrainer does not have (its reward functions: "),
+        ("eval_loss", [1.0, 0.0], "is no reward function's eval mean"),
+        (None, [1.0, 0.0], "metric_for_best_model is not set"),
+    ],
+    ids=["optimized", "default-weights", "total", "unknown-name", "not-a-reward", "unset"],
+)
+def test_route1_refuses_any_metric_but_a_zero_weight_reward(tmp_path, metric, weights, needle):
+    # attached: at once; not attached: at train(), before step 1 (the step-0 evaluation names the reward functions)
+    for attach in (True, False):
+        cb = EvalStopCallback()
+        trainer = refusal_trainer(tmp_path / str(attach), metric, weights, cb)
+        with pytest.raises(ValueError) as info:
+            cb.attach(trainer) if attach else trainer.train()
+        assert needle in str(info.value) and "\n" not in str(info.value)
+        assert trainer.state.global_step == 0
+
+
+def test_evaluator_refuses_an_engine_it_cannot_generate_through(tmp_path):
+    from evalstop_callbacks.evaluators.engines import check_engine
+
+    class ServerEngineWithoutClient:  # what TRL's VLLMGeneration is on a rank other than the main one, server mode
+        mode = "server"
+
+    with pytest.raises(ValueError) as info:
+        check_engine(ServerEngineWithoutClient(), rank=1)
+    assert "server mode and rank 1 holds no client" in str(info.value) and "\n" not in str(info.value)
+    evaluator = RewardFunctionEvaluator(HELDOUT_PROMPTS, gold, engine="vllm")
+    cb = EvalStopCallback(evaluator, eval_steps=2)
+    trainer = grpo_trainer(tmp_path, grpo_args(tmp_path, False, 2), [proxy], [cb])
+    with pytest.raises(ValueError, match=r"engine='vllm'\): GRPOTrainer has no vLLM engine \(use_vllm=False\)"):
+        cb.attach(trainer)
