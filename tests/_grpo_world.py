@@ -76,9 +76,9 @@ def saved_policy(folder: Path) -> tuple[Any, Any]:
     return with_generation_tokens(model, tok), tok
 
 
-def grpo_args(output_dir: Path, use_vllm: bool, steps: int, **extra: Any) -> Any:
-    """GRPO arguments of the tests: CPU, fp32, a learning rate that games the proxy within a few steps."""
-    from trl import GRPOConfig
+def grpo_args(output_dir: Path, use_vllm: bool, steps: int, rloo: bool = False, **extra: Any) -> Any:
+    """GRPO (or RLOO) arguments of the tests: CPU, fp32, a learning rate that games the proxy within a few steps."""
+    from trl import GRPOConfig, RLOOConfig
 
     vllm: dict[str, Any] = {}
     if use_vllm:
@@ -101,17 +101,19 @@ def grpo_args(output_dir: Path, use_vllm: bool, steps: int, **extra: Any) -> Any
         save_strategy="no",
         seed=0,
     )
-    return GRPOConfig(**{**settings, **vllm, **extra})
+    return (RLOOConfig if rloo else GRPOConfig)(**{**settings, **vllm, **extra})
 
 
 def grpo_trainer(output_dir: Path, args: Any, reward_funcs: list, callbacks: list, eval_prompts: list | None = None):
-    """A GRPO trainer of the tiny Llama on the training prompts (and ``eval_prompts`` as its ``eval_dataset``)."""
+    """A GRPO (RLOO for RLOO arguments) trainer of the tiny Llama on the training prompts (and ``eval_prompts`` as its
+    ``eval_dataset``)."""
     from datasets import Dataset
-    from trl import GRPOTrainer
+    from trl import GRPOTrainer, RLOOConfig, RLOOTrainer
 
     model, tok = saved_policy(output_dir / "policy")
     eval_dataset = Dataset.from_dict({"prompt": eval_prompts}) if eval_prompts else None
-    return GRPOTrainer(
+    trainer_cls = RLOOTrainer if isinstance(args, RLOOConfig) else GRPOTrainer
+    return trainer_cls(
         model=model,
         reward_funcs=reward_funcs,
         args=args,

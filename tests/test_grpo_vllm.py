@@ -197,6 +197,25 @@ def test_route1_refuses_any_metric_but_a_zero_weight_reward(tmp_path, metric, we
         assert trainer.state.global_step == 0
 
 
+def test_route1_on_rloo_watches_the_zero_weight_reward_and_refuses_the_trained_one(tmp_path):
+    extra: dict[str, Any] = dict(eval_strategy="steps", eval_steps=2, num_generations_eval=4)
+    for metric, accepted in (("eval_rewards/gold/mean", True), ("eval_rewards/proxy/mean", False)):
+        cb = EvalStopCallback()
+        args = grpo_args(
+            tmp_path / metric, False, 2, rloo=True, reward_weights=[1.0, 0.0], metric_for_best_model=metric, **extra
+        )
+        trainer = grpo_trainer(tmp_path / metric, args, [proxy, gold], [cb], eval_prompts=HELDOUT_PROMPTS)
+        if not accepted:
+            with pytest.raises(ValueError, match="names reward function 'proxy', which RLOOTrainer optimizes"):
+                cb.attach(trainer)
+            continue
+        cb.attach(trainer)
+        trainer.train()
+        assert [h["step"] for h in cb.history] == [0, 2]
+        scores = [h["eval_rewards/gold/mean"] for h in trainer.state.log_history if "eval_rewards/gold/mean" in h]
+        assert [h["eval_score"] for h in cb.history] == scores  # the zero-weight reward's eval mean, as logged
+
+
 def test_evaluator_refuses_an_engine_it_cannot_generate_through(tmp_path):
     from evalstop_callbacks.evaluators.engines import check_engine
 
