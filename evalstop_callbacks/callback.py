@@ -144,7 +144,7 @@ class EvalStopCallback(CallbackAttributes, TrainerCallback, ExportableState):
         saved = resuming and saved_state(getattr(state, "stateful_callbacks", None), type(self).__name__, self.job_id)
         if saved:
             resume_state(self, saved)
-        compat.warn_competing_best(args, self.mode)
+        compat.warn_competing_best(args, self.mode, self.evaluator)
         self.schedule.start_clock()
         if self._is_main:
             self.job.register()

@@ -19,6 +19,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from .evaluators import Evaluator, MetricEvaluator, error_at_step, unwrap_model
+from .reward_metrics import reward_metric_evaluator
 from .schedule import check_has_cadence
 
 logger = logging.getLogger(__name__)
@@ -96,16 +97,21 @@ def resolve_evaluator(evaluator: Evaluator | None, eval_steps: int | str | None,
         trainer: The attached trainer, or None (its arguments' class then names it).
     """
     name = type(trainer).__name__ if trainer is not None else trainer_name(args)
-    if evaluator is None:
-        if is_rl_trainer(trainer, args):
+    if evaluator is None and is_rl_trainer(trainer, args):
+        if name == "PPOTrainer" or hasattr(trainer, "value_model"):
             raise ValueError(
-                f"EvalStopCallback() needs a world evaluator on {name}: its own eval metrics score the reward "
-                "it optimizes; pass e.g. EvalStopCallback(RewardFunctionEvaluator(heldout_prompts, gold_fn), "
-                "eval_steps=10)"
+                f"EvalStopCallback() needs a world evaluator on {name}: it has no evaluation of its own; pass e.g. "
+                "EvalStopCallback(RewardFunctionEvaluator(heldout_prompts, gold_fn), eval_steps=10)"
             )
+        evaluator = reward_metric_evaluator(args, trainer, name)  # a reward function of weight 0, or refused
+    elif evaluator is None:
         metric = getattr(args, "metric_for_best_model", None)
         gib = getattr(args, "greater_is_better", None) if metric else False
         evaluator = MetricEvaluator(metric or "loss", gib)
+    elif trainer is not None:
+        serve = getattr(evaluator, "serve", None)  # the generating evaluators: the trainer's vLLM engine
+        if callable(serve):
+            serve(trainer)  # checked here, before step 1
     if evaluator.uses_trainer_metrics and trainer is not None:
         if is_rl_trainer(trainer) and hasattr(trainer, "value_model"):
             raise ValueError(
@@ -142,13 +148,33 @@ def evaluate_at_start(trainer: Any, args: Any) -> bool:
     return False
 
 
-def warn_competing_best(args: Any, mode: str) -> None:
-    """Warn when the trainer's ``load_best_model_at_end`` competes with enforce mode for the best checkpoint."""
-    if mode == "enforce" and getattr(args, "load_best_model_at_end", False):
-        logger.warning(
-            "EvalStop keeps and restores its own best checkpoint (by the world score); "
-            "load_best_model_at_end with metric_for_best_model competes for state.best_model_checkpoint"
-        )
+def watches_best_metric(args: Any, evaluator: Evaluator | None) -> bool:
+    """Whether ``evaluator`` reads the trainer's own ``metric_for_best_model`` (then both keepers rank by it)."""
+    metric = getattr(args, "metric_for_best_model", None)
+    if metric is None or not isinstance(evaluator, MetricEvaluator):
+        return False
+    return evaluator.metric.removeprefix("eval_") == str(metric).removeprefix("eval_")
+
+
+def warn_competing_best(args: Any, mode: str, evaluator: Evaluator | None = None) -> None:
+    """The one rule when ``load_best_model_at_end=True`` meets enforce mode: EvalStop's best is what stays live.
+
+    The trainer loads its best checkpoint (by ``metric_for_best_model``) at the end of training, before the
+    callbacks' ``on_train_end``, where EvalStop restores its own best (by the world score): the last load wins. When
+    EvalStop watches ``metric_for_best_model`` itself (``EvalStopCallback()``, a zero-weight reward of GRPO/RLOO) both
+    name the same checkpoint and nothing is said. Otherwise the trainer's load is overwritten: a warning says so and
+    what to do.
+    """
+    if mode != "enforce" or not getattr(args, "load_best_model_at_end", False):
+        return
+    if watches_best_metric(args, evaluator):
+        return
+    logger.warning(
+        "EvalStop restores its best checkpoint by the world score at the end of training, after the trainer's "
+        "load_best_model_at_end loads its best by %r: EvalStop's is the one left live; set "
+        "load_best_model_at_end=False to skip the trainer's load, or mode='observe' to keep the trainer's",
+        getattr(args, "metric_for_best_model", None),
+    )
 
 
 def evalstop_logs(

@@ -52,7 +52,7 @@ status=0
 # (about 90 s) bounds the run anyway. PYTEST_WORKERS=N sets the count, 0 runs them in this one process.
 cores=$(nproc 2>/dev/null || echo 1)
 workers=${PYTEST_WORKERS:-$(( cores < 4 ? cores : 4 ))}
-.venv/bin/python -m pytest -m "not slow and not ppo and not verl and not axolotl and not llamafactory" -n "$workers" "$@" || status=$?
+.venv/bin/python -m pytest -m "not slow and not ppo and not verl and not axolotl and not llamafactory and not vllm" -n "$workers" "$@" || status=$?
 # The other environments' tests (TRL 1.12's PPO, verl, Axolotl, LLaMA-Factory): each run is one process, so they go
 # two at a time, side by side on a 2-core machine. Each run's output is kept and printed whole once both are done.
 # Only the files that hold an environment's tests are collected there (the others import packages it lacks); exit

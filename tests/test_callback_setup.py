@@ -186,7 +186,7 @@ def test_grpo_without_a_world_evaluator_fails_in_one_line(tmp_path):
         **COMMON,
     )
     for cb, needle in (
-        (EvalStopCallback(), "needs a world evaluator on GRPOTrainer"),
+        (EvalStopCallback(), "needs a world score on GRPOTrainer"),
         (EvalStopCallback(RewardFunctionEvaluator(HELDOUT_PROMPTS, gold)), "has no cadence"),
     ):
         trainer = GRPOTrainer(

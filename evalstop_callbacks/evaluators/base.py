@@ -25,6 +25,9 @@ class EvalResult:
         std: The sample standard deviation of the example scores behind ``score``, when the evaluator has it without
             the scores themselves (a trainer's ``.../std`` metric); reported as ``eval_std``. None: not known.
         n: How many example scores ``std`` is over (``eval_n``, >= 2); given with ``std``.
+        engine: What generated them: ``"hf"`` (``generate`` on the live model), ``"vllm-colocate"`` or
+            ``"vllm-server"`` (the trainer's vLLM engine); ``None`` for evaluators that generate nothing.
+        sampling: The sampling settings that produced them (temperature, top-k, top-p, ..., seed).
     """
 
     score: float
@@ -32,6 +35,8 @@ class EvalResult:
     completions: tuple[str, ...] | None = None
     std: float | None = None
     n: int | None = None
+    engine: str | None = None
+    sampling: Mapping[str, Any] | None = None
 
 
 class Evaluator(ABC):

@@ -7,7 +7,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .base import EvalResult, Evaluator, EvaluatorError
-from .model_context import _is_sharded, isolated_eval, scoring_precision, unwrap_model
+from .engines import ENGINES, HF, Sampling, VLLMEngine, check_engine, trainer_engine
+from .model_context import _is_sharded, isolated_eval, preserved_rng, scoring_precision, unwrap_model
 
 
 def _check_prompts(prompts: Any) -> list[Any]:
@@ -45,6 +46,7 @@ class _GeneratingEvaluator(Evaluator):
         top_k: int = 0,
         top_p: float = 1.0,
         seed: int = 0,
+        engine: str = "auto",
     ) -> None:
         self.prompts = _check_prompts(prompts)
         self.tokenizer = tokenizer
@@ -57,16 +59,51 @@ class _GeneratingEvaluator(Evaluator):
         self.top_k = int(top_k)
         self.top_p = float(top_p)
         self.seed = int(seed)
+        if engine not in ENGINES:
+            raise EvaluatorError(f"engine must be one of {', '.join(ENGINES)}, got {engine!r}")
+        self.engine = engine
+        self._vllm: VLLMEngine | None = None
         self._conversational = not isinstance(self.prompts[0], str)
+
+    @property
+    def sampling(self) -> Sampling:
+        """The sampling settings of every evaluation, on either engine."""
+        return Sampling(self.do_sample, self.temperature, self.top_k, self.top_p, self.max_new_tokens, self.seed)
+
+    @property
+    def engine_name(self) -> str:
+        """What generates the completions: ``"hf"``, or the trainer's vLLM engine (``"vllm-colocate"``, ...)."""
+        return self._vllm.name if self._vllm is not None else HF
+
+    def serve(self, trainer: Any) -> None:
+        """Generate through ``trainer``'s vLLM engine when it has one (``engine="auto"`` or ``"vllm"``); called by
+        the callback with the attached trainer before step 1.
+
+        Raises:
+            ValueError: ``engine="vllm"`` and the trainer has no vLLM engine, or one this rank cannot generate
+                through (one line naming why).
+        """
+        from ..distributed import world
+
+        engine = trainer_engine(trainer) if self.engine != HF else None
+        if engine is None:
+            if self.engine == "vllm":
+                raise ValueError(
+                    f"{type(self).__name__}(engine='vllm'): {type(trainer).__name__} has no vLLM engine "
+                    "(use_vllm=False); pass engine='auto' to generate with HF generate"
+                )
+            self._vllm = None
+            return
+        check_engine(engine, world()[0])
+        self._vllm = VLLMEngine(trainer)
 
     def describe(self) -> dict[str, Any]:
         return {
             "evaluator": type(self).__name__,
             "n_prompts": len(self.prompts),
             "max_new_tokens": self.max_new_tokens,
-            "do_sample": self.do_sample,
-            "temperature": self.temperature,
-            "seed": self.seed,
+            "engine": self.engine,
+            **self.sampling.settings(),
         }
 
     def _tokenizer(self, tokenizer: Any) -> Any:
@@ -95,12 +132,17 @@ class _GeneratingEvaluator(Evaluator):
     def _gen_config(self, tok: Any) -> Any:
         from transformers import GenerationConfig
 
+        # Every sampling setting explicit: transformers fills any unset one from the model's generation_config
+        # (e.g. a checkpoint's temperature 0.7 or repetition_penalty 1.05), which would change what is measured.
+        s = self.sampling.settings()
         return GenerationConfig(
-            max_new_tokens=self.max_new_tokens,
-            do_sample=self.do_sample,
-            temperature=self.temperature if self.do_sample else None,
-            top_k=self.top_k if self.do_sample else None,
-            top_p=self.top_p if self.do_sample else None,
+            max_new_tokens=s["max_new_tokens"],
+            do_sample=s["do_sample"],
+            temperature=s["temperature"] if self.do_sample else None,
+            top_k=s["top_k"] if self.do_sample else None,
+            top_p=s["top_p"] if self.do_sample else None,
+            min_p=s["min_p"] if self.do_sample else None,
+            repetition_penalty=s["repetition_penalty"],
             pad_token_id=tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id,
             eos_token_id=tok.eos_token_id,
         )
@@ -139,6 +181,8 @@ class _GeneratingEvaluator(Evaluator):
         texts = self._prompt_texts(tok)
         spans = self.batches()
         ids_wanted = list(range(len(spans))) if batch_ids is None else list(batch_ids)
+        if self._vllm is not None:
+            return self._generate_vllm(self._vllm, tok, texts, [spans[b] for b in ids_wanted])
         gen_config = self._gen_config(tok)
         sharded = _is_sharded(model)
         completions: list[str] = []
@@ -159,6 +203,21 @@ class _GeneratingEvaluator(Evaluator):
                         completion_ids.extend(out_ids)
             finally:
                 tok.padding_side = padding_side
+        return completions, completion_ids
+
+    def _generate_vllm(
+        self, vllm: VLLMEngine, tok: Any, texts: list[str], spans: list[tuple[int, int]]
+    ) -> tuple[list[str], list[list[int]]]:
+        """Completions of the prompts of ``spans`` from the trainer's vLLM engine, after loading the live weights."""
+        vllm.sync()  # every rank, as TRL does: a sharded model gathers its weights for it
+        completions: list[str] = []
+        completion_ids: list[list[int]] = []
+        with preserved_rng():
+            for start, end in spans:
+                prompt_ids = tok(texts[start:end], add_special_tokens=False)["input_ids"]
+                out = vllm.generate(prompt_ids, range(start, end), self.sampling)
+                completion_ids.extend(out)
+                completions.extend(tok.batch_decode(out, skip_special_tokens=True))
         return completions, completion_ids
 
     def _score(
@@ -216,7 +275,8 @@ class _GeneratingEvaluator(Evaluator):
             scores = tuple(s for b in range(len(spans)) for s in by_batch[b][0])
             texts = tuple(t for b in range(len(spans)) for t in by_batch[b][1])
         # math.fsum: the mean does not depend on how the examples were split across ranks
-        return EvalResult(math.fsum(scores) / len(scores), tuple(scores), tuple(texts))
+        settings = self.sampling.settings()
+        return EvalResult(math.fsum(scores) / len(scores), tuple(scores), tuple(texts), self.engine_name, settings)
 
 
 def _torch() -> Any:

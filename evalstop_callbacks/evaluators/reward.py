@@ -73,6 +73,11 @@ class RewardFunctionEvaluator(_GeneratingEvaluator):
         seed: Seed of the evaluation's own random stream (the training stream is saved and restored around it).
         reward_kwargs: Optional per-example columns passed to ``reward_fn`` by name, each a list as long as
             ``prompts`` (like the extra dataset columns TRL passes, e.g. reference answers).
+        engine: What generates the completions. ``"auto"`` (default): the trainer's vLLM engine when the callback
+            serves a trainer that has one (TRL's ``use_vllm=True``; call ``cb.attach(trainer)``), HF ``generate`` on
+            the live model otherwise; ``"vllm"``: the trainer's engine or a refusal before step 1; ``"hf"``: always
+            ``generate``. The sampling settings above hold on either; the result names the engine and the settings
+            (:mod:`~evalstop_callbacks.evaluators.engines`).
     """
 
     def __init__(
@@ -88,8 +93,11 @@ class RewardFunctionEvaluator(_GeneratingEvaluator):
         top_p: float = 1.0,
         seed: int = 0,
         reward_kwargs: Mapping[str, Sequence[Any]] | None = None,
+        engine: str = "auto",
     ) -> None:
-        super().__init__(prompts, tokenizer, max_new_tokens, batch_size, do_sample, temperature, top_k, top_p, seed)
+        super().__init__(
+            prompts, tokenizer, max_new_tokens, batch_size, do_sample, temperature, top_k, top_p, seed, engine
+        )
         self.reward_fn = check_reward_fn(reward_fn)
         self.reward_kwargs = dict(reward_kwargs or {})
         for key, column in self.reward_kwargs.items():
@@ -145,7 +153,7 @@ class RewardModelEvaluator(_GeneratingEvaluator):
             It is only read, never trained.
         tokenizer: Tokenizer of the policy. Defaults to the trainer's ``processing_class``.
         reward_tokenizer: Tokenizer of the gold model (default: the policy's).
-        max_new_tokens, batch_size, do_sample, temperature, top_k, top_p, seed: As in
+        max_new_tokens, batch_size, do_sample, temperature, top_k, top_p, seed, engine: As in
             :class:`RewardFunctionEvaluator`.
     """
 
@@ -162,8 +170,11 @@ class RewardModelEvaluator(_GeneratingEvaluator):
         top_k: int = 0,
         top_p: float = 1.0,
         seed: int = 0,
+        engine: str = "auto",
     ) -> None:
-        super().__init__(prompts, tokenizer, max_new_tokens, batch_size, do_sample, temperature, top_k, top_p, seed)
+        super().__init__(
+            prompts, tokenizer, max_new_tokens, batch_size, do_sample, temperature, top_k, top_p, seed, engine
+        )
         if self._conversational:
             raise EvaluatorError("RewardModelEvaluator takes string prompts; apply the chat template first")
         if not callable(reward_model) or not hasattr(reward_model, "parameters"):
