@@ -276,7 +276,9 @@ class _GeneratingEvaluator(Evaluator):
             texts = tuple(t for b in range(len(spans)) for t in by_batch[b][1])
         # math.fsum: the mean does not depend on how the examples were split across ranks
         settings = self.sampling.settings()
-        return EvalResult(math.fsum(scores) / len(scores), tuple(scores), tuple(texts), self.engine_name, settings)
+        return EvalResult(
+            math.fsum(scores) / len(scores), tuple(scores), tuple(texts), engine=self.engine_name, sampling=settings
+        )
 
 
 def _torch() -> Any:
