@@ -39,7 +39,7 @@ from typing import Any, Literal
 from axolotl.integrations.base import BasePlugin
 from pydantic import BaseModel
 
-from ...outcome import run_summary, summary_text
+from ..outcome import run_summary, summary_text
 from .options import EvalStopOptions, OptionsError, build_callback, check_version, exit_in_one_line, parse_options
 
 logger = logging.getLogger(__name__)

@@ -37,7 +37,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-from ...outcome import run_summary, summary_text
+from ..outcome import run_summary, summary_text
 from .options import OptionsError, UnsupportedVersionError, build_callback, check_version, parse_options
 
 logger = logging.getLogger(__name__)
