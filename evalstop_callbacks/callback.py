@@ -29,6 +29,8 @@ from .eval_round import run_evaluator
 from .evaluators import Evaluator
 from .job_reporter import JobReporter
 from .keeper import BestCheckpoints
+from .nonfinite import DEFAULT_MAX_CONSECUTIVE
+from .outcome import worded
 from .schedule import EvalSchedule, resolve_cadence
 from .settings import MODES, CallbackSettings
 from .state import RunRecord, export_state, resume_state, saved_state
@@ -62,6 +64,7 @@ class EvalStopCallback(CallbackAttributes, TrainerCallback, ExportableState):
         detector, trace_extras: A detector spec or name; research fields for each trace line.
         cadence, max_extra_evals, max_eval_share: Cadence hints from the scheduler and their budget.
         eval_on_start: Evaluate at step 0, the baseline (errors raise before training starts).
+        max_non_finite: NaN or inf evaluations in a row that end the run gracefully (default 3; fewer: recorded).
 
     Attributes: see :class:`~evalstop_callbacks.attributes.CallbackAttributes` (``history``, ``best_step``,
         ``best_score``, ``best_checkpoint``, ``stopped_at``, ``would_stop_at``, ``restored_from``, ...).
@@ -86,6 +89,7 @@ class EvalStopCallback(CallbackAttributes, TrainerCallback, ExportableState):
         max_extra_evals: int = 4,
         max_eval_share: float | None = None,
         eval_on_start: bool = True,
+        max_non_finite: int = DEFAULT_MAX_CONSECUTIVE,
     ) -> None:
         arguments = {name: value for name, value in locals().items() if name != "self"}  # each argument, by name
         self.client: BoundaryClient = client if client is not None else EmbeddedClient()
@@ -232,7 +236,10 @@ class EvalStopCallback(CallbackAttributes, TrainerCallback, ExportableState):
         """Main process: send the report, return the payload every rank applies (or the error every rank raises)."""
         t0 = time.perf_counter()
         try:
-            checked, decision = self.job.report(step, result, self.evaluator)
+            reported = self.job.report(step, result, self.evaluator)
+            if reported is None:  # NaN or inf: recorded on every rank, not decided on (nonfinite.py)
+                return self.job.skipped(step)
+            checked, decision = reported
             extras = dict(self.trace_extras(args, state) or {}) if self.trace_extras is not None else {}
             self._trace.hold(step, checked.score, checked.scores, extras, self.schedule.wall())
             allowed = self.schedule.hint_allowed(step)
@@ -247,6 +254,8 @@ class EvalStopCallback(CallbackAttributes, TrainerCallback, ExportableState):
         """Every rank: apply the main process's decision (best checkpoint, stop, logs), or raise its error."""
         t0, saves_before = time.perf_counter(), sum(self.save_seconds)  # the weights-only save is timed apart
         shared = share_outcome(payload, step)  # a failure raises on every rank here
+        if "non_finite" in shared:
+            return self._skip(control, step, shared, model)
         decision = self.record.last_decision = Decision.from_dict(shared["decision"])
         score = shared["score"]
         self.record.add(step, score, decision, extra=self.schedule.record(step))
@@ -267,11 +276,19 @@ class EvalStopCallback(CallbackAttributes, TrainerCallback, ExportableState):
             self.record.overhead_seconds.append(self._own_time + (time.perf_counter() - t0) - saved)
             self._own_time = 0.0
 
+    def _skip(self, control: Any, step: int, shared: dict[str, Any], model: Any) -> None:
+        """Every rank: a NaN or inf evaluation is recorded, not decided on; the last one a run may take stops it."""
+        self.record.add_non_finite(step, shared["non_finite"], extra=self.schedule.record(step))
+        if shared["stop_reason"] is not None and self.would_stop_at is None:
+            self._stop(control, step, shared["stop_reason"], compat.is_ppo_model(model))
+
     def _stop(self, control: Any, step: int, reason: str, is_ppo: bool) -> None:
-        """The scheduler's first stop: enforce mode ends training (saving the stop step); observe mode notes it."""
+        """The first stop (the scheduler's, or a broken evaluation's): enforce mode ends training (saving the stop
+        step); observe mode notes it."""
+        reason = worded(reason, self.mode)  # observe mode stops nothing: its reason does not say "stopped at"
         self.record.would_stop_at, self.record.stop_reason = step, reason
         if self.mode != "enforce":
-            logger.info("EvalStop (observe): would stop at step %d (%s)", step, reason)
+            logger.info("EvalStop (observe): %s", reason)
             return
         self.record.stopped_at = step
         control.should_training_stop = True

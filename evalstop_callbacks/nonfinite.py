@@ -66,6 +66,7 @@ class NonFinitePolicy:
         consecutive: Non-finite evaluations since the last finite one.
         steps: Every step whose evaluation was non-finite, in order.
         last: What was non-finite at the last one (``"eval score nan"``), or None.
+        metric: The metric named at the last one, or None.
     """
 
     max_consecutive: int = DEFAULT_MAX_CONSECUTIVE
@@ -73,6 +74,7 @@ class NonFinitePolicy:
     consecutive: int = 0
     steps: list[int] = field(default_factory=list)
     last: str | None = None
+    metric: str | None = None
 
     def __post_init__(self) -> None:
         check_max_consecutive(self.max_consecutive)
@@ -89,7 +91,7 @@ class NonFinitePolicy:
             return True
         self.consecutive += 1
         self.steps.append(step)
-        self.last = what
+        self.last, self.metric = what, metric
         named = f" of {metric}" if metric else ""
         if self.exhausted:
             logger.warning(
@@ -119,7 +121,9 @@ class NonFinitePolicy:
         return self.consecutive >= self.max_consecutive
 
     def reason(self, metric: str | None = None) -> str:
-        """The stop's reason, naming the broken evaluation (call it once :attr:`exhausted`)."""
+        """The stop's reason, naming the broken evaluation (call it once :attr:`exhausted`; ``metric`` defaults to
+        the one named at the last check)."""
+        metric = metric or self.metric
         named = f" of {metric}" if metric else ""
         steps = ", ".join(str(s) for s in self.steps[-self.consecutive :])
         return (

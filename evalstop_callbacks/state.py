@@ -136,6 +136,14 @@ class RunRecord:
         self.history.append(entry)
         return entry
 
+    def add_non_finite(self, step: int, what: str, extra: bool) -> dict[str, Any]:
+        """Record a NaN or inf evaluation of ``step`` (``what`` was non-finite), which nothing decided on."""
+        entry: dict[str, Any] = {"step": step, "eval_score": None, "non_finite": what, "action": "not decided"}
+        if extra:
+            entry["extra"] = True
+        self.history.append(entry)
+        return entry
+
     def saved(self) -> dict[str, Any]:
         """The record's part of :class:`CallbackState`."""
         return {"history": list(self.history), "stopped_at": self.stopped_at, "would_stop_at": self.would_stop_at}

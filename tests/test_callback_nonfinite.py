@@ -46,6 +46,7 @@ def _train(tmp_path, evaluator: Evaluator) -> tuple[EvalStopCallback, object]:
         args=args,
         train_dataset=data,
         data_collator=DataCollatorForLanguageModeling(tok, mlm=False),
+        processing_class=tok,
         callbacks=[cb],
     )
     cb.attach(trainer)
