@@ -146,8 +146,7 @@ def test_metric_evaluator_errors():
     ev = MetricEvaluator("accuracy")
     with pytest.raises(EvaluatorError, match="metric 'accuracy' is not among the trainer's eval metrics"):
         ev.from_metrics({"eval_loss": 1.0})
-    with pytest.raises(EvaluatorError, match="non-finite"):
-        ev.from_metrics({"eval_accuracy": float("nan")})
+    assert math.isnan(ev.from_metrics({"eval_accuracy": float("nan")}).score)  # for the non-finite policy to take
     assert MetricEvaluator("loss", greater_is_better=False).from_metrics({"eval_loss": 2.0}).score == -2.0
 
 

@@ -99,6 +99,7 @@ def test_every_option_parses_to_its_field():
         "max_extra_evals": 0,
         "max_eval_share": 0.2,
         "server_url": "http://127.0.0.1:1",
+        "max_non_finite": 5,
     }
     assert set(raw) == set(KEYS)
     options = parse_options(raw)
