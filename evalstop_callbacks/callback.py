@@ -236,9 +236,8 @@ class EvalStopCallback(CallbackAttributes, TrainerCallback, ExportableState):
         """Main process: send the report, return the payload every rank applies (or the error every rank raises)."""
         t0 = time.perf_counter()
         try:
-            reported = self.job.report(step, result, self.evaluator)
-            if reported is None:  # NaN or inf: recorded on every rank, not decided on (nonfinite.py)
-                return self.job.skipped(step)
+            if (reported := self.job.report(step, result, self.evaluator)) is None:
+                return self.job.skipped(step)  # NaN or inf: recorded on every rank, not decided on (nonfinite.py)
             checked, decision = reported
             extras = dict(self.trace_extras(args, state) or {}) if self.trace_extras is not None else {}
             self._trace.hold(step, checked.score, checked.scores, extras, self.schedule.wall())
@@ -283,12 +282,10 @@ class EvalStopCallback(CallbackAttributes, TrainerCallback, ExportableState):
             self._stop(control, step, shared["stop_reason"], compat.is_ppo_model(model))
 
     def _stop(self, control: Any, step: int, reason: str, is_ppo: bool) -> None:
-        """The first stop (the scheduler's, or a broken evaluation's): enforce mode ends training (saving the stop
-        step); observe mode notes it."""
-        reason = worded(reason, self.mode)  # observe mode stops nothing: its reason does not say "stopped at"
-        self.record.would_stop_at, self.record.stop_reason = step, reason
+        """The first stop (the scheduler's or a broken evaluation's): enforce mode ends training; observe notes it."""
+        self.record.would_stop_at, self.record.stop_reason = step, worded(reason, self.mode)  # observe: "would stop"
         if self.mode != "enforce":
-            logger.info("EvalStop (observe): %s", reason)
+            logger.info("EvalStop (observe): %s", self.stop_reason)
             return
         self.record.stopped_at = step
         control.should_training_stop = True

@@ -119,6 +119,18 @@ def test_lower_is_better_negates_for_the_detector_and_reports_own_units(tmp_path
     assert Watcher(log, "val/loss").finish().stop_step != want_stop  # read as greater-is-better it is another curve
 
 
+def test_observe_mode_says_where_it_would_stop_and_never_stopped_at(tmp_path: Path) -> None:
+    log = tmp_path / "log.jsonl"
+    write_verl(log, HACKING)
+    want_stop, _ = embedded_stop(HACKING)
+    enforce = Watcher(log, "val-core/gsm8k/reward/mean@1").finish()
+    observe = Watcher(log, "val-core/gsm8k/reward/mean@1", mode="observe").finish()
+    assert enforce.reason.startswith(f"stopped at step {want_stop}: ")
+    assert observe.would_stop_step == want_stop and observe.stop_step is None
+    assert observe.reason.startswith(f"would stop at step {want_stop} (observe mode: not stopped): ")
+    assert "stopped at" not in observe.reason.replace("not stopped", "")
+
+
 def test_examples_pair_samples_by_input_and_reach_the_detector(tmp_path: Path) -> None:
     log, dumps = tmp_path / "log.jsonl", tmp_path / "val"
     write_verl(log, PER_EXAMPLE)
