@@ -5,6 +5,7 @@ NaN evaluations in a row end the run gracefully, with the best weights live in t
 
 from __future__ import annotations
 
+import json
 import math
 
 import torch
@@ -14,6 +15,7 @@ from safetensors.torch import load_file
 
 from evalstop_callbacks import EvalResult, EvalStopCallback, Evaluator
 from evalstop_callbacks.outcome import run_summary, summary_text
+from evalstop_callbacks.state import CallbackState, resume_state
 
 COMMON = dict(use_cpu=True, bf16=False, report_to="none", disable_tqdm=True, save_strategy="no", seed=0)
 
@@ -83,3 +85,9 @@ def test_three_nan_evaluations_in_a_row_end_the_run_with_the_best_weights_live(t
     assert world_evaluator().evaluate(trainer.model, tokenizer()).score == cb.best_score
     text = summary_text(run_summary(cb, tmp_path))
     assert text.startswith("EvalStop summary: stopped at step 10 (non-finite evaluation: 3 non-finite evaluations")
+    # What a checkpoint keeps (trainer_state.json) carries the count of NaNs in a row into a resumed run.
+    saved = CallbackState.from_dict(json.loads(json.dumps(cb.state()))["attributes"]["evalstop"])
+    resumed = EvalStopCallback(NaNAt(), eval_steps=2, k=50, job_type="sft")
+    resume_state(resumed, saved)  # a history that ends in a NaN evaluation resumes too
+    assert resumed.job.policy.consecutive == 3 and resumed.job.policy.steps == [6, 8, 10]
+    assert resumed.history == cb.history
