@@ -80,7 +80,9 @@ def summary_text(summary: dict[str, Any], restore_best: bool = True) -> str:
     """:func:`run_summary` as the few lines printed at the end of training."""
     s = summary
     if s["stopped_at"] is not None:
-        head = f"stopped at step {s['stopped_at']} ({s['stop_reason']})"
+        said = f"stopped at step {s['stopped_at']}"
+        reason = str(s["stop_reason"] or "").removeprefix(f"{said}: ")  # the core's reason starts with it too
+        head = f"{said} ({reason})"
     elif s["would_stop_at"] is not None:
         head = f"not stopped: {s['stop_reason']}"
     else:

@@ -102,7 +102,8 @@ def test_axolotl_run_stops_at_the_decline_and_saves_the_best(tmp_path, kind):
     end = json.loads(trace.read_text().splitlines()[-1])
     best = f"best evaluation: step {end['best_step']}, RewardFunctionEvaluator = {end['best_score']:.6g}"
     summary = output[output.index("EvalStop summary: stopped at step") :]
-    assert summary.startswith(f"EvalStop summary: stopped at step {evals[-1]['step']} (") and best in summary
+    assert summary.startswith(f"EvalStop summary: stopped at step {evals[-1]['step']} (2 consecutive declines")
+    assert best in summary
     assert f"the model saved in {tmp_path / 'out'} holds the best weights" in summary
     assert f"a copy stays in {tmp_path / 'out' / ('evalstop-best-' + str(end['best_step']))}" in summary
     assert "Training completed!" in summary  # Axolotl's own line comes after it
