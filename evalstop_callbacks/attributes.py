@@ -19,13 +19,14 @@ class CallbackAttributes:
     """The callback's public attributes.
 
     Attributes:
-        eval_steps, k, min_delta, job_type, mode, restore_best, trace_path, trace_extras, eval_on_start: The checked
-            arguments (:class:`~evalstop_callbacks.settings.CallbackSettings`).
+        eval_steps, k, min_delta, job_type, mode, restore_best, trace_path, trace_extras, eval_on_start,
+            max_non_finite: The checked arguments (:class:`~evalstop_callbacks.settings.CallbackSettings`).
         detector_spec, cadence_spec, eval_budget: The detector spec the job runs, the cadence policy's spec (None:
             fixed), the budget of hinted evaluations (``max_extra_evals``, ``max_eval_share``).
         job_id (`str` or `None`): The job's id at the scheduler (chosen by the client at registration when not given).
         history (`list[dict]`): One entry per evaluation: `step`, `eval_score`, `declines`, `action`, `mode` (the
-            evidence the decision was taken in: `"per-example"`, `"mean-and-spread"` or `"means only"`).
+            evidence the decision was taken in: `"per-example"`, `"mean-and-spread"` or `"means only"`); a NaN or inf
+            one: `eval_score` None, `non_finite` saying what, `action` "not decided".
         stopped_at, would_stop_at (`int` or `None`): Enforce mode's stop step; the scheduler's first stop (both modes).
         stop_reason, last_decision: The stop decision's reason; the last decision.
         restored_from (`str` or `None`): Checkpoint folder whose weights were loaded into the model.
@@ -47,6 +48,7 @@ class CallbackAttributes:
     trace_path = _from("settings", "trace_path")
     trace_extras = _from("settings", "trace_extras")
     eval_on_start = _from("settings", "eval_on_start")
+    max_non_finite = _from("settings", "max_non_finite")
     detector_spec = _from("settings", "detector_spec")
     cadence_spec = _from("settings", "cadence_spec")
     eval_budget = _from("settings", "eval_budget")

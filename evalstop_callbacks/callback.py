@@ -29,7 +29,9 @@ from .eval_round import run_evaluator
 from .evaluators import Evaluator
 from .job_reporter import JobReporter
 from .keeper import BestCheckpoints
-from .schedule import EvalSchedule, resolve_cadence
+from .nonfinite import DEFAULT_MAX_CONSECUTIVE
+from .outcome import worded
+from .schedule import EvalSchedule, max_steps, resolve_cadence
 from .settings import MODES, CallbackSettings
 from .state import RunRecord, export_state, resume_state, saved_state
 from .trace_sink import TraceSink, trace_header
@@ -62,6 +64,7 @@ class EvalStopCallback(CallbackAttributes, TrainerCallback, ExportableState):
         detector, trace_extras: A detector spec or name; research fields for each trace line.
         cadence, max_extra_evals, max_eval_share: Cadence hints from the scheduler and their budget.
         eval_on_start: Evaluate at step 0, the baseline (errors raise before training starts).
+        max_non_finite: NaN or inf evaluations in a row that end the run gracefully (default 3; fewer: recorded).
 
     Attributes: see :class:`~evalstop_callbacks.attributes.CallbackAttributes` (``history``, ``best_step``,
         ``best_score``, ``best_checkpoint``, ``stopped_at``, ``would_stop_at``, ``restored_from``, ...).
@@ -86,6 +89,7 @@ class EvalStopCallback(CallbackAttributes, TrainerCallback, ExportableState):
         max_extra_evals: int = 4,
         max_eval_share: float | None = None,
         eval_on_start: bool = True,
+        max_non_finite: int = DEFAULT_MAX_CONSECUTIVE,
     ) -> None:
         arguments = {name: value for name, value in locals().items() if name != "self"}  # each argument, by name
         self.client: BoundaryClient = client if client is not None else EmbeddedClient()
@@ -105,21 +109,9 @@ class EvalStopCallback(CallbackAttributes, TrainerCallback, ExportableState):
         self._wandb = WandbLogger(False)
 
     def attach(self, trainer: Any) -> EvalStopCallback:
-        """Serve ``trainer`` with what transformers does not hand a callback (as ``JITCheckpointCallback.set_trainer``).
-
-        The trainer adds: ``evalstop/*`` values for every ``report_to`` backend (else ``state.log_history`` only),
-        ``trainer.save_model`` (weights-only best folders of FSDP and ZeRO-3 models), a step-0 ``trainer.evaluate()``
-        for trainer-metric evaluators, and checks of the evaluator now, not at ``train()``. Adds the callback to the
-        trainer if needed; returns it (``cb = EvalStopCallback(...).attach(trainer)``).
-
-        Raises:
-            ValueError: The trainer cannot serve the evaluator (one line naming why).
-        """
-        handler = getattr(trainer, "callback_handler", None)
-        if handler is not None and not any(cb is self for cb in handler.callbacks):
-            trainer.add_callback(self)
-        self._link.attach(trainer)
-        compat.resolve_evaluator(self.evaluator, self.eval_steps, trainer.args, trainer)  # fails now, not mid-run
+        """Serve ``trainer`` with what transformers does not hand a callback (:meth:`TrainerLink.attach
+        <evalstop_callbacks.trainer_compat.TrainerLink.attach>` says what); returns the callback."""
+        self._link.attach(trainer, self)
         return self
 
     def state(self) -> dict[str, Any]:
@@ -169,7 +161,7 @@ class EvalStopCallback(CallbackAttributes, TrainerCallback, ExportableState):
     def _on_cadence(self, kind: str, args: Any, state: Any, control: Any, model: Any, tok: Any) -> Any:
         """A step or epoch ended: evaluate now if it is due (trainer metrics: ask the trainer to evaluate)."""
         step, ended = state.global_step, self.stopped_at is not None or self._finished
-        if ended or self.schedule.cadence[0] != kind or not self.schedule.due(step, _max_steps(state), kind == "epoch"):
+        if ended or self.schedule.cadence[0] != kind or not self.schedule.due(step, max_steps(state), kind == "epoch"):
             return control
         assert self.evaluator is not None
         if not self.evaluator.uses_trainer_metrics:
@@ -186,7 +178,7 @@ class EvalStopCallback(CallbackAttributes, TrainerCallback, ExportableState):
         if self._link.emitting or self.evaluator is None or not self.evaluator.uses_trainer_metrics:
             return control
         step, ended = state.global_step, self.stopped_at is not None or self._finished
-        if ended or not self.schedule.metrics_due(step, _max_steps(state), self.eval_on_start):
+        if ended or not self.schedule.metrics_due(step, max_steps(state), self.eval_on_start):
             return control
         result = self._link.metrics_result(step, metrics or {}, self.evaluator, args, kwargs.get("eval_dataloader"))
         if result is None:
@@ -232,7 +224,9 @@ class EvalStopCallback(CallbackAttributes, TrainerCallback, ExportableState):
         """Main process: send the report, return the payload every rank applies (or the error every rank raises)."""
         t0 = time.perf_counter()
         try:
-            checked, decision = self.job.report(step, result, self.evaluator)
+            if (reported := self.job.report(step, result, self.evaluator)) is None:
+                return self.job.skipped(step)  # NaN or inf: recorded on every rank, not decided on (nonfinite.py)
+            checked, decision = reported
             extras = dict(self.trace_extras(args, state) or {}) if self.trace_extras is not None else {}
             self._trace.hold(step, checked, extras, self.schedule.wall())
             allowed = self.schedule.hint_allowed(step)
@@ -247,10 +241,12 @@ class EvalStopCallback(CallbackAttributes, TrainerCallback, ExportableState):
         """Every rank: apply the main process's decision (best checkpoint, stop, logs), or raise its error."""
         t0, saves_before = time.perf_counter(), sum(self.save_seconds)  # the weights-only save is timed apart
         shared = share_outcome(payload, step)  # a failure raises on every rank here
+        if "non_finite" in shared:
+            return self._skip(control, step, shared, model)
         decision = self.record.last_decision = Decision.from_dict(shared["decision"])
         score = shared["score"]
         self.record.add(step, score, decision, self.schedule.record(step), shared.get("mode"))
-        self.schedule.take_hint(step, decision, _max_steps(state), bool(shared.get("hint_allowed", True)))
+        self.schedule.take_hint(step, decision, max_steps(state), bool(shared.get("hint_allowed", True)))
         stopping = decision.should_stop and self.would_stop_at is None
         assert self.evaluator is not None
         place = SavePlace(args, state, control, self._link.trainer, model, tok, self._is_main, self.evaluator.to_metric)
@@ -267,11 +263,17 @@ class EvalStopCallback(CallbackAttributes, TrainerCallback, ExportableState):
             self.record.overhead_seconds.append(self._own_time + (time.perf_counter() - t0) - saved)
             self._own_time = 0.0
 
+    def _skip(self, control: Any, step: int, shared: dict[str, Any], model: Any) -> None:
+        """Every rank: a NaN or inf evaluation is recorded, not decided on; the last one a run may take stops it."""
+        self.record.add_non_finite(step, shared["non_finite"], extra=self.schedule.record(step))
+        if shared["stop_reason"] is not None and self.would_stop_at is None:
+            self._stop(control, step, shared["stop_reason"], compat.is_ppo_model(model))
+
     def _stop(self, control: Any, step: int, reason: str, is_ppo: bool) -> None:
-        """The scheduler's first stop: enforce mode ends training (saving the stop step); observe mode notes it."""
-        self.record.would_stop_at, self.record.stop_reason = step, reason
+        """The first stop (the scheduler's or a broken evaluation's): enforce mode ends training; observe notes it."""
+        self.record.would_stop_at, self.record.stop_reason = step, worded(reason, self.mode)  # observe: "would stop"
         if self.mode != "enforce":
-            logger.info("EvalStop (observe): would stop at step %d (%s)", step, reason)
+            logger.info("EvalStop (observe): %s", self.stop_reason)
             return
         self.record.stopped_at = step
         control.should_training_stop = True
@@ -294,7 +296,3 @@ class EvalStopCallback(CallbackAttributes, TrainerCallback, ExportableState):
         reason = "stopped" if self.stopped_at is not None else "completed"
         self._trace.end(reason, best_step=self.best_step, best_score=self.best_score, stopped_at=self.stopped_at)
         self.job.finish(reason)
-
-
-def _max_steps(state: Any) -> int:
-    return int(getattr(state, "max_steps", 0) or 0)

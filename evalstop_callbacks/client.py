@@ -26,6 +26,8 @@ from platform_sim.core import (
 )
 from platform_sim.core.boundary import check_job_type
 
+from .nonfinite import non_finite
+
 logger = logging.getLogger(__name__)
 
 
@@ -70,7 +72,7 @@ def make_report(
 
 
 class NonFiniteScoreError(InvalidReportError):
-    """A NaN or infinite eval score, refused by every entry point (the one policy: docs/design.md)."""
+    """A NaN or infinite eval score handed to :func:`make_report`: no client ever sends one (docs/design.md)."""
 
 
 def refuse_non_finite(
@@ -82,29 +84,23 @@ def refuse_non_finite(
 ) -> None:
     """Raise ``error`` with one line naming the job and step if ``score`` (or a per-example score) is NaN or inf.
 
-    EvalStop's one policy for a non-finite score: refuse it, everywhere (callback, ``evalstop watch``, the verl
-    adapter, every client), rather than skip it. A NaN is no evidence either way, but skipping it silently would let
-    a run whose evaluation broke go on unwatched; an error at that step says at once what broke and where.
+    The last guard before a client: no report of a non-finite score is ever built, so none reaches the core or the
+    service. What a non-finite evaluation does to the run (recorded, warned about, not decided on; a few in a row end
+    it gracefully) is decided before this, by :class:`~evalstop_callbacks.nonfinite.NonFinitePolicy`.
 
     Args:
         job_id: The job's id (None: not registered yet).
         step: The evaluation's step.
         score: The eval score.
         scores: Per-example scores, or None.
-        error: The exception class to raise (``evalstop watch`` raises its own one-line ``WatchError``).
+        error: The exception class to raise.
     """
-    what = None
-    if isinstance(score, (int, float)) and not isinstance(score, bool) and not math.isfinite(score):
-        what = f"non-finite eval score {float(score)}"
-    elif scores is not None:
-        bad = next((i for i, v in enumerate(scores) if isinstance(v, float) and not math.isfinite(v)), None)
-        if bad is not None:
-            what = f"non-finite per-example score {scores[bad]} (example {bad})"
+    what = non_finite(score, scores)
     if what is not None:
         job = "(not registered yet)" if job_id is None else repr(job_id)
         raise error(
-            f"EvalStop job {job}: {what} at step {step}; a NaN or inf score is refused "
-            "(EvalStop never decides on one: fix the evaluation or the metric)"
+            f"EvalStop job {job}: non-finite {what} at step {step}; a NaN or inf score is never sent to the "
+            "scheduler (refused)"
         )
 
 

@@ -6,13 +6,14 @@ Everything here runs on the main process only; the callback shares what comes ba
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from platform_sim.core import Decision, EvidenceMode
 
-from .client import BoundaryClient, make_report, refuse_non_finite
+from .client import BoundaryClient, make_report
 from .evaluators import EvalResult, EvaluatorError, checked_result
+from .nonfinite import NonFinitePolicy
 from .settings import CallbackSettings
 
 
@@ -25,6 +26,8 @@ class JobReporter:
         settings: The callback's checked arguments (job type, detector and cadence specs).
         job_id: The job's id at the scheduler; None until the client chooses one at registration.
         registered: Whether :meth:`register` has run in this process (a resume registers again: idempotent).
+        policy: The one non-finite policy (:mod:`~evalstop_callbacks.nonfinite`): its count of NaN or inf
+            evaluations in a row, from ``settings.max_non_finite``.
     """
 
     client: BoundaryClient
@@ -33,6 +36,10 @@ class JobReporter:
     registered: bool = False
     #: The evidence the last report carried (per-example scores, a mean with its spread, or the mean alone).
     last_mode: EvidenceMode | None = None
+    policy: NonFinitePolicy = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.policy = NonFinitePolicy(self.settings.max_non_finite)
 
     def register(self) -> str:
         """Register the job (once) and return its id."""
@@ -42,8 +49,9 @@ class JobReporter:
             raise RuntimeError("EvalStop: the client returned no job id at registration")
         return self.job_id
 
-    def report(self, step: int, result: object, evaluator: object) -> tuple[EvalResult, Decision]:
-        """Report the evaluation of ``step`` and return the checked result with the scheduler's decision.
+    def report(self, step: int, result: object, evaluator: object) -> tuple[EvalResult, Decision] | None:
+        """Report the evaluation of ``step`` and return the checked result with the scheduler's decision; None for a
+        NaN or inf evaluation, which is not reported (:meth:`skipped` says what every rank records).
 
         The report carries the result's spread (``EvalResult.std``/``n``: ``eval_std``/``eval_n``) when it has one.
 
@@ -53,8 +61,10 @@ class JobReporter:
             InvalidReportError: Its spread breaks the report's rules (``std`` without ``n``, ``n`` < 2, ...).
         """
         job_id = self.register()
-        if isinstance(result, EvalResult):  # the one non-finite policy: refused, naming the job and step
-            refuse_non_finite(job_id, step, result.score, result.scores, EvaluatorError)
+        if isinstance(result, EvalResult):
+            metric = getattr(evaluator, "metric", None) or type(evaluator).__name__
+            if not self.policy.check(step, result.score, result.scores, metric=metric):
+                return None
         checked = checked_result(result, evaluator, step)
         scores = tuple(checked.scores) if checked.scores else None
         job_type = self.settings.job_type
@@ -75,6 +85,12 @@ class JobReporter:
             "hint_allowed": hint_allowed,
             "mode": None if mode is None else mode.value,
         }
+
+    def skipped(self, step: int) -> dict[str, Any]:
+        """The payload of a NaN or inf evaluation at ``step`` for every rank: what was non-finite, and the stop's
+        reason when it was the last one the run may take (else None)."""
+        reason = self.policy.reason() if self.policy.exhausted else None
+        return {"step": step, "score": None, "non_finite": self.policy.last, "stop_reason": reason}
 
     def finish(self, reason: str) -> None:
         """Tell the scheduler the run ended (``"stopped"`` or ``"completed"``), if it was ever registered."""

@@ -263,8 +263,13 @@ class BestCheckpoints:
         return kept
 
     def _write_marker(self, folder: Path, kept: Kept) -> None:
+        """Write ``EVALSTOP_BEST.json``; its paths absolute, so that the file says where the weights are whatever
+        folder it is read from (a run started with a relative ``output_dir`` would name them relative to its own)."""
+        data = kept.to_dict()
+        data["path"] = os.path.abspath(kept.path)
+        data["source"] = None if kept.source is None else os.path.abspath(kept.source)
         tmp = folder / f".{MARKER}.tmp"
-        tmp.write_text(json.dumps(kept.to_dict()) + "\n")
+        tmp.write_text(json.dumps(data) + "\n")
         os.replace(tmp, folder / MARKER)
 
     # ---- deleting ----

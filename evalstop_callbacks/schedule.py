@@ -41,6 +41,11 @@ def check_has_cadence(eval_steps: int | str | None, args: Any) -> None:
         raise ValueError(NO_CADENCE)
 
 
+def max_steps(state: Any) -> int:
+    """The run's planned optimizer steps (``TrainerState.max_steps``), 0 when unknown."""
+    return int(getattr(state, "max_steps", 0) or 0)
+
+
 def resolve_cadence(eval_steps: int | str | None, evaluator: Evaluator, args: Any, state: Any) -> tuple[str, int]:
     """The cadence as ``(kind, interval)``: ``("steps", N)``, ``("epoch", 0)`` or ``("trainer", 0)``.
 

@@ -17,6 +17,7 @@ from platform_sim.core.checks import check_int
 
 from .client import BoundaryClient, CadenceClient, takes_cadence
 from .evaluators import Evaluator
+from .nonfinite import DEFAULT_MAX_CONSECUTIVE, check_max_consecutive
 
 logger = logging.getLogger(__name__)
 
@@ -127,6 +128,9 @@ class CallbackSettings:
         eval_on_start (`bool`, *optional*, defaults to `True`):
             Keyword-only. Evaluate at step 0, before the first optimizer step: the baseline of the decline rule, and
             tokenizer, metric, dataset and reward-function errors raise before training starts.
+        max_non_finite (`int`, *optional*, defaults to 3):
+            Keyword-only. NaN or inf evaluations in a row that end the run gracefully (as a stop: the best weights
+            restored); fewer are recorded in `history` and not decided on (:mod:`evalstop_callbacks.nonfinite`).
 
     Fields: the arguments as checked; ``detector_spec`` is the built detector spec (``default_spec()`` with no
     detector, ``k`` nor ``min_delta``; the paper's ``k-decline`` with ``k``/``min_delta`` only), ``cadence_spec``
@@ -148,6 +152,7 @@ class CallbackSettings:
     eval_budget: EvalBudget
     eval_on_start: bool
     trace_extras: Callable[[Any, Any], Mapping[str, float]] | None
+    max_non_finite: int = DEFAULT_MAX_CONSECUTIVE
 
     @classmethod
     def check(
@@ -169,6 +174,7 @@ class CallbackSettings:
         max_extra_evals: Any,
         max_eval_share: Any,
         eval_on_start: Any,
+        max_non_finite: Any = DEFAULT_MAX_CONSECUTIVE,
     ) -> CallbackSettings:
         """Check the callback's arguments (same names) and build the settings; raise a one-line error otherwise.
 
@@ -236,6 +242,7 @@ class CallbackSettings:
             eval_budget=budget,
             eval_on_start=eval_on_start,
             trace_extras=trace_extras,
+            max_non_finite=check_max_consecutive(max_non_finite),
         )
 
     def register(self, client: BoundaryClient, job_id: str | None) -> str:

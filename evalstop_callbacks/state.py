@@ -41,6 +41,7 @@ class CallbackState:
         wall_s, eval_s: Wall and evaluator seconds of the run so far (the budget's time share continues from them).
         client_state: The client's ``state_dict()``, for clients that keep local state, else None.
         keeper: The keeper's ``state_dict()`` (:class:`~evalstop_callbacks.keeper.BestCheckpoints`), or None.
+        non_finite: The non-finite policy's ``state_dict()`` (its count of NaN evaluations in a row), or None.
     """
 
     job_id: str | None = None
@@ -58,6 +59,7 @@ class CallbackState:
     eval_s: float = 0.0
     client_state: Any = None
     keeper: dict[str, Any] | None = None
+    non_finite: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON data, the keys in field order."""
@@ -82,6 +84,7 @@ class CallbackState:
             eval_s=float(saved.get("eval_s") or 0.0),
             client_state=saved.get("client_state"),
             keeper=saved.get("keeper"),
+            non_finite=saved.get("non_finite"),
         )
 
     def check_resumable(self, detector_spec: Mapping[str, Any], job_id: str | None) -> None:
@@ -140,6 +143,20 @@ class RunRecord:
         self.history.append(entry)
         return entry
 
+    def add_non_finite(self, step: int, what: str, extra: bool) -> dict[str, Any]:
+        """Record a NaN or inf evaluation of ``step`` (``what`` was non-finite), which nothing decided on."""
+        entry: dict[str, Any] = {
+            "step": step,
+            "eval_score": None,
+            "declines": None,
+            "action": "not decided",
+            "non_finite": what,
+        }
+        if extra:
+            entry["extra"] = True
+        self.history.append(entry)
+        return entry
+
     def saved(self) -> dict[str, Any]:
         """The record's part of :class:`CallbackState`."""
         return {"history": list(self.history), "stopped_at": self.stopped_at, "would_stop_at": self.would_stop_at}
@@ -160,6 +177,7 @@ def export_state(callback: Any) -> dict[str, Any]:
         job_id=callback.job_id,
         detector=callback.detector_spec,
         client_state=save() if callable(save) else None,
+        non_finite=callback.job.policy.state_dict(),
         **callback.record.saved(),
         **callback.best.saved(),
         **callback.schedule.saved(),
@@ -179,6 +197,8 @@ def resume_state(callback: Any, saved: CallbackState) -> None:
     callback.record.resume(saved)
     callback.best.resume(saved)
     callback.schedule.resume(saved)
+    if saved.non_finite is not None:
+        callback.job.policy.load_state_dict(saved.non_finite)
     load = getattr(callback.client, "load_state_dict", None)
     if saved.client_state is not None and callable(load):
         load(saved.client_state)

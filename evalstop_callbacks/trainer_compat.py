@@ -218,9 +218,24 @@ class TrainerLink:
         """The attached trainer, or None (never attached, or gone)."""
         return self._ref()
 
-    def attach(self, trainer: Any) -> None:
-        """Hold ``trainer`` (weakly: the trainer holds the callback)."""
+    def attach(self, trainer: Any, callback: Any = None) -> None:
+        """Hold ``trainer`` (weakly: the trainer holds the callback) and serve ``callback`` with it, as
+        ``JITCheckpointCallback.set_trainer`` does: ``EvalStopCallback.attach(trainer)``.
+
+        The trainer adds: ``evalstop/*`` values for every ``report_to`` backend (else ``state.log_history`` only),
+        ``trainer.save_model`` (weights-only best folders of FSDP and ZeRO-3 models), a step-0 ``trainer.evaluate()``
+        for trainer-metric evaluators, and checks of the evaluator now, not at ``train()``. The callback is added to
+        the trainer if it is not among its callbacks yet.
+
+        Raises:
+            ValueError: The trainer cannot serve the callback's evaluator (one line naming why).
+        """
+        handler = getattr(trainer, "callback_handler", None)
+        if callback is not None and handler is not None and not any(cb is callback for cb in handler.callbacks):
+            trainer.add_callback(callback)
         self._ref = weakref.ref(trainer)
+        if callback is not None:  # fails now, not mid-run
+            resolve_evaluator(callback.evaluator, callback.eval_steps, trainer.args, trainer)
 
     def log(self, args: Any, state: Any, control: Any, logs: Mapping[str, float]) -> None:
         """Into the trainer's logs, as ``Trainer.log`` does: ``log_history`` and every callback's ``on_log``.

@@ -18,6 +18,8 @@ from platform_sim.core import Decision, default_spec
 
 from .client import BoundaryClient, EmbeddedClient, make_report
 from .keeper import BestCheckpoints
+from .nonfinite import DEFAULT_MAX_CONSECUTIVE, NonFinitePolicy, check_max_consecutive
+from .outcome import worded
 
 logger = logging.getLogger(__name__)
 
@@ -54,10 +56,12 @@ class VerlEvalStopConfig:
             record where the core would have stopped).
         examples: Report the per-prompt scores as well when they can be paired (one data source, ``reward``).
         result: Path of the result JSON; None: ``<default_local_dir>/evalstop-result.json``.
+        max_non_finite: How many NaN or inf validations in a row end the run (with the best checkpoint kept); fewer
+            are recorded and not decided on (:mod:`evalstop_callbacks.nonfinite`).
 
     Raises:
-        ValueError: One line naming the key: an unknown key, ``mode`` not enforce/observe, ``keep_best`` not an
-            integer >= 1.
+        ValueError: One line naming the key: an unknown key, ``mode`` not enforce/observe, ``keep_best`` or
+            ``max_non_finite`` not an integer >= 1.
     """
 
     metric: str = "val-core/*/*/mean@*"
@@ -74,8 +78,10 @@ class VerlEvalStopConfig:
     mode: str = "enforce"
     examples: bool = True
     result: str | None = None
+    max_non_finite: int = DEFAULT_MAX_CONSECUTIVE
 
     def __post_init__(self) -> None:
+        check_max_consecutive(self.max_non_finite, "trainer.evalstop.max_non_finite")
         if self.mode not in MODES:
             raise ValueError(f"trainer.evalstop.mode must be enforce or observe, got {self.mode!r}")
         k = self.keep_best
@@ -132,10 +138,13 @@ class EvalStopMonitor:
     would_stop_at: int | None = None
     metric_name: str | None = None
     example_keys: list[str] | None = None
+    non_finite: list[list[Any]] = field(default_factory=list)
+    stop_reason: str = ""
     _warned_means_only: bool = False
 
     def __post_init__(self) -> None:
         self.job_id = self.client.register(self.config.job_type, detector=self.detector(), job_id=self.job_id)
+        self.policy = NonFinitePolicy(self.config.max_non_finite, where="evalstop")
 
     def detector(self) -> dict[str, Any]:
         spec = self.config.detector_spec()
@@ -185,12 +194,18 @@ class EvalStopMonitor:
 
     def observe(
         self, step: int, metrics: Mapping[str, Any], samples: Sequence[tuple[str, float]] | None = None
-    ) -> Decision:
-        """Report one validation (verl's ``_validate`` result at ``step``) and return the core's decision."""
+    ) -> Decision | None:
+        """Report one validation (verl's ``_validate`` result at ``step``) and return the core's decision; None for
+        a NaN or inf validation, which is recorded in :attr:`non_finite` and not reported (the one non-finite
+        policy, :class:`~evalstop_callbacks.nonfinite.NonFinitePolicy`: a few in a row make :attr:`stopping`)."""
         name, value = self.select(metrics)
         self.metric_name = name
-        # The one non-finite policy (docs/design.md): a NaN validation (no sample scored) is refused, naming the step.
         scores = self.paired_scores(metrics, name, samples)
+        if not self.policy.check(step, value, scores, metric=name):
+            self.non_finite.append([step, self.policy.last])
+            if self.policy.exhausted and self.would_stop_at is None:
+                self.would_stop_at, self.stop_reason = step, self.policy.reason(name)
+            return None
         if scores is None and not self._warned_means_only:
             logger.info("evalstop: no per-example scores for %s; the detector decides on means alone", name)
             self._warned_means_only = True
@@ -198,7 +213,7 @@ class EvalStopMonitor:
         self.decision = self.client.report(report)
         self.evals.append([step, value])
         if self.decision.should_stop and self.would_stop_at is None:
-            self.would_stop_at = step
+            self.would_stop_at, self.stop_reason = step, self.decision.reason
         return self.decision
 
     def core_score(self, value: float) -> float:
@@ -248,11 +263,12 @@ class EvalStopMonitor:
             "detector": self.detector(),
             "metric": self.metric_name,
             "evals": self.evals,
-            "reason": d.reason if d else None,
+            "reason": worded(self.stop_reason or (d.reason if d else ""), self.config.mode) or None,
             "mode": self.config.mode,
             "keep_best": self.config.keep_best,
             "kept": kept,
             "pruned": [] if keeper is None else list(keeper.pruned),
+            "non_finite": [list(e) for e in self.non_finite],
         }
 
     def state_dict(self) -> dict[str, Any]:
@@ -263,6 +279,10 @@ class EvalStopMonitor:
             "example_keys": self.example_keys,
             "decision": self.decision.to_dict() if self.decision else None,
             "would_stop_at": self.would_stop_at,
+            "non_finite": [list(e) for e in self.non_finite],
+            "policy": self.policy.state_dict(),
+            "stop_reason": self.stop_reason,
+            "metric": self.metric_name,
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
@@ -273,6 +293,10 @@ class EvalStopMonitor:
         raw = state.get("decision")
         self.decision = Decision.from_dict(raw) if raw else None
         self.would_stop_at = state.get("would_stop_at")
+        self.non_finite = [list(e) for e in state.get("non_finite", [])]
+        self.policy.load_state_dict(state.get("policy", {}))
+        self.stop_reason = state.get("stop_reason", "")
+        self.metric_name = state.get("metric", self.metric_name)
 
 
 def make_client(config: VerlEvalStopConfig) -> BoundaryClient:

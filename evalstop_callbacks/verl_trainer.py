@@ -39,6 +39,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from .keeper import BestCheckpoints
+from .outcome import worded
 from .verl_monitor import MODE_PREFIX, RESULT_FILE, STATE_FILE, EvalStopMonitor, VerlEvalStopConfig, make_client
 
 logger = logging.getLogger(__name__)
@@ -100,6 +101,12 @@ class EvalStopTrainerMixin:
         if monitor.stopping:
             return metrics  # the loop is ending; verl's own last-step validation may still come
         decision = monitor.observe(step, metrics, self._evalstop_samples)
+        if decision is None:  # a NaN or inf validation: recorded, not decided on (evalstop_callbacks.nonfinite)
+            self._evalstop_write_state()
+            if monitor.stopping:
+                logger.warning("evalstop: stop at step %d (%s)", step, monitor.stop_reason)
+                self.total_training_steps = step  # as at a decline: this pass is the last one
+            return metrics
         value = float(monitor.evals[-1][1])
         if step > 0 and self._evalstop_ranks(step, monitor.core_score(value)):
             self._evalstop_keep_best(step, monitor.core_score(value))
@@ -114,7 +121,7 @@ class EvalStopTrainerMixin:
                 "evalstop%s: stop at step %d (%s); best step %s, %s=%s, checkpoint %s",
                 "" if monitor.stopping else " (observe: not stopping)",
                 step,
-                decision.reason,
+                worded(decision.reason, monitor.config.mode),
                 decision.best_step,
                 monitor.metric_name,
                 monitor.best_score(),

@@ -3,7 +3,8 @@
 Per evaluation of the trace it writes a training-metrics line, the checkpoint folder ``checkpoint-<step>`` (with
 ``--checkpoints``; the oldest removed past ``--keep``, like ``save_total_limit``), verl's validation dump
 ``<step>.jsonl`` (with ``--examples``: one sample per example, its input ``prompt-<i>`` and its score), then the eval
-line, pausing ``--pace`` seconds between lines. Formats: ``verl`` (the line verl's ``FileLogger`` writes:
+line, pausing ``--pace`` seconds between lines (``--nan-at STEP``: that eval is NaN, as a broken evaluation logs
+it). Formats: ``verl`` (the line verl's ``FileLogger`` writes:
 ``{"step": N, "data": {...}}``), ``jsonl`` (``{"step": N, name: value}``) and ``tensorboard``
 (``torch.utils.tensorboard.SummaryWriter``, flushed per line). It exits 0 at the end of the trace.
 
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import sys
 import time
@@ -32,7 +34,11 @@ def main() -> int:
     parser.add_argument("--keep", type=int, default=0, help="checkpoints kept (0: all)")
     parser.add_argument("--pace", type=float, default=0.02)
     parser.add_argument("--start-after", type=float, default=0.0, help="seconds before the first line")
+    parser.add_argument("--nan-at", type=int, action="append", default=[], help="a step whose eval is NaN")
+    parser.add_argument("--pid-file", type=Path, help="where this process writes its pid first")
     args = parser.parse_args()
+    if args.pid_file is not None:
+        args.pid_file.write_text(f"{os.getpid()}\n")
 
     lines = [json.loads(line) for line in args.trace.read_text().splitlines() if line.strip()]
     evals = [line for line in lines if line.get("kind") == "eval"]
@@ -73,7 +79,7 @@ def main() -> int:
                 for i, s in enumerate(ev["eval_scores"])
             ]
             (args.examples / f"{step}.jsonl").write_text("\n".join(json.dumps(s) for s in samples) + "\n")
-        log(step, {args.metric: float(ev["eval_score"])})
+        log(step, {args.metric: float("nan") if step in args.nan_at else float(ev["eval_score"])})
     print(f"child: wrote all {len(evals)} evaluations", file=sys.stderr)
     return 0
 

@@ -97,13 +97,14 @@ def _check(tmp_path: Path, ranks: list[dict]) -> None:
     assert r0["alone"] == alone.score  # local=True on rank 0 alone, inside the process group
     # the trainer's logs of every rank hold the evalstop keys at every evaluation
     assert len(r0["log_keys"]) == len(r0["history"]) and "evalstop/best_score" in r0["log_keys"][0]
-    # errors: a NaN on the main process reaches every rank; a reward function failing on one rank's shard too
-    assert "non-finite eval score nan at step 0" in r0["nan_on_main"], r0["nan_on_main"]
-    for r in ranks[1:]:
-        assert "EvalStop evaluation failed on the main process at step 0" in r["nan_on_main"], r["nan_on_main"]
+    # A NaN on the main process reaches every rank as a record, not an error: three in a row (steps 0, 2, 4) end
+    # the run on every rank at the same step (the one non-finite policy). A reward function failing on one rank's
+    # shard is an error on every rank.
+    for r in ranks:
+        assert r["nan_on_main"] is None and r["nan_on_main_step"] == 4, r["nan_on_main"]
     failing = (6 - 1) % nproc  # the rank holding the last batch
     for r in ranks:
-        assert r["nan_on_main_step"] == r["shard_fails_step"] == 0  # before the first optimizer step
+        assert r["shard_fails_step"] == 0  # before the first optimizer step
         assert "at step 0" in r["shard_fails"], r["shard_fails"]
         expected = "no reference answer" if r["rank"] == failing else f"evaluation failed on rank {failing}"
         assert expected in r["shard_fails"], r["shard_fails"]

@@ -146,8 +146,7 @@ def test_metric_evaluator_errors():
     ev = MetricEvaluator("accuracy")
     with pytest.raises(EvaluatorError, match="metric 'accuracy' is not among the trainer's eval metrics"):
         ev.from_metrics({"eval_loss": 1.0})
-    with pytest.raises(EvaluatorError, match="non-finite"):
-        ev.from_metrics({"eval_accuracy": float("nan")})
+    assert math.isnan(ev.from_metrics({"eval_accuracy": float("nan")}).score)  # for the non-finite policy to take
     assert MetricEvaluator("loss", greater_is_better=False).from_metrics({"eval_loss": 2.0}).score == -2.0
 
 
@@ -184,12 +183,19 @@ def _sft(tmp_path, cb, **kw):
     )
 
 
-def test_nan_evaluator_in_training_raises_instead_of_stopping(tmp_path):
-    cb = EvalStopCallback(_NaNAtSecondEval(), eval_steps=2)
+def test_nan_evaluations_in_training_end_it_gracefully_instead_of_raising(tmp_path):
+    # Every evaluation after the baseline is NaN: recorded, not decided on; the third in a row ends the run
+    # (the one non-finite policy; test_callback_nonfinite.py checks the best weights it leaves live).
+    cb = EvalStopCallback(_NaNAtSecondEval(), eval_steps=2, max_non_finite=2)
     trainer = _sft(tmp_path, cb)
-    with pytest.raises(EvaluatorError, match="non-finite eval score nan at step 2"):
-        trainer.train()
-    assert cb.stopped_at is None and [h["step"] for h in cb.history] == [0]  # the step-0 baseline was fine
+    trainer.train()
+    assert cb.stopped_at == 4 and trainer.state.global_step == 4 and cb.best_step == 0
+    assert [(h["step"], h.get("non_finite")) for h in cb.history] == [
+        (0, None),
+        (2, "eval score nan"),
+        (4, "eval score nan"),
+    ]
+    assert "2 non-finite evaluations of _NaNAtSecondEval in a row (steps 2, 4" in cb.stop_reason
 
 
 def test_restore_callback_states_flag_is_rejected(tmp_path):

@@ -84,11 +84,29 @@ def write_config(tmp_path, kind: str, **evalstop) -> object:
 @pytest.mark.parametrize("kind", ["sft", "dpo"])
 def test_axolotl_run_stops_at_the_decline_and_saves_the_best(tmp_path, kind):
     trace = tmp_path / "trace.jsonl"
-    config = write_config(tmp_path, kind, evaluator=EVALUATOR, eval_steps=2, k=2, trace_path=str(trace))
-    run_framework(["-m", "axolotl.cli.train", str(config)], cwd=tmp_path)
+    # The evaluator's module sits next to config.yaml, and the run starts from another folder: found all the same.
+    (tmp_path / "my_evals.py").write_text(f"from {EVALUATOR.replace(':', ' import ')}  # noqa: F401\n")
+    config = write_config(
+        tmp_path, kind, evaluator="my_evals:world_evaluator", eval_steps=2, k=2, trace_path=str(trace)
+    )
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    proc = run_framework(["-m", "axolotl.cli.train", str(config)], cwd=elsewhere)
     assert_stopped_at_decline_with_best_saved(trace, tmp_path / "out")
     header = json.loads(trace.read_text().splitlines()[0])
     assert header["job_type"] == kind  # from the config's rl: key (none: sft)
+    # The plugin attached the callback itself, and the summary is in Axolotl's output, before its own last words.
+    output = proc.stdout + proc.stderr
+    assert "attach(trainer)" not in output, output[-3000:]
+    evals = [json.loads(line) for line in trace.read_text().splitlines() if '"kind": "eval"' in line]
+    end = json.loads(trace.read_text().splitlines()[-1])
+    best = f"best evaluation: step {end['best_step']}, RewardFunctionEvaluator = {end['best_score']:.6g}"
+    summary = output[output.index("EvalStop summary: stopped at step") :]
+    assert summary.startswith(f"EvalStop summary: stopped at step {evals[-1]['step']} (2 consecutive declines")
+    assert best in summary
+    assert f"the model saved in {tmp_path / 'out'} holds the best weights" in summary
+    assert f"a copy stays in {tmp_path / 'out' / ('evalstop-best-' + str(end['best_step']))}" in summary
+    assert "Training completed!" in summary  # Axolotl's own line comes after it
 
 
 def test_the_args_model_declares_every_option():
@@ -113,6 +131,18 @@ def test_axolotl_refuses_a_bad_key_when_it_loads_the_config(tmp_path, key, value
     with pytest.raises(OptionsError) as err:
         load_cfg(str(config))
     assert str(err.value).startswith(message) and "\n" not in str(err.value)
+
+
+def test_a_bad_key_ends_axolotl_train_in_one_line_without_a_traceback(tmp_path):
+    config = write_config(tmp_path, "sft", eval_step=2)
+    with pytest.raises(AssertionError) as failed:  # run_framework asserts exit 0
+        run_framework(["-m", "axolotl.cli.train", str(config)], cwd=tmp_path)
+    output = str(failed.value)
+    assert "Traceback" not in output, output[-3000:]
+    assert output.strip().splitlines()[-1] == (
+        "evalstop (Axolotl plugin): error: evalstop_eval_step: unknown evalstop key; did you mean "
+        f"evalstop_eval_steps? known keys: {', '.join(PREFIX + k for k in KEYS)}"
+    )
 
 
 def test_axolotl_outside_the_tested_range_is_refused_when_it_loads_the_config(tmp_path, monkeypatch):

@@ -76,15 +76,25 @@ def write_config(tmp_path, stage: str, **evalstop) -> object:
 @pytest.mark.parametrize("stage", ["sft", "dpo"])
 def test_llamafactory_run_stops_at_the_decline_and_saves_the_best(tmp_path, stage):
     trace = tmp_path / "trace.jsonl"
-    config = write_config(tmp_path, stage, evaluator=EVALUATOR, eval_steps=2, k=2, trace_path=str(trace))
+    # The evaluator's module sits next to config.yaml, and the command runs from another folder: found all the same.
+    (tmp_path / "my_evals.py").write_text(f"from {EVALUATOR.replace(':', ' import ')}  # noqa: F401\n")
+    config = write_config(
+        tmp_path, stage, evaluator="my_evals:world_evaluator", eval_steps=2, k=2, trace_path=str(trace)
+    )
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
     proc = run_framework(
-        ["-m", "evalstop_callbacks.integrations.llamafactory", "train", str(config), "--json"], tmp_path
+        ["-m", "evalstop_callbacks.integrations.llamafactory", "train", str(config), "--json"], elsewhere
     )
     assert_stopped_at_decline_with_best_saved(trace, tmp_path / "out")
     result = json.loads(proc.stdout.strip().splitlines()[-1])  # --json: the last line is the run's decisions
     evals = [json.loads(line) for line in trace.read_text().splitlines()[1:-1]]
     assert result["stopped_at"] == evals[-1]["step"] and result["restored_from"] == result["best_checkpoint"]
     assert result["best_checkpoint"] == str(tmp_path / "out" / f"evalstop-best-{result['best_step']}")
+    assert result["output_dir"] == str(tmp_path / "out") and result["non_finite"] == []
+    assert "attach(trainer)" not in proc.stdout + proc.stderr  # the entry point attached the callback itself
+    summary = proc.stderr[proc.stderr.index("EvalStop summary: stopped at step") :]
+    assert f"the model saved in {tmp_path / 'out'} holds the best weights" in summary
     assert [h["step"] for h in result["history"]] == [e["step"] for e in evals]
     assert json.loads(trace.read_text().splitlines()[0])["job_type"] == stage  # from stage and finetuning_type
 

@@ -99,6 +99,7 @@ def test_every_option_parses_to_its_field():
         "max_extra_evals": 0,
         "max_eval_share": 0.2,
         "server_url": "http://127.0.0.1:1",
+        "max_non_finite": 5,
     }
     assert set(raw) == set(KEYS)
     options = parse_options(raw)
@@ -198,10 +199,12 @@ def test_the_callback_gets_every_option(eval_module, tmp_path):
             "trace_path": str(tmp_path / "t.jsonl"),
             "restore_best": False,
             "max_extra_evals": 1,
+            "max_non_finite": 5,
         }
     )
     cb = build_callback(options, job_type="dpo", evaluator_key="evalstop.evaluator")
     assert (cb.eval_steps, cb.mode, cb.job_id, cb.job_type, cb.restore_best) == (3, "observe", "lf-1", "dpo", False)
+    assert cb.max_non_finite == 5
     assert cb.detector_spec["name"] == "k-decline" and cb.max_extra_evals == 1
     assert cb.trace_path == str(tmp_path / "t.jsonl")
     assert build_callback(parse_options({"job_type": "sft"}), job_type="dpo", evaluator_key="e").job_type == "sft"
@@ -293,3 +296,27 @@ def test_llamafactory_without_a_config_is_one_line_and_exit_2(capsys):
     assert capsys.readouterr().err == (
         "evalstop llamafactory train: error: the following arguments are required: config\n"
     )
+
+
+def test_an_evaluator_next_to_the_config_file_is_found_there(tmp_path, monkeypatch):
+    folder = tmp_path / "configs"
+    folder.mkdir()
+    (folder / "evals_beside.py").write_text(
+        "from evalstop_callbacks import RewardFunctionEvaluator\n"
+        "EVALUATOR = RewardFunctionEvaluator(['the bird is'], lambda prompts, completions, **k: [1.0] * len(completions), max_new_tokens=2)\n"
+    )
+    monkeypatch.setattr(sys, "path", list(sys.path))  # the folder added below goes when the test ends
+    try:
+        with pytest.raises(OptionsError) as err:  # not on the import path, and no config folder given
+            load_evaluator("evals_beside:EVALUATOR", "evalstop.evaluator")
+        assert str(err.value) == (
+            "evalstop.evaluator: cannot import 'evals_beside' (No module named 'evals_beside'): put evals_beside.py "
+            "in a folder on PYTHONPATH (or install it)"
+        )
+        with pytest.raises(OptionsError) as err:  # a config folder without the module: named in the error
+            load_evaluator("evals_beside:EVALUATOR", "evalstop.evaluator", search=tmp_path)
+        assert f"put evals_beside.py in the config file's folder {tmp_path.resolve()} or a folder on" in str(err.value)
+        evaluator = load_evaluator("evals_beside:EVALUATOR", "evalstop.evaluator", search=folder)
+        assert type(evaluator).__name__ == "RewardFunctionEvaluator" and sys.path[-1] == str(folder.resolve())
+    finally:
+        sys.modules.pop("evals_beside", None)

@@ -86,3 +86,12 @@ def test_a_restarted_keeper_adopts_its_folders_and_a_saved_state_resumes(tmp_pat
 def test_bad_k_is_one_line() -> None:
     with pytest.raises(ValueError, match="keep_best must be an integer >= 1, got 0"):
         BestCheckpoints("unused", keep=0)
+
+
+def test_the_marker_names_absolute_paths_for_a_relative_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    folders = _checkpoints(Path("out"), [10])  # a run started with output_dir: out
+    BestCheckpoints("out").protect(10, 1.0, folders[10])
+    marker = json.loads((tmp_path / "out" / "evalstop-best-10" / MARKER).read_text())
+    assert marker["path"] == str(tmp_path / "out" / "evalstop-best-10")
+    assert marker["source"] == str(tmp_path / "out" / "global_step_10")

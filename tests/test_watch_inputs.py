@@ -89,11 +89,12 @@ def test_timeout_names_the_metrics_seen_and_bad_input_fails_in_one_line(tmp_path
     done = watch(str(log), "--metric", "val/reward", "--timeout", "0.5")
     assert done.returncode == 2
     assert done.stderr.strip().splitlines()[-1] == (
-        f"evalstop watch: error: --metric 'val/reward': no such series in {log} after 0.5 s "
-        "(series seen: actor/loss, val/acc)"
+        f"evalstop watch: error: --metric 'val/reward' never appeared in {log} after 0.5 s; "
+        "series seen: actor/loss, val/acc; closest: 'val/acc'"
     )
-    done = watch(str(tmp_path / "never.jsonl"), "--metric", "val/reward", "--timeout", "0.3")
-    assert done.returncode == 2 and "nothing at" in done.stderr.strip().splitlines()[-1]
+    never = tmp_path / "never.jsonl"
+    done = watch(str(never), "--metric", "val/reward", "--timeout", "0.3")
+    assert done.returncode == 2 and f"the log {never} never appeared after 0.3 s" in done.stderr.splitlines()[-1]
     junk = tmp_path / "junk.txt"
     junk.write_text("this is not a metrics log\n")
     for args, says in (
@@ -116,6 +117,18 @@ def test_lower_is_better_negates_for_the_detector_and_reports_own_units(tmp_path
     best = next(ev["eval_score"] for ev in evals(HACKING) if ev["step"] == want_best)
     assert result.best_score == -best  # the loss itself, not its negation
     assert Watcher(log, "val/loss").finish().stop_step != want_stop  # read as greater-is-better it is another curve
+
+
+def test_observe_mode_says_where_it_would_stop_and_never_stopped_at(tmp_path: Path) -> None:
+    log = tmp_path / "log.jsonl"
+    write_verl(log, HACKING)
+    want_stop, _ = embedded_stop(HACKING)
+    enforce = Watcher(log, "val-core/gsm8k/reward/mean@1").finish()
+    observe = Watcher(log, "val-core/gsm8k/reward/mean@1", mode="observe").finish()
+    assert enforce.reason.startswith(f"stopped at step {want_stop}: ")
+    assert observe.would_stop_step == want_stop and observe.stop_step is None
+    assert observe.reason.startswith(f"would stop at step {want_stop} (observe mode: not stopped): ")
+    assert "stopped at" not in observe.reason.replace("not stopped", "")
 
 
 def test_examples_pair_samples_by_input_and_reach_the_detector(tmp_path: Path) -> None:
@@ -211,7 +224,9 @@ def test_on_stop_gets_the_decision_in_its_environment(tmp_path: Path) -> None:
 def test_a_dead_pid_ends_the_watch_with_its_exit_status(tmp_path: Path) -> None:
     log = tmp_path / "log.jsonl"
     log.write_text('{"step": 1, "data": {"val/score": 0.5}}\n')
-    proc = subprocess.Popen([sys.executable, "-c", "import time, sys; time.sleep(0.5); sys.exit(3)"])
+    proc = subprocess.Popen(
+        [sys.executable, "-c", "import time, sys; time.sleep(4); sys.exit(3)"]
+    )  # outlives the start
     try:
         done = watch(str(log), "--metric", "val/score", "--pid", str(proc.pid))
     finally:

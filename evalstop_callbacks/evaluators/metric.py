@@ -147,7 +147,10 @@ class MetricEvaluator(Evaluator):
             raise EvaluatorError(
                 f"metric {self.metric!r} is not among the trainer's eval metrics ({', '.join(sorted(metrics))})"
             )
-        (value,) = _finite_scores([metrics[key]], 1, f"metric {key!r}")
+        raw = metrics[key]
+        if isinstance(raw, float) and not math.isfinite(raw):  # the trainer side's one non-finite policy decides
+            return EvalResult(raw, None)  # (evalstop_callbacks.nonfinite): recorded, not reported, not raised
+        (value,) = _finite_scores([raw], 1, f"metric {key!r}")
         std, n = self.spread(metrics, key)
         return EvalResult(value if self.greater_is_better else -value, None, std=std, n=n)
 

@@ -17,19 +17,27 @@ exit code 2), the LLaMA-Factory release is checked against the tested range, and
 in this process. Its trainers (SFT, DPO, KTO, reward model, pre-training) run the transformers loop, so the callback
 stops the run at the decline, and the weights LLaMA-Factory saves at the end are the best ones it restored.
 
+``run_exp`` never hands out the trainer it builds, so the callback is attached to it when its ``train()`` starts
+(:func:`attached_at_train`). An evaluator module next to the config file is found there. At the end the command
+prints a summary: stopped or not, at which step, the best step and its score in the metric's own units, and where
+the best weights are (``--json``: the same as one JSON object).
+
 Run it as ``python -m evalstop_callbacks.integrations.llamafactory train config.yaml`` or through ``evalstop``.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import functools
 import json
 import logging
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
+from ..outcome import run_summary, summary_text
 from .options import OptionsError, UnsupportedVersionError, build_callback, check_version, parse_options
 
 logger = logging.getLogger(__name__)
@@ -75,25 +83,38 @@ def split_config(config: Any) -> tuple[dict[str, Any], dict[str, Any]]:
     return args, dict(section)
 
 
-def summary(callback: Any) -> dict[str, Any]:
-    """What the run decided: stop step, best step and score, the restored folder, the detector, the evaluations."""
-    return {
-        "job_id": callback.job_id,
-        "mode": callback.mode,
-        "detector": callback.detector_spec,
-        "stopped_at": callback.stopped_at,
-        "would_stop_at": callback.would_stop_at,
-        "stop_reason": callback.stop_reason or None,
-        "best_step": callback.best_step,
-        "best_score": callback.best_score,
-        "best_checkpoint": callback.best_checkpoint,
-        "restored_from": callback.restored_from,
-        "history": callback.history,
-    }
+@contextlib.contextmanager
+def attached_at_train(callback: Any) -> Iterator[None]:
+    """Within the block, a transformers ``Trainer`` whose callbacks hold ``callback`` attaches it
+    (``callback.attach(trainer)``) when its ``train()`` starts: the trainer is complete then, and LLaMA-Factory's
+    ``run_exp`` builds it inside and never hands it out. ``Trainer.train`` is put back when the block ends.
+
+    Raises:
+        OptionsError: The trainer cannot serve the evaluator (one line).
+    """
+    from transformers import Trainer
+
+    original = Trainer.train
+
+    @functools.wraps(original)
+    def train(trainer: Any, *args: Any, **kwargs: Any) -> Any:
+        if any(cb is callback for cb in trainer.callback_handler.callbacks):
+            try:
+                callback.attach(trainer)
+            except ValueError as exc:
+                raise OptionsError(f"{SECTION}.evaluator: {' '.join(str(exc).split())}") from exc
+        return original(trainer, *args, **kwargs)
+
+    Trainer.train = train  # type: ignore[method-assign,assignment]
+    try:
+        yield
+    finally:
+        Trainer.train = original  # type: ignore[method-assign]
 
 
 def train(config_path: str | Path) -> dict[str, Any]:
-    """Run LLaMA-Factory's training on ``config_path`` with an EvalStopCallback; returns :func:`summary`.
+    """Run LLaMA-Factory's training on ``config_path`` with an EvalStopCallback; returns the run's
+    :func:`~evalstop_callbacks.outcome.run_summary` (best score in the metric's units, paths absolute).
 
     Raises:
         OptionsError: The file or its ``evalstop:`` section is wrong (checked before anything is trained).
@@ -111,11 +132,14 @@ def train(config_path: str | Path) -> dict[str, Any]:
     args, section = split_config(loaded)
     options = parse_options(section, where=f"{SECTION}.")
     check_version("llamafactory", *TESTED, "evalstop's LLaMA-Factory entry point")
-    callback = build_callback(options, job_type=job_type_of(args), evaluator_key=f"{SECTION}.evaluator")
+    callback = build_callback(
+        options, job_type=job_type_of(args), evaluator_key=f"{SECTION}.evaluator", search=path.resolve().parent
+    )
     from llamafactory.train.tuner import run_exp
 
-    run_exp(args=args, callbacks=[callback])
-    return summary(callback)
+    with attached_at_train(callback):
+        run_exp(args=args, callbacks=[callback])
+    return {**run_summary(callback, args.get("output_dir")), "restore_best": callback.restore_best}
 
 
 class _Parser(argparse.ArgumentParser):
@@ -151,11 +175,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (OptionsError, UnsupportedVersionError) as exc:
         print(f"evalstop llamafactory: error: {exc}", file=sys.stderr)
         return 2
+    print(summary_text(result, result["restore_best"]), file=sys.stderr if ns.json else sys.stdout, flush=True)
     if ns.json:
         print(json.dumps(result, sort_keys=True))
-    else:
-        stop = f"stopped at step {result['stopped_at']}" if result["stopped_at"] is not None else "not stopped"
-        print(f"evalstop: {stop}; best step {result['best_step']} (score {result['best_score']})")
     return 0
 
 

@@ -17,12 +17,16 @@ import importlib
 import logging
 import math
 import os
+import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
 from importlib import metadata
+from pathlib import Path
 from typing import Any
 
 from platform_sim.core import JOB_TYPES, cadence_from_spec, detector_from_spec
+
+from ..nonfinite import DEFAULT_MAX_CONSECUTIVE
 
 logger = logging.getLogger(__name__)
 
@@ -72,6 +76,8 @@ class EvalStopOptions:
         max_eval_share (`float`, *optional*): A time budget (share of wall time, in (0, 1)) for hinted evaluations.
         server_url (`str`, *optional*): Report to the ``evalstop-server`` at this URL (its token from the
             ``EVALSTOP_TOKEN`` environment variable) instead of the scheduler core in the training process.
+        max_non_finite (`int`, defaults to 3): NaN or inf evaluations in a row that end the run gracefully with the
+            best weights (fewer are recorded and not decided on: :mod:`evalstop_callbacks.nonfinite`).
     """
 
     evaluator: str | None = None
@@ -89,6 +95,7 @@ class EvalStopOptions:
     max_extra_evals: int = 4
     max_eval_share: float | None = None
     server_url: str | None = None
+    max_non_finite: int = DEFAULT_MAX_CONSECUTIVE
 
 
 #: Every option's name (as the ``evalstop:`` section spells it; Axolotl's keys add the ``evalstop_`` prefix).
@@ -96,6 +103,25 @@ KEYS: tuple[str, ...] = tuple(f.name for f in fields(EvalStopOptions))
 
 #: Environment variable that holds the service token when ``server_url`` is set (tokens stay out of YAML files).
 TOKEN_ENV = "EVALSTOP_TOKEN"
+
+
+def exit_in_one_line(prog: str) -> None:
+    """Make an :class:`OptionsError` or :class:`UnsupportedVersionError` that ends this process print one line, not a
+    traceback.
+
+    For a framework that calls the integration from deep inside its own command (Axolotl's plugin hooks): the error
+    still propagates (a caller in the same process catches it as usual), and only the interpreter's last word on an
+    uncaught one changes (``sys.excepthook``); every other exception keeps its traceback.
+    """
+    previous = sys.excepthook
+
+    def hook(kind: type[BaseException], value: BaseException, tb: Any) -> None:
+        if issubclass(kind, (OptionsError, UnsupportedVersionError)):
+            print(f"{prog}: error: {value}", file=sys.stderr)
+        else:
+            previous(kind, value, tb)
+
+    sys.excepthook = hook
 
 
 def _is_int(value: Any) -> bool:
@@ -180,6 +206,7 @@ _CHECKS: dict[str, Callable[[Any], str | None]] = {
     "max_extra_evals": _check_int_min(0),
     "max_eval_share": _check_share,
     "server_url": _check_str,
+    "max_non_finite": _check_int_min(1),
 }
 assert set(_CHECKS) == set(KEYS), "every option has a check"
 
@@ -264,12 +291,41 @@ def check_version(distribution: str, minimum: str, below: str, what: str) -> str
     raise UnsupportedVersionError(message)
 
 
-def load_evaluator(reference: str, key: str) -> Any:
+def _import(module_name: str, key: str, search: Path | None) -> Any:
+    """Import ``module_name``; if it is not found, look for it in ``search`` (the config file's folder) too.
+
+    The folder goes to the end of ``sys.path``, and only when the module is found nowhere else, so that a file next
+    to the config never shadows an installed package of the same name.
+    """
+    try:
+        return importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        top = module_name.split(".")[0]
+        there = search is not None and ((search / f"{top}.py").is_file() or (search / top).is_dir())
+        if exc.name != top or not there:
+            where = f"the config file's folder {search} or " if search is not None else ""
+            raise OptionsError(
+                f"{key}: cannot import {module_name!r} ({_one_line(str(exc))}): put {top}.py in {where}a folder on "
+                "PYTHONPATH (or install it)"
+            ) from None
+        if str(search) not in sys.path:
+            sys.path.append(str(search))
+            logger.info("evalstop: %s found next to the config file: %s added to the import path", top, search)
+    except ImportError as exc:
+        raise OptionsError(f"{key}: cannot import {module_name!r} ({_one_line(str(exc))})") from None
+    try:
+        return importlib.import_module(module_name)
+    except ImportError as exc:
+        raise OptionsError(f"{key}: cannot import {module_name!r} from {search} ({_one_line(str(exc))})") from None
+
+
+def load_evaluator(reference: str, key: str, search: str | os.PathLike[str] | None = None) -> Any:
     """The [`Evaluator`] named by ``"module:attr"``: the attribute itself, or what calling it with no arguments returns.
 
     Args:
         reference: ``"module:attr"`` (``attr`` may be dotted: ``"pkg.mod:Class.factory"``).
         key: The option's name as the file spells it, for errors.
+        search: The config file's folder: a module found nowhere on the import path is looked for there.
 
     Raises:
         OptionsError: The module cannot be imported, has no such attribute, or it is (or returns) no Evaluator.
@@ -277,10 +333,7 @@ def load_evaluator(reference: str, key: str) -> Any:
     from ..evaluators import Evaluator
 
     module_name, attr = reference.split(":")
-    try:
-        target: Any = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise OptionsError(f"{key}: cannot import {module_name!r} ({_one_line(str(exc))})") from exc
+    target: Any = _import(module_name, key, None if search is None else Path(search).resolve())
     for part in attr.split("."):
         if not hasattr(target, part):
             raise OptionsError(f"{key}: module {module_name!r} has no attribute {attr!r}")
@@ -294,13 +347,16 @@ def load_evaluator(reference: str, key: str) -> Any:
     return target
 
 
-def build_callback(options: EvalStopOptions, *, job_type: str, evaluator_key: str) -> Any:
+def build_callback(
+    options: EvalStopOptions, *, job_type: str, evaluator_key: str, search: str | os.PathLike[str] | None = None
+) -> Any:
     """An :class:`~evalstop_callbacks.EvalStopCallback` with these options (imports transformers).
 
     Args:
         options: The checked options.
         job_type: The job type the framework config implies; ``options.job_type`` wins when set.
         evaluator_key: The evaluator option's name as the file spells it, for errors.
+        search: The config file's folder, where an evaluator module is also looked for (:func:`load_evaluator`).
 
     Raises:
         OptionsError: The evaluator cannot be loaded, the service token is missing, or the callback refuses an
@@ -308,7 +364,7 @@ def build_callback(options: EvalStopOptions, *, job_type: str, evaluator_key: st
     """
     from ..callback import EvalStopCallback
 
-    evaluator = load_evaluator(options.evaluator, evaluator_key) if options.evaluator is not None else None
+    evaluator = load_evaluator(options.evaluator, evaluator_key, search) if options.evaluator is not None else None
     client = None
     if options.server_url is not None:
         from ..platform_client import PlatformClient
@@ -335,6 +391,7 @@ def build_callback(options: EvalStopOptions, *, job_type: str, evaluator_key: st
             max_extra_evals=options.max_extra_evals,
             max_eval_share=options.max_eval_share,
             eval_on_start=options.eval_on_start,
+            max_non_finite=options.max_non_finite,
         )
     except (ValueError, TypeError) as exc:
         raise OptionsError(f"evalstop: {_one_line(str(exc))}") from exc

@@ -1,6 +1,9 @@
 """What a stop does: signal the trainer's process, run the user's command (``ray job stop``, ``scancel``, ...), or
 end the job through its scheduler's actuator (``--stop-with slurm|ray|kubernetes``, :func:`stop_with_command`).
 
+At a stop the trainer's whole process tree is signalled (:func:`stop_process` says why), and the watch checks
+that it is gone before it says so.
+
 Also how the watcher learns that ``--pid`` ended and with what exit status: ``waitpid`` when the process is the
 watcher's own child; otherwise, on Linux, the exit status that ``/proc/<pid>/stat`` shows while the process waits to
 be reaped by its parent. A process already reaped by another parent has no readable status (None).
@@ -8,6 +11,7 @@ be reaped by its parent. A process already reaped by another parent has no reada
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import shlex
@@ -73,29 +77,139 @@ def process_state(pid: int) -> ProcessState:
     return ProcessState(True)
 
 
-def stop_process(pid: int, grace: float) -> str:
-    """Send SIGTERM to ``pid``, then SIGKILL if it still runs after ``grace`` seconds; how it ended.
+@dataclass(frozen=True)
+class _Proc:
+    """One process of the trainer's tree, named by its pid and its start time (a pid reused later is another)."""
+
+    pid: int
+    started: int
+
+
+def _stat_fields(pid: int) -> list[str] | None:
+    """The fields of ``/proc/<pid>/stat`` after the command name (field 3 on), or None if there is no such process."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as fh:
+            stat = fh.read()
+    except OSError:
+        return None
+    return stat.rsplit(")", 1)[-1].split()
+
+
+def _proc(pid: int) -> _Proc | None:
+    fields = _stat_fields(pid)
+    if fields is None or len(fields) < 20:
+        return None
+    return _Proc(pid, int(fields[19]))  # field 22, starttime
+
+
+def _children(parents: set[int]) -> dict[int, _Proc]:
+    """Every live process whose parent is in ``parents`` (one scan of /proc)."""
+    found: dict[int, _Proc] = {}
+    for entry in os.listdir("/proc") if os.path.isdir("/proc") else []:
+        if not entry.isdigit():
+            continue
+        fields = _stat_fields(int(entry))
+        if fields is not None and len(fields) >= 20 and int(fields[1]) in parents and fields[0] not in ("Z", "X"):
+            found[int(entry)] = _Proc(int(entry), int(fields[19]))
+    return found
+
+
+def process_tree(pid: int) -> list[_Proc]:
+    """``pid`` and every live descendant of it, parents first (read from ``/proc``; ``pid`` alone elsewhere)."""
+    root = _proc(pid)
+    tree = {pid: root if root is not None else _Proc(pid, -1)}
+    frontier = {pid}
+    while frontier:
+        found = {p: proc for p, proc in _children(frontier).items() if p not in tree}
+        tree.update(found)
+        frontier = set(found)
+    return list(tree.values())
+
+
+def _alive(proc: _Proc) -> bool:
+    if proc.started < 0:  # no /proc: ask the kernel
+        return process_state(proc.pid).alive
+    now = _proc(proc.pid)
+    if now is None or now.started != proc.started:
+        return False
+    return process_state(proc.pid).alive  # a zombie has exited (and our own child is reaped here)
+
+
+def _signal(procs: list[_Proc], signum: int) -> None:
+    for proc in procs:
+        try:
+            os.kill(proc.pid, signum)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+def _own_group(pid: int) -> int | None:
+    """``pid``'s process group when ``pid`` leads one that is not the watcher's own (else None)."""
+    try:
+        group = os.getpgid(pid)
+    except (ProcessLookupError, PermissionError):
+        return None
+    return group if group == pid and group != os.getpgrp() else None
+
+
+def _wait_gone(tracked: dict[int, _Proc], deadline: float, signum: int) -> list[_Proc]:
+    """Wait until every tracked process ended or ``deadline``; a child born meanwhile gets ``signum`` and is tracked
+    too. The processes still alive at the end."""
+    while True:
+        alive = [p for p in tracked.values() if _alive(p)]
+        newcomers = [p for p in _children({p.pid for p in alive}).values() if p.pid not in tracked]
+        if newcomers:  # e.g. a launcher that restarts a worker it lost
+            _signal(newcomers, signum)
+            tracked.update((p.pid, p) for p in newcomers)
+            alive += newcomers
+        if not alive or time.monotonic() >= deadline:
+            return alive
+        time.sleep(0.05)
+
+
+def stop_process(pid: int, grace: float, confirm: float = 5.0) -> str:
+    """End the trainer: SIGTERM to ``pid`` and every descendant (and to its process group when it leads one of its
+    own), SIGKILL to what still runs ``grace`` seconds later; how it ended, checked.
+
+    Why the tree: ``--pid`` is often a launcher, not the trainer: ``bash -c "python train.py; ..."`` (bash dies of
+    the SIGTERM and leaves its child running), ``torchrun`` or ``accelerate launch`` (the workers are the launcher's
+    children). The tree is read from ``/proc`` before the first signal (a child whose parent died is re-parented
+    and could no longer be found), and a child born during the grace period is signalled too. The group adds the
+    processes that left the tree but not the group (double-forked helpers) - only when ``pid`` leads a group that is
+    not the watcher's, so that a watcher started from the same shell script never signals itself.
 
     Returns:
-        ``"terminated"`` (it exited within the grace time), ``"killed"`` or ``"already exited"``.
+        ``"terminated"``, ``"killed after <grace> s"``, ``"already exited"``, or, when something outlived SIGKILL
+        by ``confirm`` seconds, ``"still running after SIGKILL: pids ..."``. The count of processes is named when
+        the tree held more than one.
     """
-    try:
-        os.kill(pid, signal.SIGTERM)
-    except ProcessLookupError:
+    tree = process_tree(pid)
+    if not any(_alive(p) for p in tree):
         return "already exited"
-    deadline = time.monotonic() + grace
-    while time.monotonic() < deadline:
-        if not process_state(pid).alive:
-            return "terminated"
-        time.sleep(min(0.05, max(0.0, deadline - time.monotonic())))
-    if not process_state(pid).alive:
-        return "terminated"
-    logger.warning("evalstop watch: pid %d still runs %.1f s after SIGTERM: sending SIGKILL", pid, grace)
-    try:
-        os.kill(pid, signal.SIGKILL)
-    except ProcessLookupError:
-        return "terminated"
-    return "killed"
+    group = _own_group(pid)
+    _signal(tree, signal.SIGTERM)
+    if group is not None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(group, signal.SIGTERM)
+    tracked = {p.pid: p for p in tree}
+    alive = _wait_gone(tracked, time.monotonic() + grace, signal.SIGTERM)
+    many = f" ({len(tracked)} processes: {', '.join(str(p) for p in sorted(tracked))})" if len(tracked) > 1 else ""
+    if not alive:
+        return f"terminated{many}"
+    logger.warning(
+        "evalstop watch: %d process(es) still run %.1f s after SIGTERM (pids %s): sending SIGKILL",
+        len(alive),
+        grace,
+        ", ".join(str(p.pid) for p in alive),
+    )
+    _signal(alive, signal.SIGKILL)
+    if group is not None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(group, signal.SIGKILL)
+    left = _wait_gone(tracked, time.monotonic() + confirm, signal.SIGKILL)
+    if left:
+        return f"still running after SIGKILL: pids {', '.join(str(p.pid) for p in left)}{many}"
+    return f"killed after {grace:g} s{many}"
 
 
 def run_stop_command(command: str, env: Mapping[str, str], timeout: float | None = None) -> int:

@@ -20,7 +20,8 @@ from typing import Any, NoReturn
 from platform_sim.core import default_spec
 from platform_sim.core.detectors.registry import parse_detector_param
 
-from .actions import STOP_WITH, stop_with_command
+from ..nonfinite import DEFAULT_MAX_CONSECUTIVE
+from .actions import STOP_WITH, process_state, stop_with_command
 from .follow import Backoff
 from .loop import StopPlan, run, write_result
 from .records import FORMATS, WatchError
@@ -31,7 +32,9 @@ logger = logging.getLogger(__name__)
 DESCRIPTION = """\
 Follow a training run's metrics log while it is written, hand each evaluation of --metric to the EvalStop core
 (embedded, or an evalstop-server with --server/--token: only the whitelisted report crosses) and, at a stop, end
-the run: SIGTERM to --pid (SIGKILL after --grace) or the --on-stop command. The run itself is not changed.
+the run: SIGTERM to --pid and its whole process tree (SIGKILL after --grace) or the --on-stop command. The run
+itself is not changed. A NaN or inf evaluation is recorded in the result and skipped; --max-non-finite of them in a
+row stop the run as a decline would, with the best checkpoint kept.
 
 Formats: verl's file logger (VERL_FILE_LOGGER_PATH: {"step": N, "data": {...}} per line), TensorBoard event files
 (a file, or a folder searched at any depth; needs pip install 'evalstop[watch]'), plain JSONL ({"step": N, NAME:
@@ -47,8 +50,9 @@ EVALSTOP_BEST_CHECKPOINT, EVALSTOP_PROTECTED_CHECKPOINT and EVALSTOP_RESULT in i
 
 Exit status: 0 after a stop carried out, or when the watch ended with decision "continue" after --timeout; the
 exit status of --pid when that process ended on its own; 1 when the --on-stop command failed; 2 on bad input (a log
-of no known format, a --metric glob matching several series, the metric never seen before --timeout); 130 when
-interrupted (SIGINT or SIGTERM), after writing the decision so far."""
+of no known format, a --metric glob matching several series, a --pid of no process) and when the watch decided on
+nothing (the log never appeared, or --metric never appeared in it: the line names the series seen and the closest);
+130 when interrupted (SIGINT or SIGTERM), after writing the decision so far."""
 
 
 class _Parser(argparse.ArgumentParser):
@@ -214,8 +218,9 @@ def configure(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
         "--pid",
         type=_pid,
         metavar="PID",
-        help="the trainer's process: SIGTERM at a stop (SIGKILL "
-        "after --grace); when it ends on its own the watch ends with its exit status",
+        help="the trainer's process, or its launcher (bash, torchrun, accelerate launch): SIGTERM at a stop to it and "
+        "every process below it (SIGKILL after --grace), and the watch checks they are gone; when it ends on its own "
+        "the watch ends with its exit status. It must exist when the watch starts",
     )
     stop.add_argument(
         "--on-stop", metavar="CMD", help="shell command run at a stop, the decision in its environment (see below)"
@@ -242,6 +247,22 @@ def configure(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
         metavar="S",
         help="end the watch after S seconds without a new evaluation of "
         "the metric; if it was never seen, with a one-line error naming the series the log showed",
+    )
+    add(
+        "--warn-after",
+        type=_positive,
+        default=120.0,
+        metavar="S",
+        help="warn again every S seconds while the log does not exist or --metric has not appeared in it (default "
+        "120; a metric is also warned about once other eval series were logged at two steps)",
+    )
+    add(
+        "--max-non-finite",
+        type=_count,
+        default=DEFAULT_MAX_CONSECUTIVE,
+        metavar="N",
+        help="NaN or inf evaluations of the metric in a row that stop the run, with the best checkpoint kept "
+        f"(default {DEFAULT_MAX_CONSECUTIVE}); fewer are recorded in the result and skipped",
     )
     _add_checkpoint_flags(parser)
     add("--result", type=Path, metavar="FILE", help="where the result JSON goes (default: LOG.evalstop.json)")
@@ -315,6 +336,10 @@ def run_args(args: argparse.Namespace) -> int:
             detector = {"name": detector, "params": dict(args.detector_param)}
     if args.examples is not None and not args.examples.exists():
         logger.info("evalstop watch: %s does not exist yet: waiting for verl's first validation dump", args.examples)
+    if args.pid is not None and not process_state(args.pid).alive:
+        why = "no such process (the trainer must run when the watch starts)"
+        print(f"evalstop watch: error: --pid {args.pid}: {why}", file=sys.stderr)
+        return 2
     result_file = args.result or args.log.with_name(args.log.name + ".evalstop.json")
     previous = signal.signal(signal.SIGTERM, _on_signal)  # a SIGTERM still writes the decision so far
     watcher = None
@@ -336,6 +361,7 @@ def run_args(args: argparse.Namespace) -> int:
             mode=args.mode,
             std_metric=args.std_metric,
             n=args.n,
+            max_non_finite=args.max_non_finite,
         )
         plan = StopPlan(
             pid=args.pid,
@@ -343,6 +369,7 @@ def run_args(args: argparse.Namespace) -> int:
             grace=args.grace,
             timeout=args.timeout,
             backoff=Backoff(fast=min(0.05, args.poll), slow=args.poll),
+            warn_after=args.warn_after,
         )
         outcome = run(watcher, plan, result_file)
     except WatchError as exc:
@@ -363,6 +390,8 @@ def run_args(args: argparse.Namespace) -> int:
             watcher.client.close()
     logger.info("evalstop watch: %s", outcome.message)
     print(json.dumps(outcome.result.to_dict()), flush=True)
+    if outcome.error is not None:
+        print(f"evalstop watch: error: {outcome.error}", file=sys.stderr)
     return outcome.exit_code
 
 

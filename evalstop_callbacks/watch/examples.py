@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 from pathlib import Path
 
 from .records import WatchError, scalar
@@ -63,8 +62,8 @@ class ExampleDumps:
             if not isinstance(sample, dict) or "input" not in sample or "score" not in sample:
                 raise WatchError(f"{path}:{line_no}: a sample needs 'input' and 'score' (verl's validation dump)")
             score = scalar(sample["score"])
-            if score is None or not math.isfinite(score):
-                raise WatchError(f"{path}:{line_no}: score {sample['score']!r} is not a finite number")
+            if score is None:  # a NaN or inf is a number: the non-finite policy takes the evaluation (watcher.py)
+                raise WatchError(f"{path}:{line_no}: score {sample['score']!r} is not a number")
             sums.setdefault(_key(sample["input"]), []).append(-score if self.negate else score)
         if not sums:
             raise WatchError(f"{path}: an empty validation dump")

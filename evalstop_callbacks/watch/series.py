@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+import difflib
 import fnmatch
 import logging
 import math
+import re
 
 from ..evaluators.metric import spread_siblings
 from .records import Point, WatchError
 
 logger = logging.getLogger(__name__)
+
+_EVAL_NAME = re.compile(r"(^|[/_.\-])(val|valid|validation|eval|evaluation|test)([/_.\-@]|$)", re.IGNORECASE)
+"""A series whose name says it is an evaluation (``val/acc``, ``eval_loss``, ``val-core/...``): seen at a few steps
+without the metric, the metric is probably misspelt."""
 
 
 def _is_glob(pattern: str) -> bool:
@@ -35,6 +41,7 @@ class SeriesSelector:
         self.glob = _is_glob(pattern)
         self.chosen: str | None = None
         self.seen: set[str] = set()
+        self._eval_steps: set[int] = set()  # steps at which a series named like an evaluation was logged
 
     def _matches(self, point: Point) -> bool:
         names = (point.series,) if point.alias is None else (point.series, point.alias)
@@ -51,6 +58,8 @@ class SeriesSelector:
         out = []
         for point in points:
             self.seen.add(point.series)
+            if self.chosen is None and _EVAL_NAME.search(point.series):
+                self._eval_steps.add(point.step)
             if point.series == self.chosen:
                 out.append(point)
             elif self._matches(point):
@@ -71,6 +80,21 @@ class SeriesSelector:
             return "none"
         more = f" and {len(names) - limit} more" if len(names) > limit else ""
         return ", ".join(names[:limit]) + more
+
+    def eval_steps_seen(self) -> int:
+        """At how many steps a series named like an evaluation was logged (counted while no series is chosen)."""
+        return len(self._eval_steps)
+
+    def closest(self) -> str | None:
+        """The series seen whose name is closest to the pattern (difflib), or None."""
+        found = difflib.get_close_matches(self.pattern, sorted(self.seen), n=1, cutoff=0.5)
+        return found[0] if found else None
+
+    def hint(self) -> str:
+        """The series seen and the closest one, for the messages of a metric that has not appeared."""
+        closest = self.closest()
+        near = f"; closest: {closest!r}" if closest is not None else ""
+        return f"series seen: {self.seen_names()}{near}"
 
 
 class SpreadSeries:

@@ -29,8 +29,10 @@ from typing import Any
 
 from platform_sim.core import Decision, EvidenceMode, Report, default_spec, detector_from_spec
 
-from ..client import BoundaryClient, EmbeddedClient, make_report, refuse_non_finite
+from ..client import BoundaryClient, EmbeddedClient, make_report
 from ..keeper import BestCheckpoints, checkpoint_steps
+from ..nonfinite import DEFAULT_MAX_CONSECUTIVE, NonFinitePolicy
+from ..outcome import worded
 from .examples import ExampleDumps
 from .formats import Source, detect, open_source
 from .records import FORMATS, Point, WatchError
@@ -112,6 +114,8 @@ class WatchResult:
             the framework's checkpoints that were neither kept nor the newest).
         evidence: The evidence mode the detector's last decision names (``"per-example"``, ``"mean-and-spread"``,
             ``"means only"``), or None before any decision or when its reason names none.
+        non_finite: Every evaluation of the metric that was NaN or inf: ``[step, "eval score nan"]`` (in words: JSON
+            has no NaN). Not handed to the core, not decided on (:mod:`evalstop_callbacks.nonfinite`).
     """
 
     decision: str
@@ -136,6 +140,7 @@ class WatchResult:
     kept: list[dict[str, Any]] = field(default_factory=list)
     pruned: list[str] = field(default_factory=list)
     evidence: str | None = None
+    non_finite: list[list[Any]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -177,6 +182,8 @@ class Watcher:
         std_metric: The series of the metric's standard deviation (or, named ``...stderr``, standard error), or None
             for the automatic siblings (:class:`~evalstop_callbacks.watch.series.SpreadSeries`).
         n: The count of each evaluation's example scores, which the spread needs (None: means only).
+        max_non_finite: How many NaN or inf evaluations of the metric in a row stop the run (the one non-finite
+            policy, :class:`~evalstop_callbacks.nonfinite.NonFinitePolicy`; fewer are recorded and skipped).
 
     Raises:
         WatchError: A bad format name, detector spec or job type.
@@ -202,6 +209,7 @@ class Watcher:
         warm_up: bool = True,
         std_metric: str | None = None,
         n: int | None = None,
+        max_non_finite: int = DEFAULT_MAX_CONSECUTIVE,
     ) -> None:
         if format not in FORMATS:
             raise WatchError(f"--format must be one of {', '.join(FORMATS)}, got {format!r}")
@@ -216,6 +224,12 @@ class Watcher:
         if (prune_others or keep_best != 1) and checkpoints is None:
             raise WatchError(f"{'--prune-others' if prune_others else '--keep-best'} needs --checkpoints")
         self.mode = mode
+        try:
+            self.non_finite = NonFinitePolicy(max_non_finite, where="evalstop watch")
+        except ValueError as exc:
+            raise WatchError(f"--max-non-finite: {exc}") from None
+        self.non_finite_evals: list[list[Any]] = []
+        self.stop_reason = ""  # the reason of a stop the core did not decide (a broken evaluation)
         if warm_up:
             _warm(self.spec)
         self.log = Path(log)
@@ -308,7 +322,10 @@ class Watcher:
                 else:
                     scores = self.examples.scores(step)
             self._pending.pop(0)
-            refuse_non_finite(self.job_id, step, value, None, WatchError)  # named in the metric's own sign
+            handled += 1
+            if not self.non_finite.check(step, value, scores, metric=self.selector.chosen):
+                self._skip_non_finite(step, value)
+                continue
             std, n = (None, None) if scores is not None else self.spread.at(step, self.selector.chosen or "")
             report = make_report(self.job_id, self.job_type, step, self.sign * value, scores, WatchError, std, n)
             try:
@@ -318,17 +335,28 @@ class Watcher:
             self.per_example = self.per_example or scores is not None
             self.evals.append([step, value])
             self.last_eval_at = time.monotonic()
-            handled += 1
             if self.decision.should_stop and self.would_stop_step is None:
-                self.would_stop_step = step
-                if self.mode == "enforce":
-                    self.stop_step = step
-                    logger.warning("evalstop watch: STOP at step %d: %s", step, self.decision.reason)
-                else:
-                    logger.warning("evalstop watch (observe): would stop at step %d: %s", step, self.decision.reason)
+                self._stop_at(step, self.decision.reason)
         if handled:
             self._keep()
         return handled
+
+    def _skip_non_finite(self, step: int, value: float) -> None:
+        """A NaN or inf evaluation: recorded in the result, not decided on; the last one a run may take stops it."""
+        self.non_finite_evals.append([step, self.non_finite.last or str(value)])
+        self.last_eval_at = time.monotonic()  # the metric is there: --timeout counts from it all the same
+        if self.non_finite.exhausted and self.would_stop_step is None:
+            self._stop_at(step, self.non_finite.reason(self.selector.chosen))
+
+    def _stop_at(self, step: int, reason: str) -> None:
+        """The first stop (the core's, or a broken evaluation's): enforce mode ends the watch; observe notes it."""
+        self.would_stop_step = step
+        self.stop_reason = reason
+        if self.mode == "enforce":
+            self.stop_step = step
+            logger.warning("evalstop watch: STOP at step %d: %s", step, reason)
+        else:
+            logger.warning("evalstop watch (observe): would stop at step %d: %s", step, reason)
 
     def _keep(self) -> None:
         """Offer every evaluated step whose checkpoint folder exists to the keeper (it keeps the K best, and tops
@@ -389,7 +417,7 @@ class Watcher:
             evals=list(self.evals),
             metric=self.selector.chosen,
             format=None if self.source is None else self.source.kind,
-            reason="" if d is None else d.reason,
+            reason=worded(self.stop_reason or ("" if d is None else d.reason), self.mode),
             per_example=self.per_example,
             protected_checkpoint=None if kept is None else kept.path,
             protection=None if kept is None else kept.method,
@@ -401,6 +429,7 @@ class Watcher:
             kept=[] if self.keeper is None else [{**k, "score": self.sign * k["score"]} for k in self.keeper.listing()],
             pruned=[] if self.keeper is None else list(self.keeper.pruned),
             evidence=None if d is None or (m := EvidenceMode.of_reason(d.reason)) is None else m.value,
+            non_finite=[list(e) for e in self.non_finite_evals],
         )
 
     def _best_folder(self, best_step: int | None, kept: Any) -> tuple[str | None, str | None]:
