@@ -146,34 +146,9 @@ def _add_checkpoint_flags(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def configure(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    """Add the ``watch`` arguments to ``parser``."""
+def _add_evidence_flags(parser: argparse.ArgumentParser) -> None:
+    """What the detector sees of each evaluation beyond its mean: per-example scores, or the mean's spread."""
     add = parser.add_argument
-    add("log", metavar="LOG", type=Path, help="the metrics log: a file, or a folder of TensorBoard event files")
-    add(
-        "--metric",
-        required=True,
-        metavar="NAME",
-        help="the eval metric's name, or a glob matching exactly one "
-        "series (verl: 'val-core/*/reward/mean@1'; OpenRLHF: 'eval/eval_*_pass1')",
-    )
-    add("--format", choices=FORMATS, default="auto", help="the log's format (default: auto, said which)")
-    direction = parser.add_mutually_exclusive_group()
-    direction.add_argument(
-        "--greater-is-better",
-        dest="greater_is_better",
-        action="store_true",
-        default=True,
-        help="a higher metric is better (default)",
-    )
-    direction.add_argument(
-        "--lower-is-better",
-        dest="greater_is_better",
-        action="store_false",
-        help="a lower metric is better (a loss, an error rate): the detector sees the metric "
-        "negated (-value, per-example scores too), so a rise is a decline; the result's scores "
-        "stay in the metric's own units",
-    )
     add(
         "--examples",
         type=Path,
@@ -195,24 +170,11 @@ def configure(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
         metavar="N",
         help="how many example scores each evaluation averages (>= 2), which the spread needs",
     )
-    add(
-        "--detector",
-        type=_detector,
-        metavar="SPEC",
-        help="detector name or JSON spec "
-        '\'{"name": ..., "params": {...}}\' (default: the project\'s default detector, platform_sim.core.'
-        "default_spec())",
-    )
-    add(
-        "--detector-param",
-        type=_detector_param,
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="set one parameter of --detector (repeatable; the value is read as JSON)",
-    )
-    add("--server", metavar="URL", help="an evalstop-server to decide (default: the embedded core, no server)")
-    add("--token", metavar="T", help="the tenant's token for --server")
+
+
+def _add_stop_flags(parser: argparse.ArgumentParser) -> None:
+    """How a stop reaches the run: a signal to its process tree, a command, or its cluster scheduler."""
+    add = parser.add_argument
     stop = parser.add_mutually_exclusive_group()
     stop.add_argument(
         "--pid",
@@ -241,6 +203,56 @@ def configure(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
         "(default $RAY_ADDRESS)",
     )
     add("--grace", type=_positive, default=30.0, metavar="S", help="seconds from SIGTERM to SIGKILL (default 30)")
+
+
+def configure(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """Add the ``watch`` arguments to ``parser``."""
+    add = parser.add_argument
+    add("log", metavar="LOG", type=Path, help="the metrics log: a file, or a folder of TensorBoard event files")
+    add(
+        "--metric",
+        required=True,
+        metavar="NAME",
+        help="the eval metric's name, or a glob matching exactly one "
+        "series (verl: 'val-core/*/reward/mean@1'; OpenRLHF: 'eval/eval_*_pass1')",
+    )
+    add("--format", choices=FORMATS, default="auto", help="the log's format (default: auto, said which)")
+    direction = parser.add_mutually_exclusive_group()
+    direction.add_argument(
+        "--greater-is-better",
+        dest="greater_is_better",
+        action="store_true",
+        default=True,
+        help="a higher metric is better (default)",
+    )
+    direction.add_argument(
+        "--lower-is-better",
+        dest="greater_is_better",
+        action="store_false",
+        help="a lower metric is better (a loss, an error rate): the detector sees the metric "
+        "negated (-value, per-example scores too), so a rise is a decline; the result's scores "
+        "stay in the metric's own units",
+    )
+    _add_evidence_flags(parser)
+    add(
+        "--detector",
+        type=_detector,
+        metavar="SPEC",
+        help="detector name or JSON spec "
+        '\'{"name": ..., "params": {...}}\' (default: the project\'s default detector, platform_sim.core.'
+        "default_spec())",
+    )
+    add(
+        "--detector-param",
+        type=_detector_param,
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="set one parameter of --detector (repeatable; the value is read as JSON)",
+    )
+    add("--server", metavar="URL", help="an evalstop-server to decide (default: the embedded core, no server)")
+    add("--token", metavar="T", help="the tenant's token for --server")
+    _add_stop_flags(parser)
     add(
         "--timeout",
         type=_positive,
