@@ -9,9 +9,12 @@
 # each wheel in its cache, which every environment then links to (torch, transformers and the rest are shared by five
 # environments). EVALSTOP_INSTALLER=pip skips it. uv reads no pip configuration, so the package sources pip is set up
 # with (find-links, index URLs, constraint files and the CA bundle, from pip.conf files and PIP_* variables alike;
-# `pip config list` shows them) are handed to it explicitly. pip considers every index's releases of a package; uv by
-# default only the first index that has one, hence --index-strategy unsafe-best-match (a local mirror listed as an
-# extra index may hold older releases than PyPI).
+# `pip config list` shows them) are handed to it explicitly. pip weighs every file of every index alike and takes the
+# best match for this Python; uv takes a release's files from the first index that has the release (also with
+# --index-strategy unsafe-best-match, which at least lets it see newer releases on later indexes). A mirror's partial
+# copy of a release can then win: this machine's first mirror holds only multiprocess 0.70.19's py310 wheel, which
+# fails on Python 3.11 (fork_exec), where pip takes PyPI's py311 one. So the main index (pip's index-url, else PyPI)
+# goes first, the configured extra indexes after it: a release on the main index is taken with all of its files.
 # Every function returns non-zero at its first failed step (they run in the background, where `set -e` does not reach).
 
 uv_bin="" uv_sources=() uv_cert=""  # installer_setup sets them
@@ -23,19 +26,18 @@ import subprocess
 import sys
 
 listing = subprocess.run([sys.executable, "-m", "pip", "config", "list"], capture_output=True, text=True).stdout
-options = {"find-links": "--find-links", "index-url": "--index-url", "extra-index-url": "--extra-index-url",
-           "constraint": "--constraint"}
-seen: set[tuple[str, str]] = set()
+found: dict[str, list[str]] = {"find-links": [], "index-url": [], "extra-index-url": [], "constraint": []}
 for line in listing.splitlines():  # `section.key='value'`; section is global, install, :env:, ...
     key, _, value = line.partition("=")
-    option = options.get(key.rsplit(".", 1)[-1])
-    if option is None or not value:
-        continue
-    for item in ast.literal_eval(value).split():
-        if (option, item) in seen or (option == "--index-url" and any(o == option for o, _ in seen)):
-            continue  # the same source from a file and a variable; one index URL only (pip's: the first)
-        seen.add((option, item))
-        print(option, item, sep="\n")
+    name = key.rsplit(".", 1)[-1]
+    if name in found and value:
+        found[name] += [item for item in ast.literal_eval(value).split() if item not in found[name]]
+main = (found["index-url"] or ["https://pypi.org/simple"])[0]  # pip's: the first one set
+options = [("--index-url", main)] + [("--extra-index-url", url) for url in [main, *found["extra-index-url"]]]
+options += [("--find-links", item) for item in found["find-links"]]
+options += [("--constraint", item) for item in found["constraint"]]
+for option, item in options:
+    print(option, item, sep="\n")
 EOF
 }
 
