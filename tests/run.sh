@@ -115,6 +115,8 @@ lint() {  # a finding fails the run like a failing test
 
 build_side_envs() {  # one after another: each install already downloads in parallel, and they share uv's cache
     local name rc
+    # Unpacking on one thread: the main run has the cores meanwhile (downloads stay parallel).
+    export UV_CONCURRENT_INSTALLS=${UV_CONCURRENT_INSTALLS:-1}
     for name in "${side_names[@]}"; do
         rc=0
         phase "install .venv-$name" "${name}_setup" >"$work/$name.setup.log" 2>&1 || rc=$?
