@@ -9,7 +9,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-__version__ = "0.1.0"
+from platform_sim import __version__ as __version__  # one version for the whole distribution (set there)
 
 _EXPORTS: dict[str, str] = {
     "EvalStopCallback": "callback",

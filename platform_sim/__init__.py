@@ -10,4 +10,6 @@
 - :mod:`platform_sim.cli`: ``evalstop-sim``.
 """
 
-__version__ = "0.1.0"
+# The version of the `evalstop` distribution, in this one place: pyproject.toml reads it from here
+# ([tool.setuptools.dynamic]) and evalstop_callbacks re-exports it. Bump it with a section of CHANGELOG.md.
+__version__ = "0.2.0.dev0"

@@ -1,87 +1,184 @@
 #!/usr/bin/env bash
-# Sets up the test environments from scratch (idempotent), a throw-away PostgreSQL and a single-node Slurm, and runs
-# the whole test suite.
-#   .venv      newest TRL and everything else (the package with all extras)
-#   .venv-ppo  TRL 1.12.0, the last release with PPOTrainer, for the tests marked `ppo`
-#   .venv-verl verl 0.9.1 (its v1 trainer), for the tests marked `verl` (tests/verl_env.sh)
-#   .venv-axolotl axolotl 0.19.0, for the tests marked `axolotl` (tests/axolotl_env.sh)
-#   .venv-llamafactory llamafactory 0.9.5, for the tests marked `llamafactory` (tests/llamafactory_env.sh)
-# Extra arguments go to pytest (e.g. `bash tests/run.sh -k detector`).
+# The whole test suite from scratch (idempotent; CI runs this): the test environments, a throw-away PostgreSQL and a
+# single-node Slurm, lint and type checks, the main run, then each side environment's tests; at the end, how long each
+# phase took.
+#   .venv               newest TRL and everything else (the package with all extras): the main run
+#   .venv-ppo           TRL 1.12.0, the last release with PPOTrainer: the tests marked `ppo` (tests/ppo_env.sh)
+#   .venv-verl          verl 0.9.1 (its v1 trainer): `verl` (tests/verl_env.sh)
+#   .venv-axolotl       axolotl 0.19.0: `axolotl` (tests/axolotl_env.sh)
+#   .venv-llamafactory  llamafactory 0.9.5: `llamafactory` (tests/llamafactory_env.sh)
+#   .venv-vllm          vLLM on CPU: `vllm` (tests/vllm_env.sh)
+# A side environment is a script tests/NAME_env.sh that, sourced, defines NAME_setup (build .venv-NAME; the helpers of
+# tests/envs.sh are there to use) and NAME_tests ARGS (run the tests marked NAME in it, with the pytest arguments given).
+# Every such script is used; the main run deselects their markers.
+# The order keeps both cores of a CI machine busy: the system packages (apt) install in the background while .venv is
+# built and linted; PostgreSQL and Slurm start; the side environments are built in the background (network and disk,
+# mostly) during the main run; then the side runs go, as many at a time as there are cores (up to 4).
+# Arguments go to every pytest run (`bash tests/run.sh -k detector`); `-m EXPR` replaces the default `not slow` and is
+# combined with each run's own markers. PYTEST_WORKERS=N: the main run's xdist workers (0: one process; default the
+# cores, up to 4). SIDE_ENVS="ppo verl": only those side environments (SIDE_ENVS= : none). EVALSTOP_INSTALLER=pip: pip
+# instead of uv (tests/envs.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# Counted before any thread variable is set: GNU nproc honours OMP_NUM_THREADS (`OMP_NUM_THREADS=1 nproc` prints 1).
+cores=$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc 2>/dev/null || echo 1)
+# At most 4 by default: tests start servers, Ray instances and trainers of their own, and the slowest single test bounds
+# the run anyway. Tests use their own temporary folders, OS-picked loopback ports and PostgreSQL databases, so they run
+# side by side.
+workers=${PYTEST_WORKERS:-$((cores < 4 ? cores : 4))}
+lanes=$((cores < 2 ? 1 : cores < 4 ? cores : 4))
 PY=${PYTHON:-python3}
 export PIP_DISABLE_PIP_VERSION_CHECK=1
-
-setup_env() {  # $1 = venv dir, $2 = constraints file, rest = requirement specs
-    local venv=$1 constraints=$2; shift 2
-    [ -x "$venv/bin/python" ] || "$PY" -m venv "$venv"
-    # torch first and pinned: an unpinned torch pulls a multi-GB CUDA build.
-    "$venv/bin/pip" install -q torch==2.13.0
-    "$venv/bin/pip" install -q -c "$constraints" "$@"
-}
-
-# The dashboard's browser test drives Debian's chromium through its chromedriver (no browser download); installed
-# here when missing and root, otherwise that test skips saying why.
-if ! command -v chromedriver >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-    (apt-get update -qq && apt-get install -y -qq chromium chromium-driver >/dev/null) \
-        || echo "tests/run.sh: could not install chromium; the dashboard browser test will be skipped" >&2
-fi
-setup_env .venv tests/constraints.txt -e ".[all]"
-setup_env .venv-ppo tests/constraints-ppo.txt -e ".[train,test]" "trl==1.12.0"
-. tests/verl_env.sh
-. tests/axolotl_env.sh
-. tests/llamafactory_env.sh
-
-export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
-# Lint, format and type checks first: a finding fails the run like a failing test.
-lint_status=0
-.venv/bin/ruff check . || lint_status=$?
-.venv/bin/ruff format --check . || lint_status=$?
-.venv/bin/python -m mypy || lint_status=$?
-# A throw-away PostgreSQL server on loopback for the tests marked `postgres` (skipped when none can be had).
+t0=$(date +%s)
+work=$(mktemp -d)
+. tests/envs.sh
 . tests/pg.sh
-pg_start
-# A single-node Slurm cluster (slurmctld + slurmd, as root) for the tests marked `slurm` (skipped when none can be had).
 . tests/slurm.sh
-slurm_start
-trap 'pg_stop; slurm_stop' EXIT
-status=0
-# Spread over the machine's cores (pytest-xdist; 2 workers on a 2-core machine: about 8 minutes there, instead of
-# 10): tests use their own temporary folders, OS-picked loopback ports and PostgreSQL databases, so they run side by side.
-# At most 4 by default: tests start servers, Ray instances and trainers of their own, and the slowest single test
-# (about 90 s) bounds the run anyway. PYTEST_WORKERS=N sets the count, 0 runs them in this one process.
-cores=$(nproc 2>/dev/null || echo 1)
-workers=${PYTEST_WORKERS:-$(( cores < 4 ? cores : 4 ))}
-.venv/bin/python -m pytest -m "not slow and not ppo and not verl and not axolotl and not llamafactory and not vllm" -n "$workers" "$@" || status=$?
-# The other environments' tests (TRL 1.12's PPO, verl, Axolotl, LLaMA-Factory): each run is one process, so they go
-# two at a time, side by side on a 2-core machine. Each run's output is kept and printed whole once both are done.
-# Only the files that hold an environment's tests are collected there (the others import packages it lacks); exit
-# code 5 means none were selected (e.g. by -k) and is no failure.
-ppo_tests() {
-    local files rc=0
-    mapfile -t files < <(grep -l "mark.ppo" tests/test_*.py)
-    .venv-ppo/bin/python -m pytest -m "ppo and not slow" "${files[@]}" "$@" || rc=$?
-    [ "$rc" -eq 5 ] && rc=0
+
+mark="not slow"
+args=()
+while [ $# -gt 0 ]; do
+    case $1 in
+        -m) mark=$2; shift 2 ;;
+        -m?*) mark=${1#-m}; shift ;;
+        *) args+=("$1"); shift ;;
+    esac
+done
+
+side_all=()  # every side environment (the main run deselects their tests)
+for script in tests/*_env.sh; do
+    . "$script"
+    side_all+=("$(basename "$script" _env.sh)")
+done
+side_names=()  # those built and run here, the longest runs first so that the last one to start is short
+for name in verl axolotl llamafactory vllm ppo "${side_all[@]}"; do
+    [[ " ${side_all[*]} " == *" $name "* ]] || continue
+    [ -z "${SIDE_ENVS+set}" ] || [[ " $SIDE_ENVS " == *" $name "* ]] || continue
+    [[ " ${side_names[*]-} " == *" $name "* ]] || side_names+=("$name")
+done
+
+phase() {  # NAME CMD...: runs CMD; its start, duration and status go to the table printed at the end
+    local name=$1 start rc=0
+    shift
+    start=$(date +%s)
+    "$@" || rc=$?
+    printf '%s\t%s\t%s\t%s\n' "$name" "$((start - t0))" "$(($(date +%s) - start))" "$rc" >>"$work/phases"
     return "$rc"
 }
-side_dir=$(mktemp -d)
-run_side() {  # $1 = name of the run; the rest: its command. Writes NAME.log and NAME.rc in $side_dir.
-    local name=$1 rc=0
-    shift
-    "$@" >"$side_dir/$name.log" 2>&1 || rc=$?
-    echo "$rc" >"$side_dir/$name.rc"
+
+print_phases() {
+    [ -s "$work/phases" ] || return 0
+    echo "=== tests/run.sh: phases (seconds from the start; $cores cores, main run on $workers xdist workers," \
+        "side runs $lanes at a time)"
+    printf '%-40s %6s %6s  %s\n' phase start took status
+    sort -t$'\t' -k2,2n -s "$work/phases" | while IFS=$'\t' read -r name start took rc; do
+        printf '%-40s %6s %6s  %s\n' "$name" "$start" "$took" "$([ "$rc" = 0 ] && echo ok || echo "failed ($rc)")"
+    done
+    local total=$(($(date +%s) - t0))
+    printf '%-40s %6s %6s  (%d min %02d s)\n' total 0 "$total" $((total / 60)) $((total % 60))
 }
-(run_side ppo ppo_tests "$@"; run_side verl verl_tests "$@") &
-side_a=$!
-(run_side axolotl axolotl_tests "$@"; run_side llamafactory llamafactory_tests "$@") &
-side_b=$!
-wait "$side_a" "$side_b" || true  # the statuses are in the .rc files
-for name in ppo verl axolotl llamafactory; do
+
+finish() {
+    local rc=$?
+    wait || true  # background installs still going (after an early failure): apt and pip are not stopped halfway
+    pg_stop
+    slurm_stop
+    print_phases
+    rm -rf "$work"
+    exit "$rc"
+}
+trap finish EXIT
+
+system_packages() {
+    # Debian's chromium with its chromedriver (the dashboard's browser test; no browser download), PostgreSQL (tests
+    # marked postgres) and Slurm (tests marked slurm), when missing and root: one package-list refresh for all three.
+    # tests/pg.sh and tests/slurm.sh would install theirs alone; without them those tests skip saying why.
+    [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 || return 0
+    local browser=() servers=()
+    command -v chromedriver >/dev/null 2>&1 || browser=(chromium chromium-driver)
+    [ -n "$(_pg_bindir || true)" ] || servers+=(postgresql)
+    command -v slurmctld >/dev/null 2>&1 || servers+=(slurmctld slurmd slurm-client)
+    [ $((${#browser[@]} + ${#servers[@]})) -gt 0 ] || return 0
+    apt-get update -qq || return
+    [ "${#browser[@]}" -eq 0 ] || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${browser[@]}" >/dev/null || return
+    [ "${#servers[@]}" -eq 0 ] ||
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${servers[@]}" >/dev/null
+}
+
+lint() {  # a finding fails the run like a failing test
+    local rc=0
+    .venv/bin/ruff check . || rc=$?
+    .venv/bin/ruff format --check . || rc=$?
+    .venv/bin/python -m mypy || rc=$?
+    return "$rc"
+}
+
+build_side_envs() {  # one after another: each install already downloads in parallel, and they share uv's cache
+    local name rc
+    # Unpacking on one thread: the main run has the cores meanwhile (downloads stay parallel).
+    export UV_CONCURRENT_INSTALLS=${UV_CONCURRENT_INSTALLS:-1}
+    for name in "${side_names[@]}"; do
+        rc=0
+        phase "install .venv-$name" "${name}_setup" >"$work/$name.setup.log" 2>&1 || rc=$?
+        echo "$rc" >"$work/$name.setup.rc"
+    done
+}
+
+side_run() {  # NAME: its tests once its environment is built; output in $work/NAME.log, status in $work/NAME.rc
+    local name=$1 rc=0
+    while [ ! -f "$work/$name.setup.rc" ]; do
+        kill -0 "$side_setup_pid" 2>/dev/null || break
+        sleep 2
+    done
+    if [ "$(cat "$work/$name.setup.rc" 2>/dev/null || echo 1)" != 0 ]; then
+        { echo "tests/run.sh: building .venv-$name failed:"; cat "$work/$name.setup.log"; } >"$work/$name.log" 2>&1
+        rc=1
+    else
+        phase "$name run" "${name}_tests" -m "$name and ($mark)" "${args[@]}" >"$work/$name.log" 2>&1 || rc=$?
+    fi
+    echo "$rc" >"$work/$name.rc"
+}
+
+side_lane() {  # takes the next side run nobody has claimed (mkdir is atomic), until none is left
+    local name
+    for name in "${side_names[@]}"; do
+        if mkdir "$work/claim.$name" 2>/dev/null; then side_run "$name"; fi
+    done
+}
+
+phase "system packages (apt)" system_packages >"$work/apt.log" 2>&1 &
+apt_pid=$!
+phase "installer (uv)" installer_setup
+phase "install .venv" setup_env .venv tests/constraints.txt -e ".[all]"
+build_side_envs &
+side_setup_pid=$!
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
+lint_status=0
+phase "lint (ruff check, ruff format, mypy)" lint || lint_status=$?
+wait "$apt_pid" || { echo "tests/run.sh: installing system packages failed:"; cat "$work/apt.log"; } >&2
+services() {
+    pg_start
+    slurm_start
+}
+phase "services (PostgreSQL, Slurm)" services
+
+main_mark="($mark)"
+for name in "${side_all[@]}"; do main_mark+=" and not $name"; done
+status=0
+phase "main run ($workers xdist workers)" .venv/bin/python -m pytest -m "$main_mark" -n "$workers" "${args[@]}" || status=$?
+[ "$status" -eq 5 ] && status=0  # none selected (e.g. by -k) is no failure
+
+lane_pids=()
+for _ in $(seq 1 "$lanes"); do
+    side_lane &
+    lane_pids+=($!)
+done
+wait "${lane_pids[@]}" "$side_setup_pid" || true  # the statuses are in the .rc files
+for name in "${side_names[@]}"; do
     echo "=== tests/run.sh: the $name environment's tests"
-    cat "$side_dir/$name.log"
-    side_status=$(cat "$side_dir/$name.rc" 2>/dev/null || echo 1)
+    cat "$work/$name.log"
+    side_status=$(cat "$work/$name.rc" 2>/dev/null || echo 1)
     [ "$status" -eq 0 ] && status=$side_status
 done
-rm -rf "$side_dir"
 [ "$status" -eq 0 ] && status=$lint_status
 exit "$status"

@@ -1,6 +1,6 @@
 """The Kubernetes actuator against a loopback API server that validates what it is sent.
 
-No real kube-apiserver can be installed from the package registries this project reaches (docs/service.md,
+No real kube-apiserver can be installed from the package registries this project reaches (docs/actuators.md,
 "Kubernetes", says what was tried), so the actuator talks, through the official ``kubernetes`` client configured
 from a kubeconfig file, to an HTTP server on an OS-picked loopback port that answers the few API paths involved
 the way the API server does (Status objects, 401/403/404/415/422/500, merge-patch semantics) and checks each

@@ -16,7 +16,11 @@ from pathlib import Path
 
 import pytest
 
+import platform_sim
+
 REPO = Path(__file__).resolve().parents[1]
+#: The wheel's metadata folder: its name carries the version pyproject.toml reads from platform_sim.__version__.
+INFO = f"evalstop-{platform_sim.__version__}.dist-info"
 
 
 def _checkout_files() -> list[str]:
@@ -54,7 +58,7 @@ def wheel(tmp_path_factory) -> zipfile.ZipFile:
 def test_the_wheel_ships_the_two_packages_and_no_lab(wheel):
     names = wheel.namelist()
     tops = collections.Counter(n.split("/")[0] for n in names)
-    assert set(tops) == {"evalstop_callbacks", "platform_sim", "evalstop-0.1.0.dist-info"}, tops
+    assert set(tops) == {"evalstop_callbacks", "platform_sim", INFO}, tops
     assert not [n for n in names if n.startswith(("lab/", "benchmarks/", "tests/"))]
     lab_modules = {p.name for p in (REPO / "benchmarks" / "lab").glob("*.py")} - {
         "__init__.py",
@@ -74,7 +78,8 @@ def test_the_wheel_ships_the_demo_and_its_corpus_and_the_real_traces_only(wheel)
 
 
 def test_the_entry_point_is_library_code_and_matplotlib_is_an_extra(wheel):
-    info = "evalstop-0.1.0.dist-info"
+    info = INFO
+    assert f"Version: {platform_sim.__version__}" in wheel.read(f"{info}/METADATA").decode().splitlines()
     assert "evalstop = evalstop_callbacks.cli:main" in wheel.read(f"{info}/entry_points.txt").decode()
     requires = [x for x in wheel.read(f"{info}/METADATA").decode().splitlines() if x.startswith("Requires-Dist:")]
     base = [r for r in requires if "extra ==" not in r]

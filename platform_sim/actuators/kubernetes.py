@@ -13,7 +13,7 @@ Every change is a JSON merge patch (``application/merge-patch+json``), the one p
 and one request per try: retries and backoff are the caller's (the service's outbox worker). A job already gone
 (404) counts as stopped. The handle syntax is ``namespace/kind/name`` with kind one of ``job``, ``jobset``,
 ``workload``, or ``namespace/name`` for a ``batch/v1`` Job; a pod finds its own namespace and name through the
-downward API (docs/service.md, "Kubernetes").
+downward API (docs/actuators.md, "Kubernetes").
 
 The ``kubernetes`` package is an optional extra (``pip install 'evalstop[kubernetes]'``); it is imported only when
 an actuator is built, so :func:`parse_ref` works without it.
@@ -120,7 +120,7 @@ def ref_from_env(environ: Mapping[str, str]) -> str | None:
     """The handle of the job this process runs in, from the downward API's environment, or None outside one.
 
     A pod knows its namespace and its own name (``POD_NAMESPACE``, ``POD_NAME``), but the object to suspend is the
-    Job or JobSet that made the pod, whose name is a label of the pod; the pod spec in docs/service.md passes the
+    Job or JobSet that made the pod, whose name is a label of the pod; the pod spec in docs/actuators.md passes the
     labels as ``JOBSET_NAME`` (``jobset.sigs.k8s.io/jobset-name``) and ``JOB_NAME``
     (``batch.kubernetes.io/job-name``). A JobSet wins over its child Job: the JobSet controller would undo a
     suspended child.
@@ -211,7 +211,7 @@ class KubernetesActuator:
             self._read(r)
         except ApiException as exc:
             if exc.status in (403, 404):
-                # 403 as well: the service account may only read the tenants' namespaces (docs/service.md).
+                # 403 as well: the service account may only read the tenants' namespaces (docs/actuators.md).
                 raise HandleRefused(f"kubernetes {r.ref}: no such object ({_api_reason(exc)})") from None
             raise HandleError(f"kubernetes {r.ref}: could not check the object: {_api_reason(exc)}") from None
         except Exception as exc:  # unreachable server, timeout, TLS: not the tenant's fault, and not a refusal

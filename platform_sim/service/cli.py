@@ -245,7 +245,7 @@ def check_db(db: str) -> None:
 
 def _open_store(db: str, synchronous: str = "FULL"):  # noqa: ANN202 - the store type needs the service extra
     # Checked by prefix here so that SQLite users never import the PostgreSQL module (or need its extra).
-    # Several replicas on one database (docs/service.md); --synchronous is SQLite's.
+    # Several replicas on one database (docs/service-postgres.md); --synchronous is SQLite's.
     check_db(db)
     if db.startswith(("postgresql://", "postgres://")):
         try:
