@@ -34,6 +34,7 @@ data; seeds from :data:`TEST_SEED` and the ``test`` environments are held out (`
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import statistics
 import time
@@ -90,6 +91,15 @@ def shipped() -> dict[str, DetectorFactory]:
         "default": lambda n: detector_from_spec(default_spec()),
         "paper": lambda n: detector_from_spec(paper_spec()),
     }
+
+
+def spec_factory(spec: dict[str, Any]) -> DetectorFactory:
+    """A fresh detector from ``spec`` (the core's ``detector_from_spec``) for every run."""
+
+    def make(run: Run) -> Detector:
+        return detector_from_spec(spec)
+
+    return make
 
 
 # ---------------------------------------------------------------------------------------------------------------- runs
@@ -323,6 +333,14 @@ def main(argv: Sequence[str] | None = None) -> None:
     ap.add_argument("--split", choices=("tune", "test"), default="test", help="tuning or held-out data (default test)")
     ap.add_argument("--designs", action="store_true", help="also the error-control designs (benchmarks/error_control)")
     ap.add_argument("--densities", type=int, nargs="+", default=list(DENSITIES), metavar="N")
+    ap.add_argument(
+        "--spec",
+        action="append",
+        default=[],
+        metavar="LABEL=JSON",
+        help='also a detector spec, e.g. \'progress={"name": "trend", "params": {"means_test": "progress"}}\' '
+        "(repeatable; built by the core's detector_from_spec for every run)",
+    )
     ap.add_argument("--write", metavar="PATH", help="also write the tables as a markdown page")
     args = ap.parse_args(argv)
     # Means only on purpose: the shipped trend's once-per-detector fallback warning would print once per run.
@@ -333,6 +351,16 @@ def main(argv: Sequence[str] | None = None) -> None:
         from design_choice import CHOSEN  # the design chosen on the tuning data (benchmarks/design_choice.py)
 
         detectors.update(CHOSEN)
+    for text in args.spec:
+        label, sep, spec = text.partition("=")
+        if not sep or not label:
+            ap.error(f"--spec: expected LABEL=JSON, got {text!r}")
+        try:
+            parsed = json.loads(spec)
+            detector_from_spec(parsed)  # a bad spec fails here, once, with the core's message
+        except (json.JSONDecodeError, ValueError) as exc:
+            ap.error(f"--spec {label}: {exc}")
+        detectors[label] = spec_factory(parsed)
     rows = healthy_grid(detectors, args.split, args.runs, densities=args.densities)
     hrows = hacking_rows(detectors, args.split, args.runs)
     text = "\n".join(
