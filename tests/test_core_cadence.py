@@ -238,7 +238,7 @@ def test_monitor_confirms_a_weak_stop_with_a_sooner_eval_and_takes_it_there() ->
     for s in range(10, stop, 10):
         assert mon.observe(s, _gao(s)).action is Action.CONTINUE
     d = mon.observe(stop, _gao(stop))
-    assert d.action is Action.CONTINUE and d.next_eval_step == stop + 5 and d.reason.startswith("confirming a stop")
+    assert d.action is Action.CONTINUE and d.next_eval_step == stop + 5 and "confirming a stop" in d.reason
     assert not mon.stopped and mon.observe(stop, _gao(stop)) == d  # a re-send gets the same answer
     # The second look comes from a monitor rebuilt from its state (a restarted service): it knows it is confirming.
     back = JobMonitor.from_state_dict(json.loads(json.dumps(mon.state_dict())))
@@ -251,12 +251,12 @@ def test_a_weak_stop_that_is_not_confirmed_goes_on_and_a_strong_one_is_taken_at_
     mon = JobMonitor("j", "rlhf", make_detector("shape", se=0.03), cadence=pol)
     for s in range(10, 260, 10):
         mon.observe(s, _gao(s))
-    assert mon.observe(260, _gao(260)).reason.startswith("confirming a stop")
+    assert "confirming a stop" in mon.observe(260, _gao(260)).reason
     d = mon.observe(262, 0.75)  # the second look is a new best: no stop
     assert d.action is Action.CONTINUE and not mon.stopped and not d.reason.startswith("confirming")
     # The next weak stop is confirmed again: one second look per stop, not per job.
     d = mon.observe(270, _gao(270))
-    assert d.action is Action.CONTINUE and d.reason.startswith("confirming a stop")
+    assert d.action is Action.CONTINUE and "confirming a stop" in d.reason
     # A stop whose doubt is at or under confirm is taken at once: here at 260, as at the fixed cadence.
     strong = JobMonitor("s", "rlhf", make_detector("shape", se=0.03), cadence=CadencePolicy(0.25, confirm=0.5))
     assert next(s for s in range(10, 400, 10) if strong.observe(s, _gao(s)).action is Action.STOP) == 260

@@ -31,6 +31,7 @@ from .boundary import (
     Action,
     ConflictError,
     Decision,
+    EvidenceMode,
     InvalidReportError,
     Report,
     check_finite_score,
@@ -39,10 +40,16 @@ from .boundary import (
     check_step,
 )
 from .cadence import CadencePolicy, cadence_from_spec
-from .detectors import Detector, detector_from_spec, paper_spec
+from .detectors import Detector, Spread, detector_from_spec, paper_spec
 
 CONFIRMING = "confirming a stop"
 """How the reason of a CONTINUE decision that asks for a second look at a weak stop begins (``CadencePolicy.confirm``)."""
+
+
+def _unlabeled(reason: str) -> str:
+    """``reason`` without the evidence mode that leads it (:meth:`EvidenceMode.label`), if it names one."""
+    mode = EvidenceMode.of_reason(reason)
+    return reason if mode is None else reason[len(mode.value) + 2 :]
 
 
 def extra_evals(steps: Sequence[int], hints: Sequence[int | None]) -> list[bool]:
@@ -111,10 +118,22 @@ class JobMonitor:
             raise InvalidReportError(f"report for job {report.job_id!r} sent to job {self.job_id!r}")
         if report.job_type != self.job_type:
             raise ConflictError(f"job {self.job_id!r} is of type {self.job_type!r}, report says {report.job_type!r}")
-        return self.observe(report.step, report.eval_score, report.eval_scores)
+        return self.observe(report.step, report.eval_score, report.eval_scores, report.eval_std, report.eval_n)
 
-    def observe(self, step: int, score: float, scores: Sequence[float] | None = None) -> Decision:
+    def observe(
+        self,
+        step: int,
+        score: float,
+        scores: Sequence[float] | None = None,
+        eval_std: float | None = None,
+        eval_n: int | None = None,
+    ) -> Decision:
         """Take the eval of ``step`` and return the decision.
+
+        ``eval_std`` and ``eval_n`` (together, as a :class:`~platform_sim.core.boundary.Report` carries them, and
+        checked by its rules) are the spread of the eval's example scores; the detector decides on the richest
+        evidence it can use, and the decision's reason begins with that mode
+        (:meth:`~platform_sim.core.boundary.EvidenceMode.label`).
 
         Raises:
             InvalidReportError: ``score`` or one of ``scores`` is not a finite number of magnitude at most
@@ -141,9 +160,16 @@ class JobMonitor:
             scores = check_finite_scores(scores)
             if not scores:
                 raise InvalidReportError("eval_scores must not be empty when given")
+        spread = None
+        if eval_std is not None or eval_n is not None:
+            # The report's own checks (together, finite, >= 0, n >= 2, agreeing with the scores): one set of rules.
+            checked = Report(self.job_id, self.job_type, step, score, scores, eval_std, eval_n)
+            assert checked.eval_std is not None and checked.eval_n is not None
+            spread = Spread(checked.eval_std, checked.eval_n)
         forget = not self.detector.keeps_extra_evals and self._next_is_extra(step)
         snapshot = self.detector.state_dict() if forget else None
-        verdict = self.detector.judge(step, score, scores)
+        verdict = self.detector.judge(step, score, scores, spread)
+        mode = self.detector.mode()
         self.steps.append(step)
         self.scores.append(score)
         # A stopped job's best is the checkpoint that exists: the best among the evaluations up to and including the
@@ -157,18 +183,18 @@ class JobMonitor:
                 confirm_at = self.cadence.confirm_step(self.steps, self.detector.doubt())
             if confirm_at is None:
                 self.stopped_at = step
-                self.stop_reason = verdict.reason
+                self.stop_reason = mode.label(verdict.reason)
         if confirm_at is not None:  # a weak stop: look once more, a share of an interval later, before taking it
             decision = Decision(
                 Action.CONTINUE,
-                f"{CONFIRMING}: {verdict.reason}",
+                mode.label(f"{CONFIRMING}: {verdict.reason}"),
                 self.detector.declines,
                 self.best_step,
                 self.best_score,
                 confirm_at,
             )
         else:
-            decision = self._decision(after_look=snapshot is not None)
+            decision = self._decision(mode, after_look=snapshot is not None)
         self.decisions.append(decision)
         if snapshot is not None and self.stopped_at is None:
             # An extra eval that did not stop the job: the detector forgets it (module docstring), after the decision
@@ -187,7 +213,7 @@ class JobMonitor:
         stop is taken whatever its doubt. Read from the stored decisions, so a monitor rebuilt from its state, or a
         service's report rows, knows it too."""
         prev = self.decisions[-1] if self.decisions else None
-        return prev is not None and prev.action is Action.CONTINUE and prev.reason.startswith(CONFIRMING)
+        return prev is not None and prev.action is Action.CONTINUE and _unlabeled(prev.reason).startswith(CONFIRMING)
 
     def _resend(self, step: int, score: float) -> Decision:
         # A re-send of a seen step (a client retry after a lost reply) gets the decision it got then; anything else
@@ -210,11 +236,15 @@ class JobMonitor:
             "steps must strictly increase"
         )
 
-    def _decision(self, after_look: bool = False) -> Decision:
+    def _decision(self, mode: EvidenceMode, after_look: bool = False) -> Decision:
         if self.stopped_at is not None:
+            # The mode that stopped the job, whatever the eval after the stop carried (a stop reason of an earlier
+            # version names none).
+            stop_mode = EvidenceMode.of_reason(self.stop_reason)
+            why = f"stopped at step {self.stopped_at}: {_unlabeled(self.stop_reason)}"
             return Decision(
                 Action.STOP,
-                f"stopped at step {self.stopped_at}: {self.stop_reason}",
+                why if stop_mode is None else stop_mode.label(why),
                 self.detector.declines,
                 self.best_step,
                 self.best_score,
@@ -226,7 +256,7 @@ class JobMonitor:
         if self.cadence is not None and not after_look:
             hint = self.cadence.for_history(self.steps, self.scores, self.detector)
         return Decision(
-            Action.CONTINUE, "no stop signal", self.detector.declines, self.best_step, self.best_score, hint
+            Action.CONTINUE, mode.label("no stop signal"), self.detector.declines, self.best_step, self.best_score, hint
         )
 
     # -- persistence ---------------------------------------------------------------------------------------------

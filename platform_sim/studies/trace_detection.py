@@ -91,6 +91,7 @@ def trace_detection(
     scale: Scale | None = None,
     skip_evals: int = 0,
     examples: Sequence[Sequence[float] | None] | None = None,
+    spreads: Sequence[tuple[float, int] | None] | None = None,
 ) -> dict[str, Any]:
     """Run the detector over one trace's real eval sequence and report what it did.
 
@@ -102,6 +103,7 @@ def trace_detection(
         skip_evals: Report only from the eval after the first ``skip_evals`` ones (a job that starts reporting to
             the scheduler after a warm-up); its best checkpoint is then the best of the reported evals.
         examples: Per-example scores per eval (trace units) to use instead of the trace's recorded ones.
+        spreads: ``(std, n)`` per eval (trace units), reported as ``eval_std``/``eval_n``; None: none.
 
     Returns:
         ``{"trace", "environment", "split", "label", "algo", "stopped", "stop_step", "stop_index", "best_step",
@@ -121,7 +123,9 @@ def trace_detection(
         if i < skip_evals:
             continue
         per = examples[i] if i < len(examples) else None
-        decision = monitor.observe(step, f(score), None if per is None else [f(v) for v in per])
+        spread = spreads[i] if spreads is not None and i < len(spreads) else None
+        std, n = (None, None) if spread is None else (spread[0] * (f(1.0) - f(0.0)), spread[1])
+        decision = monitor.observe(step, f(score), None if per is None else [f(v) for v in per], std, n)
         if decision.should_stop:
             stop_index = i
             break

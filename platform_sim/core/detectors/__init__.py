@@ -15,7 +15,7 @@ holding its evidence rule: :mod:`.kdecline`, :mod:`.kdecline_se`, :mod:`.paired_
 :mod:`.shape` (with the ``shape-sens`` preset). Importing the package registers every detector by name.
 """
 
-from .base import Detector, EvidenceDetector, Verdict
+from .base import Detector, EvidenceDetector, Spread, Verdict
 from .bounds import PARAM_BOUNDS, check_param_bounds
 from .cusum import CusumDetector
 from .kdecline import KDeclineDetector
@@ -63,6 +63,7 @@ __all__ = [
     "KDeclineSEDetector",
     "PairedTestDetector",
     "ShapeDetector",
+    "Spread",
     "TrendDetector",
     "Verdict",
     "detector_from_spec",

@@ -6,6 +6,12 @@ whole state as plain data. :class:`EvidenceDetector` is what the built-in detect
 count of consecutive evals with evidence, the stop after ``k`` of them, the state's common fields and the verdict
 with its reason; a subclass supplies only its evidence rule (:meth:`~EvidenceDetector._evidence`) and its own state
 fields.
+
+**Evidence modes.** An eval reaches a detector as its mean, with, when the report carries them, the per-example scores
+or the mean's :class:`Spread` (the sample standard deviation of the example scores and their count). Each detector
+decides on the richest of these it can use and says which (:meth:`Detector.mode`, an
+:class:`~platform_sim.core.boundary.EvidenceMode`); the monitor names that mode in every decision's reason. A detector
+that cannot use a kind of evidence decides in the next mode it can use: the paper's rule always on the means alone.
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar, NamedTuple
 
+from ..boundary import EvidenceMode
 from ..checks import check_int
 
 logger = logging.getLogger(__name__)
@@ -35,6 +42,23 @@ class Verdict(NamedTuple):
 _CONTINUE = Verdict(False, "")
 
 
+class Spread(NamedTuple):
+    """The spread of one eval's example scores, as a report carries it (``eval_std``, ``eval_n``).
+
+    Args:
+        std: Sample standard deviation (``ddof=1``) of the example scores; finite, >= 0.
+        n: How many example scores; >= 2.
+    """
+
+    std: float
+    n: int
+
+    @property
+    def var_of_mean(self) -> float:
+        """The variance of the eval's mean as an estimate of the model's expected score: ``std**2 / n``."""
+        return self.std * self.std / self.n
+
+
 class Detector(ABC):
     """Interface of a stop detector.
 
@@ -48,6 +72,10 @@ class Detector(ABC):
     #: such detectors; others get the mean alone).
     uses_example_scores: ClassVar[bool] = False
 
+    #: Whether :meth:`update` takes the ``spread`` argument. False for a detector written before spreads were
+    #: reported: :meth:`judge` then never passes one, and the detector decides on what it read before.
+    takes_spread: ClassVar[bool] = False
+
     #: Whether an extra evaluation (one a cadence hint asked for) stays in the detector's history after it was judged.
     #: False (the default): the monitor restores the detector's state after an extra eval that did not stop the job,
     #: so the rule runs on the regular interval it was built for (a window of the last evals, consecutive declines) and
@@ -59,18 +87,36 @@ class Detector(ABC):
     declines: int = 0
 
     @abstractmethod
-    def update(self, step: int, score: float, scores: Sequence[float] | None = None) -> bool:
+    def update(
+        self, step: int, score: float, scores: Sequence[float] | None = None, spread: Spread | None = None
+    ) -> bool:
         """Take one evaluation; return True if the job should stop now (why: :meth:`reason`).
 
         Args:
             step: Training step of the evaluation; strictly greater than every step observed before.
             score: Finite mean score of the evaluation (higher is better).
             scores: Optional per-example scores of the evaluation (same examples at every eval).
+            spread: Optional spread of the evaluation's example scores (when the report carries ``eval_std`` and
+                ``eval_n``; a detector derives it from ``scores`` itself where it needs it).
         """
 
-    def judge(self, step: int, score: float, scores: Sequence[float] | None = None) -> Verdict:
-        """:meth:`update`, answered as a :class:`Verdict` that carries the reason of a stop (same arguments)."""
-        return Verdict(True, self.reason()) if self.update(step, score, scores) else _CONTINUE
+    def judge(
+        self, step: int, score: float, scores: Sequence[float] | None = None, spread: Spread | None = None
+    ) -> Verdict:
+        """:meth:`update`, answered as a :class:`Verdict` that carries the reason of a stop (same arguments).
+
+        ``spread`` is passed on only to a detector that :attr:`takes_spread`, so one written before spreads existed
+        (an ``update`` without the argument) keeps working, on the means, whatever the reports carry."""
+        if spread is not None and self.takes_spread:
+            stop = self.update(step, score, scores, spread)
+        else:
+            stop = self.update(step, score, scores)
+        return Verdict(True, self.reason()) if stop else _CONTINUE
+
+    def mode(self) -> EvidenceMode:
+        """The evidence the last evaluation was judged on (:class:`~platform_sim.core.boundary.EvidenceMode`); read
+        right after :meth:`update`. This base answers means only: a detector that reads more says so."""
+        return EvidenceMode.MEANS_ONLY
 
     @abstractmethod
     def params(self) -> dict[str, Any]:
@@ -116,24 +162,38 @@ class EvidenceDetector(Detector):
         warmup: The first ``warmup`` evals never count as evidence (0: none). Integer >= 0.
     """
 
+    takes_spread: ClassVar[bool] = True
+
     def __init__(self, k: int, warmup: int) -> None:
         self.k = check_int("k", k, 1)
         self.warmup = check_int("warmup", warmup, 0)
         self.seen = 0  # evals observed, for the warm-up
         self.declines = 0
         self._warned = False  # the once-per-detector fallback warning (not state: a restored detector warns again)
+        # The mode of the last eval (derived, not state: the monitor reads it right after the eval it describes).
+        self._mode = EvidenceMode.MEANS_ONLY
 
-    def update(self, step: int, score: float, scores: Sequence[float] | None = None) -> bool:
+    def update(
+        self, step: int, score: float, scores: Sequence[float] | None = None, spread: Spread | None = None
+    ) -> bool:
         # The simulator's hot path (about 10^6 calls per experiment): the verdict without building its reason.
         counts = self.seen >= self.warmup  # this eval is number seen + 1, past the first `warmup`
+        # A rule that reads per-example scores decides on them when the eval has them; a rule that reads spreads
+        # (trend) sets its own mode in _evidence.
+        self._mode = EvidenceMode.PER_EXAMPLE if self.uses_example_scores and scores else EvidenceMode.MEANS_ONLY
         # The rule runs first: it may reject the eval (InvalidReportError), and then nothing here has changed.
-        evidence = self._evidence(step, score, scores, counts) and counts
+        evidence = self._evidence(step, score, scores, counts, spread) and counts
         self.seen += 1
         self.declines = self.declines + 1 if evidence else 0
         return self._fires()
 
+    def mode(self) -> EvidenceMode:
+        return self._mode
+
     @abstractmethod
-    def _evidence(self, step: int, score: float, scores: Sequence[float] | None, counts: bool) -> bool:
+    def _evidence(
+        self, step: int, score: float, scores: Sequence[float] | None, counts: bool, spread: Spread | None = None
+    ) -> bool:
         """Apply one eval to the rule's state and return whether it is evidence for a stop.
 
         Args:
@@ -142,6 +202,8 @@ class EvidenceDetector(Detector):
             scores: Per-example scores of the evaluation, or None.
             counts: Whether this eval is past the warm-up. The base ignores evidence before it anyway; a rule that
                 accumulates evidence (CUSUM) uses it to leave the warm-up evals out.
+            spread: The eval's spread when its report carried one, or None. Only a rule that reads it sets
+                :attr:`_mode` to mean-and-spread; the others decide on the means (or per-example scores) as before.
         """
 
     def _fires(self) -> bool:

@@ -42,6 +42,11 @@ PARAM_BOUNDS: dict[str, dict[str, tuple[float, float]]] = {
         "short_window": (3, MAX_EVALS),
         "level_alpha": _PROB,
         "warmup": _WARMUP,
+        "spread_window": (3, MAX_EVALS),
+        "spread_alpha": _PROB,
+        "run_alpha": _PROB,
+        "frac": _PROB,
+        "rel_drop": (0.0, 1e6),
     },
     "shape": {
         "threshold": _PROB,

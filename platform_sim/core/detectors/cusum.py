@@ -7,6 +7,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
 from ..checks import check_nonneg, check_optional_nonneg
+from .base import Spread
 from .noise import DiffNoiseDetector
 from .registry import register_detector
 
@@ -55,7 +56,9 @@ class CusumDetector(DiffNoiseDetector):
         self.var_count = 0
         self._alarm = False  # the statistic is above the alarm level at this eval (derived, not state)
 
-    def _evidence(self, step: int, score: float, scores: Sequence[float] | None, counts: bool) -> bool:
+    def _evidence(
+        self, step: int, score: float, scores: Sequence[float] | None, counts: bool, spread: Spread | None = None
+    ) -> bool:
         diff_se = self._diff_se(scores)
         self._alarm = False
         if diff_se is not None:

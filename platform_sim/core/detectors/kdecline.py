@@ -6,7 +6,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
 from ..checks import check_nonneg
-from .base import EvidenceDetector
+from .base import EvidenceDetector, Spread
 from .registry import register_detector
 
 
@@ -33,7 +33,9 @@ class KDeclineDetector(EvidenceDetector):
         self.min_delta = check_nonneg("min_delta", min_delta)
         self.prev_score: float | None = None
 
-    def _evidence(self, step: int, score: float, scores: Sequence[float] | None, counts: bool) -> bool:
+    def _evidence(
+        self, step: int, score: float, scores: Sequence[float] | None, counts: bool, spread: Spread | None = None
+    ) -> bool:
         prev, self.prev_score = self.prev_score, score
         return prev is not None and score < prev - self.min_delta
 

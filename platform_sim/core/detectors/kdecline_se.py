@@ -6,6 +6,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
 from ..checks import check_nonneg, check_optional_nonneg
+from .base import Spread
 from .noise import DiffNoiseDetector
 from .registry import register_detector
 
@@ -42,7 +43,9 @@ class KDeclineSEDetector(DiffNoiseDetector):
         self.min_delta = check_nonneg("min_delta", min_delta)
         self.last_tolerance = 0.0  # the tolerance of the last eval that had a noise estimate (for the reason)
 
-    def _evidence(self, step: int, score: float, scores: Sequence[float] | None, counts: bool) -> bool:
+    def _evidence(
+        self, step: int, score: float, scores: Sequence[float] | None, counts: bool, spread: Spread | None = None
+    ) -> bool:
         diff_se = self._diff_se(scores)
         evidence = False
         if diff_se is not None:  # None at the first eval and while the noise is unknown: no evidence

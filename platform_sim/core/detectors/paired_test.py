@@ -8,9 +8,9 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from ..boundary import InvalidReportError
+from ..boundary import EvidenceMode, InvalidReportError
 from ..checks import check_nonneg, check_prob
-from .base import EvidenceDetector
+from .base import EvidenceDetector, Spread
 from .pvalues import one_sided_t_p, scipy_module
 from .registry import register_detector
 
@@ -83,7 +83,9 @@ class PairedTestDetector(EvidenceDetector):
             p = one_sided_t_p(diff, self.alpha, self._crit)
         return 1.0 if not math.isfinite(p) else p
 
-    def _evidence(self, step: int, score: float, scores: Sequence[float] | None, counts: bool) -> bool:
+    def _evidence(
+        self, step: int, score: float, scores: Sequence[float] | None, counts: bool, spread: Spread | None = None
+    ) -> bool:
         per_example = None if scores is None or len(scores) == 0 else np.asarray(scores, dtype=float)
         if per_example is not None and self.best_scores is not None and per_example.size != len(self.best_scores):
             raise InvalidReportError(
@@ -95,6 +97,7 @@ class PairedTestDetector(EvidenceDetector):
         self.last_p = None
         if best is not None:
             if per_example is None or self.best_scores is None:
+                self._mode = EvidenceMode.MEANS_ONLY  # a paired test needs both checkpoints' example scores
                 self._warn_fallback(
                     "no per-example eval scores"
                     if per_example is None

@@ -48,7 +48,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from ..checks import check_int, check_nonneg, check_optional_nonneg, check_prob
-from .base import EvidenceDetector
+from .base import EvidenceDetector, Spread
 from .noise import mean_noise, paired_difference_var
 from .pvalues import scipy_module
 from .registry import register_detector
@@ -207,7 +207,9 @@ class ShapeDetector(EvidenceDetector):
         log_o_passed = float(logsumexp(hack[passed])) - math.log(hack.size)
         return math.exp(log_o_passed - float(np.logaddexp(log_h, log_o)))
 
-    def _evidence(self, step: int, score: float, scores: Sequence[float] | None, counts: bool) -> bool:
+    def _evidence(
+        self, step: int, score: float, scores: Sequence[float] | None, counts: bool, spread: Spread | None = None
+    ) -> bool:
         self._update_noise(scores)
         below_best = bool(self.means) and score < max(self.means)
         self.steps.append(int(step))

@@ -8,12 +8,15 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from ..boundary import EvidenceMode, sample_std
 from ..checks import check_int, check_nonneg, check_optional_nonneg, check_prob
-from .base import EvidenceDetector
+from .base import EvidenceDetector, Spread
+from .progress import ProgressSlope
 from .pvalues import one_sided_t_p, scipy_module, slope_less_p
 from .registry import register_detector
 
 TREND_TESTS: tuple[str, ...] = ("t", "wilcoxon")
+MEANS_TESTS: tuple[str, ...] = ("window", "progress")
 
 
 @register_detector
@@ -33,10 +36,30 @@ class TrendDetector(EvidenceDetector):
     differences cannot; the price is that a small ``alpha`` is needed on runs that plateau for long (a flat run has a
     negative fitted slope half of the time), and some delay after the peak (the window must fill with falling evals).
 
-    Without per-example scores on every eval of a window, its test falls back to the means (with a warning once per
-    detector): with the ``se`` parameter, a one-sided z-test of the slope of the means (``scipy.stats.norm``);
-    otherwise scipy's ``linregress`` one-sided test, which estimates the noise from the residuals of the fit (computed
-    as scipy computes it, by :func:`~platform_sim.core.detectors.pvalues.slope_less_p`).
+    The test runs in the richest of three modes the window's evals allow (:meth:`mode`; the decision names it):
+
+    - *per-example*: every eval of the last ``window`` ones has per-example scores (of one length >= 2): the paired
+      test above;
+    - *mean-and-spread*: every eval of the last ``spread_window`` ones has a spread (``eval_std`` and ``eval_n``, or
+      per-example scores it is computed from): the least-squares slope of the means, tested as a one-sided z-test with
+      each mean's variance *known*, ``std**2 / n``, instead of estimated from the residuals (a known-variance slope
+      test: ``var(slope) = sum(x_i**2 * std_i**2 / n_i) / (sum x_i**2)**2``), at ``spread_alpha``. The variance
+      between examples is part of ``std``, so on the same examples at every eval the test is conservative; what
+      lets it see a decline that the residuals would hide is that it does not pay for estimating the noise from
+      ``spread_window - 2`` degrees of freedom;
+    - *means only* (with a warning once per detector): with the ``se`` parameter, a one-sided z-test of the slope of
+      the means (``scipy.stats.norm``); otherwise scipy's ``linregress`` one-sided test, which estimates the noise
+      from the residuals of the fit (computed as scipy computes it, by
+      :func:`~platform_sim.core.detectors.pvalues.slope_less_p`).
+
+    With ``means_test="progress"`` the means-only mode is instead :class:`~.progress.ProgressSlope`'s test, whose
+    false-stop rate is bounded per run at ``run_alpha`` however densely the run is evaluated: a window of the last
+    ``frac`` of training progress (at least ``window`` evals), the noise pooled from the run's second differences,
+    the level spent over geometric epochs of steps, and a stop only on a drop of at least ``rel_drop`` of the rise.
+
+    The mode is read from the evals of its window (those there are, before it fills), so a job whose reports carry
+    spreads on some evals and not others decides on the means alone until the last ``spread_window`` evals all carry
+    one. ``short_window`` is used in the per-example and means-only modes.
 
     Args:
         window: Evals in the (long) fitted window, an integer >= 3.
@@ -53,6 +76,16 @@ class TrendDetector(EvidenceDetector):
             Without per-example scores at this eval or at the best checkpoint the condition is the mean guard alone.
         warmup: The first ``warmup`` evals never count as evidence (0: none), as ``k-decline``'s ``warmup``: real RL
             runs can dip at the very start before they improve. Integer >= 0.
+        spread_window: Evals in the window of the mean-and-spread mode, an integer >= 3; None: ``window``. Left out
+            of :meth:`params` when None, so earlier specs are unchanged.
+        spread_alpha: Significance level of the mean-and-spread mode, strictly between 0 and 1; None: ``alpha``.
+            Left out of :meth:`params` when None.
+        means_test: The means-only test: ``"window"`` (the last ``window`` evals, at ``alpha`` per look) or
+            ``"progress"`` (per run, above). The next three are used (and listed by :meth:`params`) only with
+            ``"progress"``.
+        run_alpha: The run's false-stop level of the progress test, strictly between 0 and 1.
+        frac: Share of the steps so far that the progress window covers, strictly between 0 and 1.
+        rel_drop: Materiality of the progress test: a share of the run's rise so far, >= 0.
     """
 
     name: ClassVar[str] = "trend"
@@ -69,6 +102,12 @@ class TrendDetector(EvidenceDetector):
         short_window: int | None = None,
         level_alpha: float | None = None,
         warmup: int = 0,
+        spread_window: int | None = None,
+        spread_alpha: float | None = None,
+        means_test: str = "window",
+        run_alpha: float = 0.05,
+        frac: float = 0.2,
+        rel_drop: float = 0.2,
     ) -> None:
         self.window = check_int("window", window, 3)
         super().__init__(k, warmup)
@@ -84,26 +123,66 @@ class TrendDetector(EvidenceDetector):
                 raise ValueError(f"short_window must be < window ({self.window}), got {short_window!r}")
         self.short_window = short_window
         self.level_alpha = None if level_alpha is None else check_prob("level_alpha", level_alpha)
+        self.spread_window = None if spread_window is None else check_int("spread_window", spread_window, 3)
+        self.spread_alpha = None if spread_alpha is None else check_prob("spread_alpha", spread_alpha)
+        if means_test not in MEANS_TESTS:
+            raise ValueError(f"means_test must be one of {', '.join(MEANS_TESTS)}, got {means_test!r}")
+        self.means_test = means_test
+        self.run_alpha = check_prob("run_alpha", run_alpha)
+        self.frac = check_prob("frac", frac)
+        self.rel_drop = check_nonneg("rel_drop", rel_drop)
+        self._progress = (
+            ProgressSlope(self.run_alpha, self.frac, self.window, self.rel_drop) if means_test == "progress" else None
+        )
         self.best_score: float | None = None
         self.best_scores: list[float] | None = None
         self.recent_means: list[float] = []
         self.recent_scores: list[list[float] | None] = []
+        # The spread a report carried ([std, n]), per eval of the window; None where it carried none (an eval with
+        # per-example scores has its spread computed from them when the mean-and-spread mode needs it).
+        self.recent_spreads: list[list[float] | None] = []
         self.last_p: float | None = None  # smallest p-value of the last eval's tests (None: no test ran)
         self.last_slope: float | None = None  # slope of the mean in the window of that p-value
         # The most negative per-example t statistic of the last eval's tests and its sample size: one_sided_t_p skips
         # scipy (returns 1.0) when a test cannot be significant, and doubt() then computes the exact p-value.
         self._last_t: tuple[float, int] | None = None
         self._windows = (self.window,) if short_window is None else (short_window, self.window)
+        self._spread_w = self.window if spread_window is None else spread_window
+        self._spread_a = self.alpha if spread_alpha is None else spread_alpha
+        self._keep = max(self.window, self._spread_w)  # evals of history the windows need
         self._crit: dict[int, float] = {}  # t critical values by sample size (derived, not state)
         self._level_crit: dict[int, float] = {}
 
-    def _p_value(self, w: int, slope: float, x: np.ndarray, den: float) -> float:
+    def _window_mode(self) -> EvidenceMode:
+        """The richest mode the evals of the windows allow (module docstring): per-example scores of one length >= 2
+        on the last ``window`` evals, else a spread on each of the last ``spread_window``, else the means."""
+        rows = self.recent_scores[-self.window :]
+        first = rows[0] if rows else None
+        if first is not None and len(first) >= 2 and all(r is not None and len(r) == len(first) for r in rows):
+            return EvidenceMode.PER_EXAMPLE
+        w = self._spread_w
+        if all(
+            sp is not None or (r is not None and len(r) >= 2)
+            for sp, r in zip(self.recent_spreads[-w:], self.recent_scores[-w:])
+        ):
+            return EvidenceMode.MEAN_AND_SPREAD
+        return EvidenceMode.MEANS_ONLY
+
+    def _mean_vars(self, w: int) -> np.ndarray:
+        """Each of the last ``w`` means' variance, ``std**2 / n``, from the reported spread or the example scores."""
+        out = np.empty(w)
+        for i, (sp, r) in enumerate(zip(self.recent_spreads[-w:], self.recent_scores[-w:])):
+            if sp is not None:
+                out[i] = sp[0] * sp[0] / sp[1]
+            else:
+                assert r is not None  # _window_mode checked it
+                out[i] = sample_std(r) ** 2 / len(r)  # the rule that checks a report's eval_std
+        return out
+
+    def _p_value(self, mode: EvidenceMode, w: int, slope: float, x: np.ndarray, den: float) -> float:
         """One-sided p-value of "the score falls over the last ``w`` evals" (their mean slope is ``slope`` < 0)."""
-        rows = self.recent_scores[-w:]
-        first = rows[0]
-        n = None if first is None else len(first)
-        if n is not None and n >= 2 and all(r is not None and len(r) == n for r in rows):
-            slopes = x @ np.asarray(rows, dtype=float) / den  # one slope per example
+        if mode is EvidenceMode.PER_EXAMPLE:
+            slopes = x @ np.asarray(self.recent_scores[-w:], dtype=float) / den  # one slope per example
             if np.ptp(slopes) <= 1e-12 * max(1.0, float(np.max(np.abs(slopes)))):
                 # Every example falls by the same amount: zero variance, scipy has no statistic; certain evidence.
                 return 0.0 if slopes[0] < 0 else 1.0
@@ -115,8 +194,13 @@ class TrendDetector(EvidenceDetector):
                 t = float(slopes.mean()) / (sd / math.sqrt(slopes.size)) if sd > 0.0 else -math.inf
                 if self._last_t is None or t < self._last_t[0]:
                     self._last_t = (t, int(slopes.size))
+        elif mode is EvidenceMode.MEAN_AND_SPREAD:
+            var = float(x * x @ self._mean_vars(w)) / (den * den)  # the slope's variance with each mean's known
+            if var <= 0.0:
+                return 0.0  # every std is 0: noise-free means that fall, certain evidence
+            p = 0.5 * math.erfc(-slope / math.sqrt(var) / math.sqrt(2.0))  # the normal cdf of the z statistic
         else:
-            self._warn_fallback("no per-example eval scores on every eval of the window")
+            self._warn_fallback("no per-example eval scores or spread on every eval of the window")
             if self.se is not None:
                 if self.se == 0.0:
                     return 0.0  # noise-free means that fall: certain evidence
@@ -125,36 +209,55 @@ class TrendDetector(EvidenceDetector):
                 p = slope_less_p(x, np.asarray(self.recent_means[-w:], dtype=float))
         return 1.0 if not math.isfinite(p) else p
 
-    def _evidence(self, step: int, score: float, scores: Sequence[float] | None, counts: bool) -> bool:
+    def _evidence(
+        self, step: int, score: float, scores: Sequence[float] | None, counts: bool, spread: Spread | None = None
+    ) -> bool:
         self.recent_means.append(score)
-        self.recent_scores.append(None if scores is None or len(scores) == 0 else [float(s) for s in scores])
-        if len(self.recent_means) > self.window:
-            del self.recent_means[0], self.recent_scores[0]
+        self.recent_scores.append(None if scores is None or len(scores) == 0 else list(map(float, scores)))
+        self.recent_spreads.append(None if spread is None else [float(spread.std), int(spread.n)])
+        if len(self.recent_means) > self._keep:
+            del self.recent_means[0], self.recent_scores[0], self.recent_spreads[0]
         significant = False
         self.last_p = self.last_slope = None
         self._last_t = None
+        self._mode = mode = self._window_mode()
+        if self._progress is not None:
+            self._progress.add(step, score)  # at every eval, whatever the mode, so it is ready when the means decide
         # The cheap check first: a test runs only when the mean really fell below the best.
         if self.best_score is not None and score < self.best_score - self.min_drop:
-            level = self.alpha / len(self._windows)
-            for w in self._windows:
-                if len(self.recent_means) < w:
-                    continue
-                x = np.arange(w, dtype=float) - (w - 1) / 2.0  # centered positions: slope = x @ y / (x @ x)
-                den = float(x @ x)
-                slope = float(x @ np.asarray(self.recent_means[-w:]) / den)
-                if slope >= 0.0:
-                    continue  # a one-sided p-value of a rising fit is >= 0.5: never significant
-                p = self._p_value(w, slope, x, den)
-                if self.last_p is None or p < self.last_p:
-                    self.last_p, self.last_slope = p, slope
-                if p < level:
-                    significant = True
-                    break
+            if mode is EvidenceMode.MEANS_ONLY and self._progress is not None:
+                self._warn_fallback("no per-example eval scores or spread on every eval of the window")
+                significant, self.last_slope = self._progress.significant()
+                self.last_p = self._progress.last_p
+            else:
+                significant = self._window_test(mode)
             if significant and self.level_alpha is not None:
                 significant = self._below_best(self.level_alpha)
         if self.best_score is None or score > self.best_score:
             self.best_score = score
             self.best_scores = self.recent_scores[-1]
+        return significant
+
+    def _window_test(self, mode: EvidenceMode) -> bool:
+        """The test on the last evals' window(s) in ``mode``; sets :attr:`last_p` and :attr:`last_slope`."""
+        significant = False
+        spread_mode = mode is EvidenceMode.MEAN_AND_SPREAD
+        windows = (self._spread_w,) if spread_mode else self._windows
+        level = (self._spread_a if spread_mode else self.alpha) / len(windows)
+        for w in windows:
+            if len(self.recent_means) < w:
+                continue
+            x = np.arange(w, dtype=float) - (w - 1) / 2.0  # centered positions: slope = x @ y / (x @ x)
+            den = float(x @ x)
+            slope = float(x @ np.asarray(self.recent_means[-w:]) / den)
+            if slope >= 0.0:
+                continue  # a one-sided p-value of a rising fit is >= 0.5: never significant
+            p = self._p_value(mode, w, slope, x, den)
+            if self.last_p is None or p < self.last_p:
+                self.last_p, self.last_slope = p, slope
+            if p < level:
+                significant = True
+                break
         return significant
 
     def _below_best(self, level_alpha: float) -> bool:
@@ -179,10 +282,15 @@ class TrendDetector(EvidenceDetector):
     def reason(self) -> str:
         p = "n/a" if self.last_p is None else f"{self.last_p:.3g}"
         slope = "n/a" if self.last_slope is None else f"{self.last_slope:.4g}"
-        windows = " or ".join(str(w) for w in self._windows)
+        if self._mode is EvidenceMode.MEAN_AND_SPREAD:
+            windows, test, alpha = str(self._spread_w), "known-variance z", self._spread_a
+        else:
+            windows = " or ".join(str(w) for w in self._windows)
+            test = self.test  # as before modes existed: recorded reasons stay the same
+            alpha = self.alpha
         return (
-            f"score falling over the last {windows} evals (slope {slope} per eval, {self.test} test p={p}, "
-            f"alpha={self.alpha:g}, {self.declines} consecutive, k={self.k})"
+            f"score falling over the last {windows} evals (slope {slope} per eval, {test} test p={p}, "
+            f"alpha={alpha:g}, {self.declines} consecutive, k={self.k})"
         )
 
     def params(self) -> dict[str, Any]:
@@ -196,10 +304,22 @@ class TrendDetector(EvidenceDetector):
             "short_window": self.short_window,
             "level_alpha": self.level_alpha,
             "warmup": self.warmup,
+            **({} if self.spread_window is None else {"spread_window": self.spread_window}),
+            **({} if self.spread_alpha is None else {"spread_alpha": self.spread_alpha}),
+            **(
+                {}
+                if self._progress is None
+                else {
+                    "means_test": "progress",
+                    "run_alpha": self.run_alpha,
+                    "frac": self.frac,
+                    "rel_drop": self.rel_drop,
+                }
+            ),
         }
 
     def _rule_state(self) -> dict[str, Any]:
-        return {
+        state: dict[str, Any] = {
             "best_score": self.best_score,
             "best_scores": None if self.best_scores is None else list(self.best_scores),
             "recent_means": list(self.recent_means),
@@ -207,6 +327,11 @@ class TrendDetector(EvidenceDetector):
             "last_p": self.last_p,
             "last_slope": self.last_slope,
         }
+        if any(sp is not None for sp in self.recent_spreads):  # left out without spreads: earlier states unchanged
+            state["recent_spreads"] = [None if sp is None else list(sp) for sp in self.recent_spreads]
+        if self._progress is not None:
+            state["progress"] = self._progress.state_dict()
+        return state
 
     def _load_rule_state(self, state: Mapping[str, Any]) -> None:
         self.best_score = state["best_score"]
@@ -214,5 +339,14 @@ class TrendDetector(EvidenceDetector):
         self.best_scores = None if best_scores is None else [float(v) for v in best_scores]
         self.recent_means = [float(m) for m in state["recent_means"]]
         self.recent_scores = [None if r is None else [float(v) for v in r] for r in state["recent_scores"]]
+        spreads = state.get("recent_spreads")  # absent in states written before spreads were reported
+        self.recent_spreads = (
+            [None] * len(self.recent_means)
+            if spreads is None
+            else [None if sp is None else [float(sp[0]), int(sp[1])] for sp in spreads]
+        )
+        self._mode = self._window_mode() if self.recent_means else EvidenceMode.MEANS_ONLY
+        if self._progress is not None:
+            self._progress.load_state_dict(state["progress"])
         self.last_p = state["last_p"]
         self.last_slope = state["last_slope"]
