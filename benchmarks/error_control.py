@@ -167,7 +167,10 @@ class ProgressTrend(EvidenceDetector):
             return slope, (-math.inf if slope < 0 else 0.0), df
         return slope, slope / (sigma / math.sqrt(sxx)), df
 
-    def _evidence(self, step: int, score: float, scores: Sequence[float] | None, counts: bool) -> bool:
+    def _evidence(
+        self, step: int, score: float, scores: Sequence[float] | None, counts: bool, spread: Any = None
+    ) -> bool:
+        # Means only: per-example scores and an eval's spread (where the core passes one) are not read.
         self.steps.append(float(step))
         self.means.append(score)
         if len(self.means) >= 3:
