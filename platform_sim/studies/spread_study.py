@@ -151,14 +151,13 @@ def spread_study(
     if progress:
         progress(f"replaying {len(test_files)} test traces in every mode")
     test = [reader(f) for f in test_files]  # only now is a test trace read
+    chosen = cal["chosen"]
+    # The other means-only test beside (per look on the last evals, or per run: means_test), for comparison.
+    other = "window" if chosen["params"].get("means_test") == "progress" else "progress"
     candidates = [
-        ("chosen", cal["chosen"]),
+        ("chosen", chosen),
         ("unconstrained tune choice", free["chosen"]),
-        # The per-run means-only test (opt-in, chosen on tuning data in the error-control study), beside.
-        (
-            "chosen, means_test=progress",
-            {**cal["chosen"], "params": {**cal["chosen"]["params"], "means_test": "progress"}},
-        ),
+        (f"chosen, means_test={other}", {**chosen, "params": {**chosen["params"], "means_test": other}}),
         ("paper k=2", paper_spec()),
     ]
     modes: list[dict[str, Any]] = []
