@@ -92,6 +92,24 @@ class EvalSchedule:
         self.eval_offset = 0.0
         self._t0 = time.perf_counter()
 
+    def saved(self) -> dict[str, Any]:
+        """The schedule's part of :class:`~evalstop_callbacks.state.CallbackState`."""
+        return {
+            "last_eval_step": self.last_eval_step,
+            "extra_eval_steps": list(self.extra_eval_steps),
+            "hinted_step": self.hinted_step,
+            "wall_s": self.wall(),
+            "eval_s": self.eval_time(),
+        }
+
+    def resume(self, saved: Any) -> None:
+        """Continue the schedule of a resumed checkpoint (a :class:`~evalstop_callbacks.state.CallbackState`)."""
+        self.last_eval_step = saved.last_eval_step
+        self.hinted_step = saved.hinted_step
+        self.extra_eval_steps = saved.extra_eval_steps
+        self.wall_offset = saved.wall_s
+        self.eval_offset = saved.eval_s
+
     def start_clock(self) -> None:
         """Training (re)starts now: wall time counts from here, on top of :attr:`wall_offset`."""
         self._t0 = time.perf_counter()

@@ -5,8 +5,8 @@ transformers' ``ExportableState`` protocol saves ``callback.state()`` (``{"args"
 ``attributes["evalstop"]``: the history, the best step and checkpoint, the stop, the schedule's position and the
 client's own state (an :class:`~evalstop_callbacks.EmbeddedClient`'s detector, so that declines survive a resume).
 
-The callback builds and reads it itself (``EvalStopCallback.state`` and its ``_resume``: the helpers here return
-values, the callback assigns them), at ``on_train_begin`` rather than through transformers'
+The callback's parts each save and resume their own share (:func:`export_state`, :func:`resume_state`), read at
+``on_train_begin`` rather than through transformers'
 ``restore_callback_states_from_checkpoint``: that path rebuilds the callback as ``EvalStopCallback(**args)`` from
 JSON and drops the instance the user built, and with it the evaluator, the client and ``trace_extras``, which are
 objects, not JSON.
@@ -18,6 +18,8 @@ import logging
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
+
+from platform_sim.core import Decision
 
 logger = logging.getLogger(__name__)
 
@@ -91,6 +93,93 @@ class CallbackState:
             )
         if job_id is not None and self.job_id not in (None, job_id):
             raise ValueError(f"the checkpoint belongs to EvalStop job {self.job_id!r}, not {job_id!r}")
+
+
+@dataclass
+class RunRecord:
+    """What the run has seen and done so far: its evaluations, the stop, the restore.
+
+    Args:
+        history: One entry per evaluation (``step``, ``eval_score``, ``declines``, ``action``, maybe ``extra``).
+        stopped_at: Step at which enforce mode stopped, or None.
+        would_stop_at: First step at which the scheduler said stop (both modes), or None.
+        stop_reason: That decision's reason.
+        last_decision: The last decision applied, or None.
+        restored_from: The checkpoint folder whose weights were loaded into the model at the end, or None.
+        overhead_seconds: The callback's own time per evaluation on the main process.
+    """
+
+    history: list[dict[str, Any]] = field(default_factory=list)
+    stopped_at: int | None = None
+    would_stop_at: int | None = None
+    stop_reason: str = ""
+    last_decision: Decision | None = None
+    restored_from: str | None = None
+    overhead_seconds: list[float] = field(default_factory=list)
+
+    def add(self, step: int, score: float, decision: Decision, extra: bool) -> dict[str, Any]:
+        """Record the evaluation of ``step`` and its decision; the history entry.
+
+        Args:
+            step, score: The evaluation.
+            decision: The scheduler's decision on it.
+            extra: It was made at a cadence hint, off the regular interval (``"extra": True`` in the entry).
+        """
+        entry: dict[str, Any] = {
+            "step": step,
+            "eval_score": score,
+            "declines": decision.declines,
+            "action": decision.action.value,
+        }
+        if extra:
+            entry["extra"] = True
+        self.history.append(entry)
+        return entry
+
+    def saved(self) -> dict[str, Any]:
+        """The record's part of :class:`CallbackState`."""
+        return {"history": list(self.history), "stopped_at": self.stopped_at, "would_stop_at": self.would_stop_at}
+
+    def resume(self, saved: CallbackState) -> None:
+        """Continue the record of a resumed checkpoint."""
+        self.history = saved.history
+        self.stopped_at = saved.stopped_at
+        self.would_stop_at = saved.would_stop_at
+
+
+def export_state(callback: Any) -> dict[str, Any]:
+    """The ``ExportableState`` record of an :class:`~evalstop_callbacks.EvalStopCallback`: its JSON constructor
+    arguments, and its parts' state (the run record, the best step, the schedule, the client's) as a
+    :class:`CallbackState`."""
+    save = getattr(callback.client, "state_dict", None)  # optional: clients that keep local state offer it
+    saved = CallbackState(
+        job_id=callback.job_id,
+        detector=callback.detector_spec,
+        client_state=save() if callable(save) else None,
+        **callback.record.saved(),
+        **callback.best.saved(),
+        **callback.schedule.saved(),
+    )
+    keys = ("eval_steps", "job_id", "job_type", "mode", "restore_best", "trace_path")
+    return exported({**{key: getattr(callback, key) for key in keys}, "detector": callback.detector_spec}, saved)
+
+
+def resume_state(callback: Any, saved: CallbackState) -> None:
+    """Give ``saved`` (a resumed checkpoint's state) back to the callback's parts, each of which continues its own.
+
+    Raises:
+        ValueError: The checkpoint ran another detector or belongs to another job.
+    """
+    saved.check_resumable(callback.detector_spec, callback.job_id)
+    callback.job.job_id = saved.job_id
+    callback.record.resume(saved)
+    callback.best.resume(saved)
+    callback.schedule.resume(saved)
+    load = getattr(callback.client, "load_state_dict", None)
+    if saved.client_state is not None and callable(load):
+        load(saved.client_state)
+    declines = saved.history[-1]["declines"] if saved.history else 0
+    logger.info("EvalStop resumed job %s: %d evals, declines %s", saved.job_id, len(saved.history), declines)
 
 
 def exported(args: Mapping[str, Any], state: CallbackState) -> dict[str, Any]:

@@ -18,7 +18,7 @@ import weakref
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from .evaluators import Evaluator, MetricEvaluator, unwrap_model
+from .evaluators import Evaluator, MetricEvaluator, error_at_step, unwrap_model
 from .schedule import check_has_cadence
 
 logger = logging.getLogger(__name__)
@@ -152,9 +152,15 @@ def warn_competing_best(args: Any, mode: str) -> None:
 
 
 def evalstop_logs(
-    score: float, declines: int, stopped_at: int | None, best_step: int | None, best_score: float | None
+    score: float,
+    declines: int,
+    stopped_at: int | None,
+    best_step: int | None,
+    best_score: float | None,
+    stop_step: int | None = None,
 ) -> dict[str, float]:
-    """The ``evalstop/*`` values of one evaluation, as logged through the trainer (every ``report_to`` backend)."""
+    """The ``evalstop/*`` values of one evaluation, as logged through the trainer (every ``report_to`` backend);
+    ``stop_step``: the scheduler's first stop is at this evaluation (``evalstop/stop_step``, the stop event)."""
     logs: dict[str, float] = {
         "evalstop/eval_score": score,
         "evalstop/declines": declines,
@@ -162,6 +168,8 @@ def evalstop_logs(
     }
     if best_score is not None and best_step is not None:
         logs["evalstop/best_score"], logs["evalstop/best_step"] = best_score, best_step
+    if stop_step is not None:
+        logs["evalstop/stop_step"] = stop_step
     return logs
 
 
@@ -220,6 +228,21 @@ class TrainerLink:
         if not isinstance(eval_dataset, Mapping):
             return True
         return all(any(k.startswith(f"eval_{name}_") for k in metrics) for name in eval_dataset)
+
+    def metrics_result(self, step: int, metrics: Mapping[str, Any], evaluator: Evaluator) -> Any:
+        """The evaluator's result from the trainer's eval metrics of ``step``, or None while its metric is still to
+        come (see :meth:`gather_metrics`).
+
+        Raises:
+            EvaluatorError: The evaluator failed on the metrics (named with the step; the same on every rank).
+        """
+        seen = self.gather_metrics(step, metrics, evaluator)
+        if seen is None:
+            return None
+        try:
+            return evaluator.from_metrics(seen)
+        except Exception as exc:  # noqa: BLE001 - trainer metrics are the same on every rank: all raise here
+            raise error_at_step(exc, step) from exc
 
     def gather_metrics(self, step: int, metrics: Mapping[str, Any], evaluator: Evaluator) -> dict[str, Any] | None:
         """The trainer's eval metrics of ``step`` so far, or None while the evaluator's metric is still to come (a

@@ -3,6 +3,8 @@ state, one of them reported until the scheduler stopped it."""
 
 from __future__ import annotations
 
+import html
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -58,7 +60,8 @@ def dashboard_scenario(folder: Path) -> Iterator[Scenario]:
     """A started server: tenant ``alpha`` with a stopped, a running and a finished job, tenant ``beta`` with one."""
     db = folder / "service.db"
     alpha, beta = add_tenant(db, "alpha"), add_tenant(db, "beta")
-    server = Server(db, free_port()).start()
+    # The tests sign in many times from one address: well within the sign-in rate's reach by default.
+    server = Server(db, free_port(), extra_args=("--sign-ins-per-minute", "600")).start()
     try:
         with httpx.Client(base_url=server.url, timeout=30.0) as client:
             _register(client, alpha, STOPPED_JOB, "rlhf", gpus=8, planned_steps=1000)
@@ -76,3 +79,29 @@ def dashboard_scenario(folder: Path) -> Iterator[Scenario]:
         yield Scenario(server, alpha, beta, 10 * len(decisions), last["best_step"], last["best_score"])
     finally:
         server.stop()
+
+
+def sign_in_form(client: httpx.Client, token: str) -> httpx.Response:
+    """Send the sign-in form with ``token`` (fetching the form first for its nonce, signed out first if the client
+    is signed in); the answer to the form."""
+    client.cookies.clear()
+    form = client.get("/login")
+    assert form.status_code == 200, form.text
+    nonce = re.search(r'name="login_nonce" value="([^"]+)"', form.text)
+    assert nonce is not None
+    return client.post("/login", data={"token": token, "login_nonce": html.unescape(nonce.group(1))})
+
+
+def browser(url: str, source: str | None = None) -> httpx.Client:
+    """A client with a cookie jar (a browser), connecting from the loopback address ``source`` if given."""
+    transport = httpx.HTTPTransport(local_address=source) if source else None
+    return httpx.Client(base_url=url, timeout=30.0, transport=transport)
+
+
+@contextmanager
+def sign_in(url: str, token: str, source: str | None = None) -> Iterator[httpx.Client]:
+    """A browser signed in with ``token`` through the sign-in form."""
+    with browser(url, source) as client:
+        r = sign_in_form(client, token)
+        assert r.status_code == 303 and r.headers["location"] == "/", r.text
+        yield client

@@ -392,6 +392,23 @@ def test_kueue_workload_found_by_prebuilt_label_or_owner(api: tuple[FakeApiServe
     assert all(p["body"] == {"spec": {"active": False}} for p in server.patches())
 
 
+@pytest.mark.parametrize("name", ["../../namespaces/team-b/workloads/x", "WL", "wl/other", "a" * 254, ""])
+def test_a_workload_name_from_tenant_written_metadata_must_be_a_dns_name(
+    api: tuple[FakeApiServer, KubernetesActuator], name: str
+) -> None:
+    # ownerReferences and the prebuilt-workload label are written by whoever wrote the job: a name that is not a
+    # DNS-1123 subdomain never reaches a request path; the stop fails, not retried, and nothing is patched.
+    server, actuator = api
+    owner = {"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "Workload", "name": name, "uid": "u1"}
+    server.add("jobsets", "team-a", "owned", metadata={"ownerReferences": [owner]})
+    server.add("jobs", "team-a", "pre", metadata={"labels": {"kueue.x-k8s.io/prebuilt-workload-name": name}})
+    for ref in ("team-a/jobset/owned", "team-a/job/pre"):
+        result = actuator.act(_handle(actuator, ref), 0)
+        assert (result.ok, result.retryable) == (False, False)
+        assert result.detail == "its Workload's name is not a DNS-1123 name"
+    assert server.patches() == []
+
+
 def test_queued_job_without_its_workload_yet_is_retried_not_suspended(
     api: tuple[FakeApiServer, KubernetesActuator],
 ) -> None:

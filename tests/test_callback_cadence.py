@@ -132,11 +132,11 @@ def test_the_time_budget_declines_hints_once_evaluation_has_taken_its_share(tmp_
 
     from transformers import TrainerCallback
 
-    from evalstop_callbacks import callback as callback_module
+    from evalstop_callbacks import eval_round as eval_round_module
     from evalstop_callbacks import schedule as schedule_module
 
     now = [0.0]
-    for module in (callback_module, schedule_module):  # the evaluator's timer and the schedule's wall clock
+    for module in (eval_round_module, schedule_module):  # the evaluator's timer and the schedule's wall clock
         monkeypatch.setattr(module, "time", types.SimpleNamespace(perf_counter=lambda: now[0]))
 
     class _Steps(TrainerCallback):

@@ -23,7 +23,7 @@ from service_support import Server, add_tenant, auth, cli, free_port, postgres_d
 
 from evalstop_callbacks.platform_client import PlatformClient
 from platform_sim.actuators import ActuatorUnavailable, SchedulerHandle, make_actuator
-from platform_sim.actuators.base import ActionResult
+from platform_sim.actuators.base import ActionResult, HandleRefused, TenantScope
 from platform_sim.core import Report, default_spec
 from platform_sim.service.actuate import ActuateSettings, ActuationWorker, parse_actuators
 from platform_sim.service.store import JobRecord
@@ -111,6 +111,7 @@ def test_a_stop_queues_its_action_in_the_transaction_of_the_decision(store: Any)
 
 def test_a_failing_actuator_is_retried_with_backoff_then_given_up(store: Any) -> None:
     tenant, _ = store.add_tenant("acme")
+    store.add_tenant_scope(tenant.tenant_id, [("ray", "acme-")])
     _stop(store, tenant.tenant_id, "j")
     store.register_handle(tenant.tenant_id, "j", SchedulerHandle("ray", "acme-1"))
     settings = ActuateSettings(lease_s=30, backoff_s=0.2, backoff_max_s=0.3, max_attempts=4)
@@ -153,6 +154,43 @@ def test_a_claim_holds_its_lease_and_a_lost_claim_records_nothing(store: Any) ->
     assert (action.state, action.last_detail) == ("done", "stop requested")
     assert [e.type for e in _events(store, "actuation.")] == ["actuation.started"] * 2 + ["actuation.succeeded"]
     assert store.claim_actuations(time.time() + 3600, lease_s=30) == []  # a phase done is never run again
+
+
+def test_one_scheduler_job_is_the_handle_of_one_service_job(store: Any) -> None:
+    a, _ = store.add_tenant("a")
+    b, _ = store.add_tenant("b")
+    for tenant, job in ((a, "first"), (a, "second"), (b, "theirs")):
+        store.register_job(tenant.tenant_id, JobRecord(job, "rlhf", default_spec()))
+    store.register_handle(a.tenant_id, "first", SchedulerHandle("slurm", "1234"))
+    for tenant, job in ((a, "second"), (b, "theirs")):  # the same tenant's other job, or another tenant's
+        with pytest.raises(HandleConflict, match="'1234' is already the handle of another service job") as err:
+            store.register_handle(tenant.tenant_id, job, SchedulerHandle("slurm", "1234"))
+        assert "first" not in str(err.value)  # whose is not said
+    assert store.register_handle(a.tenant_id, "first", SchedulerHandle("slurm", "1234"))[1] is False  # a re-send
+    store.register_handle(a.tenant_id, "second", SchedulerHandle("ray", "1234"))  # another scheduler's 1234
+    # Once its service job finished, the scheduler's id is free again (schedulers reuse ids).
+    store.finish_job(a.tenant_id, "first", "done")
+    assert store.register_handle(b.tenant_id, "theirs", SchedulerHandle("slurm", "1234"))[1] is True
+
+
+def test_a_ray_prefix_covers_ids_at_a_word_end_and_overlaps_are_warned(tmp_path: Path) -> None:
+    ray = make_actuator("ray", {"address": _dead_address()})
+    scope = TenantScope("acme", {"ray": frozenset({"acme"})})
+    for ref in ("acme", "acme-7", "acme.7", "acme_7", "acme:7"):
+        ray.check_owner(SchedulerHandle("ray", ref), scope)  # asks nothing of the (dead) cluster
+    for ref in ("acmecorp-7", "acme7", "acm"):
+        with pytest.raises(HandleRefused, match="does not start with one of this tenant's prefixes"):
+            ray.check_owner(SchedulerHandle("ray", ref), scope)
+    db = tmp_path / "service.db"
+    add_tenant(db, "acme")
+    add_tenant(db, "acmecorp")
+    first = cli("tenant", "scope", "acme", "--ray-prefix", "acme", "--db", str(db))
+    assert first.stderr == ""
+    apart = cli("tenant", "scope", "acmecorp", "--ray-prefix", "acmecorp-", "--db", str(db))
+    assert apart.stderr == ""  # acme covers none of acmecorp-'s ids
+    both = cli("tenant", "scope", "acmecorp", "--ray-prefix", "acme-team-", "--db", str(db))
+    assert "warning: --ray-prefix 'acme-team-' overlaps tenant 'acme''s 'acme'" in both.stderr
+    assert '"acme-team-"' not in both.stdout and "acme-team-" in both.stdout  # added all the same
 
 
 def test_tenant_scopes_in_the_store(store: Any) -> None:
@@ -231,7 +269,12 @@ def test_the_scope_cli_and_the_handle_refusals_of_a_real_server(tmp_path: Path, 
             "not_found",
         )
         status, code, message = put({"kind": "ray", "ref": "acme-1"})  # in scope, but the cluster is down
-        assert (status, code) == (503, "scheduler_unavailable") and "Failed to connect to Ray" in message
+        # Why it failed is the operator's (the server log): the tenant learns nothing of the cluster's address.
+        assert (status, code, message) == (
+            503,
+            "scheduler_unavailable",
+            "the ray scheduler could not be asked now; try again later",
+        )
         assert put({"kind": "ray", "ref": "acme-1", "extra": 1})[:2] == (422, "invalid_request")
         r = httpx.get(url, headers=h)
         assert (r.status_code, r.json()["error"]) == (404, "no_handle")
@@ -256,6 +299,7 @@ def test_serve_actuate_runs_the_worker_inside_the_server(tmp_path: Path) -> None
     store = SQLiteStore(db)
     try:
         [tenant] = store.list_tenants()
+        store.add_tenant_scope(tenant.tenant_id, [("ray", "acme-")])
         _stop(store, tenant.tenant_id, "j")
         store.register_handle(tenant.tenant_id, "j", SchedulerHandle("ray", "acme-1"))
     finally:

@@ -9,7 +9,6 @@ import math
 import re
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
@@ -23,6 +22,7 @@ from dashboard_support import (
     STOPPED_SCORES,
     Scenario,
     dashboard_scenario,
+    sign_in,
 )
 from service_support import auth, cli, postgres_database
 
@@ -37,23 +37,6 @@ from platform_sim.service.store_sqlite import SQLiteStore
 def scenario(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Scenario]:
     with dashboard_scenario(tmp_path_factory.mktemp("dashboard")) as sc:
         yield sc
-
-
-@contextmanager
-def sign_in(url: str, token: str) -> Iterator[httpx.Client]:
-    """A client (cookie jar) signed in with ``token`` through the sign-in form."""
-    with httpx.Client(base_url=url, timeout=30.0) as client:
-        yield _signed_in(client, token)
-
-
-def _signed_in(client: httpx.Client, token: str) -> httpx.Client:
-    form = client.get("/login")
-    assert form.status_code == 200
-    nonce = re.search(r'name="login_nonce" value="([^"]+)"', form.text)
-    assert nonce is not None
-    r = client.post("/login", data={"token": token, "login_nonce": html.unescape(nonce.group(1))})
-    assert r.status_code == 303 and r.headers["location"] == "/", r.text
-    return client
 
 
 def grab(pattern: str, text: str, group: int = 1) -> str:

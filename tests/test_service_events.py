@@ -144,7 +144,12 @@ def test_history_outcome_summary_and_events_read_back(env: dict[str, Any]) -> No
         assert [e["id"] for e in half["events"]] == ids[5:8] and half["next_after"] == ids[7]
         assert a.get("/v1/events", params={"after": ids[-1]}).json() == {"events": [], "next_after": ids[-1]}
 
-    metrics = httpx.get(env["srv"].url + "/metrics").text
+    # Without the admin token /metrics names no tenant (nor runs the all-tenant summary); with it, each one's totals.
+    anonymous = httpx.get(env["srv"].url + "/metrics")
+    as_tenant = httpx.get(env["srv"].url + "/metrics", headers={"Authorization": f"Bearer {env['alice']}"})
+    for text in (anonymous.text, as_tenant.text):
+        assert "alice" not in text and "evalstop_tenant_" not in text and "evalstop_stops_total" in text
+    metrics = httpx.get(env["srv"].url + "/metrics", headers={"Authorization": f"Bearer {ADMIN}"}).text
     assert 'evalstop_tenant_jobs{status="stopped",tenant="alice"} 1.0' in metrics
     assert 'evalstop_tenant_jobs{status="finished",tenant="alice"} 1.0' in metrics
     line = next(m for m in metrics.splitlines() if m.startswith('evalstop_tenant_gpu_hours_freed{tenant="alice"}'))

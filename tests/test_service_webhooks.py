@@ -13,6 +13,7 @@ import hashlib
 import hmac
 import http.server
 import json
+import socket
 import sqlite3
 import threading
 import time
@@ -23,7 +24,7 @@ from typing import Any
 
 import httpx
 import pytest
-from service_support import Server, add_tenant, auth, cli, free_port
+from service_support import Server, add_tenant, auth, cli, free_port, postgres_database
 
 FAST = ("--webhook-backoff-s", "0.2", "--webhook-backoff-max-s", "0.4", "--webhook-poll-s", "0.05")
 """Serve flags for the tests: retries every 0.2-0.4 s, the outbox looked at every 50 ms."""
@@ -256,6 +257,75 @@ def test_a_hanging_endpoint_never_holds_up_reports(env: dict[str, Any]) -> None:
     assert hang.requests >= 1
 
 
+class Dripper:
+    """A receiver on 127.0.0.1 that takes each request, then sends its answer's status line one byte every 0.5 s and
+    never finishes it: each read gets a byte well within any per-read timeout. Records how long each connection
+    stayed open (until the client closed it)."""
+
+    def __init__(self) -> None:
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.port = self.sock.getsockname()[1]
+        self.held: list[float] = []  # seconds each closed connection was held
+        self.open = 0
+        self._closed = threading.Event()
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while not self._closed.is_set():
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._drip, args=(conn,), daemon=True).start()
+
+    def _drip(self, conn: socket.socket) -> None:
+        start = time.monotonic()
+        self.open += 1
+        try:
+            conn.recv(65536)
+            for byte in b"HTTP/1.1 200 OK\r\n" * 1000:
+                if self._closed.wait(0.5):
+                    break
+                conn.sendall(bytes([byte]))
+        except OSError:  # the client gave up on it: what the deadline must do
+            pass
+        finally:
+            self.open -= 1
+            self.held.append(time.monotonic() - start)
+            conn.close()
+
+    def close(self) -> None:
+        self._closed.set()
+        self.sock.close()
+
+
+def test_a_dripping_receiver_holds_back_no_other_tenant(env: dict[str, Any]) -> None:
+    drip = Dripper()
+    env["receivers"].append(drip)
+    _add_webhook(env["db"], f"http://127.0.0.1:{drip.port}/hook")
+    beta_token = add_tenant(env["db"], "beta")
+    port = free_port()
+    secret = cli("webhook", "add", f"http://127.0.0.1:{port}/h", "--tenant", "beta", "--db", str(env["db"]))
+    rec = Receiver(secret.stdout.strip().splitlines()[-1], port)
+    env["receivers"].append(rec)
+    timeout_s = 4.0
+    _, c = _serve(env, "--webhook-timeout-s", str(timeout_s))
+    for i in range(12):  # three times acme's lanes: its deliveries queue behind its own dripping ones
+        _stop_job(c, f"acme{i}")
+    _wait("acme's lanes all held by the dripper", lambda: drip.open >= 4)
+    beta = httpx.Client(base_url=c.base_url, headers=auth(beta_token), timeout=10)
+    _stop_job(beta, "b1")
+    stopped = time.monotonic()
+    _wait("beta's stop event", lambda: rec.events, timeout=30)
+    assert time.monotonic() - stopped < timeout_s  # within its own timeout, whatever acme's receiver does
+    assert rec.bad == [] and rec.events[0]["job_id"] == "b1"
+    # acme's attempts end at the total deadline (a per-read timeout would hold each for minutes: 1 byte / 0.5 s).
+    failed = _wait("acme's attempts cut off", lambda: _events(c, "webhook.failed"), timeout=30)
+    assert failed[0]["details"]["error"] == f"no answer within {timeout_s:g} s"
+    _wait("the dripper's connections closed", lambda: len(drip.held) >= 4, timeout=30)
+    assert max(drip.held) < timeout_s + 3.0
+
+
 def test_a_delivery_is_given_up_after_max_attempts(env: dict[str, Any]) -> None:
     secret = "unused"
     failing = Receiver(secret, mode="fail")
@@ -285,10 +355,101 @@ def test_the_webhook_cli(env: dict[str, Any]) -> None:
     assert info["events"] == ["job.stopped", "job.finished"] and secret.startswith("whsec_")
     listed = json.loads(cli("webhook", "list", "--json", "--db", db).stdout)
     assert [(h["webhook_id"], h["tenant"], h["url"]) for h in listed] == [
-        (info["webhook_id"], "acme", "http://127.0.0.1:1/h")
+        (info["webhook_id"], "acme", "http://127.0.0.1:1/…")  # its path may hold a secret: never listed
     ]
     assert secret not in cli("webhook", "list", "--db", db).stdout + json.dumps(listed)
     assert cli("webhook", "remove", str(info["webhook_id"]), "--db", db).returncode == 0
     assert json.loads(cli("webhook", "list", "--json", "--db", db).stdout) == []
     gone = cli("webhook", "remove", str(info["webhook_id"]), "--db", db, check=False)
     assert gone.returncode == 2 and f"no webhook {info['webhook_id']}" in gone.stderr
+
+
+@pytest.mark.parametrize(
+    ("url", "why"),
+    [
+        ("http://169.254.169.254/latest/meta-data/", "cloud metadata endpoint"),
+        ("http://[fd00:ec2::254]/latest", "cloud metadata endpoint"),
+        ("http://metadata.google.internal/computeMetadata/v1/", "cloud metadata endpoint"),
+        ("http://[::ffff:169.254.169.254]/", "cloud metadata endpoint"),
+        ("http://169.254.10.1/hook", "link-local address"),
+        ("http://[fe80::1]/hook", "link-local address"),
+        ("http://hooks.example.com/a\r\nX-Injected: 1", "control characters"),
+        ("http://hooks.example.com/a\nb", "control characters"),
+    ],
+)
+def test_webhook_add_refuses_metadata_link_local_and_crlf_urls(tmp_path: Path, url: str, why: str) -> None:
+    db = tmp_path / "service.db"
+    add_tenant(db, "acme")
+    bad = cli("webhook", "add", url, "--tenant", "acme", "--db", str(db), check=False)
+    assert bad.returncode == 2 and why in bad.stderr
+    assert json.loads(cli("webhook", "list", "--json", "--db", str(db)).stdout) == []
+
+
+def test_webhook_urls_are_redacted_in_listings_and_logs_and_private_ones_warned(env: dict[str, Any]) -> None:
+    db = str(env["db"])
+    private = cli("webhook", "add", "https://10.1.2.3/h", "--tenant", "acme", "--db", db)
+    assert "warning: 10.1.2.3 is a private address" in private.stderr
+    port = free_port()
+    url = f"http://user:hunter2@127.0.0.1:{port}/s3cr3t-path?sig=abc123"
+    added = cli("webhook", "add", url, "--tenant", "acme", "--db", db)
+    assert "warning: 127.0.0.1 is a loopback address" in added.stderr
+    listing = cli("webhook", "list", "--db", db).stdout + cli("webhook", "list", "--json", "--db", db).stdout
+    assert f"http://127.0.0.1:{port}/…" in listing and "https://10.1.2.3/…" in listing
+    for secret in ("hunter2", "user:", "s3cr3t-path", "abc123"):
+        assert secret not in listing + added.stderr
+    cli("webhook", "remove", str(json.loads(listing.splitlines()[-1])[0]["webhook_id"]), "--db", db)  # not dialled
+    rec = Receiver(added.stdout.strip().splitlines()[-1], port)
+    env["receivers"].append(rec)
+    srv, c = _serve(env, "--log-level", "info")  # httpx logs each request's URL at INFO
+    _stop_job(c, "j1")
+    _wait("the stop event", lambda: rec.events)
+    _wait("the delivery recorded", lambda: _events(c, "webhook.delivered"))
+    assert srv.log is not None
+    log = srv.log.read_text()
+    assert f'HTTP Request: POST http://127.0.0.1:{port}/… "HTTP/1.0 204' in log  # logged, redacted
+    assert "hunter2" not in log and "s3cr3t-path" not in log and "abc123" not in log
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def any_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
+    if request.param == "sqlite":
+        from platform_sim.service.store_sqlite import SQLiteStore
+
+        s: Any = SQLiteStore(tmp_path / "service.db")
+        try:
+            yield s
+        finally:
+            s.close()
+        return
+    from platform_sim.service.store_postgres import PostgresStore
+
+    with postgres_database("evalstop_lanes") as url:
+        s = PostgresStore(url, workers=2)
+        try:
+            yield s
+        finally:
+            s.close()
+
+
+def test_the_claim_gives_each_tenant_its_lanes_the_longest_waiting_first(any_store: Any) -> None:
+    # The worker's claim (both stores): acme has a backlog of 6 due deliveries, older than beta's one.
+    from platform_sim.service.store import JobRecord
+
+    store = any_store
+    ids = {}
+    for name, jobs in (("acme", 6), ("beta", 1)):
+        tenant, _ = store.add_tenant(name)
+        ids[name] = tenant.tenant_id
+        store.add_webhook(tenant.tenant_id, "http://127.0.0.1:9/h", ("job.registered",))
+        for i in range(jobs):
+            store.register_job(tenant.tenant_id, JobRecord(f"{name}{i}", "rlhf", {"name": "k-decline", "params": {}}))
+    now = time.time() + 1
+    tenant_of = lambda batch: [d.webhook.tenant_id for d in batch]  # noqa: E731
+    # Two lanes each: acme (waiting longest) gets two, beta its one, within the limit of 3.
+    first = store.claim_deliveries(now, 60, limit=3, per_tenant=2, in_flight={})
+    assert tenant_of(first) == [ids["acme"], ids["acme"], ids["beta"]]
+    # acme's lanes are full: nothing of its backlog is claimed, however much room is left.
+    assert store.claim_deliveries(now, 60, limit=10, per_tenant=2, in_flight={ids["acme"]: 2}) == []
+    # One lane of acme's free again: one more of its deliveries, the oldest left.
+    (more,) = store.claim_deliveries(now, 60, limit=10, per_tenant=2, in_flight={ids["acme"]: 1})
+    assert more.webhook.tenant_id == ids["acme"] and more.event.id > max(d.event.id for d in first[:2])

@@ -11,7 +11,9 @@ persists that, so a restart resumes at the right phase and runs each phase once.
 Scheduler faults (a command that fails, hangs or is missing; an API server that refuses) never raise from
 :meth:`Actuator.act`: they come back as an :class:`ActionResult` with ``ok=False`` and the reason, and ``retryable``
 says whether trying again can help. Only a malformed or foreign handle raises, and only from :meth:`Actuator.parse`
-and :meth:`Actuator.authorize`, which run at registration so the tenant gets a clear 4xx.
+and :meth:`Actuator.authorize`, which run at registration so the tenant gets a clear 4xx, and from
+:meth:`Actuator.check_owner`, which the caller runs right before every phase: ownership is checked again against the
+scheduler's answer then, and a job that is no longer the tenant's is not acted on.
 """
 
 from __future__ import annotations
@@ -93,6 +95,18 @@ class Actuator(Protocol):
 
     def authorize(self, handle: SchedulerHandle, scope: TenantScope) -> None:
         """Raise :class:`HandleRefused` unless the job exists and belongs to one of ``scope``'s owners for this kind."""
+        ...
+
+    def check_owner(self, handle: SchedulerHandle, scope: TenantScope) -> None:
+        """Check, right before a phase acts, that the job is still one ``scope`` may name: the scheduler's answer
+        now, by the same rule as :meth:`authorize` (a job id can come to name another user's job after a scheduler
+        reset or a wrap of its ids; the operator can take a scope away). A job the scheduler no longer knows passes
+        (the phase finds it gone and does nothing).
+
+        Raises:
+            HandleRefused: the job is not the tenant's to act on now: act on nothing.
+            Exception: the scheduler could not be asked (retry later).
+        """
         ...
 
     def act(self, handle: SchedulerHandle, phase: int) -> ActionResult:

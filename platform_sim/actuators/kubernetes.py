@@ -58,6 +58,12 @@ HANDLE_KINDS = ("job", "jobset", "workload")
 _DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 _DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 
+
+def _is_name(name: str) -> bool:
+    """Whether ``name`` is a DNS-1123 subdomain, as the API server requires of an object's name."""
+    return len(name) <= 253 and _DNS_SUBDOMAIN.fullmatch(name) is not None
+
+
 # HTTP statuses after which the same request can succeed later: timeouts, throttling, conflicts, server faults.
 _RETRYABLE_STATUSES = frozenset({408, 409, 425, 429})
 
@@ -211,6 +217,11 @@ class KubernetesActuator:
         except Exception as exc:  # unreachable server, timeout, TLS: not the tenant's fault, and not a refusal
             raise HandleError(f"kubernetes {r.ref}: could not ask the API server: {exc!r}"[:300]) from None
 
+    def check_owner(self, handle: SchedulerHandle, scope: TenantScope) -> None:
+        """The handle's namespace (its owner, fixed in the handle) must still be one of the tenant's."""
+        if parse_ref(handle.ref).namespace not in scope.owners(KIND):
+            raise HandleRefused("its namespace is no longer in this tenant's kubernetes scope")
+
     def act(self, handle: SchedulerHandle, phase: int) -> ActionResult:
         """Suspend the job (one phase, one patch); never raises for API faults.
 
@@ -289,6 +300,12 @@ class KubernetesActuator:
             return ActionResult(ok=True, action=f"deactivate workload {r.namespace}/{r.name}")
         meta = self._read(r).get("metadata") or {}
         workload, kueue_managed = self._workload_of(r, meta)
+        if workload is not None and not _is_name(workload):
+            # Read from the job's own metadata, which its tenant writes: never put such a name into a request path.
+            logger.warning("kubernetes actuator: %s names its Workload %r, not a DNS-1123 name", r.ref, workload)
+            return ActionResult(
+                ok=False, action=action, detail="its Workload's name is not a DNS-1123 name", retryable=False
+            )
         if workload is not None:
             self._patch(WORKLOAD, r.namespace, workload, deactivate)
             return ActionResult(ok=True, action=f"deactivate workload {r.namespace}/{workload} of {r.ref}")

@@ -3,7 +3,8 @@
 A handle's ref is the Ray job's **submission id** (what ``ray job submit --submission-id`` set, or the
 ``raysubmit_...`` id Ray made up). Authorization is by prefix: the operator gives each tenant one or more
 submission-id prefixes (``evalstop-server tenant scope acme --ray-prefix acme-``), and a tenant may name a job only
-when it exists on the cluster and its submission id starts with one of them. A prefix rather than the job's
+when it exists on the cluster and its submission id starts with one of them at a word's end (:func:`covers`:
+``acme`` covers ``acme-7``, not ``acmecorp-7``). A prefix rather than the job's
 ``metadata``: anyone who can submit to the cluster can write any metadata, while a naming rule is something the
 operator can enforce at submission (and read in ``ray job list``). A driver's job id (``02000000``) is refused:
 only submitted jobs can be stopped through the job API.
@@ -35,6 +36,24 @@ T = TypeVar("T")
 
 class _Timeout(Exception):
     pass
+
+
+SEPARATORS = "-_.:"
+"""The characters that end a prefix's word: ``acme`` covers ``acme-run-7``, never ``acmecorp-run-7``."""
+
+
+def covers(prefix: str, ref: str) -> bool:
+    """Whether a tenant's submission-id ``prefix`` covers ``ref``: ``ref`` starts with it at a word's end (the
+    prefix ends with a separator, or the character after it in ``ref`` is one, or ``ref`` is the prefix itself).
+    So ``acme`` covers ``acme-1`` and ``acme.x``, not ``acmecorp-1``; ``acme-`` covers ``acme-1`` only."""
+    if not prefix or not ref.startswith(prefix):
+        return False
+    return prefix[-1] in SEPARATORS or len(ref) == len(prefix) or ref[len(prefix)] in SEPARATORS
+
+
+def overlaps(a: str, b: str) -> bool:
+    """Whether some submission id would be covered by both prefixes ``a`` and ``b`` (two tenants could name it)."""
+    return covers(a, b) or covers(b, a) or (a.rstrip(SEPARATORS) == b.rstrip(SEPARATORS) != "")
 
 
 def _one_line(exc: BaseException) -> str:
@@ -100,13 +119,7 @@ class RayActuator:
 
     def authorize(self, handle: SchedulerHandle, scope: TenantScope) -> None:
         """The job must start with one of the tenant's ``ray`` prefixes and exist on the cluster as a submitted job."""
-        prefixes = scope.owners(KIND)
-        if not prefixes:
-            raise HandleRefused("the operator gave this tenant no Ray submission-id prefix (tenant scope --ray-prefix)")
-        if not any(handle.ref.startswith(p) for p in prefixes):
-            raise HandleRefused(
-                f"the submission id does not start with one of this tenant's prefixes ({len(prefixes)})"
-            )
+        self.check_owner(handle, scope)
         try:
             info = self._call(lambda c: c.get_job_info(handle.ref))
         except Exception as exc:
@@ -115,6 +128,17 @@ class RayActuator:
             raise  # cannot ask the cluster now: not the handle's fault (the service answers 503)
         if getattr(info, "submission_id", None) != handle.ref:
             raise HandleError("not a submitted Ray job (give its submission id, not a driver's job id)")
+
+    def check_owner(self, handle: SchedulerHandle, scope: TenantScope) -> None:
+        """The submission id (its owner, fixed in the handle) must start with one of the tenant's ``ray`` prefixes;
+        asks nothing of the cluster, so a tenant without one is refused before the cluster is asked."""
+        prefixes = scope.owners(KIND)
+        if not prefixes:
+            raise HandleRefused("the operator gave this tenant no Ray submission-id prefix (tenant scope --ray-prefix)")
+        if not any(covers(p, handle.ref) for p in prefixes):
+            raise HandleRefused(
+                f"the submission id does not start with one of this tenant's prefixes ({len(prefixes)})"
+            )
 
     def act(self, handle: SchedulerHandle, phase: int) -> ActionResult:
         """Phase 0: ``stop_job``; phase 1: check that the job ended (and ask again when it did not)."""

@@ -144,33 +144,55 @@ class SlurmActuator:
         """Check that ``handle``'s job exists and its user or account is one of ``scope``'s owners for ``"slurm"``.
 
         The owners are written ``user:NAME`` (the job's Unix user) or ``account:NAME`` (its Slurm account), as
-        ``evalstop-server tenant scope --slurm-user/--slurm-account`` stores them.
+        ``evalstop-server tenant scope --slurm-user/--slurm-account`` stores them. A tenant with no Slurm owner is
+        refused before Slurm is asked, and a refusal never names the job's owner: the answer tells a tenant nothing
+        about other users' jobs.
 
         Raises:
             HandleError: the handle is malformed or not a Slurm one, or Slurm does not know the job (never
                 submitted, or finished longer ago than the cluster's ``MinJobAge``).
-            HandleRefused: the job belongs to a user and account the tenant may not name.
+            HandleRefused: the tenant has no Slurm scope, or the job belongs to a user and account it may not name.
             SchedulerUnavailable: ``squeue`` failed, hung or is missing: the job cannot be checked now (the service
                 answers 503, and the client may try again).
         """
+        owners = self._owners_of(handle, scope)
+        found = self._job_owners(handle.ref)
+        if found is None:
+            raise HandleError(f"slurm job {handle.ref} is unknown to the cluster")
+        _match(handle.ref, found, owners)
+
+    def check_owner(self, handle: SchedulerHandle, scope: TenantScope) -> None:
+        """:meth:`authorize` again, right before a phase acts, except that a job Slurm no longer knows passes (the
+        phase finds it gone). Raises :class:`HandleRefused` when the job's user and account are not the tenant's
+        now (a reset of slurmctld's state, ``FirstJobId``, a wrap at ``MaxJobId``, or the scope taken away)."""
+        owners = self._owners_of(handle, scope)
+        found = self._job_owners(handle.ref)
+        if found is not None:
+            _match(handle.ref, found, owners)
+
+    def _owners_of(self, handle: SchedulerHandle, scope: TenantScope) -> frozenset[str]:
         self._check(handle)
         owners = scope.owners(self.kind)
-        run = self._run([self.squeue, "--noheader", "--states=all", f"--jobs={handle.ref}", "--format=%u|%a"])
+        if not owners:
+            raise HandleRefused("the operator gave this tenant no Slurm user or account (tenant scope --slurm-*)")
+        return owners
+
+    def _job_owners(self, ref: str) -> list[tuple[str, str]] | None:
+        """``(user, account)`` of each line ``squeue`` shows for job ``ref`` (one per array task); None when Slurm
+        does not know the job. Raises :class:`SchedulerUnavailable` when ``squeue`` cannot answer."""
+        run = self._run([self.squeue, "--noheader", "--states=all", f"--jobs={ref}", "--format=%u|%a"])
         if run.error:
-            raise SchedulerUnavailable(f"cannot check slurm job {handle.ref}: {run.error}")
+            raise SchedulerUnavailable(f"cannot check slurm job {ref}: {run.error}")
         if _gone(run.err) or (run.returncode == 0 and not run.out.strip()):
-            raise HandleError(f"slurm job {handle.ref} is unknown to the cluster")
+            return None
         if run.returncode != 0:
             detail = _first_line(run.err) or f"exit status {run.returncode}"
-            raise SchedulerUnavailable(f"cannot check slurm job {handle.ref}: {detail}")
+            raise SchedulerUnavailable(f"cannot check slurm job {ref}: {detail}")
+        out = []
         for line in run.out.splitlines():
             user, _, account = line.strip().partition("|")
-            # Every line (one per array task) must be the tenant's: one foreign task refuses the whole handle.
-            if f"user:{user}" not in owners and f"account:{account}" not in owners:
-                raise HandleRefused(
-                    f"slurm job {handle.ref} belongs to user {user!r}, account {account!r}: "
-                    f"not one of tenant {scope.tenant!r}'s slurm owners"
-                )
+            out.append((user, account))
+        return out
 
     # -- stopping -------------------------------------------------------------------------------------------
 
@@ -210,18 +232,20 @@ class SlurmActuator:
         return result
 
     def _phase(self, argv: Sequence[str], next_after: float | None) -> ActionResult:
-        action = " ".join(argv)
+        # What is recorded goes to the tenant's events and handle view: the command's name, never the operator's
+        # path to it, and never Slurm's own messages (they go to the server log).
+        action = _shown(argv)
         run = self._run(argv)
         if run.error:
-            logger.warning("slurm actuator: %s: %s", action, run.error)
-            return ActionResult(False, action, run.error, retryable=True)
+            logger.warning("slurm actuator: %s: %s", " ".join(argv), run.error)
+            return ActionResult(False, action, _public(argv, run.error), retryable=True)
         if _gone(run.err):
-            return ActionResult(True, action, f"job already gone: {_first_line(run.err)}")
+            return ActionResult(True, action, "job already gone")
         if run.returncode != 0 or "error" in run.err.lower():
-            detail = _first_line(run.err) or f"exit status {run.returncode}"
-            logger.warning("slurm actuator: %s failed: %s", action, detail)
+            logger.warning("slurm actuator: %s failed: %s", " ".join(argv), _first_line(run.err))
+            detail = f"{_shown(argv[:1])} failed (exit status {run.returncode}); its message is in the server log"
             return ActionResult(False, action, detail, retryable=True)
-        return ActionResult(True, action, _first_line(run.out) or "done", next_phase_after_s=next_after)
+        return ActionResult(True, action, "done", next_phase_after_s=next_after)
 
     # -- plumbing -------------------------------------------------------------------------------------------
 
@@ -232,11 +256,12 @@ class SlurmActuator:
         """
         run = self._run([self.squeue, "--noheader", "--states=all", f"--jobs={ref}", "--format=%T"])
         if run.error:
-            return None, run.error
+            return None, _public([self.squeue], run.error)
         if _gone(run.err):
             return None, ""
         if run.returncode != 0:
-            return None, _first_line(run.err) or f"squeue exit status {run.returncode}"
+            logger.warning("slurm actuator: squeue %s failed: %s", ref, _first_line(run.err))
+            return None, f"squeue failed (exit status {run.returncode}); its message is in the server log"
         states = {line.strip() for line in run.out.splitlines() if line.strip()}
         if not states:
             return None, ""
@@ -283,9 +308,28 @@ class SlurmActuator:
         return _Run(proc.returncode, out, err)
 
 
+def _match(ref: str, found: list[tuple[str, str]], owners: frozenset[str]) -> None:
+    """Every line (one per array task) must be the tenant's: one foreign task refuses the whole handle. The
+    message names no owner (who runs a job that is not the tenant's is none of its business)."""
+    for user, account in found:
+        if f"user:{user}" not in owners and f"account:{account}" not in owners:
+            raise HandleRefused(f"slurm job {ref} is not one of this tenant's (its slurm users and accounts)")
+
+
 def _gone(stderr: str) -> bool:
     low = stderr.lower()
     return any(marker in low for marker in _GONE)
+
+
+def _shown(argv: Sequence[str]) -> str:
+    """``argv`` as a tenant may see it: the command by its name alone."""
+    return " ".join([os.path.basename(argv[0]), *argv[1:]])
+
+
+def _public(argv: Sequence[str], error: str) -> str:
+    """A run's own error (not found, timed out, cannot run) as a tenant may see it: the command by its name alone,
+    never the operator's path to it."""
+    return error.replace(argv[0], os.path.basename(argv[0]))
 
 
 def _first_line(text: str) -> str:

@@ -23,7 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from platform_sim.actuators import Actuator, ActuatorUnavailable, make_actuator
-from platform_sim.actuators.base import ActionResult
+from platform_sim.actuators.base import ActionResult, HandleRefused
 
 from .store import Store
 from .store_actuation import Actuation
@@ -154,6 +154,28 @@ class ActuationWorker:
             list(pool.map(self._run, batch))
         return len(batch)
 
+    def _owner_refusal(self, actuator: Actuator, action: Actuation) -> ActionResult | None:
+        """None when the job is still the tenant's to act on, by the scheduler's answer now; else the failed result
+        that acts on nothing: given up with the reason when the owner changed (or the operator took the scope
+        away), retried when the scheduler could not say."""
+        what = f"owner check of {action.handle.kind} job {action.handle.ref}"
+        try:
+            actuator.check_owner(action.handle, self.store.tenant_scope(action.tenant_id))
+        except HandleRefused as exc:
+            logger.warning("actuation %d: not acted on: %s", action.action_id, exc)
+            return ActionResult(False, what, f"not acted on: {exc}", retryable=False)
+        except Exception as exc:
+            logger.warning("actuation %d: the owner could not be checked: %s", action.action_id, exc)
+            return ActionResult(False, what, "the scheduler could not say whose the job is now; retrying")
+        return None
+
+    def _act(self, actuator: Actuator, action: Actuation) -> ActionResult:
+        try:
+            return actuator.act(action.handle, action.phase)
+        except Exception as exc:  # the interface says act never raises; a bug must not lose the action
+            logger.exception("actuator %s raised on %s", action.handle.kind, action.handle.ref)
+            return ActionResult(False, f"{action.handle.kind} {action.handle.ref}", f"{type(exc).__name__}: {exc}")
+
     def _run(self, action: Actuation) -> None:
         actuator = self.actuators.get(action.handle.kind)
         if actuator is None:
@@ -163,13 +185,7 @@ class ActuationWorker:
                 f"no {action.handle.kind} actuator is configured on this worker (--actuator {action.handle.kind})",
             )
         else:
-            try:
-                result = actuator.act(action.handle, action.phase)
-            except Exception as exc:  # the interface says act never raises; a bug must not lose the action
-                logger.exception("actuator %s raised on %s", action.handle.kind, action.handle.ref)
-                result = ActionResult(
-                    False, f"{action.handle.kind} {action.handle.ref}", f"{type(exc).__name__}: {exc}"
-                )
+            result = self._owner_refusal(actuator, action) or self._act(actuator, action)
         now = time.time()
         retry_at = None if result.ok else self.settings.retry_at(action.attempts + 1, now, result.retryable)
         level = logging.INFO if result.ok else logging.WARNING

@@ -24,6 +24,7 @@ from platform_sim.actuators.base import Actuator
 
 from .actuate import ActuateSettings, ActuationWorker
 from .asgi import BodyLimitMiddleware, ReportFastPath
+from .dashboard.sessions import SignInSettings
 from .deps import ServiceContext
 from .errors import ApiError, install_error_handlers, no_unknown_query
 from .fairness import CountForeground
@@ -76,6 +77,8 @@ def create_app(
     quotas: JobQuotas | None = None,
     actuators: Mapping[str, Actuator] | None = None,
     actuate: ActuateSettings | None = None,
+    api_docs: bool = False,
+    sign_in: SignInSettings | None = None,
 ) -> FastAPI:
     """Build the service around ``store``.
 
@@ -89,7 +92,8 @@ def create_app(
             answers, less CPU); False routes it through FastAPI (kept for comparison and tests).
         max_eval_scores: Most per-example scores one report may carry; longer lists get 422.
         rate_limit: Per-tenant request rate limit (429 with ``Retry-After`` beyond it), or None for none.
-        admin_token: The operator's token that reads every tenant's events (``GET /v1/events``), or None.
+        admin_token: The operator's token that reads every tenant's events (``GET /v1/events``) and the per-tenant
+            totals of ``/metrics``, or None.
         webhooks: Run the background worker (webhook delivery from the outbox, event retention) with these
             settings while the app runs; None: no worker (the CLI always runs one).
         quotas: Per-tenant job quotas (429 for a registration beyond them), or None for none.
@@ -97,6 +101,10 @@ def create_app(
             (``PUT /v1/jobs/{id}/scheduler-handle``; a kind not here is refused with 422); None: none.
         actuate: Run the actuate worker (:mod:`~platform_sim.service.actuate`) on a thread while the app runs, with
             these settings and ``actuators``; None: no worker here (``evalstop-server actuate`` runs one apart).
+        api_docs: Serve ``/docs`` and ``/redoc``. Off by default: FastAPI's pages load their scripts and styles from
+            a CDN, unpinned, on the dashboard's origin (and the service may run offline); ``/openapi.json`` is
+            always served.
+        sign_in: The dashboard's sign-in bounds (sessions per tenant, sign-ins a minute); None: the defaults.
     """
     if max_eval_scores < 1:
         raise ValueError(f"max_eval_scores must be >= 1, got {max_eval_scores}")
@@ -125,6 +133,8 @@ def create_app(
         description=APP_DESCRIPTION,
         lifespan=lifespan,
         dependencies=[Depends(no_unknown_query)],
+        docs_url="/docs" if api_docs else None,
+        redoc_url="/redoc" if api_docs else None,
     )
     app.state.context = ctx
     app.state.store = store
@@ -138,8 +148,8 @@ def create_app(
     app.add_middleware(CountForeground, gate=ctx.gate)
     jobs.add_routes(app, ctx)
     reports.add_routes(app, report_work)
-    operator.add_routes(app, ctx)
+    operator.add_routes(app, ctx, admin_token)
     history.add_routes(app, ctx, admin_token)
-    dashboard_routes.add_routes(app, ctx)
+    dashboard_routes.add_routes(app, ctx, sign_in)
     actuation.add_routes(app, ctx, actuators or {})
     return app

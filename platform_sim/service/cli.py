@@ -28,6 +28,8 @@ from platform_sim.core.boundary import JOB_TYPES
 
 from . import cli_actuate, cli_events
 
+DEFAULT_MAX_CONNECTIONS_PER_ADDRESS = 100  # edge.DEFAULT_MAX_CONNECTIONS_PER_ADDRESS (not imported: it needs the extra)
+
 MAX_EVAL_SCORES = 10_000  # the service's default (wire.MAX_EVAL_SCORES; not imported: it needs the extra)
 
 DEFAULT_DB = "evalstop.db"
@@ -131,7 +133,8 @@ def _add_serve_parser(sub: Any) -> None:
         "--keep-alive-timeout",
         type=float,
         default=5.0,
-        help="seconds an idle keep-alive connection stays open between requests (default 5)",
+        help="seconds an idle connection stays open: between requests, and before a new connection's first byte "
+        "(default 5)",
     )
     serve.add_argument(
         "--max-connections",
@@ -139,9 +142,38 @@ def _add_serve_parser(sub: Any) -> None:
         default=1000,
         help="most connections (and requests in progress) at once; beyond it requests get 503 (default 1000)",
     )
+    serve.add_argument(
+        "--max-connections-per-address",
+        type=int,
+        default=DEFAULT_MAX_CONNECTIONS_PER_ADDRESS,
+        help="most connections at once from one client address (IPv6: one /64); the next gets 503 and is closed "
+        f"(default {DEFAULT_MAX_CONNECTIONS_PER_ADDRESS}; 0: no cap; behind a reverse proxy every client has its "
+        "address: raise it)",
+    )
+    serve.add_argument(
+        "--max-sessions-per-tenant",
+        type=int,
+        default=100,
+        help="most dashboard sessions one tenant holds at once; a new sign-in ends its oldest (default 100)",
+    )
+    serve.add_argument(
+        "--sign-ins-per-minute",
+        type=float,
+        default=10.0,
+        help="dashboard sign-ins one client address may make a minute, and at once; a tenant 6 times as many from "
+        "all addresses; beyond it 429 (default 10)",
+    )
     serve.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
     serve.add_argument(
-        "--access-log", action="store_true", help="log every request (off by default: it costs throughput)"
+        "--access-log",
+        action="store_true",
+        help="log every request, its path without the query string (off by default: it costs throughput)",
+    )
+    serve.add_argument(
+        "--api-docs",
+        action="store_true",
+        help="serve /docs and /redoc (off by default: those pages load their scripts from a CDN); "
+        "/openapi.json is always served",
     )
     cli_events.add_serve_flags(serve)
     cli_actuate.add_serve_flags(serve)
@@ -272,6 +304,12 @@ def _serve(args: argparse.Namespace) -> int:
             return _fail(f"--{flag.replace('_', '-')} must be a number of seconds > 0, got {value}")
     if args.max_connections < 1:
         return _fail(f"--max-connections must be >= 1, got {args.max_connections}")
+    if args.max_connections_per_address < 0:
+        return _fail(f"--max-connections-per-address must be >= 0 (0: no cap), got {args.max_connections_per_address}")
+    if args.max_sessions_per_tenant < 1:
+        return _fail(f"--max-sessions-per-tenant must be >= 1, got {args.max_sessions_per_tenant}")
+    if not 0 < args.sign_ins_per_minute < float("inf"):
+        return _fail(f"--sign-ins-per-minute must be a number > 0, got {args.sign_ins_per_minute}")
     why = _check_listen(args.host, args.port)
     if why is not None:
         return _fail(why)
@@ -279,7 +317,8 @@ def _serve(args: argparse.Namespace) -> int:
         import uvicorn
 
         from .app import JobQuotas, TenantRateLimit, create_app
-        from .deadlines import deadline_protocol
+        from .dashboard.sessions import SignInSettings
+        from .edge import QueryRedactingFilter, edge_protocol
     except ImportError as exc:
         return _fail(f"the service needs its extra: pip install 'evalstop[service]' ({exc})")
     try:
@@ -302,25 +341,39 @@ def _serve(args: argparse.Namespace) -> int:
         **event_options,
         **actuator_options,
         quotas=JobQuotas(args.max_jobs_per_tenant or None, args.max_running_jobs_per_tenant or None),
+        api_docs=args.api_docs,
+        sign_in=SignInSettings(args.max_sessions_per_tenant, args.sign_ins_per_minute),
     )
     # A thread rendering a big page hands the interpreter over to the event loop within 1 ms instead of Python's 5 ms
     # when the loop asks for it: the wait of a request that arrives before the page gives way to it (fairness.py).
     sys.setswitchinterval(SWITCH_INTERVAL_S)
     # One process, one event loop, one writer thread with group commit: on two cores more worker processes only
     # fight over SQLite's single write lock (measured in docs/benchmarks.md).
-    uvicorn.run(
+    config = uvicorn.Config(
         app,
         host=args.host,
         port=args.port,
         log_level=args.log_level,
         access_log=args.access_log,
         timeout_graceful_shutdown=5,
-        # Slow or stalled clients cannot hold connections open: header and body deadlines (uvicorn has neither),
-        # the keep-alive timeout, and a cap on connections.
-        http=deadline_protocol(args.header_timeout, args.body_timeout),
+        # Slow, stalled, silent or greedy clients cannot hold connections open (edge.py): idle, header and body
+        # deadlines (uvicorn has only the keep-alive one), header-size limits, a cap per client address, and the
+        # global cap on connections.
+        http=edge_protocol(
+            args.header_timeout, args.body_timeout, args.keep_alive_timeout, args.max_connections_per_address
+        ),
         timeout_keep_alive=args.keep_alive_timeout,
         limit_concurrency=args.max_connections,
     )
+    # After Config, which sets up uvicorn's loggers: no query string (a token put there by mistake) in the log.
+    logging.getLogger("uvicorn.access").addFilter(QueryRedactingFilter())
+    server = uvicorn.Server(config)
+    try:
+        server.run()
+    except KeyboardInterrupt:
+        pass
+    if not server.started:
+        return 3  # uvicorn's own exit status when the server did not start (it logged why)
     return 0
 
 

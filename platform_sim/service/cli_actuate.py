@@ -136,6 +136,7 @@ def scope_command(store: Any, args: argparse.Namespace, fail: Callable[[str], in
     if args.remove:
         store.remove_tenant_scope(tenant.tenant_id, entries or None)
     elif entries:
+        _warn_overlaps(store, tenant, [owner for kind, owner in entries if kind == "ray"])
         store.add_tenant_scope(tenant.tenant_id, entries)
     scope = store.tenant_scope(tenant.tenant_id, tenant.name)
     allowed = {kind: sorted(owners) for kind, owners in sorted(scope.allowed.items())}
@@ -147,6 +148,25 @@ def scope_command(store: Any, args: argparse.Namespace, fail: Callable[[str], in
         for kind, owners in allowed.items():
             print(f"{kind:<12} {' '.join(owners)}")
     return 0
+
+
+def _warn_overlaps(store: Any, tenant: Any, prefixes: list[str]) -> None:
+    """Warn (stderr) about each new Ray prefix that overlaps another tenant's: both could name the same job."""
+    from platform_sim.actuators.ray import overlaps
+
+    if not prefixes:
+        return
+    for other in store.list_tenants():
+        if other.tenant_id == tenant.tenant_id:
+            continue
+        for theirs in sorted(store.tenant_scope(other.tenant_id).owners("ray")):
+            for mine in prefixes:
+                if overlaps(mine, theirs):
+                    print(
+                        f"warning: --ray-prefix {mine!r} overlaps tenant {other.name!r}'s {theirs!r}: a job both "
+                        "cover could be named by either",
+                        file=sys.stderr,
+                    )
 
 
 def actuate(args: argparse.Namespace, open_store: Callable[[str], Any], fail: Callable[[str], int]) -> int:

@@ -15,7 +15,6 @@ import json
 import sys
 from collections.abc import Callable
 from typing import Any
-from urllib.parse import urlsplit
 
 DEFAULT_RETENTION_DAYS = 90.0
 
@@ -26,7 +25,7 @@ def add_serve_flags(serve: argparse.ArgumentParser) -> None:
         "--admin-token-file",
         default=None,
         help="file holding the operator's admin token (one line, at least 32 characters): with it "
-        "GET /v1/events reads every tenant's events (it opens no other route)",
+        "GET /v1/events reads every tenant's events and GET /metrics each tenant's totals (it opens no other route)",
     )
     serve.add_argument(
         "--event-retention-days",
@@ -161,11 +160,15 @@ def _webhook(
 ) -> int:
     from .events import webhook_types
     from .store import WebhookNotFound
+    from .webhooks import check_url, redact_url
 
     if args.webhook_command == "add":
-        parts = urlsplit(args.url)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            return fail(f"URL {args.url!r}: give an http:// or https:// URL with a host")
+        try:
+            warnings = check_url(args.url)
+        except ValueError as exc:
+            return fail(str(exc))
+        for warning in warnings:
+            print(f"warning: {warning}", file=sys.stderr)
         try:
             types = webhook_types(args.events.split(","))
         except ValueError as exc:
@@ -174,12 +177,17 @@ def _webhook(
         if args.json:
             print(
                 json.dumps(
-                    {"webhook_id": hook.webhook_id, "tenant": args.tenant, "url": hook.url, "events": list(types)}
+                    {
+                        "webhook_id": hook.webhook_id,
+                        "tenant": args.tenant,
+                        "url": redact_url(hook.url),
+                        "events": list(types),
+                    }
                 )
             )
         else:
             print(
-                f"webhook {hook.webhook_id} of tenant {args.tenant!r} -> {hook.url} ({', '.join(types)}); its signing "
+                f"webhook {hook.webhook_id} of tenant {args.tenant!r} -> {redact_url(hook.url)} ({', '.join(types)}); its signing "
                 "secret (shown only now; stored in the database, which signs with it):",
                 file=sys.stderr,
             )
@@ -191,7 +199,7 @@ def _webhook(
             {
                 "webhook_id": h.webhook_id,
                 "tenant": names.get(h.tenant_id),
-                "url": h.url,
+                "url": redact_url(h.url),  # its credentials and path may be secrets
                 "events": list(h.events),
                 "created_at": h.created_at,
             }
@@ -211,5 +219,5 @@ def _webhook(
     if args.json:
         print(json.dumps({"webhook_id": hook.webhook_id, "removed": True}))
     else:
-        print(f"webhook {hook.webhook_id} ({hook.url}) removed")
+        print(f"webhook {hook.webhook_id} ({redact_url(hook.url)}) removed")
     return 0

@@ -6,8 +6,11 @@ client that opens a connection and sends nothing, sends its headers a byte at a 
 :func:`deadline_protocol` subclasses uvicorn's httptools protocol with two timers, as the Kubernetes API server reads
 headers within 30 s:
 
-- the header deadline, armed when the connection opens and when a request's first byte arrives, cancelled when its
-  headers are complete;
+- the idle deadline, armed when the connection opens: a connection that sends nothing is closed as soon as an idle
+  kept-alive one would be (the keep-alive timeout), so that a flood of silent sockets holds its slots for seconds,
+  not for the whole header deadline;
+- the header deadline, armed when a connection's first byte arrives and when a later request's first byte arrives,
+  cancelled when its headers are complete;
 - the body deadline, armed when the headers are complete, cancelled when the whole body has arrived.
 
 When one expires the server answers ``408 Request Timeout`` (if no response has started) and closes the connection.
@@ -25,6 +28,8 @@ logger = logging.getLogger(__name__)
 
 DEFAULT_HEADER_TIMEOUT = 30.0
 """Seconds a client has to send a request's headers, from the connection's opening or the request's first byte."""
+DEFAULT_IDLE_TIMEOUT = 5.0
+"""Seconds a new connection may stay silent before its first byte (uvicorn's default keep-alive timeout)."""
 DEFAULT_BODY_TIMEOUT = 60.0
 """Seconds a client has to send a request's whole body once its headers are complete (a 1 MiB body at 17 kB/s)."""
 
@@ -42,10 +47,12 @@ class DeadlineProtocol(HttpToolsProtocol):
 
     header_timeout: float = DEFAULT_HEADER_TIMEOUT
     body_timeout: float = DEFAULT_BODY_TIMEOUT
+    idle_timeout: float = DEFAULT_IDLE_TIMEOUT
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._deadline: asyncio.TimerHandle | None = None
+        self._silent = True  # no byte received yet on this connection
 
     def _arm(self, seconds: float, what: str) -> None:
         self._disarm()
@@ -67,7 +74,13 @@ class DeadlineProtocol(HttpToolsProtocol):
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
-        self._arm(self.header_timeout, "headers")
+        self._arm(min(self.idle_timeout, self.header_timeout), "headers")
+
+    def data_received(self, data: bytes) -> None:
+        if self._silent and data:  # the first byte: the idle deadline gives way to the header deadline
+            self._silent = False
+            self._arm(self.header_timeout, "headers")
+        super().data_received(data)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
@@ -87,10 +100,14 @@ class DeadlineProtocol(HttpToolsProtocol):
         super().on_message_complete()
 
 
-def deadline_protocol(header_timeout: float, body_timeout: float) -> type[DeadlineProtocol]:
+def deadline_protocol(
+    header_timeout: float, body_timeout: float, idle_timeout: float = DEFAULT_IDLE_TIMEOUT
+) -> type[DeadlineProtocol]:
     """The protocol class to pass as ``uvicorn.Config(http=...)``, with these deadlines (seconds, > 0)."""
-    if not header_timeout > 0 or not body_timeout > 0:
-        raise ValueError(f"timeouts must be > 0, got {header_timeout} and {body_timeout}")
+    if not header_timeout > 0 or not body_timeout > 0 or not idle_timeout > 0:
+        raise ValueError(f"timeouts must be > 0, got {header_timeout}, {body_timeout} and {idle_timeout}")
     return type(
-        "DeadlineProtocol", (DeadlineProtocol,), {"header_timeout": header_timeout, "body_timeout": body_timeout}
+        "DeadlineProtocol",
+        (DeadlineProtocol,),
+        {"header_timeout": header_timeout, "body_timeout": body_timeout, "idle_timeout": idle_timeout},
     )

@@ -2,9 +2,21 @@
 
 from __future__ import annotations
 
+import threading
+import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from .store import Store
+
+TENANT_TOTALS_TTL_S = 60.0
+"""How long the per-tenant totals of ``/metrics`` are reused: a scrape runs the all-tenant summary at most this
+often, however often it is scraped."""
 
 # Buckets around the latency target (p99 < 20 ms): fine below 20 ms, coarse above.
 LATENCY_BUCKETS = (0.0005, 0.001, 0.002, 0.003, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.03, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
@@ -54,3 +66,47 @@ class ServiceMetrics:
             buckets=LATENCY_BUCKETS,
             registry=r,
         )
+
+
+class TenantTotals(Collector):
+    """``/metrics`` gauges per tenant: jobs by status and GPU-hours freed, labelled by tenant name.
+
+    Served only to the operator's admin token (``routes/operator.py``): without it ``/metrics`` names no tenant. The
+    all-tenant summary behind them is read at most once per ``ttl_s`` and reused in between, so scrapes cannot make
+    the store run it over and over.
+
+    Args:
+        store: Where the jobs live.
+        ttl_s: Seconds one reading is reused.
+    """
+
+    def __init__(self, store: Store, ttl_s: float = TENANT_TOTALS_TTL_S) -> None:
+        self.store = store
+        self.ttl_s = ttl_s
+        self._lock = threading.Lock()
+        self._read: tuple[float, list[tuple[str, Any]]] | None = None  # (monotonic time, [(name, summary)])
+
+    def describe(self) -> list[Any]:
+        return []  # collected at scrape time only (no store call while registering)
+
+    def _totals(self) -> list[tuple[str, Any]]:
+        with self._lock:  # one reading at a time: concurrent scrapes wait for it instead of running their own
+            if self._read is None or time.monotonic() - self._read[0] >= self.ttl_s:
+                names = {t.tenant_id: t.name for t in self.store.list_tenants()}
+                rows = [(names.get(i, str(i)), s) for i, s in sorted(self.store.summaries().items())]
+                self._read = (time.monotonic(), rows)
+            return self._read[1]
+
+    def collect(self) -> Iterator[Any]:
+        jobs = GaugeMetricFamily("evalstop_tenant_jobs", "Jobs of each tenant by status.", labels=["tenant", "status"])
+        freed = GaugeMetricFamily(
+            "evalstop_tenant_gpu_hours_freed",
+            "GPU-hours freed by each tenant's stopped jobs (gpus x remaining planned steps x measured step time).",
+            labels=["tenant"],
+        )
+        for name, s in self._totals():
+            for status, n in (("running", s.running), ("stopped", s.stopped), ("finished", s.finished)):
+                jobs.add_metric([name, status], n)
+            freed.add_metric([name], s.gpu_hours_freed)
+        yield jobs
+        yield freed

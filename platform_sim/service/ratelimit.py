@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Hashable
 
 RATE_BYTES_PER_TOKEN = 2_000
 """A request costs one rate-limit token plus one per this many bytes of body: a small report costs 1, a report of
@@ -25,6 +26,9 @@ class TenantRateLimit:
     sends too much gets 429 with ``Retry-After`` instead of taking the server's time from the others. The buckets
     live in this app instance (one per process); with several replicas each enforces its own.
 
+    The key is a tenant id for the API; any hashable key works (the dashboard's sign-in limit keys one by client
+    address).
+
     Args:
         rate: Tokens per second a tenant may sustain (> 0).
         burst: Tokens a tenant may spend at once after being idle (>= 1). A request that costs more than ``burst``
@@ -35,9 +39,9 @@ class TenantRateLimit:
         if not rate > 0 or not burst >= 1:
             raise ValueError(f"rate must be > 0 and burst >= 1, got {rate} and {burst}")
         self.rate, self.burst = float(rate), float(burst)
-        self._buckets: dict[int, tuple[float, float]] = {}  # tenant id -> (tokens, time of last refill)
+        self._buckets: dict[Hashable, tuple[float, float]] = {}  # tenant id -> (tokens, time of last refill)
 
-    def retry_after(self, tenant_id: int, cost: float = 1.0, now: float | None = None) -> float:
+    def retry_after(self, tenant_id: Hashable, cost: float = 1.0, now: float | None = None) -> float:
         """Take ``cost`` tokens for ``tenant_id``; 0.0 if they were there, else the seconds until they will be."""
         now = time.monotonic() if now is None else now
         cost = min(max(cost, 1.0), self.burst)
@@ -49,7 +53,7 @@ class TenantRateLimit:
         self._buckets[tenant_id] = (tokens, now)
         return (cost - tokens) / self.rate
 
-    def charge(self, tenant_id: int, cost: float, now: float | None = None) -> None:
+    def charge(self, tenant_id: Hashable, cost: float, now: float | None = None) -> None:
         """Take ``cost`` more tokens for ``tenant_id`` for work already done (a read's rows), without refusing.
 
         The bucket may go below zero, down to ``-burst`` at most: the tenant's next requests then wait until it has
@@ -59,3 +63,14 @@ class TenantRateLimit:
         tokens, last = self._buckets.get(tenant_id, (self.burst, now))
         tokens = min(self.burst, tokens + (now - last) * self.rate)
         self._buckets[tenant_id] = (max(-self.burst, tokens - max(cost, 0.0)), now)
+
+    def __len__(self) -> int:
+        return len(self._buckets)
+
+    def prune(self, now: float | None = None) -> None:
+        """Forget the buckets that are full again (a key seen once long ago costs nothing to forget): for a limit
+        keyed by something unbounded, such as client addresses."""
+        now = time.monotonic() if now is None else now
+        full = [k for k, (tokens, last) in self._buckets.items() if tokens + (now - last) * self.rate >= self.burst]
+        for key in full:
+            del self._buckets[key]

@@ -110,6 +110,59 @@ def statements(ph: str) -> Statements:
     )
 
 
+JOB_SORTS = {
+    "job": "j.job_id",
+    "type": "j.job_type",
+    "status": "CASE WHEN j.finished_at IS NOT NULL THEN 'finished' WHEN j.stopped_at IS NOT NULL THEN 'stopped' "
+    "ELSE 'running' END",
+    "created": "j.created_at",
+    "reports": "j.n_reports",
+    "declines": "r.declines",
+    "best_step": "j.best_step",
+    "best_score": "j.best_score",
+    "stop_step": "j.stopped_at",
+    # As job_from_row: 0 for a job that declared its GPUs and planned steps and was not stopped.
+    "gpu_hours": "CASE WHEN j.stopped_at IS NOT NULL OR COALESCE(j.gpus, 0) = 0 OR COALESCE(j.planned_steps, 0) = 0 "
+    "THEN j.gpu_hours_freed ELSE 0.0 END",
+}
+"""The sort keys of :func:`sorted_jobs_query` (the dashboard's list), each as the SQL of a job listing's value."""
+
+
+def _status_where(status: str | None) -> list[str]:
+    if status is None:
+        return []
+    if status not in _STATUS_WHERE:
+        raise ValueError(f"status must be running, stopped or finished, got {status!r}")
+    return [_STATUS_WHERE[status]]
+
+
+def sorted_jobs_query(
+    ph: str, tenant_id: int, status: str | None, sort: str, descending: bool, limit: int, offset: int
+) -> tuple[str, list[Any]]:
+    """The statement and arguments of :meth:`Store.sorted_jobs <platform_sim.service.store.Store.sorted_jobs>`:
+    the tenant's jobs ordered by ``sort`` (a key of :data:`JOB_SORTS`), jobs without a value last in either order,
+    ties by job id; ``limit`` rows from ``offset``. The database sorts (a bounded top-N sort), not Python.
+
+    Raises:
+        ValueError: an unknown ``sort`` or ``status``, a negative ``offset``.
+    """
+    if sort not in JOB_SORTS:
+        raise ValueError(f"sort must be one of {', '.join(JOB_SORTS)}, got {sort!r}")
+    if offset < 0:
+        raise ValueError(f"offset must be >= 0, got {offset}")
+    key = JOB_SORTS[sort]
+    where = " AND ".join([f"j.tenant_id = {ph}", *_status_where(status)])
+    order = f"CASE WHEN {key} IS NULL THEN 1 ELSE 0 END, {key} {'DESC' if descending else 'ASC'}, j.job_id"
+    query = f"SELECT {JOB_COLUMNS} {JOB_FROM} WHERE {where} ORDER BY {order} LIMIT {ph} OFFSET {ph}"
+    return query, [tenant_id, int(limit), int(offset)]
+
+
+def count_jobs_query(ph: str, tenant_id: int, status: str | None) -> tuple[str, list[Any]]:
+    """The statement and arguments of :meth:`Store.count_jobs <platform_sim.service.store.Store.count_jobs>`."""
+    where = " AND ".join([f"j.tenant_id = {ph}", *_status_where(status)])
+    return f"SELECT COUNT(*) FROM jobs j WHERE {where}", [tenant_id]
+
+
 def list_jobs_query(
     ph: str, tenant_id: int, status: str | None, limit: int, after: str | None
 ) -> tuple[str, list[Any]]:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import abc
 import hashlib
 import secrets
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
@@ -330,6 +330,23 @@ class Store(abc.ABC):
         consume it on one thread (a store may read on that thread's connection), and to the end or close it."""
 
     @abc.abstractmethod
+    def iter_sorted_jobs(
+        self, tenant_id: int, status: str | None, sort: str, descending: bool, limit: int, offset: int = 0
+    ) -> Iterator[JobRecord]:
+        """The tenant's jobs ordered by ``sort`` (a key of :data:`~platform_sim.service.sql.JOB_SORTS`: ``job``,
+        ``type``, ``status``, ``created``, ``reports``, ``declines``, ``best_step``, ``best_score``, ``stop_step``,
+        ``gpu_hours``), jobs without a value last in either order, ties by id; ``limit`` of them from ``offset``, read
+        as :meth:`iter_jobs`. The database sorts: the dashboard's list, a page at a time.
+
+        Raises:
+            ValueError: an unknown ``sort`` or ``status``, a negative ``offset`` (at the call).
+        """
+
+    @abc.abstractmethod
+    def count_jobs(self, tenant_id: int, status: str | None = None) -> int:
+        """How many jobs the tenant holds (``status`` only, if given)."""
+
+    @abc.abstractmethod
     def submit_report(self, tenant_id: int, report: Report) -> Future[ReportOutcome]:
         """Apply one report through the core and commit it; the future resolves after the commit.
 
@@ -416,10 +433,18 @@ class Store(abc.ABC):
         """Delete a webhook and its pending deliveries; raises :class:`WebhookNotFound`."""
 
     @abc.abstractmethod
-    def claim_deliveries(self, now: float, lease_s: float, limit: int = 16) -> list[Delivery]:
+    def claim_deliveries(
+        self,
+        now: float,
+        lease_s: float,
+        limit: int = 16,
+        per_tenant: int | None = None,
+        in_flight: Mapping[int, int] | None = None,
+    ) -> list[Delivery]:
         """Claim up to ``limit`` outbox rows due at ``now`` (oldest first) for ``lease_s`` seconds: they are not
         claimed again before the lease ends, so a delivery interrupted by a crash is retried after it (at least
-        once)."""
+        once). With ``per_tenant``, each tenant gets at most that many minus its deliveries ``in_flight`` (tenant
+        id -> count), the tenant waiting longest first, so that one tenant's backlog never holds another's back."""
 
     @abc.abstractmethod
     def finish_delivery(

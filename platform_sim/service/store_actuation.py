@@ -200,7 +200,7 @@ def register_handle(
 
     Raises:
         JobNotFound: the tenant holds no such job.
-        HandleConflict: the job registered another handle.
+        HandleConflict: the job registered another handle, or another service job not yet finished holds this one.
     """
     lock = " FOR UPDATE" if p == "%s" else ""
     job = conn.execute(
@@ -213,6 +213,7 @@ def register_handle(
         if existing.handle != handle:
             raise HandleConflict(conflict_message(job_id, existing.handle))
         return existing, False
+    _check_unclaimed(conn, p, handle)
     conn.execute(
         f"INSERT INTO scheduler_handles (tenant_id, job_id, kind, ref, registered_at) VALUES ({p}, {p}, {p}, {p}, {p})",
         (tenant_id, job_id, handle.kind, handle.ref, now),
@@ -222,6 +223,26 @@ def register_handle(
     record = handle_record(conn, p, tenant_id, job_id)
     assert record is not None
     return record, True
+
+
+def _check_unclaimed(conn: Any, p: str, handle: SchedulerHandle) -> None:
+    """Raise :class:`HandleConflict` when a service job not yet finished (any tenant's) holds ``handle``: one
+    scheduler job is the handle of one service job, so that two stops cannot act on it twice and a second tenant in
+    an overlapping scope cannot attach its own job to another's. A finished job's handle is free again (schedulers
+    reuse ids). No unique index (a schema change): on PostgreSQL a transaction-scoped advisory lock on the handle makes
+    concurrent registrations of it take turns; SQLite's single writer does the same by itself."""
+    if p == "%s":
+        conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (f"evalstop-handle {handle.kind} {handle.ref}",))
+    taken = conn.execute(
+        "SELECT 1 FROM scheduler_handles h JOIN jobs j ON j.tenant_id = h.tenant_id AND j.job_id = h.job_id "
+        f"WHERE h.kind = {p} AND h.ref = {p} AND j.finished_at IS NULL LIMIT 1",
+        (handle.kind, handle.ref),
+    ).fetchone()
+    if taken is not None:  # whose is not said: it may be another tenant's
+        raise HandleConflict(
+            f"the {handle.kind} job {handle.ref!r} is already the handle of another service job "
+            "(one scheduler job, one service job)"
+        )
 
 
 def conflict_message(job_id: str, handle: SchedulerHandle) -> str:

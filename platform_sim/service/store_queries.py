@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import secrets
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from . import events, sql
@@ -189,21 +189,63 @@ _DELIVERY_FROM = (
 )
 
 
-def due(conn: Any, p: str, now: float, limit: int, skip_locked: bool = False) -> list[Delivery]:
-    """Outbox rows due at ``now``, oldest first (``skip_locked``: PostgreSQL's ``FOR UPDATE SKIP LOCKED``, so that
-    replicas claim different rows)."""
+def due(
+    conn: Any, p: str, now: float, limit: int, skip_locked: bool = False, tenant_id: int | None = None
+) -> list[Delivery]:
+    """Outbox rows due at ``now`` (of one tenant's webhooks, or all), oldest first (``skip_locked``: PostgreSQL's
+    ``FOR UPDATE SKIP LOCKED``, so that replicas claim different rows)."""
     lock = " FOR UPDATE OF o SKIP LOCKED" if skip_locked else ""
+    whose, args = ("", (now, limit)) if tenant_id is None else (f" AND w.tenant_id = {p}", (now, tenant_id, limit))
     rows = conn.execute(
-        f"SELECT {_DELIVERY_COLUMNS} {_DELIVERY_FROM} WHERE o.next_attempt_at <= {p} "
+        f"SELECT {_DELIVERY_COLUMNS} {_DELIVERY_FROM} WHERE o.next_attempt_at <= {p}{whose} "
         f"ORDER BY o.next_attempt_at, o.outbox_id LIMIT {p}{lock}",
-        (now, limit),
+        args,
     ).fetchall()
     return [Delivery(int(r[0]), int(r[1]), _webhook(r[2:8]), event_from_row(r[8:14])) for r in rows]
 
 
-def claim(conn: Any, p: str, now: float, lease_s: float, limit: int, skip_locked: bool = False) -> list[Delivery]:
-    """Claim the due rows for ``lease_s`` seconds (inside the caller's write transaction)."""
-    found = due(conn, p, now, limit, skip_locked)
+def _due_tenants(conn: Any, p: str, now: float, limit: int) -> list[int]:
+    """The tenants with due outbox rows, the one waiting longest first."""
+    rows = conn.execute(
+        "SELECT w.tenant_id FROM webhook_outbox o JOIN webhooks w ON w.webhook_id = o.webhook_id "
+        f"WHERE o.next_attempt_at <= {p} GROUP BY w.tenant_id ORDER BY MIN(o.next_attempt_at), w.tenant_id LIMIT {p}",
+        (now, limit),
+    ).fetchall()
+    return [int(r[0]) for r in rows]
+
+
+def _fair_due(
+    conn: Any, p: str, now: float, limit: int, skip_locked: bool, per_tenant: int, in_flight: Mapping[int, int]
+) -> list[Delivery]:
+    """Up to ``limit`` due rows, at most ``per_tenant`` minus its ``in_flight`` of each tenant, the tenant waiting
+    longest first: one tenant's backlog or slow endpoint never keeps another's rows from being claimed."""
+    found: list[Delivery] = []
+    full = sum(1 for n in in_flight.values() if n >= per_tenant)
+    for tenant_id in _due_tenants(conn, p, now, limit + full):
+        take = min(per_tenant - in_flight.get(tenant_id, 0), limit - len(found))
+        if take > 0:
+            found += due(conn, p, now, take, skip_locked, tenant_id)
+        if len(found) >= limit:
+            break
+    return found
+
+
+def claim(
+    conn: Any,
+    p: str,
+    now: float,
+    lease_s: float,
+    limit: int,
+    skip_locked: bool = False,
+    per_tenant: int | None = None,
+    in_flight: Mapping[int, int] | None = None,
+) -> list[Delivery]:
+    """Claim the due rows for ``lease_s`` seconds (inside the caller's write transaction); with ``per_tenant``, by
+    :func:`_fair_due`."""
+    if per_tenant is None:
+        found = due(conn, p, now, limit, skip_locked)
+    else:
+        found = _fair_due(conn, p, now, limit, skip_locked, per_tenant, in_flight or {})
     for d in found:
         conn.execute(
             f"UPDATE webhook_outbox SET next_attempt_at = {p} WHERE outbox_id = {p}", (now + lease_s, d.outbox_id)
@@ -267,6 +309,16 @@ class SharedQueries:
         rows = self._rows(*sql.list_jobs_query(self._ph, tenant_id, status, limit, after))
         return (sql.job_from_row(r) for r in rows)
 
+    def iter_sorted_jobs(
+        self, tenant_id: int, status: str | None, sort: str, descending: bool, limit: int, offset: int = 0
+    ) -> Iterator[JobRecord]:
+        rows = self._rows(*sql.sorted_jobs_query(self._ph, tenant_id, status, sort, descending, limit, offset))
+        return (sql.job_from_row(r) for r in rows)
+
+    def count_jobs(self, tenant_id: int, status: str | None = None) -> int:
+        query, args = sql.count_jobs_query(self._ph, tenant_id, status)
+        return int(self._on_reader(lambda c: c.execute(query, args).fetchone()[0]))
+
     def iter_evals(
         self, tenant_id: int, job_id: str, *, order: str = "newest", limit: int = 100, cursor: int | None = None
     ) -> Iterator[StoredReport]:
@@ -304,10 +356,19 @@ class SharedQueries:
     def remove_webhook(self, webhook_id: int) -> Webhook:
         return self._on_writer(lambda c: remove_webhook(c, self._ph, webhook_id), True)  # type: ignore[no-any-return]
 
-    def claim_deliveries(self, now: float, lease_s: float, limit: int = 16) -> list[Delivery]:
-        if not self._on_reader(lambda c: due(c, self._ph, now, 1)):  # the common case, without a write transaction
+    def claim_deliveries(
+        self,
+        now: float,
+        lease_s: float,
+        limit: int = 16,
+        per_tenant: int | None = None,
+        in_flight: Mapping[int, int] | None = None,
+    ) -> list[Delivery]:
+        if limit < 1 or not self._on_reader(lambda c: due(c, self._ph, now, 1)):  # the common case: no write
             return []
-        return self._on_writer(lambda c: claim(c, self._ph, now, lease_s, limit, self._skip_locked))  # type: ignore[no-any-return]
+        return self._on_writer(  # type: ignore[no-any-return]
+            lambda c: claim(c, self._ph, now, lease_s, limit, self._skip_locked, per_tenant, in_flight)
+        )
 
     def finish_delivery(
         self, delivery: Delivery, ok: bool, detail: dict[str, Any], retry_at: float | None, now: float

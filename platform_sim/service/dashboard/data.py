@@ -12,12 +12,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from ..sql import JOB_SORTS
 from ..store import JobRecord, Store
 
-MAX_JOBS = 10_000
-"""Most jobs of a tenant the dashboard sorts in memory (the list says when a tenant has more)."""
-PAGE_SIZE = 1000
-"""Jobs read per store call while listing."""
+SORTS = tuple(JOB_SORTS)
+"""The list's sort keys (the ``sort`` query parameter); the store sorts (:meth:`Store.iter_sorted_jobs
+<platform_sim.service.store.Store.iter_sorted_jobs>`), a page at a time."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,6 +100,23 @@ class EventRow:
     details: str
 
 
+@dataclass(frozen=True, slots=True)
+class ListPage:
+    """One page of the job list.
+
+    Args:
+        rows: Its jobs, in order.
+        total: Jobs matching the filter.
+        page: Its number (from 1).
+        pages: How many pages there are (at least 1).
+    """
+
+    rows: list[JobRow]
+    total: int
+    page: int
+    pages: int
+
+
 def gpu_hours_freed(job: JobRecord) -> float | None:
     """GPU-hours ``job``'s stop freed (0 while running), or None when the job never said its GPUs or planned steps."""
     return job.gpu_hours_freed
@@ -120,17 +137,28 @@ class DashboardData:
     def __init__(self, store: Store) -> None:
         self.store = store
 
-    def jobs(self, tenant_id: int, status: str | None = None) -> tuple[list[JobRecord], bool]:
-        """The tenant's jobs (``status`` only, if given), :data:`MAX_JOBS` at most, and whether there were more."""
-        out: list[JobRecord] = []
-        after: str | None = None
-        while len(out) < MAX_JOBS:
-            page = self.store.list_jobs(tenant_id, status=status, limit=PAGE_SIZE, after=after)
-            out.extend(page)
-            if len(page) < PAGE_SIZE:
-                return out, False
-            after = page[-1].job_id
-        return out[:MAX_JOBS], True
+    def list_page(
+        self,
+        tenant_id: int,
+        status: str | None,
+        sort: str,
+        descending: bool,
+        page: int,
+        per_page: int,
+        pace: Callable[[], None],
+    ) -> ListPage:
+        """One page of the tenant's jobs (``status`` only, if given) sorted by ``sort`` (one of :data:`SORTS`) by
+        the store, each with its last score; ``page`` (from 1) past the last is the last. ``pace()`` runs between
+        jobs (:mod:`~platform_sim.service.fairness`)."""
+        total = self.store.count_jobs(tenant_id, status)
+        pages = max(1, -(-total // per_page))
+        number = min(page, pages)
+        jobs = self.store.iter_sorted_jobs(tenant_id, status, sort, descending, per_page, (number - 1) * per_page)
+        rows = []
+        for job in jobs:
+            pace()
+            rows.append(job)
+        return ListPage(self.rows(tenant_id, rows, pace), total, number, pages)
 
     def job(self, tenant_id: int, job_id: str) -> JobRecord:
         """One of the tenant's jobs; raises :class:`~platform_sim.service.store.JobNotFound`."""
@@ -141,20 +169,30 @@ class DashboardData:
         declines = None if job.last_decision is None else job.last_decision.declines
         return JobRow(job, last_score, declines, job.stop_reason, gpu_hours_freed(job))
 
-    def rows(self, tenant_id: int, jobs: list[JobRecord]) -> list[JobRow]:
+    def rows(self, tenant_id: int, jobs: list[JobRecord], pace: Callable[[], None] = lambda: None) -> list[JobRow]:
         """``jobs`` as rows, each with its last score (one indexed read per job: call it for one page of the list)."""
         out = []
         for job in jobs:
-            last = self.store.list_evals(tenant_id, job.job_id, order="newest", limit=1) if job.n_reports else []
-            out.append(self.row(job, last[0].eval_score if last else None))
+            pace()
+            out.append(self.row(job, self.last_score(tenant_id, job)))
         return out
 
-    def history(self, tenant_id: int, job_id: str) -> list[EvalPoint]:
-        """The job's stored reports in step order; raises :class:`~platform_sim.service.store.JobNotFound`."""
-        return [
-            EvalPoint(r.step, r.eval_score, r.decision.action.value, r.decision.reason, r.received_at)
-            for r in self.store.reports(tenant_id, job_id)
-        ]
+    def last_score(self, tenant_id: int, job: JobRecord) -> float | None:
+        """The score of ``job``'s last report, or None before any (one indexed read)."""
+        last = self.store.list_evals(tenant_id, job.job_id, order="newest", limit=1) if job.n_reports else []
+        return last[0].eval_score if last else None
+
+    def history_page(
+        self, tenant_id: int, job_id: str, before: int | None, limit: int, pace: Callable[[], None]
+    ) -> tuple[list[EvalPoint], bool]:
+        """Up to ``limit`` of the job's reports, newest first, with steps below ``before`` (None: from the newest),
+        and whether older ones remain. ``pace()`` runs between reports. Raises
+        :class:`~platform_sim.service.store.JobNotFound`."""
+        points = []
+        for r in self.store.iter_evals(tenant_id, job_id, order="newest", limit=limit + 1, cursor=before):
+            pace()
+            points.append(EvalPoint(r.step, r.eval_score, r.decision.action.value, r.decision.reason, r.received_at))
+        return points[:limit], len(points) > limit
 
     def totals(self, tenant_id: int) -> Totals:
         """The tenant's totals (``GET /v1/summary``)."""
@@ -167,39 +205,3 @@ class DashboardData:
             EventRow(e.id, e.type, e.job_id, e.time, event_details(e.details))
             for e in self.store.recent_events(tenant_id, limit)
         ]
-
-
-def _declines(job: JobRecord) -> int | None:
-    return None if job.last_decision is None else job.last_decision.declines
-
-
-SORTS: dict[str, Callable[[JobRecord], Any]] = {
-    "job": lambda j: j.job_id,
-    "type": lambda j: j.job_type,
-    "status": lambda j: j.status,
-    "created": lambda j: j.created_at,
-    "reports": lambda j: j.n_reports,
-    "declines": _declines,
-    "best_step": lambda j: j.best_step,
-    "best_score": lambda j: j.best_score,
-    "stop_step": lambda j: j.stopped_at,
-    "gpu_hours": gpu_hours_freed,
-}
-"""The list's sort keys (the ``sort`` query parameter), each a key of a job's record."""
-
-
-def sort_jobs(jobs: list[JobRecord], sort: str, descending: bool) -> list[JobRecord]:
-    """``jobs`` sorted by the key named ``sort`` (one of :data:`SORTS`), jobs without a value last either way, ties
-    by job id.
-
-    Args:
-        jobs: The jobs.
-        sort: A key of :data:`SORTS`.
-        descending: Largest first.
-    """
-    key = SORTS[sort]
-    known = [j for j in jobs if key(j) is not None]
-    unknown = sorted((j for j in jobs if key(j) is None), key=lambda j: j.job_id)
-    known.sort(key=lambda j: j.job_id)
-    known.sort(key=key, reverse=descending)  # stable: equal values stay in id order
-    return known + unknown

@@ -163,7 +163,6 @@ class Listing:
         page: The page number (from 1).
         pages: How many pages there are.
         total: Jobs matching the filter.
-        truncated: Whether the tenant has more jobs than the dashboard sorts.
     """
 
     status: str | None
@@ -172,7 +171,6 @@ class Listing:
     page: int
     pages: int
     total: int
-    truncated: bool = False
 
     def href(self, **changes: str | int | None) -> str:
         """The list's URL with ``changes`` to its parameters (None drops one)."""
@@ -235,8 +233,6 @@ def jobs_page(
             pager += f'<a href="{escape(listing.href(page=listing.page + 1))}">next \u2192</a>'
     else:
         pager += "</span>"
-    if listing.truncated:
-        pager += '<span class="muted">(only the first jobs by id are listed; use the API for the rest)</span>'
     body = (
         f"<h1>Jobs</h1>{totals_cards(totals)}"
         f'<nav class="tabs" id="status-filter">{tabs}</nav>'
@@ -248,6 +244,35 @@ def jobs_page(
     return page(chrome, "Jobs", body, refresh=True)
 
 
+@dataclass(frozen=True, slots=True)
+class HistoryWindow:
+    """Which page of a job's reports its page shows (newest first, a page at a time).
+
+    Args:
+        before: The page shows reports below this step, or None for the newest.
+        next_before: The ``before`` of the next (older) page, or None when this is the oldest.
+        total: The job's reports in all.
+    """
+
+    before: int | None
+    next_before: int | None
+    total: int
+
+    def href(self, job_id: str, before: int | None) -> str:
+        """The job page's URL showing reports below ``before`` (None: the newest)."""
+        return job_href(job_id) + ("" if before is None else "?" + urlencode({"before": before}))
+
+
+def _history_pager(job_id: str, window: HistoryWindow) -> str:
+    links = []
+    if window.before is not None:
+        links.append(f'<a id="newest-reports" href="{escape(window.href(job_id, None))}">\u2190 newest</a>')
+    if window.next_before is not None:
+        href = escape(window.href(job_id, window.next_before))
+        links.append(f'<a id="older-reports" href="{href}">older \u2192</a>')
+    return f'<div class="pager">{"".join(links)}</div>' if links else ""
+
+
 def _spec(spec: object) -> str:
     if isinstance(spec, dict):
         params = spec.get("params") or {}
@@ -257,10 +282,16 @@ def _spec(spec: object) -> str:
 
 
 def job_page(
-    chrome: Chrome, row: JobRow, history: Sequence[EvalPoint], totals: Totals, events: Sequence[EventRow]
+    chrome: Chrome,
+    row: JobRow,
+    history: Sequence[EvalPoint],
+    totals: Totals,
+    events: Sequence[EventRow],
+    window: HistoryWindow | None = None,
 ) -> str:
-    """A job: its facts, its eval curve with the best and stop steps marked, its reports, the tenant's totals and
-    the job's recent events."""
+    """A job: its facts, one page of its reports (``history``, in step order, as ``window`` says; None: all of them)
+    as an eval curve with the best and stop steps marked and as a table, newest first, the tenant's totals and the
+    job's recent events."""
     job = row.job
     facts = [
         ("Status", f'<span class="badge {job.status}">{job.status}</span>'),
@@ -291,15 +322,17 @@ def job_page(
         marks.append(f"best step {job.best_step}")
     if job.stopped_at is not None:
         marks.append(f"stopped at step {job.stopped_at}")
+    window = window or HistoryWindow(None, None, len(history))
     caption = f"Eval score by step, {len(history)} report{'s' if len(history) != 1 else ''}"
+    if history and len(history) < window.total:
+        caption += f" of {window.total} (steps {history[0].step} to {history[-1].step})"
     caption += f"; {', '.join(marks)}." if marks else "."
-    recent = list(reversed(history))[:100]
     report_rows = "".join(
         f'<tr><td class="num">{p.step}</td><td class="num">{score(p.score)}</td><td>{escape(p.action)}</td>'
         f'<td class="reason">{escape(p.reason)}</td><td>{when(p.received_at)}</td></tr>'
-        for p in recent
+        for p in reversed(history)
     )
-    more = f'<p class="muted">The newest 100 of {len(history)} reports.</p>' if len(history) > 100 else ""
+    more = _history_pager(job.job_id, window)
     body = (
         '<p><a href="/">\u2190 All jobs</a></p>'
         f'<h1 id="job-id">{escape(job.job_id)}</h1>'

@@ -3,7 +3,8 @@
 ``PUT`` registers the handle once, after the server's actuator of that kind checked it: its syntax (400 when
 malformed), that the job exists on the scheduler (404 when not) and that it belongs to the tenant's scope as the
 operator configured it (``evalstop-server tenant scope``; 403 when not). A kind the server has no actuator for is
-422. ``GET`` reads the handle back with the state of the job's stop action (none before the job stopped).
+422. The scheduler is asked on threads of its own, a few per tenant (:mod:`~platform_sim.service.lookups`): beyond
+them 429 (this tenant) or 503 (all), never a wait on the threads other routes need. ``GET`` reads the handle back with the state of the job's stop action (none before the job stopped).
 """
 
 # No `from __future__ import annotations`: FastAPI reads the routes' annotations at runtime.
@@ -19,6 +20,7 @@ from platform_sim.actuators.base import Actuator, HandleError, HandleRefused
 
 from ..deps import ServiceContext
 from ..errors import CONFLICT, ERRORS, NOT_FOUND, UNAVAILABLE, ApiError, ErrorOut, not_found, store_error
+from ..lookups import SchedulerLookups
 from ..store import JobNotFound, Tenant
 from ..store_actuation import conflict_message
 from ..wire import JobIdPath
@@ -66,10 +68,14 @@ class HandleOut(BaseModel):
     actuation: ActuationOut | None
 
 
-def add_routes(app: FastAPI, ctx: ServiceContext, actuators: Mapping[str, Actuator]) -> None:
-    """Add the scheduler-handle routes, around ``ctx`` and the server's ``actuators`` (by kind), to ``app``."""
+def add_routes(
+    app: FastAPI, ctx: ServiceContext, actuators: Mapping[str, Actuator], lookups: SchedulerLookups | None = None
+) -> None:
+    """Add the scheduler-handle routes, around ``ctx`` and the server's ``actuators`` (by kind), to ``app``; the
+    scheduler is asked on ``lookups`` (default: a :class:`SchedulerLookups` of its default size)."""
     TenantDep = Annotated[Tenant, Depends(ctx.tenant)]
     store = ctx.store
+    lookups = lookups or SchedulerLookups()
     path = PREFIX + HANDLE_PATH
 
     @app.put(
@@ -81,6 +87,7 @@ def add_routes(app: FastAPI, ctx: ServiceContext, actuators: Mapping[str, Actuat
             200: {"model": HandleOut, "description": "The same handle was registered before (idempotent)."},
             400: {"model": ErrorOut, "description": "The ref is malformed for its scheduler."},
             403: {"model": ErrorOut, "description": "The scheduler job is not in the tenant's scope."},
+            429: {"model": ErrorOut, "description": "The tenant has its share of scheduler look-ups in flight."},
             **ERRORS,
             **NOT_FOUND,
             **CONFLICT,
@@ -111,16 +118,29 @@ def add_routes(app: FastAPI, ctx: ServiceContext, actuators: Mapping[str, Actuat
                 raise ApiError(409, "conflict", conflict_message(job_id, existing.handle))
             return JSONResponse(existing.to_json(), status_code=200)
         scope = await ctx.call(store.tenant_scope, t.tenant_id, t.name)
-        try:
-            await ctx.call(actuator.authorize, handle, scope)
+        if not scope.owners(handle.kind):  # refused before the scheduler is asked: nothing learnt about its jobs
+            raise ApiError(
+                403,
+                "forbidden_handle",
+                f"{handle.kind} job {handle.ref!r}: the operator gave this tenant no {handle.kind} scope "
+                "(evalstop-server tenant scope)",
+            )
+        try:  # never on the shared threads: a slow scheduler must not stall other routes (lookups.py)
+            await lookups.run(t.tenant_id, actuator.authorize, handle, scope)
+        except ApiError:  # no room for the look-up: 429/503 as the pool answered
+            raise
         except HandleRefused as exc:
             raise ApiError(403, "forbidden_handle", f"{handle.kind} job {handle.ref!r}: {exc}") from None
         except HandleError as exc:
             raise ApiError(404, "unknown_handle", f"{handle.kind} job {handle.ref!r}: {exc}") from None
         except Exception as exc:  # the scheduler cannot be asked now: the client may send it again
+            # Why goes to the server log only: it may hold the scheduler's own messages and the operator's paths.
             logger.warning("authorizing %s handle %r failed: %s", handle.kind, handle.ref, exc)
             raise ApiError(
-                503, "scheduler_unavailable", f"the {handle.kind} scheduler could not be asked: {exc}"
+                503,
+                "scheduler_unavailable",
+                f"the {handle.kind} scheduler could not be asked now; try again later",
+                {"Retry-After": "5"},
             ) from None
         try:
             record, created = await ctx.call(store.register_handle, t.tenant_id, job_id, handle)

@@ -26,10 +26,12 @@ from fastapi import FastAPI, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
 from ..dashboard import pages
-from ..dashboard.data import SORTS, DashboardData, sort_jobs
-from ..dashboard.sessions import Session, SessionStore
+from ..dashboard.data import SORTS, DashboardData
+from ..dashboard.sessions import Session, SessionStore, SignInLimit, SignInSettings
 from ..deps import ServiceContext
+from ..edge import address_key
 from ..errors import ApiError
+from ..fairness import Pacer
 from ..store import JobNotFound, Tenant
 from ..wire import JOB_ID_PATTERN
 
@@ -39,6 +41,9 @@ LOGIN_COOKIE = "evalstop_login"
 LOGIN_FORM_TTL_S = 1800
 PER_PAGE = 50
 """Jobs per page of the list."""
+REPORTS_PER_PAGE = 500
+"""Reports per page of a job's page (its table and its curve): the page is read, and charged, like
+``GET /v1/jobs/{id}/evals`` (:mod:`~platform_sim.service.fairness`)."""
 MAX_FORM_BYTES = 8192
 """Largest sign-in or sign-out form body (a token is 46 characters)."""
 _JOB_ID = re.compile(JOB_ID_PATTERN)
@@ -60,7 +65,9 @@ def security_headers(nonce: str) -> dict[str, str]:
     }
 
 
-def _html(chrome: pages.Chrome, body: str, status: int = 200, headers: dict[str, str] | None = None) -> HTMLResponse:
+def _html(
+    chrome: pages.Chrome, body: str | bytes, status: int = 200, headers: dict[str, str] | None = None
+) -> HTMLResponse:
     return HTMLResponse(body, status_code=status, headers={**security_headers(chrome.nonce), **(headers or {})})
 
 
@@ -88,16 +95,17 @@ async def read_form(request: Request) -> dict[str, str] | None:
     return {name: values[0] for name, values in fields.items()}
 
 
-def add_routes(app: FastAPI, ctx: ServiceContext, sessions: SessionStore | None = None) -> None:
+def add_routes(app: FastAPI, ctx: ServiceContext, settings: SignInSettings | None = None) -> None:
     """Add the dashboard's pages, around ``ctx``, to ``app``.
 
     Args:
         app: The app.
         ctx: The app's shared dependencies.
-        sessions: Where sign-in sessions live (default: a new :class:`SessionStore` for this app).
+        settings: The sign-in bounds (default: :class:`SignInSettings`'s).
     """
-    live = sessions if sessions is not None else SessionStore()
-    _add_sign_in_routes(app, ctx, live)
+    settings = settings or SignInSettings()
+    live = SessionStore(max_per_tenant=settings.max_sessions_per_tenant)
+    _add_sign_in_routes(app, ctx, live, SignInLimit(settings.sign_ins_per_minute))
     _add_job_pages(app, ctx, live, DashboardData(ctx.store))
 
 
@@ -139,7 +147,15 @@ async def _signed_in(
     return tenant, session
 
 
-def _add_sign_in_routes(app: FastAPI, ctx: ServiceContext, live: SessionStore) -> None:
+def _too_many_sign_ins(nonce: str, whose: str, wait: float) -> HTMLResponse:
+    """The sign-in form again, 429 with ``Retry-After``: too many sign-ins from this address or for this tenant."""
+    seconds = max(1, math.ceil(wait))
+    response = _login_form(nonce, f"Too many sign-ins {whose}: try again in {seconds} s.", 429)
+    response.headers["Retry-After"] = str(seconds)
+    return response
+
+
+def _add_sign_in_routes(app: FastAPI, ctx: ServiceContext, live: SessionStore, limit: SignInLimit) -> None:
     """``GET /login``, ``POST /login`` and ``POST /logout``."""
 
     @app.get("/login", include_in_schema=False)
@@ -152,6 +168,10 @@ def _add_sign_in_routes(app: FastAPI, ctx: ServiceContext, live: SessionStore) -
     @app.post("/login", include_in_schema=False)
     async def login(request: Request) -> Response:
         nonce = _nonce()
+        # Every attempt counts against its address, before any work (a wrong token too).
+        wait = limit.address_wait(address_key(request.client.host) if request.client else "")
+        if wait > 0:
+            return _too_many_sign_ins(nonce, "from this address", wait)
         form = await read_form(request)
         if form is None:
             return _login_form(nonce, "Send the sign-in form (a form with the field token).", 400)
@@ -160,14 +180,17 @@ def _add_sign_in_routes(app: FastAPI, ctx: ServiceContext, live: SessionStore) -
             return _login_form(nonce, "The sign-in form expired or came from another site: sign in again.", 400)
         token = form.get("token", "").strip()
         try:
-            await ctx.call(ctx.authenticate, token)
+            tenant = await ctx.call(ctx.authenticate, token)
         except ApiError as exc:
             if exc.status == 401:
                 return _login_form(nonce, "Unknown or revoked token.", 401)
             chrome = pages.Chrome(nonce)
             return _html(chrome, pages.error_page(chrome, exc.status, exc.message), exc.status, exc.headers)
+        wait = limit.tenant_wait(tenant.tenant_id)
+        if wait > 0:
+            return _too_many_sign_ins(nonce, "for this tenant", wait)
         live.end(request.cookies.get(SESSION_COOKIE))  # a new id at each sign-in (no session fixation)
-        session_id, _ = live.create(token)
+        session_id, _ = live.create(token, tenant.tenant_id)
         response = _redirect("/", nonce)
         response.set_cookie(
             SESSION_COOKIE,
@@ -226,19 +249,22 @@ def _add_job_pages(app: FastAPI, ctx: ServiceContext, live: SessionStore, data: 
             problem = "page must be a positive integer"
         if problem is not None:
             return _html(chrome, pages.error_page(chrome, 422, problem), 422)
-        jobs, truncated = await ctx.call(data.jobs, tenant.tenant_id, status)
-        ordered = sort_jobs(jobs, sort, order == "desc")
-        n_pages = max(1, math.ceil(len(ordered) / PER_PAGE))
-        number = min(int(page), n_pages)
-        shown = ordered[(number - 1) * PER_PAGE : number * PER_PAGE]
-        rows = await ctx.call(data.rows, tenant.tenant_id, shown)
-        totals = await ctx.call(data.totals, tenant.tenant_id)
-        events = await ctx.call(data.events, tenant.tenant_id)
-        listing = pages.Listing(status, sort, order, number, n_pages, len(ordered), truncated)
-        return _html(chrome, pages.jobs_page(chrome, rows, listing, totals, events))
+
+        def render(pace: Pacer) -> tuple[int, bytes]:
+            # Sorted and cut by the store; read, charged and paced like an API listing (fairness.py).
+            found = data.list_page(tenant.tenant_id, status, sort, order == "desc", int(page), PER_PAGE, pace)
+            listing = pages.Listing(status, sort, order, found.page, found.pages, found.total)
+            totals, events = data.totals(tenant.tenant_id), data.events(tenant.tenant_id)
+            return len(found.rows), pages.jobs_page(chrome, found.rows, listing, totals, events).encode()
+
+        return _html(chrome, await ctx.bulk_read(tenant, render))
 
     @app.get("/jobs/{job_id:path}", include_in_schema=False)
-    async def job_page(request: Request, job_id: str) -> Response:
+    async def job_page(
+        request: Request,
+        job_id: str,
+        before: Annotated[str | None, Query(max_length=19, description="show reports below this step")] = None,
+    ) -> Response:
         # ``:path``: an id with an encoded "/" reaches this page (and its 404) rather than the API's JSON 404.
         nonce = _nonce()
         who = await _signed_in(ctx, live, request, nonce)
@@ -249,12 +275,21 @@ def _add_job_pages(app: FastAPI, ctx: ServiceContext, live: SessionStore, data: 
         missing = _html(chrome, pages.error_page(chrome, 404, f"No job {job_id!r} for this tenant."), 404)
         if _JOB_ID.fullmatch(job_id) is None:
             return missing
+        if before is not None and not before.isdigit():
+            return _html(chrome, pages.error_page(chrome, 422, "before must be a step (a whole number >= 0)"), 422)
+        cursor = None if before is None else int(before)
+
+        def render(pace: Pacer) -> tuple[int, bytes]:
+            # One page of the history, newest first: read, charged and paced like GET /v1/jobs/{id}/evals.
+            job = data.job(tenant.tenant_id, job_id)
+            points, more = data.history_page(tenant.tenant_id, job_id, cursor, REPORTS_PER_PAGE, pace)
+            last = points[0].score if points and cursor is None else data.last_score(tenant.tenant_id, job)
+            window = pages.HistoryWindow(cursor, points[-1].step if more and points else None, job.n_reports)
+            totals, events = data.totals(tenant.tenant_id), data.events(tenant.tenant_id)
+            html = pages.job_page(chrome, data.row(job, last), points[::-1], totals, events, window)
+            return len(points), html.encode()
+
         try:
-            job = await ctx.call(data.job, tenant.tenant_id, job_id)
-            history = await ctx.call(data.history, tenant.tenant_id, job_id)
+            return _html(chrome, await ctx.bulk_read(tenant, render))
         except JobNotFound:
             return missing
-        row = data.row(job, history[-1].score if history else None)
-        totals = await ctx.call(data.totals, tenant.tenant_id)
-        events = await ctx.call(data.events, tenant.tenant_id)
-        return _html(chrome, pages.job_page(chrome, row, history, totals, events))

@@ -4,25 +4,22 @@
 stopped and finished, GPU-hours freed) and ``GET /v1/events`` (the audit trail after a cursor). Every route answers
 the tenant's own rows only; another tenant's job is the same 404 as a missing one. ``/v1/events`` also takes the
 operator's admin token (``evalstop-server serve --admin-token-file``), which reads every tenant's events and nothing
-else. Also the per-tenant totals of ``/metrics`` (:class:`TenantTotals`).
+else.
 """
 
 # No `from __future__ import annotations`: FastAPI reads the routes' annotations at runtime.
 import hmac
-from collections.abc import Iterator
 from typing import Annotated, Any, Literal
 
 from fastapi import Depends, FastAPI, Query, Request
 from fastapi.responses import JSONResponse, Response
 from fastapi.security import HTTPAuthorizationCredentials
-from prometheus_client.core import GaugeMetricFamily
-from prometheus_client.registry import Collector
 
 from ..deps import BEARER, ServiceContext
 from ..errors import ERRORS, NOT_FOUND, not_found
 from ..events import event_json
 from ..fairness import Pacer, json_page, render_rows
-from ..store import Event, JobNotFound, Store, StoredReport, Tenant
+from ..store import Event, JobNotFound, StoredReport, Tenant
 from ..wire import EvalList, EventList, JobIdPath, SummaryOut
 from . import JSON, PREFIX, Routes
 
@@ -41,39 +38,6 @@ def eval_json(report: StoredReport) -> dict[str, Any]:
     }
 
 
-class TenantTotals(Collector):
-    """``/metrics`` gauges per tenant, read from the store at each scrape: jobs by status and GPU-hours freed.
-
-    Labelled by tenant name: ``/metrics`` is the operator's endpoint (unauthenticated, like ``/healthz``), and the
-    operator chose the names; keep it off the tenants' network where tenants must not see each other's totals.
-
-    Args:
-        store: Where the jobs live.
-    """
-
-    def __init__(self, store: Store) -> None:
-        self.store = store
-
-    def describe(self) -> list[Any]:
-        return []  # collected at scrape time only (no store call while registering)
-
-    def collect(self) -> Iterator[Any]:
-        jobs = GaugeMetricFamily("evalstop_tenant_jobs", "Jobs of each tenant by status.", labels=["tenant", "status"])
-        freed = GaugeMetricFamily(
-            "evalstop_tenant_gpu_hours_freed",
-            "GPU-hours freed by each tenant's stopped jobs (gpus x remaining planned steps x measured step time).",
-            labels=["tenant"],
-        )
-        names = {t.tenant_id: t.name for t in self.store.list_tenants()}
-        for tenant_id, s in sorted(self.store.summaries().items()):
-            name = names.get(tenant_id, str(tenant_id))
-            for status, n in (("running", s.running), ("stopped", s.stopped), ("finished", s.finished)):
-                jobs.add_metric([name, status], n)
-            freed.add_metric([name], s.gpu_hours_freed)
-        yield jobs
-        yield freed
-
-
 def add_routes(app: FastAPI, ctx: ServiceContext, admin_token: str | None = None) -> None:
     """Add the history, summary and events routes, around ``ctx``, to ``app``.
 
@@ -85,7 +49,6 @@ def add_routes(app: FastAPI, ctx: ServiceContext, admin_token: str | None = None
     TenantDep = Annotated[Tenant, Depends(ctx.tenant)]
     store = ctx.store
     api = Routes(app, PREFIX, ["history"])
-    ctx.metrics.registry.register(TenantTotals(store))
 
     async def reader(
         request: Request, creds: Annotated[HTTPAuthorizationCredentials | None, Depends(BEARER)]
