@@ -8,7 +8,8 @@ means over a recent window must be significantly negative) with three changes, e
 ``benchmarks/dense_noisy.py`` can compare them:
 
 - **window in training progress** (``frac``): the window holds the evals of the last ``frac`` of the steps seen so far
-  (at least ``min_evals`` of them), not a fixed number of evals. Denser evals put more points in the same stretch of
+  (``window_basis="seen"``) or ``frac`` of the planned evals (``"planned"``), at least ``min_evals`` of them, not a
+  fixed number of evals. Denser evals put more points in the same stretch of
   training (a more precise slope), instead of a shorter stretch.
 - **pooled noise** (``noise="pooled"``): the standard error of one eval mean is estimated from *all* evals so far, by
   their second differences ``d_i = y_{i+1} - 2 y_i + y_{i-1}`` (``Var d = 6 sigma^2`` for independent noise on a
@@ -18,8 +19,9 @@ means over a recent window must be significantly negative) with three changes, e
 - **alpha spending over looks** (``spend``), so that ``alpha`` bounds the false-stop rate of a *run*:
 
   - ``"look"``: every look at ``alpha`` (what the default does; the run's rate grows with the number of looks);
-  - ``"planned"``: Bonferroni over the planned looks, ``alpha / N`` per look (``N``: the run's planned number of
-    evals, ``planned_evals``; needs planned steps and the eval interval);
+  - ``"planned"``: spent over the N planned looks (``planned_evals``; needs planned steps and the eval interval) by
+    ``F(p) = p ** rho``: look ``i`` gets ``alpha * (F(i / N) - F((i - 1) / N))`` (``rho = 1``: Bonferroni,
+    ``alpha / N`` each; ``rho = 2``, the pick: little early, where a false stop costs most of a run's gain);
   - ``"epochs"``: anytime, needs no planned length. Steps are cut into geometric epochs ``[s0 r^j, s0 r^(j+1))``
     (``s0``: the step of the first eval, ``r = 1 / (1 - frac)``: one window length); epoch ``j`` gets
     ``alpha_j = alpha / ((j + 1) (j + 2))`` (these sum to ``alpha`` over all ``j``) and each look in it
@@ -31,6 +33,10 @@ means over a recent window must be significantly negative) with three changes, e
     below the best. Overlapping windows make consecutive z's dependent, so the wealth is updated once per
     *disjoint* window (every ``window`` looks); the betting factors are e-values under a standard normal z, which
     the flat stretch of a healthy run gives at worst.
+
+A stop also needs the eval's mean below the best so far and, with ``rel_drop``, a material drop (the window's fitted
+level below the best window mean by that share of the rise so far). The pick (``benchmarks/design_choice.py``):
+``spend="planned", rho=2, window_basis="planned", frac=0.2, alpha=0.05, rel_drop=0.2``.
 
 All four decide on the means alone (the harness's evidence mode); the per-example mode would change only the
 statistic (the paired slopes' t) and not the spending.
