@@ -1,0 +1,83 @@
+"""The default detector's cost in the simulator: ``evalstop-sim run`` with the default and with the paper's rule.
+
+Issue 47: the default (``trend``) must cost at most 1.5x the paper's rule (``k-decline``, k=2) in the same run of
+``evalstop-sim run --gpus 10240 --jobs 100000`` (before: about 108 s against 27 s, 4x). Both commands run here, one
+after the other in this process, through the command's own Python entry (:func:`platform_sim.cli.main`), so that a
+change in the core's detectors shows up; the ratio of the two is the figure (the machine is shared: the absolute
+times move with its load, the ratio much less). ``--jobs 10000 --gpus 1024`` is the quick check.
+
+With ``--profile`` the default's run is also profiled (cProfile, the 25 most expensive functions by own time and by
+cumulative time), to show where the detector's time goes.
+
+    python benchmarks/bench_default_cost.py [--gpus 10240] [--jobs 100000] [--reps 1] [--profile]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import cProfile
+import io
+import os
+import pstats
+import statistics
+import time
+
+from platform_sim.cli import main as evalstop_sim
+
+DETECTORS: dict[str, list[str]] = {
+    "default (trend)": [],  # `run` with no --detector: the project's default, default_spec()
+    "paper (k-decline k=2)": ["--detector", "k-decline"],
+}
+
+
+def command(gpus: int, jobs: int, extra: list[str]) -> list[str]:
+    return ["run", "--gpus", str(gpus), "--jobs", str(jobs), "--json", *extra]
+
+
+def timed_run(argv: list[str]) -> tuple[float, float]:
+    """Wall and CPU seconds of one ``evalstop-sim`` command (its printout discarded)."""
+    w, c = time.perf_counter(), time.process_time()
+    with contextlib.redirect_stdout(io.StringIO()):
+        rc = evalstop_sim(argv)
+    if rc not in (0, None):
+        raise SystemExit(f"evalstop-sim {' '.join(argv)} exited with {rc}")
+    return time.perf_counter() - w, time.process_time() - c
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--gpus", type=int, default=10240)
+    ap.add_argument("--jobs", type=int, default=100000)
+    ap.add_argument("--reps", type=int, default=1, help="runs per detector, alternating (default 1)")
+    ap.add_argument("--profile", action="store_true", help="also profile the default's run (cProfile)")
+    args = ap.parse_args()
+    load0 = os.getloadavg()[0]
+    times: dict[str, list[tuple[float, float]]] = {name: [] for name in DETECTORS}
+    for _ in range(args.reps):
+        for name, extra in DETECTORS.items():
+            times[name].append(timed_run(command(args.gpus, args.jobs, extra)))
+    print(
+        f"evalstop-sim run --gpus {args.gpus} --jobs {args.jobs} (load average {load0:.1f} -> "
+        f"{os.getloadavg()[0]:.1f}; median of {args.reps})"
+    )
+    print("| detector | wall (s) | CPU (s) |\n|---|---:|---:|")
+    med = {}
+    for name, ts in times.items():
+        med[name] = (statistics.median(t[0] for t in ts), statistics.median(t[1] for t in ts))
+        print(f"| {name} | {med[name][0]:.1f} | {med[name][1]:.1f} |")
+    (dw, dc), (pw, pc) = med["default (trend)"], med["paper (k-decline k=2)"]
+    print(f"\nratio default / paper: {dw / pw:.2f}x wall, {dc / pc:.2f}x CPU (target <= 1.5x)")
+    if args.profile:
+        prof = cProfile.Profile()
+        with contextlib.redirect_stdout(io.StringIO()):
+            prof.runcall(evalstop_sim, command(args.gpus, args.jobs, DETECTORS["default (trend)"]))
+        for key in ("tottime", "cumulative"):
+            out = io.StringIO()
+            pstats.Stats(prof, stream=out).sort_stats(key).print_stats(25)
+            print(f"\n## default's run, by {key}\n")
+            print(out.getvalue())
+
+
+if __name__ == "__main__":
+    main()
