@@ -125,9 +125,10 @@ def test_observe_mode_says_where_it_would_stop_and_never_stopped_at(tmp_path: Pa
     want_stop, _ = embedded_stop(HACKING)
     enforce = Watcher(log, "val-core/gsm8k/reward/mean@1").finish()
     observe = Watcher(log, "val-core/gsm8k/reward/mean@1", mode="observe").finish()
-    assert enforce.reason.startswith(f"stopped at step {want_stop}: ")
+    # the reason leads with the evidence mode it was decided in (a log of means: "means only")
+    assert enforce.reason.startswith(f"means only: stopped at step {want_stop}: ")
     assert observe.would_stop_step == want_stop and observe.stop_step is None
-    assert observe.reason.startswith(f"would stop at step {want_stop} (observe mode: not stopped): ")
+    assert observe.reason.startswith(f"means only: would stop at step {want_stop} (observe mode: not stopped): ")
     assert "stopped at" not in observe.reason.replace("not stopped", "")
 
 
