@@ -17,7 +17,7 @@ After the evalstop run the server is stopped and the database is read back: ever
 
 ``--fastapi-route`` also runs the closed loop with the server's report fast path off (every report through the
 FastAPI route, which parses it with the same function), right after the fast path's run, and prints the ratio: the
-figure that decides whether the fast path earns its place (docs/benchmarks.md).
+figure that decides whether the fast path earns its place (docs/benchmarks-service.md).
 """
 
 from __future__ import annotations

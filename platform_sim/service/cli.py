@@ -348,7 +348,7 @@ def _serve(args: argparse.Namespace) -> int:
     # when the loop asks for it: the wait of a request that arrives before the page gives way to it (fairness.py).
     sys.setswitchinterval(SWITCH_INTERVAL_S)
     # One process, one event loop, one writer thread with group commit: on two cores more worker processes only
-    # fight over SQLite's single write lock (measured in docs/benchmarks.md).
+    # fight over SQLite's single write lock (measured in docs/benchmarks-service.md).
     config = uvicorn.Config(
         app,
         host=args.host,

@@ -16,7 +16,7 @@ SQLITE_HEADER = b"SQLite format 3\x00"
 
 LOCK_PROBE_TIMEOUT_S = 0.5
 """How long the readiness probe waits for the write lock: far longer than one of the writer's own transactions
-(milliseconds, see docs/benchmarks.md), far shorter than a probe's timeout."""
+(milliseconds, see docs/benchmarks-service.md), far shorter than a probe's timeout."""
 
 
 class HeaderWatch:

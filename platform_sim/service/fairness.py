@@ -17,7 +17,7 @@ rules (the Kubernetes API server's priority and fairness, at its simplest):
   (:mod:`~platform_sim.service.ratelimit`).
 
 The stores read such pages as they are rendered (:meth:`~platform_sim.service.store.Store.iter_jobs`), in batches of
-rows, not row by row: why in ``SQLiteStore._rows``. Measured in ``docs/benchmarks.md`` (fairness).
+rows, not row by row: why in ``SQLiteStore._rows``. Measured in ``docs/benchmarks-service.md`` (fairness).
 """
 
 from __future__ import annotations

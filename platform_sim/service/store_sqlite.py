@@ -418,7 +418,7 @@ class SQLiteStore(store_queries.SharedQueries, store_actuation.ActuationQueries,
         # the interpreter lock around every step and takes it back at once, and CPython asks the holder to hand the
         # lock over only after a waiting thread saw it not change hands for a whole switch interval. Read row by
         # row, the event loop waited out whole 1,000-row pages (stalls of 10-30 ms, measured); read in batches, those
-        # stalls were gone (docs/benchmarks.md, fairness).
+        # stalls were gone (docs/benchmarks-service.md, fairness).
         cur = self._reader().execute(query, args)
         try:
             while batch := cur.fetchmany(READ_BATCH):

@@ -6,7 +6,7 @@ server's limits, the core's decision, the metrics). Both ways in call the two of
 statuses with the same messages: the FastAPI route (which also gives the OpenAPI spec and serves when the fast path
 is off) and :meth:`Reports.fast`, the handler of the ASGI fast path (:class:`~platform_sim.service.asgi.ReportFastPath`).
 The fast path stays because FastAPI's routing, dependency and response machinery cost a large share of the server's
-CPU per report (``benchmarks/bench_service.py --fastapi-route``; figures in docs/benchmarks.md), and the report
+CPU per report (``benchmarks/bench_service.py --fastapi-route``; figures in docs/benchmarks-service.md), and the report
 endpoint is the only hot one.
 """
 
