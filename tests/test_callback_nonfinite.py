@@ -69,6 +69,25 @@ def test_one_nan_evaluation_is_recorded_and_the_run_goes_on(tmp_path) -> None:
     assert "non-finite evaluations (not decided on): steps 4" in summary_text(summary)
 
 
+def test_a_reward_function_that_returns_nan_once_is_recorded_and_the_run_goes_on(tmp_path) -> None:
+    from _callback_helpers import HELDOUT_PROMPTS, gold
+
+    from evalstop_callbacks import RewardFunctionEvaluator
+
+    calls = [0]
+
+    def flaky_gold(prompts, completions, **kwargs):  # the world score, NaN for one example at the third evaluation
+        calls[0] += 1
+        scores = gold(prompts, completions, **kwargs)
+        return [math.nan if calls[0] == 3 and i == 0 else s for i, s in enumerate(scores)]
+
+    cb, trainer = _train(tmp_path, RewardFunctionEvaluator(HELDOUT_PROMPTS * 4, flaky_gold, max_new_tokens=8))
+    assert trainer.state.global_step == 12 and cb.stopped_at is None  # never raised out of train()
+    nan = [h for h in cb.history if h.get("non_finite")]
+    assert [h["step"] for h in nan] == [4] and nan[0]["eval_score"] is None
+    assert [h["step"] for h in cb.history] == [0, 2, 4, 6, 8, 10, 12]
+
+
 def test_three_nan_evaluations_in_a_row_end_the_run_with_the_best_weights_live(tmp_path) -> None:
     cb, trainer = _train(tmp_path, NaNAt(3, 4, 5))  # steps 6, 8, 10
     assert cb.stopped_at == 10 and trainer.state.global_step == 10  # ended at the third, not trained to 12

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import logging
 import math
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+logger = logging.getLogger(__name__)
 
 
 class EvaluatorError(ValueError):
@@ -87,7 +90,13 @@ def _example(i: int, prompts: Sequence[Any] | None, index: Sequence[int] | None)
 
 
 def _finite_scores(
-    raw: Any, n: int, who: str, prompts: Sequence[Any] | None = None, index: Sequence[int] | None = None
+    raw: Any,
+    n: int,
+    who: str,
+    prompts: Sequence[Any] | None = None,
+    index: Sequence[int] | None = None,
+    *,
+    keep_non_finite: bool = False,
 ) -> tuple[float, ...]:
     """Check that ``raw`` is ``n`` finite numbers; raise :class:`EvaluatorError` naming ``who`` and the bad entry.
 
@@ -97,6 +106,10 @@ def _finite_scores(
         who: The scorer, for the message.
         prompts: The prompts of those examples, quoted in the message of a bad entry.
         index: Their positions in the held-out set (default ``0..n-1``).
+        keep_non_finite: Keep a NaN or inf score (warned about, naming the example) instead of raising: the
+            scorers of a running evaluation do, so that the trainer side's one non-finite policy
+            (:mod:`evalstop_callbacks.nonfinite`) records that evaluation and decides nothing on it, and a run is
+            never taken down by it. Non-numbers and wrong lengths always raise: they are bugs, not scores.
     """
     if isinstance(raw, (int, float)) or (hasattr(raw, "ndim") and getattr(raw, "ndim", 1) == 0):
         raise EvaluatorError(f"{who} must return a list of {n} numbers (one per example), got one scalar {raw!r}")
@@ -113,10 +126,10 @@ def _finite_scores(
         if isinstance(v, bool) or not isinstance(v, (int, float)):
             raise EvaluatorError(f"{who} returned a non-number for {_example(i, prompts, index)}: {v!r}")
         if not math.isfinite(v):
-            raise EvaluatorError(
-                f"{who} returned a non-finite score ({v}) for {_example(i, prompts, index)}; EvalStop never "
-                "decides on NaN or inf"
-            )
+            message = f"{who} returned a non-finite score ({v}) for {_example(i, prompts, index)}"
+            if not keep_non_finite:
+                raise EvaluatorError(f"{message}; EvalStop never decides on NaN or inf")
+            logger.warning("EvalStop: %s; this evaluation is recorded, not decided on", message)
         out.append(float(v))
     return tuple(out)
 

@@ -274,11 +274,12 @@ class _GeneratingEvaluator(Evaluator):
                     pos += n
             scores = tuple(s for b in range(len(spans)) for s in by_batch[b][0])
             texts = tuple(t for b in range(len(spans)) for t in by_batch[b][1])
-        # math.fsum: the mean does not depend on how the examples were split across ranks
+        # math.fsum: the mean does not depend on how the examples were split across ranks. A NaN or inf example
+        # score makes the mean NaN (fsum raises on inf - inf): the non-finite policy records it, decides nothing.
+        finite = all(math.isfinite(v) for v in scores)
+        mean = math.fsum(scores) / len(scores) if finite else math.nan
         settings = self.sampling.settings()
-        return EvalResult(
-            math.fsum(scores) / len(scores), tuple(scores), tuple(texts), engine=self.engine_name, sampling=settings
-        )
+        return EvalResult(mean, tuple(scores), tuple(texts), engine=self.engine_name, sampling=settings)
 
 
 def _torch() -> Any:

@@ -132,7 +132,8 @@ class RewardFunctionEvaluator(_GeneratingEvaluator):
             completion_ids=list(completion_ids) if completion_ids is not None else None,
             **{k: [v[i] for i in idx] for k, v in self.reward_kwargs.items()},
         )
-        return _finite_scores(raw, len(idx), f"reward_fn {_reward_fn_name(self.reward_fn)!r}", prompts, idx)
+        who = f"reward_fn {_reward_fn_name(self.reward_fn)!r}"
+        return _finite_scores(raw, len(idx), who, prompts, idx, keep_non_finite=True)
 
     def _score(
         self, model: Any, tokenizer: Any, index: list[int], texts: list[str], ids: list[list[int]]
@@ -202,4 +203,4 @@ class RewardModelEvaluator(_GeneratingEvaluator):
                 batch = {k: v.to(device) for k, v in batch.items() if k in ("input_ids", "attention_mask")}
                 logits = self.reward_model(**batch).logits
                 raw.extend(logits[:, 0].float().tolist())
-        return _finite_scores(raw, len(index), "reward_model", prompts, index)
+        return _finite_scores(raw, len(index), "reward_model", prompts, index, keep_non_finite=True)
