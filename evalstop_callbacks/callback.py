@@ -266,6 +266,7 @@ class EvalStopCallback(CallbackAttributes, TrainerCallback, ExportableState):
     def _skip(self, control: Any, step: int, shared: dict[str, Any], model: Any) -> None:
         """Every rank: a NaN or inf evaluation is recorded, not decided on; the last one a run may take stops it."""
         self.record.add_non_finite(step, shared["non_finite"], extra=self.schedule.record(step))
+        self._trace.non_finite(step, shared["non_finite"], self.record.overhead_seconds)  # main process: its trace
         if shared["stop_reason"] is not None and self.would_stop_at is None:
             self._stop(control, step, shared["stop_reason"], compat.is_ppo_model(model))
 

@@ -102,6 +102,13 @@ class TraceSink:
         if overhead:
             overhead[-1] += time.perf_counter() - t0
 
+    def non_finite(self, step: int, what: str, overhead: list[float]) -> None:
+        """Record the NaN or inf evaluation of ``step`` (``what`` was non-finite) as a ``non_finite`` line, after the
+        held eval line of an earlier step (no-op without a trace)."""
+        self.flush(step, overhead)
+        if self.recorder is not None and not self.recorder.closed:
+            self.recorder.non_finite(step, what)
+
     def end(self, reason: str, **fields: Any) -> None:
         """Close the trace with its ``end`` line (no-op without a trace)."""
         if self.recorder is not None:

@@ -33,13 +33,13 @@ class NaNAt(Evaluator):
         return EvalResult(math.nan) if self.calls - 1 in self.nan_at else result
 
 
-def _train(tmp_path, evaluator: Evaluator) -> tuple[EvalStopCallback, object]:
+def _train(tmp_path, evaluator: Evaluator, trace_path=None) -> tuple[EvalStopCallback, object]:
     from transformers import DataCollatorForLanguageModeling, Trainer, TrainingArguments
 
     tok = tokenizer()
     data = Dataset.from_dict({"text": sentences("negative")})
     data = data.map(lambda b: tok(b["text"]), batched=True, remove_columns=["text"])
-    cb = EvalStopCallback(evaluator, eval_steps=2, k=50, job_type="sft")  # k=50: no decline stops these runs
+    cb = EvalStopCallback(evaluator, eval_steps=2, k=50, job_type="sft", trace_path=trace_path)  # k=50: no stops
     args = TrainingArguments(
         output_dir=str(tmp_path), per_device_train_batch_size=8, learning_rate=5e-3, max_steps=12, **COMMON
     )
@@ -57,8 +57,13 @@ def _train(tmp_path, evaluator: Evaluator) -> tuple[EvalStopCallback, object]:
 
 
 def test_one_nan_evaluation_is_recorded_and_the_run_goes_on(tmp_path) -> None:
-    cb, trainer = _train(tmp_path, NaNAt(2))  # calls 0, 1, 2: steps 0, 2, 4
+    cb, trainer = _train(tmp_path, NaNAt(2), trace_path=str(tmp_path / "trace.jsonl"))  # calls 0, 1, 2: steps 0, 2, 4
     assert trainer.state.global_step == 12 and cb.stopped_at is None
+    from platform_sim.trace_format import read_trace
+
+    trace = read_trace(tmp_path / "trace.jsonl")  # recorded in the trace too, between the evals it never joins
+    assert [line["step"] for line in trace.non_finite] == [4] and trace.non_finite[0]["what"] == "eval score nan"
+    assert [e["step"] for e in trace.evals] == [0, 2, 6, 8, 10, 12]
     steps = [h["step"] for h in cb.history]
     assert steps == [0, 2, 4, 6, 8, 10, 12]
     nan = next(h for h in cb.history if h["step"] == 4)

@@ -101,6 +101,36 @@ def test_eval_prefix_keeps_a_crashed_runs_lines_and_rejects_real_damage(tmp_path
         tf.eval_prefix(p, 4)  # only a cut last line is a crash; anything else is damage
 
 
+def test_a_non_finite_evaluation_has_its_own_line_among_the_evals(tmp_path):
+    p = tmp_path / "nan.jsonl"
+    writer = tf.TraceWriter(p, "j", "rlhf")
+    writer.eval(2, 1.0)
+    writer.non_finite(4, "eval score nan")
+    writer.eval(6, 0.5)
+    with pytest.raises(tf.TraceError, match="non_finite step 6 after 6"):
+        writer.non_finite(6, "eval score inf")  # evaluation steps increase across both kinds
+    writer.end("completed", best_step=2, best_score=1.0)
+    trace = tf.read_trace(p)
+    assert [e["step"] for e in trace.evals] == [2, 6]  # what a replay decides on
+    assert trace.non_finite == ({"kind": "non_finite", "step": 4, "what": "eval score nan"},)
+    assert [line["kind"] for line in trace.lines()] == ["header", "eval", "non_finite", "eval", "end"]
+    assert [line["step"] for line in tf.eval_prefix(p, 4)] == [2, 4]  # a resumed run keeps it too
+    resumed = tf.TraceWriter(tmp_path / "resumed.jsonl", "j", "rlhf")
+    resumed.append_raw(tf.eval_prefix(p, 6))
+    assert tf.read_trace(tmp_path / "resumed.jsonl").non_finite == trace.non_finite
+    head = json.dumps(_header())
+    for bad, match in (
+        ({"kind": "non_finite", "step": 4}, "non_finite field what must be a non-empty string"),
+        ({"kind": "non_finite", "step": 4, "what": "nan", "eval_score": 1.0}, "unknown trace non_finite field"),
+        ({"kind": "non_finite", "step": 2, "what": "nan"}, "evaluation steps must increase: non_finite step 2"),
+    ):
+        (tmp_path / "bad.jsonl").write_text(
+            "\n".join([head, json.dumps({"kind": "eval", "step": 2, "eval_score": 1.0}), json.dumps(bad)]) + "\n"
+        )
+        with pytest.raises(tf.TraceError, match=rf"bad.jsonl:3: {match}"):
+            tf.read_trace(tmp_path / "bad.jsonl")
+
+
 def test_read_header_reads_only_the_first_line(tmp_path):
     p = tmp_path / "t.jsonl"
     p.write_text("\n" + json.dumps(_header(split="test")) + "\n{not json at all\n")

@@ -21,6 +21,10 @@ The format, one JSON object per line:
   integer >= 2; both or neither, and agreeing with ``eval_scores`` when both are there, as the boundary's report
   requires), and the finite numbers ``proxy_reward``, ``train_loss``, ``kl``, ``wall_s`` (seconds since training
   began) and ``gpu_s`` (accelerator-seconds since training began).
+- One **non_finite** line per evaluation whose score was NaN or inf (recorded by the trainer side, never decided on):
+  ``{"kind": "non_finite", "step", "what"}`` (``what``: a non-empty string such as ``"eval score nan"``). Its step
+  takes its place among the eval lines' steps: all evaluation steps strictly increase. Readers that replay a trace
+  use its eval lines; the non_finite lines are :attr:`TraceLines.non_finite`.
 - At most one **end** line, last: ``{"kind": "end", "reason", "stopped_at"?, "best_step"?, "best_score"?}``.
 
 A trace without an end line is valid (a run that crashed leaves a readable prefix: the writer flushes every line).
@@ -54,8 +58,18 @@ from .schema import (
     check_end,
     check_eval,
     check_header,
+    check_non_finite,
 )
-from .writer import TraceWriter, dumps_line, make_end, make_eval, make_header, update_header, write_trace
+from .writer import (
+    TraceWriter,
+    dumps_line,
+    make_end,
+    make_eval,
+    make_header,
+    make_non_finite,
+    update_header,
+    write_trace,
+)
 
 __all__ = [
     "END_OPTIONAL",
@@ -74,11 +88,13 @@ __all__ = [
     "check_end",
     "check_eval",
     "check_header",
+    "check_non_finite",
     "dumps_line",
     "eval_prefix",
     "make_end",
     "make_eval",
     "make_header",
+    "make_non_finite",
     "parse_trace",
     "read_header",
     "read_trace",

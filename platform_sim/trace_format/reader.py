@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .schema import LINE_KINDS, TraceError, check_end, check_eval, check_header
+from .schema import LINE_KINDS, TraceError, check_end, check_eval, check_header, check_non_finite
 
 
 @dataclass(frozen=True)
@@ -23,6 +23,7 @@ class TraceLines:
         evals: The eval lines in step order.
         end: The end line, or None (a run that did not finish writing).
         eval_line_numbers: The 1-based line number of each eval line (for messages about one eval).
+        non_finite: The non_finite lines (evaluations whose score was NaN or inf, not decided on) in step order.
     """
 
     source: str
@@ -30,10 +31,12 @@ class TraceLines:
     evals: tuple[dict[str, Any], ...]
     end: dict[str, Any] | None
     eval_line_numbers: tuple[int, ...]
+    non_finite: tuple[dict[str, Any], ...] = ()
 
     def lines(self) -> list[dict[str, Any]]:
-        """Header, evals and end (if any) as one list, in file order."""
-        return [self.header, *self.evals, *([self.end] if self.end is not None else [])]
+        """Header, evals and non_finite lines (in step order) and end (if any) as one list, in file order."""
+        steps = sorted([*self.evals, *self.non_finite], key=lambda line: int(line["step"]))
+        return [self.header, *steps, *([self.end] if self.end is not None else [])]
 
 
 def parse_trace(
@@ -57,6 +60,8 @@ def parse_trace(
     header: dict[str, Any] | None = None
     end: dict[str, Any] | None = None
     evals: list[dict[str, Any]] = []
+    skipped: list[dict[str, Any]] = []
+    last_step: int | None = None  # of the last eval or non_finite line: evaluation steps increase across both
     numbers: list[int] = []
     last_no = 0
     for pos, (no, raw) in enumerate(numbered):
@@ -79,8 +84,12 @@ def parse_trace(
             if kind == "header":
                 raise TraceError("a second header line")
             if kind == "eval":
-                evals.append(check_eval(obj, evals[-1]["step"] if evals else None))
+                evals.append(check_eval(obj, last_step))
                 numbers.append(no)
+                last_step = obj["step"]
+            elif kind == "non_finite":
+                skipped.append(check_non_finite(obj, last_step))
+                last_step = obj["step"]
             elif kind == "end":
                 end = check_end(obj)
             else:
@@ -91,7 +100,7 @@ def parse_trace(
         raise TraceError(f"{source}:1: empty trace (no header line)")
     if len(evals) < min_evals:
         raise TraceError(f"{source}:{last_no}: a trace needs at least {min_evals} eval lines, found {len(evals)}")
-    return TraceLines(source, header, tuple(evals), end, tuple(numbers))
+    return TraceLines(source, header, tuple(evals), end, tuple(numbers), tuple(skipped))
 
 
 def _read_lines(path: Path) -> list[str]:
@@ -140,7 +149,8 @@ def read_header(path: str | os.PathLike[str]) -> dict[str, Any]:
 
 
 def eval_prefix(path: str | os.PathLike[str] | None, upto_step: int) -> list[dict[str, Any]]:
-    """The eval lines of an existing trace up to and including ``upto_step`` (what a resumed run keeps).
+    """The eval and non_finite lines of an existing trace up to and including ``upto_step``, in step order (what a
+    resumed run keeps).
 
     A missing file (or ``path`` None) has no prefix. The last line may be cut off (the run crashed while writing it).
 
@@ -150,7 +160,7 @@ def eval_prefix(path: str | os.PathLike[str] | None, upto_step: int) -> list[dic
     if path is None or not os.path.exists(path):
         return []
     trace = read_trace(path, truncated_ok=True)
-    return [e for e in trace.evals if e["step"] <= upto_step]
+    return [line for line in trace.lines()[1:] if line.get("kind") != "end" and line["step"] <= upto_step]
 
 
 def trace_complete(path: str | os.PathLike[str]) -> bool:

@@ -11,7 +11,7 @@ from platform_sim.core.boundary import JOB_TYPES, InvalidReportError, Report
 TRACE_FORMAT = "evalstop-trace/1"
 """The ``format`` value of every header this module reads and writes."""
 
-LINE_KINDS: tuple[str, ...] = ("header", "eval", "end")
+LINE_KINDS: tuple[str, ...] = ("header", "eval", "non_finite", "end")
 SPLITS: tuple[str, ...] = ("tune", "test")
 """Values of the header's ``split``: detectors may be tuned on ``tune`` environments, only tested on ``test`` ones."""
 
@@ -25,6 +25,8 @@ EVAL_NUMBERS: tuple[str, ...] = ("proxy_reward", "train_loss", "kl", "wall_s", "
 EVAL_SPREAD: tuple[str, ...] = ("eval_std", "eval_n")
 """The optional spread of an eval line, together or not at all, checked as the boundary's report checks them."""
 EVAL_OPTIONAL: frozenset[str] = frozenset({"eval_scores", *EVAL_SPREAD, *EVAL_NUMBERS})
+NON_FINITE_REQUIRED: tuple[str, ...] = ("step", "what")
+"""The fields of a non_finite line: an evaluation whose score was NaN or inf, recorded and not decided on."""
 END_REQUIRED: tuple[str, ...] = ("reason",)
 END_OPTIONAL: frozenset[str] = frozenset({"stopped_at", "best_step", "best_score"})
 
@@ -135,6 +137,28 @@ def _check_spread(obj: Mapping[str, Any]) -> None:
         )
     except InvalidReportError as exc:
         raise TraceError(str(exc)) from None
+
+
+def check_non_finite(obj: Any, prev_step: int | None) -> dict[str, Any]:
+    """Validate a non_finite line (an evaluation whose score was NaN or inf) after an evaluation at ``prev_step``;
+    return it unchanged. Its step takes its place among the eval lines' steps (they all increase).
+
+    Raises:
+        TraceError: naming the first bad field.
+    """
+    if not isinstance(obj, dict) or obj.get("kind") != "non_finite":
+        raise TraceError("not a non_finite line")
+    unknown = _unknown(obj, NON_FINITE_REQUIRED)
+    if unknown:
+        raise TraceError(f"unknown trace non_finite field(s): {', '.join(unknown)}; allowed: step, what")
+    step = obj.get("step")
+    if not isinstance(step, int) or not _is_int(step, 0):
+        raise TraceError(f"non_finite step must be an integer >= 0, got {step!r}")
+    if prev_step is not None and step <= prev_step:
+        raise TraceError(f"evaluation steps must increase: non_finite step {step} after {prev_step}")
+    if not isinstance(obj.get("what"), str) or not obj["what"]:
+        raise TraceError(f"non_finite field what must be a non-empty string, got {obj.get('what')!r}")
+    return obj
 
 
 def check_end(obj: Any) -> dict[str, Any]:

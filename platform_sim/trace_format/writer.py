@@ -11,7 +11,15 @@ from pathlib import Path
 from typing import IO, Any
 
 from .reader import parse_trace, read_trace
-from .schema import EVAL_OPTIONAL, TRACE_FORMAT, TraceError, check_end, check_eval, check_header
+from .schema import (
+    EVAL_OPTIONAL,
+    TRACE_FORMAT,
+    TraceError,
+    check_end,
+    check_eval,
+    check_header,
+    check_non_finite,
+)
 
 # -- writing ----------------------------------------------------------------------------------------------------
 
@@ -49,6 +57,15 @@ def make_eval(step: int, eval_score: float, prev_step: int | None = None, **fiel
             value = _num(value)
         line[name] = value
     return check_eval(line, prev_step)
+
+
+def make_non_finite(step: int, what: str, prev_step: int | None = None) -> dict[str, Any]:
+    """A validated non_finite line: the evaluation of ``step`` was NaN or inf (``what``: e.g. ``"eval score nan"``).
+
+    Raises:
+        TraceError: a bad field, or ``step`` not after ``prev_step``.
+    """
+    return check_non_finite({"kind": "non_finite", "step": step, "what": str(what)}, prev_step)
 
 
 def make_end(
@@ -94,7 +111,7 @@ class TraceWriter:
 
     @property
     def last_step(self) -> int | None:
-        """Step of the last eval line written (None before the first)."""
+        """Step of the last eval or non_finite line written (None before the first)."""
         return self._last_step
 
     @property
@@ -126,10 +143,25 @@ class TraceWriter:
         self._write(line)
         self._last_step = step
 
+    def non_finite(self, step: int, what: str) -> None:
+        """Append an evaluation whose score was NaN or inf (recorded, not decided on): a ``non_finite`` line.
+
+        Raises:
+            TraceError: a step not after the last one, or the end line already written.
+        """
+        if self._ended:
+            raise TraceError(f"trace {self.path} already has its end line")
+        self._write(make_non_finite(step, what, self._last_step))
+        self._last_step = step
+
     def append_raw(self, lines: Sequence[Mapping[str, Any]]) -> None:
-        """Append eval lines read from another trace (e.g. the prefix a resumed run keeps), validating each."""
+        """Append eval and non_finite lines read from another trace (e.g. the prefix a resumed run keeps), validating
+        each."""
         for obj in lines:
-            self.eval(obj["step"], obj["eval_score"], **{k: obj[k] for k in EVAL_OPTIONAL if k in obj})
+            if obj.get("kind") == "non_finite":
+                self.non_finite(obj["step"], obj["what"])
+            else:
+                self.eval(obj["step"], obj["eval_score"], **{k: obj[k] for k in EVAL_OPTIONAL if k in obj})
 
     def end(self, reason: str, best_step: int | None, best_score: float | None, stopped_at: int | None = None) -> None:
         """Write the end line and close the file. Calling it again is a no-op (the first end wins)."""
