@@ -143,30 +143,54 @@ class TrendDetector(EvidenceDetector):
         self.recent_spreads: list[list[float] | None] = []
         self.last_p: float | None = None  # smallest p-value of the last eval's tests (None: no test ran)
         self.last_slope: float | None = None  # slope of the mean in the window of that p-value
-        # The most negative per-example t statistic of the last eval's tests and its sample size: one_sided_t_p skips
-        # scipy (returns 1.0) when a test cannot be significant, and doubt() then computes the exact p-value.
-        self._last_t: tuple[float, int] | None = None
+        # The per-example slopes of the last eval's t-tests, in the order tested: one_sided_t_p skips scipy (returns
+        # 1.0) when a test cannot be significant, and doubt() then computes the exact p-value from the most negative
+        # t statistic among them (computed there, not at every eval: doubt() is asked only about some stops).
+        self._last_slopes: list[np.ndarray] = []
         self._windows = (self.window,) if short_window is None else (short_window, self.window)
         self._spread_w = self.window if spread_window is None else spread_window
         self._spread_a = self.alpha if spread_alpha is None else spread_alpha
         self._keep = max(self.window, self._spread_w)  # evals of history the windows need
         self._crit: dict[int, float] = {}  # t critical values by sample size (derived, not state)
         self._level_crit: dict[int, float] = {}
+        # The centered positions of each window and their sum of squares (derived, not state).
+        self._x: dict[int, tuple[np.ndarray, float]] = {}
+        # Derived from the window's evals, not state (rebuilt by _recount on load): how many of the latest evals in a
+        # row carry per-example scores of one length >= 2 (that length in _example_len), and how many in a row carry a
+        # spread or the scores to compute one. _window_mode reads them instead of re-scanning the window at every eval.
+        self._example_run = 0
+        self._example_len = 0
+        self._spread_run = 0
 
     def _window_mode(self) -> EvidenceMode:
         """The richest mode the evals of the windows allow (module docstring): per-example scores of one length >= 2
         on the last ``window`` evals, else a spread on each of the last ``spread_window``, else the means."""
-        rows = self.recent_scores[-self.window :]
-        first = rows[0] if rows else None
-        if first is not None and len(first) >= 2 and all(r is not None and len(r) == len(first) for r in rows):
+        held = len(self.recent_scores)
+        if held and self._example_run >= min(self.window, held):
             return EvidenceMode.PER_EXAMPLE
-        w = self._spread_w
-        if all(
-            sp is not None or (r is not None and len(r) >= 2)
-            for sp, r in zip(self.recent_spreads[-w:], self.recent_scores[-w:])
-        ):
+        if self._spread_run >= min(self._spread_w, held):
             return EvidenceMode.MEAN_AND_SPREAD
         return EvidenceMode.MEANS_ONLY
+
+    def _count(self, row: list[float] | None, spread: list[float] | None) -> None:
+        """Update the runs that :meth:`_window_mode` reads with the eval just appended (``row``, ``spread``)."""
+        if row is not None and len(row) >= 2:
+            self._example_run = self._example_run + 1 if len(row) == self._example_len else 1
+            self._example_len = len(row)
+            self._spread_run += 1
+        else:
+            self._example_run = self._example_len = 0
+            self._spread_run = self._spread_run + 1 if spread is not None else 0
+        if self._example_run > self._keep:  # bounded: only a window's length of the run matters
+            self._example_run = self._keep
+        if self._spread_run > self._keep:
+            self._spread_run = self._keep
+
+    def _recount(self) -> None:
+        """Rebuild the runs of :meth:`_count` from the evals held (after a state is loaded)."""
+        self._example_run = self._example_len = self._spread_run = 0
+        for row, spread in zip(self.recent_scores, self.recent_spreads):
+            self._count(row, spread)
 
     def _mean_vars(self, w: int) -> np.ndarray:
         """Each of the last ``w`` means' variance, ``std**2 / n``, from the reported spread or the example scores."""
@@ -183,17 +207,15 @@ class TrendDetector(EvidenceDetector):
         """One-sided p-value of "the score falls over the last ``w`` evals" (their mean slope is ``slope`` < 0)."""
         if mode is EvidenceMode.PER_EXAMPLE:
             slopes = x @ np.asarray(self.recent_scores[-w:], dtype=float) / den  # one slope per example
-            if np.ptp(slopes) <= 1e-12 * max(1.0, float(np.max(np.abs(slopes)))):
+            # np.ptp and np.max(np.abs(.)) as the array's own reductions: the same values, less dispatch per eval.
+            if slopes.max() - slopes.min() <= 1e-12 * max(1.0, float(np.abs(slopes).max())):
                 # Every example falls by the same amount: zero variance, scipy has no statistic; certain evidence.
                 return 0.0 if slopes[0] < 0 else 1.0
             if self.test == "wilcoxon":
                 p = float(scipy_module("stats").wilcoxon(slopes[slopes != 0.0], alternative="less").pvalue)
             else:
                 p = one_sided_t_p(slopes, self.alpha / len(self._windows), self._crit)
-                sd = float(slopes.std(ddof=1))
-                t = float(slopes.mean()) / (sd / math.sqrt(slopes.size)) if sd > 0.0 else -math.inf
-                if self._last_t is None or t < self._last_t[0]:
-                    self._last_t = (t, int(slopes.size))
+                self._last_slopes.append(slopes)  # doubt() computes their t statistics only when asked
         elif mode is EvidenceMode.MEAN_AND_SPREAD:
             var = float(x * x @ self._mean_vars(w)) / (den * den)  # the slope's variance with each mean's known
             if var <= 0.0:
@@ -215,11 +237,12 @@ class TrendDetector(EvidenceDetector):
         self.recent_means.append(score)
         self.recent_scores.append(None if scores is None or len(scores) == 0 else list(map(float, scores)))
         self.recent_spreads.append(None if spread is None else [float(spread.std), int(spread.n)])
+        self._count(self.recent_scores[-1], self.recent_spreads[-1])
         if len(self.recent_means) > self._keep:
             del self.recent_means[0], self.recent_scores[0], self.recent_spreads[0]
         significant = False
         self.last_p = self.last_slope = None
-        self._last_t = None
+        self._last_slopes = []
         self._mode = mode = self._window_mode()
         if self._progress is not None:
             self._progress.add(step, score)  # at every eval, whatever the mode, so it is ready when the means decide
@@ -247,8 +270,11 @@ class TrendDetector(EvidenceDetector):
         for w in windows:
             if len(self.recent_means) < w:
                 continue
-            x = np.arange(w, dtype=float) - (w - 1) / 2.0  # centered positions: slope = x @ y / (x @ x)
-            den = float(x @ x)
+            cached = self._x.get(w)
+            if cached is None:
+                x = np.arange(w, dtype=float) - (w - 1) / 2.0  # centered positions: slope = x @ y / (x @ x)
+                cached = self._x[w] = (x, float(x @ x))
+            x, den = cached
             slope = float(x @ np.asarray(self.recent_means[-w:]) / den)
             if slope >= 0.0:
                 continue  # a one-sided p-value of a rising fit is >= 0.5: never significant
@@ -274,9 +300,16 @@ class TrendDetector(EvidenceDetector):
     def doubt(self) -> float | None:
         """The last eval's smallest p-value, exact even where the significance test skipped scipy (None: no test
         ran, because the mean was not below the best or every fitted slope rose)."""
-        if self.last_p is None or self.last_p < 1.0 or self._last_t is None:
+        if self.last_p is None or self.last_p < 1.0 or not self._last_slopes:
             return self.last_p
-        t, n = self._last_t
+        last_t: tuple[float, int] | None = None
+        for slopes in self._last_slopes:
+            sd = float(slopes.std(ddof=1))
+            t = float(slopes.mean()) / (sd / math.sqrt(slopes.size)) if sd > 0.0 else -math.inf
+            if last_t is None or t < last_t[0]:
+                last_t = (t, int(slopes.size))
+        assert last_t is not None
+        t, n = last_t
         return float(scipy_module("stats").t.cdf(t, n - 1))
 
     def reason(self) -> str:
@@ -345,6 +378,7 @@ class TrendDetector(EvidenceDetector):
             if spreads is None
             else [None if sp is None else [float(sp[0]), int(sp[1])] for sp in spreads]
         )
+        self._recount()
         self._mode = self._window_mode() if self.recent_means else EvidenceMode.MEANS_ONLY
         if self._progress is not None:
             self._progress.load_state_dict(state["progress"])

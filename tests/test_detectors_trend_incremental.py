@@ -1,0 +1,60 @@
+"""``trend`` keeps running counts of the evidence its window's evals carry (instead of re-scanning the window at every
+eval) and computes ``doubt()``'s t statistic only when asked: these tests pin that the modes it reads from them are
+the window's, and that a detector restored from its state (where the counts are not stored) decides as one that
+ran through."""
+
+from __future__ import annotations
+
+import json
+import random
+
+from platform_sim.core.boundary import EvidenceMode
+from platform_sim.core.detectors import Spread
+from platform_sim.core.detectors.trend import TrendDetector
+
+PE, SP, MO = EvidenceMode.PER_EXAMPLE, EvidenceMode.MEAN_AND_SPREAD, EvidenceMode.MEANS_ONLY
+
+
+def _evals(seed: int, kinds: str) -> list[tuple[int, float, list[float] | None, Spread | None]]:
+    """One eval per letter: ``e`` 8 example scores, ``E`` 12, ``s`` a spread, ``m`` the mean alone; falling."""
+    rng = random.Random(seed)
+    out: list[tuple[int, float, list[float] | None, Spread | None]] = []
+    for i, kind in enumerate(kinds):
+        level = 1.0 - 0.05 * i
+        if kind in "eE":
+            scores = [level + rng.gauss(0.0, 0.2) for _ in range(8 if kind == "e" else 12)]
+            out.append((10 * (i + 1), sum(scores) / len(scores), scores, None))
+        else:
+            spread = Spread(0.2, 8) if kind == "s" else None
+            out.append((10 * (i + 1), level + rng.gauss(0.0, 0.02), None, spread))
+    return out
+
+
+def _run(det: TrendDetector, evals: list[tuple[int, float, list[float] | None, Spread | None]]) -> list[tuple]:
+    out = []
+    for step, score, scores, spread in evals:
+        stop = det.update(step, score, scores, spread)
+        out.append((stop, det.mode(), det.last_p, det.last_slope, det.reason(), det.doubt(), det.state_dict()))
+    return out
+
+
+def test_modes_follow_the_window_of_evals() -> None:
+    # window 4, spread window 3: per-example needs the last 4 evals with scores of one length (fewer before it fills).
+    det = TrendDetector(window=4, alpha=0.2, spread_window=3)
+    modes = [row[1] for row in _run(det, _evals(0, "eeeeEEEEsEsssmeeee"))]
+    assert modes == [PE, PE, PE, PE, SP, SP, SP, PE, SP, SP, SP, SP, SP, MO, MO, MO, SP, PE]
+
+
+def test_restored_detector_decides_as_the_one_that_ran_through() -> None:
+    kinds = "eeeeeeeesseesssmmeeeeEEEEEEEEssssssmmmmeeeeeeeeee"
+    for params in ({"window": 6, "alpha": 0.01}, {"window": 4, "alpha": 0.3, "spread_window": 3, "short_window": 3}):
+        evals = _evals(1, kinds)
+        through = _run(TrendDetector(**params), evals)
+        assert any(row[0] for row in through)  # the trace stops somewhere: the decisions compared are not all "go on"
+        assert {row[1] for row in through} == {PE, SP, MO}
+        for cut in range(1, len(evals)):
+            first = TrendDetector(**params)
+            _run(first, evals[:cut])
+            restored = TrendDetector(**params)
+            restored.load_state_dict(json.loads(json.dumps(first.state_dict())))
+            assert _run(restored, evals[cut:]) == through[cut:], (params, cut)
