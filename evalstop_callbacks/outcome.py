@@ -6,6 +6,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from platform_sim.core import EvidenceMode
+
 
 def worded(reason: str, mode: str) -> str:
     """``reason`` as the mode makes it true: the core says ``"stopped at step N: ..."`` at its stop, but observe mode
@@ -81,8 +83,10 @@ def summary_text(summary: dict[str, Any], restore_best: bool = True) -> str:
     s = summary
     if s["stopped_at"] is not None:
         said = f"stopped at step {s['stopped_at']}"
-        reason = str(s["stop_reason"] or "").removeprefix(f"{said}: ")  # the core's reason starts with it too
-        head = f"{said} ({reason})"
+        reason = str(s["stop_reason"] or "")
+        mode = EvidenceMode.of_reason(reason)  # the core's reason: "<mode>: stopped at step N: why"
+        reason = reason.removeprefix(f"{mode.value}: " if mode is not None else "").removeprefix(f"{said}: ")
+        head = f"{said} ({reason}{f'; decided on {mode.value}' if mode is not None else ''})"
     elif s["would_stop_at"] is not None:
         head = f"not stopped: {s['stop_reason']}"
     else:

@@ -103,6 +103,7 @@ def test_axolotl_run_stops_at_the_decline_and_saves_the_best(tmp_path, kind):
     best = f"best evaluation: step {end['best_step']}, RewardFunctionEvaluator = {end['best_score']:.6g}"
     summary = output[output.index("EvalStop summary: stopped at step") :]
     assert summary.startswith(f"EvalStop summary: stopped at step {evals[-1]['step']} (2 consecutive declines")
+    assert "; decided on means only)" in summary.splitlines()[0]  # the decision's evidence mode, said once
     assert best in summary
     assert f"the model saved in {tmp_path / 'out'} holds the best weights" in summary
     assert f"a copy stays in {tmp_path / 'out' / ('evalstop-best-' + str(end['best_step']))}" in summary
