@@ -112,7 +112,8 @@ def wait_state(job_id: str, states: set[str], timeout: float = 30.0) -> str:
     while state not in states and time.monotonic() < deadline:
         time.sleep(0.2)
         state = job_state(job_id)
-    assert state in states, f"job {job_id} is {state}, expected one of {sorted(states)} within {timeout} s"
+    expected = sorted(states, key=str)  # None (the job has left squeue and sacct) sorts beside the names
+    assert state in states, f"job {job_id} is {state}, expected one of {expected} within {timeout} s"
     return state
 
 
