@@ -51,7 +51,7 @@ for script in tests/*_env.sh; do
     side_all+=("$(basename "$script" _env.sh)")
 done
 side_names=()  # those built and run here, the longest runs first so that the last one to start is short
-for name in verl axolotl llamafactory vllm ppo "${side_all[@]}"; do
+for name in vllm verl axolotl llamafactory ppo "${side_all[@]}"; do
     [[ " ${side_all[*]} " == *" $name "* ]] || continue
     [ -z "${SIDE_ENVS+set}" ] || [[ " $SIDE_ENVS " == *" $name "* ]] || continue
     [[ " ${side_names[*]-} " == *" $name "* ]] || side_names+=("$name")
