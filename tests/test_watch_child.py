@@ -24,7 +24,9 @@ def steps_logged(log: Path) -> list[int]:
 
 def test_verl_log_stopped_at_the_core_step_with_the_best_checkpoint_protected(tmp_path: Path) -> None:
     log, ckpt = tmp_path / "verl.jsonl", tmp_path / "ckpt"
-    proc = child(HACKING, log, "verl", VERL_METRIC, "--checkpoints", str(ckpt), "--keep", "2", "--pace", PACE)
+    # A slower pace than the other tests: the child removes a checkpoint four log lines after writing it (--keep 2),
+    # and the watch must see the best one before then to protect it (at 0.06 s a line, a loaded machine missed it).
+    proc = child(HACKING, log, "verl", VERL_METRIC, "--checkpoints", str(ckpt), "--keep", "2", "--pace", "0.15")
     try:
         done = watch(
             str(log),
