@@ -34,7 +34,8 @@ import time
 from pathlib import Path
 
 import httpx
-from bench_service import _free_port, _job_worker, _pct, _proc_cpu
+from bench_service import _job_worker, _proc_cpu
+from service_process import free_port, pct
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -73,7 +74,7 @@ def run(label: str, code: Path, duration: float, jobs: int, workdir: Path, webho
     if receiver is not None:
         url = f"http://127.0.0.1:{receiver.server_address[1]}/hook"
         _cli(code, "webhook", "add", url, "--tenant", "bench", "--events", "stop,finish", "--db", str(db))
-    port = _free_port()
+    port = free_port()
     with open(workdir / "server.log", "wb") as log:
         proc = subprocess.Popen(
             [sys.executable, "-m", "platform_sim.service.cli", "serve", "--db", str(db), "--port", str(port)]
@@ -138,8 +139,8 @@ def run(label: str, code: Path, duration: float, jobs: int, workdir: Path, webho
         "peer": label,
         "reports": n,
         "reports_per_s": n / elapsed,
-        "p50_ms": _pct(latencies, 0.50) * 1e3,
-        "p99_ms": _pct(latencies, 0.99) * 1e3,
+        "p50_ms": pct(latencies, 0.50) * 1e3,
+        "p99_ms": pct(latencies, 0.99) * 1e3,
         "server_cpu_ms_per_report": server_cpu / max(n, 1) * 1e3,
         "errors": len(errors),
         "lost": sum(1 for name, steps in acked.items() for s in steps if (name, s) not in stored),

@@ -21,7 +21,6 @@ import json
 import multiprocessing
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -31,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from service_process import ServerProcess, pct  # this folder is on sys.path
 
 ROOT = Path(__file__).resolve().parents[1]
 A_JOBS = 5_000
@@ -42,17 +42,6 @@ LISTINGS = {
     "evals": ("/v1/jobs/a-00000/evals", "cursor", "next_cursor"),
     "events": ("/v1/events", "after", "next_after"),
 }
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _pct(values: list[float], q: float) -> float:
-    values = sorted(values)
-    return values[min(len(values) - 1, int(q * len(values)))] if values else float("nan")
 
 
 def _make_db(path: Path) -> tuple[str, str]:
@@ -80,32 +69,6 @@ def _make_db(path: Path) -> tuple[str, str]:
     finally:
         store.close()
     return token_a, token_b
-
-
-class _Server:
-    """``evalstop-server serve`` of the code at ``root`` on a copy of the database."""
-
-    def __init__(self, root: Path, db: Path, extra: list[str]) -> None:
-        self.port = _free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        cmd = [sys.executable, "-m", "platform_sim.service.cli", "serve", "--db", str(db), "--port", str(self.port)]
-        env = {**os.environ, "PYTHONPATH": str(root)}
-        self.proc = subprocess.Popen(
-            [*cmd, "--log-level", "warning", *extra], cwd=root, env=env, stderr=subprocess.DEVNULL
-        )
-        for _ in range(300):
-            try:
-                if httpx.get(f"{self.url}/readyz", timeout=1).status_code == 200:
-                    return
-            except httpx.TransportError:
-                pass
-            time.sleep(0.1)
-        self.stop()
-        raise RuntimeError(f"server of {root} did not start")
-
-    def stop(self) -> None:
-        self.proc.terminate()
-        self.proc.wait(timeout=30)
 
 
 def _tenant_a(port: int, token: str, listing: str, seconds: float, out: multiprocessing.Queue) -> None:
@@ -174,13 +137,13 @@ def _tenant_b(url: str, token: str, seconds: float) -> dict:
             lat.append(time.perf_counter() - t0)
             bad += status != 200
             next_at += interval
-    return {"n": len(lat), "p50_ms": _pct(lat, 0.5) * 1e3, "p99_ms": _pct(lat, 0.99) * 1e3, "not_200": bad}
+    return {"n": len(lat), "p50_ms": pct(lat, 0.5) * 1e3, "p99_ms": pct(lat, 0.99) * 1e3, "not_200": bad}
 
 
 def fairness(root: Path, db: Path, tokens: tuple[str, ...], listing: str, rate: float, seconds: float) -> dict:
     """B alone, then B while A pages ``listing``, on one server of the code at ``root``."""
     extra = ["--rate-limit", str(rate)] if rate else []
-    srv = _Server(root, db, extra)
+    srv = ServerProcess(db, extra, root)
     try:
         alone = _tenant_b(srv.url, tokens[1], seconds)
         queue: multiprocessing.Queue = multiprocessing.Queue()

@@ -21,8 +21,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
 import sys
 import tempfile
 import threading
@@ -32,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from bench_service import _free_port, _pct  # the service benchmark's helpers (this folder is on sys.path)
+from service_process import ServerProcess, add_tenants, pct, server_cli  # this folder is on sys.path
 
 ROOT = Path(__file__).resolve().parents[1]
 CMD = [sys.executable, "-m", "platform_sim.service.cli"]
@@ -43,40 +41,15 @@ echo 'alice|ml'
 """
 
 
-def _start(workdir: Path, delay: float) -> tuple[subprocess.Popen[bytes], str, dict[str, str]]:
+def _start(workdir: Path, delay: float) -> tuple[ServerProcess, dict[str, str]]:
     db = workdir / f"bench-{time.monotonic_ns()}.db"
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    tokens = {}
-    for name in ("quiet", "noisy"):
-        out = subprocess.run(
-            [*CMD, "tenant", "add", name, "--db", str(db)], capture_output=True, text=True, check=True, env=env
-        )
-        tokens[name] = out.stdout.strip().splitlines()[-1]
-    subprocess.run(
-        [*CMD, "tenant", "scope", "noisy", "--slurm-account", "ml", "--db", str(db)], check=True, env=env, stdout=-3
-    )
+    tokens = add_tenants(db, ("quiet", "noisy"))
+    server_cli("tenant", "scope", "noisy", "--slurm-account", "ml", db=db)
     squeue = workdir / "squeue"
     squeue.write_text(SQUEUE.format(delay=delay))
     squeue.chmod(0o755)
-    port = _free_port()
     flags = ["--actuator", "slurm", "--actuator-option", f"squeue={squeue}", "--actuator-option", "timeout_s=60"]
-    proc = subprocess.Popen(
-        [*CMD, "serve", "--db", str(db), "--port", str(port), "--log-level", "warning", *flags],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(f"{url}/readyz", timeout=1).status_code == 200:
-                return proc, url, tokens
-        except httpx.TransportError:
-            pass
-        time.sleep(0.05)
-    proc.kill()
-    raise RuntimeError("the server did not become ready")
+    return ServerProcess(db, flags), tokens
 
 
 def _flood(url: str, token: str, n: int, stop: threading.Event, answers: Counter[int]) -> list[threading.Thread]:
@@ -122,7 +95,8 @@ def _quiet(url: str, token: str, requests: int) -> tuple[list[float], int]:
 
 
 def _phase(workdir: Path, args: argparse.Namespace, flood: bool) -> dict[str, Any]:
-    proc, url, tokens = _start(workdir, args.squeue_s)
+    server, tokens = _start(workdir, args.squeue_s)
+    url = server.url
     stop, answers = threading.Event(), Counter[int]()
     try:
         threads = _flood(url, tokens["noisy"], args.flood, stop, answers) if flood else []
@@ -133,14 +107,13 @@ def _phase(workdir: Path, args: argparse.Namespace, flood: bool) -> dict[str, An
         for t in threads:
             t.join(args.squeue_s + 30)
     finally:
-        proc.terminate()
-        proc.wait(30)
+        server.stop()
     return {
         "phase": "flood" if flood else "alone",
         "requests": len(latencies),
         "errors": errors,
-        "p50_ms": round(_pct(latencies, 0.5), 2),
-        "p99_ms": round(_pct(latencies, 0.99), 2),
+        "p50_ms": round(pct(latencies, 0.5), 2),
+        "p99_ms": round(pct(latencies, 0.99), 2),
         "max_ms": round(max(latencies), 2),
         "noisy": dict(sorted(answers.items())),
     }

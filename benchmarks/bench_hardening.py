@@ -34,8 +34,9 @@ from pathlib import Path
 
 import httpx
 
-# bench_fairness.py's server runner and tenant B's paced reader (this directory is on sys.path when run as a script).
-from bench_fairness import _pct, _Server, _tenant_b
+# Tenant B's paced reader from bench_fairness.py, the server runner (this directory is on sys.path when run as a script).
+from bench_fairness import _tenant_b
+from service_process import ServerProcess, pct
 
 ROOT = Path(__file__).resolve().parents[1]
 A_REPORTS = 20_000
@@ -110,7 +111,7 @@ A_PATHS = {"dashboard": "/jobs/long", "api": "/v1/jobs/long/evals?limit=500"}
 
 
 def dashboard(root: Path, db: Path, tokens: tuple[str, ...], seconds: float, what: str = "dashboard") -> dict:
-    srv = _Server(root, db, [])
+    srv = ServerProcess(db, [], root)
     try:
         alone = _tenant_b(srv.url, tokens[1], seconds)
         queue: multiprocessing.Queue = multiprocessing.Queue()
@@ -132,7 +133,7 @@ def api(root: Path, db: Path, tokens: tuple[str, ...], seconds: float) -> dict:
 
 
 def flood(root: Path, db: Path, tokens: tuple[str, ...], seconds: float) -> dict:
-    srv = _Server(root, db, [])
+    srv = ServerProcess(db, [], root)
     sockets: list[socket.socket] = []
     try:
         t0 = time.monotonic()
@@ -170,7 +171,7 @@ def flood(root: Path, db: Path, tokens: tuple[str, ...], seconds: float) -> dict
         "requests": n,
         "not_200": n - statuses.get(200, 0),
         "statuses": statuses,
-        "p50_ms": _pct(lat, 0.5) * 1e3,
+        "p50_ms": pct(lat, 0.5) * 1e3,
     }
 
 

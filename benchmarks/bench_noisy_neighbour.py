@@ -23,9 +23,7 @@ import argparse
 import asyncio
 import json
 import multiprocessing
-import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -34,51 +32,15 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from bench_service import _free_port, _pct  # the service benchmark's helpers (this folder is on sys.path)
+from service_process import ServerProcess, add_tenants, pct  # this folder is on sys.path
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _start(workdir: Path, extra: list[str]) -> tuple[subprocess.Popen[bytes], str, dict[str, str]]:
+def _start(workdir: Path, extra: list[str]) -> tuple[ServerProcess, dict[str, str]]:
     db = workdir / f"bench-{time.monotonic_ns()}.db"
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    cmd = [sys.executable, "-m", "platform_sim.service.cli"]
-    tokens = {}
-    for name in ("quiet", "noisy"):
-        out = subprocess.run(
-            [*cmd, "tenant", "add", name, "--db", str(db)], capture_output=True, text=True, check=True, env=env
-        )
-        tokens[name] = out.stdout.strip().splitlines()[-1]
-    port = _free_port()
-    proc = subprocess.Popen(
-        [
-            *cmd,
-            "serve",
-            "--db",
-            str(db),
-            "--port",
-            str(port),
-            "--log-level",
-            "warning",
-            "--max-eval-scores",
-            "100000",
-            *extra,
-        ],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(f"{url}/readyz", timeout=1).status_code == 200:
-                return proc, url, tokens
-        except httpx.TransportError:
-            pass
-        time.sleep(0.05)
-    proc.kill()
-    raise RuntimeError("server did not start")
+    tokens = add_tenants(db, ("quiet", "noisy"))
+    return ServerProcess(db, ["--max-eval-scores", "100000", *extra]), tokens
 
 
 async def _quiet(url: str, token: str, jobs: int, rate: float, t_end: float) -> tuple[list[float], int]:
@@ -147,7 +109,8 @@ def _noisy_process(url: str, token: str, conns: int, n_scores: int, duration: fl
 
 def phase(workdir: Path, args: argparse.Namespace, noisy: bool, rate_limit: float) -> dict:
     extra = ["--rate-limit", str(rate_limit), "--rate-burst", str(rate_limit)] if rate_limit > 0 else []
-    proc, url, tokens = _start(workdir, extra)
+    server, tokens = _start(workdir, extra)
+    url = server.url
     ctx = multiprocessing.get_context("spawn")
     queue = ctx.Queue()
     neighbour = None
@@ -165,13 +128,12 @@ def phase(workdir: Path, args: argparse.Namespace, noisy: bool, rate_limit: floa
     finally:
         if neighbour is not None:
             neighbour.join(timeout=60)
-        proc.terminate()
-        proc.wait(timeout=30)
+        server.stop()
     return {
         "quiet_reports": len(lat),
         "quiet_errors": errors,
-        "p50_ms": 1e3 * _pct(lat, 0.5),
-        "p99_ms": 1e3 * _pct(lat, 0.99),
+        "p50_ms": 1e3 * pct(lat, 0.5),
+        "p99_ms": 1e3 * pct(lat, 0.99),
         "noisy_status": dict(sorted(codes.items())),
     }
 

@@ -40,7 +40,8 @@ REPO = Path(__file__).resolve().parent.parent
 
 # The same port, percentile and process-CPU helpers as the SQLite benchmark, so both tables count alike.
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_service import _free_port, _pct, _proc_cpu  # noqa: E402
+from bench_service import _proc_cpu  # noqa: E402
+from service_process import free_port, pct  # noqa: E402
 
 
 def _pg_cpu() -> float:
@@ -124,7 +125,7 @@ async def _job(
 
 
 def _start_servers(db: str, n: int, workdir: Path) -> tuple[list[subprocess.Popen], list[int]]:
-    ports = [_free_port() for _ in range(n)]
+    ports = [free_port() for _ in range(n)]
     procs = []
     for port in ports:
         log = open(workdir / f"server-{port}.log", "wb")
@@ -213,8 +214,8 @@ def run_peer(
         "reports": total,
         "seconds": elapsed,
         "reports_per_s": total / elapsed,
-        "p50_ms": _pct(latencies, 0.50) * 1e3,
-        "p99_ms": _pct(latencies, 0.99) * 1e3,
+        "p50_ms": pct(latencies, 0.50) * 1e3,
+        "p99_ms": pct(latencies, 0.99) * 1e3,
         "errors": len(errors),
         "lost": lost,
         "server_cpu_s": server_cpu,

@@ -28,7 +28,6 @@ import json
 import os
 import random
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -37,19 +36,7 @@ import time
 from pathlib import Path
 
 import httpx
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _pct(values: list[float], q: float) -> float:
-    if not values:
-        return float("nan")
-    values = sorted(values)
-    return values[min(len(values) - 1, int(q * len(values)))]
+from service_process import free_port, pct  # this folder is on sys.path
 
 
 async def _job_worker(
@@ -127,7 +114,7 @@ def bench_evalstop(
     store = SQLiteStore(db)
     tenant, token = store.add_tenant("bench")
     store.close()
-    port = _free_port()
+    port = free_port()
     log = open(workdir / "server.log", "wb")
     proc = subprocess.Popen(
         [
@@ -198,10 +185,10 @@ def bench_evalstop(
         "reports": n,
         "seconds": elapsed,
         "reports_per_s": n / elapsed,
-        "p50_ms": _pct(latencies, 0.50) * 1e3,
-        "p99_ms": _pct(latencies, 0.99) * 1e3,
-        "p90_ms": _pct(latencies, 0.90) * 1e3,
-        "p999_ms": _pct(latencies, 0.999) * 1e3,
+        "p50_ms": pct(latencies, 0.50) * 1e3,
+        "p99_ms": pct(latencies, 0.99) * 1e3,
+        "p90_ms": pct(latencies, 0.90) * 1e3,
+        "p999_ms": pct(latencies, 0.999) * 1e3,
         "max_ms": max(latencies, default=float("nan")) * 1e3,
         "errors": len(errors),
         "lost": lost,
@@ -289,8 +276,8 @@ def bench_optuna(duration: float, jobs: int, workdir: Path) -> dict:
         "reports": n,
         "seconds": elapsed,
         "reports_per_s": n / elapsed,
-        "p50_ms": _pct(latencies, 0.50) * 1e3,
-        "p99_ms": _pct(latencies, 0.99) * 1e3,
+        "p50_ms": pct(latencies, 0.50) * 1e3,
+        "p99_ms": pct(latencies, 0.99) * 1e3,
         "errors": len(errors),
         "lost": n - stored if stored < n else 0,
         "cpu_s": cpu,
