@@ -112,6 +112,40 @@ class Server:
                 self.proc.wait(timeout=10)
 
 
+def raw_connect(srv: Server, source: str = "127.0.0.1") -> socket.socket:
+    """A plain TCP connection to the server from the loopback address ``source``, for tests that speak raw HTTP."""
+    sock = socket.socket()
+    sock.settimeout(10)
+    sock.bind((source, 0))
+    sock.connect(("127.0.0.1", srv.port))
+    return sock
+
+
+def read_until_closed(sock: socket.socket, limit_s: float, trickle: bytes = b"") -> tuple[bytes, float]:
+    """What the server sent until it closed the connection (a reset reads as closed) or ``limit_s`` passed, and the
+    seconds that took; ``trickle`` is sent a byte every 0.2 s meanwhile (a slow client)."""
+    t0 = time.monotonic()
+    sock.settimeout(0.2)
+    data = b""
+    while time.monotonic() - t0 < limit_s:
+        if trickle:
+            try:
+                sock.sendall(trickle[:1])
+            except OSError:
+                break
+            trickle = trickle[1:]
+        try:
+            chunk = sock.recv(65536)
+        except TimeoutError:
+            continue
+        except ConnectionResetError:
+            break
+        if not chunk:
+            break
+        data += chunk
+    return data, time.monotonic() - t0
+
+
 def auth(token: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {token}"}
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from service_support import Server, add_tenant, auth, free_port
+from service_support import Server, add_tenant, auth, free_port, raw_connect, read_until_closed
 
 from platform_sim.service.edge import MAX_HEADER_LINE, address_key
 
@@ -30,34 +30,14 @@ def srv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
         server.stop()
 
 
-def _connect(srv: Server, source: str = "127.0.0.1") -> socket.socket:
-    sock = socket.socket()
-    sock.settimeout(10)
-    sock.bind((source, 0))
-    sock.connect(("127.0.0.1", srv.port))
-    return sock
-
-
 def _answer(sock: socket.socket, limit_s: float = 10.0) -> bytes:
-    """What the server sends until it closes the connection or ``limit_s`` passes (a reset reads as closed)."""
-    data, deadline = b"", time.monotonic() + limit_s
-    sock.settimeout(0.5)
-    while time.monotonic() < deadline:
-        try:
-            chunk = sock.recv(65536)
-        except TimeoutError:
-            continue
-        except ConnectionResetError:
-            break
-        if not chunk:
-            break
-        data += chunk
-    return data
+    """What the server sends until it closes the connection or ``limit_s`` passes."""
+    return read_until_closed(sock, limit_s)[0]
 
 
 def _request(srv: Server, headers: list[tuple[str, str]], path: str = "/healthz") -> bytes:
     head = f"GET {path} HTTP/1.1\r\nHost: x\r\n" + "".join(f"{k}: {v}\r\n" for k, v in headers) + "\r\n"
-    with _connect(srv) as sock:
+    with raw_connect(srv) as sock:
         try:
             sock.sendall(head.encode())
         except (BrokenPipeError, ConnectionResetError):
@@ -95,7 +75,7 @@ def test_header_limits_are_nginxs(srv: Server, headers: list[tuple[str, str]], p
 def test_a_header_that_never_ends_is_cut_off_before_it_is_read_whole(srv: Server) -> None:
     """Up to 4 MB of one header, sent in 16 kB pieces 10 ms apart without its end: the server answers 431 and closes
     once it has about the limit, and never reads the rest."""
-    with _connect(srv) as sock:
+    with raw_connect(srv) as sock:
         sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Endless: ")
         sent = 0
         try:
@@ -122,7 +102,7 @@ def test_one_clients_connection_flood_does_not_starve_another(tmp_path: Path) ->
     try:
         t0 = time.monotonic()
         for _ in range(300):
-            flood.append(_connect(srv))
+            flood.append(raw_connect(srv))
         opened_in = time.monotonic() - t0
         # Wait until the server has taken every one of them: the refused ones are answered and closed.
         refused: set[int] = set()
@@ -160,7 +140,7 @@ def test_a_silent_connection_is_closed_at_the_idle_deadline_not_the_header_one(t
     add_tenant(db, "alice")
     srv = Server(db, free_port(), extra_args=("--header-timeout", "30", "--keep-alive-timeout", "1")).start()
     try:
-        with _connect(srv) as silent, _connect(srv) as slow:
+        with raw_connect(srv) as silent, raw_connect(srv) as slow:
             slow.sendall(b"GET /healthz HTTP/1.1\r\n")
             t0 = time.monotonic()
             _answer(silent, limit_s=15)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from service_support import Server, add_tenant, free_port
+from service_support import Server, add_tenant, free_port, raw_connect, read_until_closed
 
 DEADLINE = 1.0
 MARGIN = 4.0  # generous: the machine may be loaded; without deadlines the connection stays open for good
@@ -29,32 +29,7 @@ def srv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
 
 
 def _until_closed(sock: socket.socket, trickle: bytes = b"") -> tuple[bytes, float]:
-    """What the server sent until it closed the connection, and the seconds that took; ``trickle`` is sent a byte
-    every 0.2 s meanwhile (a slow client)."""
-    t0 = time.monotonic()
-    sock.settimeout(0.2)
-    data = b""
-    while time.monotonic() - t0 < DEADLINE + MARGIN + 5:
-        if trickle:
-            try:
-                sock.sendall(trickle[:1])
-            except OSError:
-                break
-            trickle = trickle[1:]
-        try:
-            chunk = sock.recv(65536)
-        except TimeoutError:
-            continue
-        except ConnectionResetError:
-            break
-        if not chunk:
-            break
-        data += chunk
-    return data, time.monotonic() - t0
-
-
-def _connect(srv: Server) -> socket.socket:
-    return socket.create_connection(("127.0.0.1", srv.port), timeout=5)
+    return read_until_closed(sock, DEADLINE + MARGIN + 5, trickle)
 
 
 def _closed_in_time(data: bytes, took: float, status: bytes | None) -> None:
@@ -64,12 +39,12 @@ def _closed_in_time(data: bytes, took: float, status: bytes | None) -> None:
 
 
 def test_a_connection_that_sends_nothing_is_closed(srv: Server) -> None:
-    with _connect(srv) as sock:
+    with raw_connect(srv) as sock:
         _closed_in_time(*_until_closed(sock), b"408")
 
 
 def test_slow_headers_are_cut_off(srv: Server) -> None:
-    with _connect(srv) as sock:
+    with raw_connect(srv) as sock:
         sock.sendall(b"GET /healthz HTTP/1.1\r\n")
         _closed_in_time(*_until_closed(sock, trickle=b"Host: 127.0.0.1\r\nX-Slow: " + b"a" * 200), b"408")
 
@@ -77,14 +52,14 @@ def test_slow_headers_are_cut_off(srv: Server) -> None:
 @pytest.mark.parametrize("trickle", [b"", b"x" * 200], ids=["stalled", "slow"])
 def test_a_body_shorter_than_its_length_is_cut_off(srv: Server, trickle: bytes) -> None:
     """``Content-Length: 100`` with 2 bytes (then nothing, or a byte at a time) waited forever."""
-    with _connect(srv) as sock:
+    with raw_connect(srv) as sock:
         head = b"POST /v1/jobs HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 300\r\n\r\n"
         sock.sendall(head + b"{}")
         _closed_in_time(*_until_closed(sock, trickle=trickle), b"408")
 
 
 def test_an_idle_keep_alive_connection_is_closed(srv: Server) -> None:
-    with _connect(srv) as sock:
+    with raw_connect(srv) as sock:
         sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
         data, took = _until_closed(sock)
         assert data.startswith(b"HTTP/1.1 200") and data.count(b"HTTP/1.1") == 1, data[:200]
@@ -103,7 +78,7 @@ def test_connections_beyond_the_cap_get_503(tmp_path: Path) -> None:
     server = Server(db, free_port(), extra_args=("--max-connections", "3")).start()
     held = []
     try:
-        held = [_connect(server) for _ in range(3)]
+        held = [raw_connect(server) for _ in range(3)]
         deadline = time.monotonic() + 10
         while httpx.get(f"{server.url}/healthz", timeout=10).status_code != 503:  # once it has accepted all three
             assert time.monotonic() < deadline, "a fourth connection was served"
