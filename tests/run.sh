@@ -57,12 +57,21 @@ for name in vllm verl axolotl llamafactory ppo "${side_all[@]}"; do
     [[ " ${side_names[*]-} " == *" $name "* ]] || side_names+=("$name")
 done
 
-phase() {  # NAME CMD...: runs CMD; its start, duration and status go to the table printed at the end
-    local name=$1 start rc=0
+cpu_ticks() {  # "busy total": the machine's CPU time (all cores, in clock ticks) spent busy and in all, since boot
+    awk '/^cpu /{ idle = $5 + $6; total = 0; for (i = 2; i <= NF; i++) total += $i; print total - idle, total; exit }' \
+        /proc/stat 2>/dev/null || echo "0 0"
+}
+
+phase() {  # NAME CMD...: runs CMD; its start, duration, status and how busy the machine's cores were meanwhile go
+    # to the table printed at the end (the busy share counts every process: a phase that leaves cores idle shows it)
+    local name=$1 start rc=0 busy0 total0 busy1 total1
     shift
     start=$(date +%s)
+    read -r busy0 total0 < <(cpu_ticks)
     "$@" || rc=$?
-    printf '%s\t%s\t%s\t%s\n' "$name" "$((start - t0))" "$(($(date +%s) - start))" "$rc" >>"$work/phases"
+    read -r busy1 total1 < <(cpu_ticks)
+    local share=$(((busy1 - busy0) * 100 / (total1 - total0 > 0 ? total1 - total0 : 1)))
+    printf '%s\t%s\t%s\t%s\t%s\n' "$name" "$((start - t0))" "$(($(date +%s) - start))" "$rc" "$share" >>"$work/phases"
     return "$rc"
 }
 
@@ -70,9 +79,10 @@ print_phases() {
     [ -s "$work/phases" ] || return 0
     echo "=== tests/run.sh: phases (seconds from the start; $cores cores, main run on $workers xdist workers," \
         "side runs $lanes at a time)"
-    printf '%-40s %6s %6s  %s\n' phase start took status
-    sort -t$'\t' -k2,2n -s "$work/phases" | while IFS=$'\t' read -r name start took rc; do
-        printf '%-40s %6s %6s  %s\n' "$name" "$start" "$took" "$([ "$rc" = 0 ] && echo ok || echo "failed ($rc)")"
+    printf '%-40s %6s %6s %5s  %s\n' phase start took busy status
+    sort -t$'\t' -k2,2n -s "$work/phases" | while IFS=$'\t' read -r name start took rc share; do
+        printf '%-40s %6s %6s %4s%%  %s\n' "$name" "$start" "$took" "$share" \
+            "$([ "$rc" = 0 ] && echo ok || echo "failed ($rc)")"
     done
     local total=$(($(date +%s) - t0))
     printf '%-40s %6s %6s  (%d min %02d s)\n' total 0 "$total" $((total / 60)) $((total % 60))
