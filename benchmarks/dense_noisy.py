@@ -83,12 +83,22 @@ class Run:
     true: np.ndarray  # the noise-free (or smoothed) score at each eval
     gain: float  # the run's rise: the best true score minus the first
     examples: tuple[tuple[float, ...] | None, ...] = ()  # per-example scores (used only in per-example mode)
+    planned_steps: int | None = None  # what the run's reports carry (the trainer's max_steps); None: the last step
+
+
+def per_look_spec() -> dict[str, Any]:
+    """The default's spec with the per-look means-only test whatever the reports carry: the default as it decides
+    without ``planned_steps`` (and as it decided before the planned test)."""
+    spec = default_spec()
+    return {**spec, "params": {**spec["params"], "means_test": "window"}}
 
 
 def shipped() -> dict[str, DetectorFactory]:
-    """The project's default and the paper's rule, built from their specs by the core's factory."""
+    """The project's default (its reports carry the run's planned steps), the default without them (the per-look
+    test) and the paper's rule, built from their specs by the core's factory."""
     return {
         "default": lambda n: detector_from_spec(default_spec()),
+        "default, no planned_steps": lambda n: detector_from_spec(per_look_spec()),
         "paper": lambda n: detector_from_spec(paper_spec()),
     }
 
@@ -162,6 +172,7 @@ def trace_run(t: RealTrace, every: int) -> Run:
         true,
         gain if gain > 0 else float(np.ptp(true_all)),
         ex,
+        t.planned_steps,
     )
 
 
@@ -178,7 +189,8 @@ def replay(detector: Detector, run: Run, per_example: bool = False) -> tuple[int
     stop = None
     for i, (step, score) in enumerate(zip(run.steps, run.observed)):
         per = run.examples[i] if per_example and run.examples else None
-        if mon.observe(int(step), float(score), None if per is None else list(per)).should_stop:
+        planned = run.planned_steps or int(run.steps[-1])  # a run planned to end at its last eval
+        if mon.observe(int(step), float(score), None if per is None else list(per), planned_steps=planned).should_stop:
             stop = i
             break
     best = run.steps.index(mon.best_step) if stop is not None and mon.best_step is not None else len(run.steps) - 1

@@ -196,3 +196,15 @@ def test_noise_free_means_that_fall_materially_are_stopped_soon_after_the_peak()
     stop, decisions = _run(default_spec(), steps, means, 40)
     assert stop is not None and 20 < stop <= 27, decisions[-1].reason
     assert decisions[-1].best_step == 20
+
+
+def test_a_run_that_never_rose_needs_no_material_drop_but_a_risen_one_does():
+    # Worse from its first evals (a fine-tune that overfits at once): no gain to lose, a significant fall stops it.
+    rng = np.random.default_rng(4)
+    steps = np.arange(2, 41, 2)
+    falling = 0.6 - 0.01 * steps + rng.normal(0, 0.01, len(steps))
+    assert _run(default_spec(), steps, falling, 40)[0] is not None
+    # Risen by 0.4, then a significant but small slide (5% of the rise): not material, never stopped.
+    risen = np.where(steps < 20, 0.2 + 0.4 * steps / 20, 0.6 - 0.02 * (steps - 20) / 20) + rng.normal(0, 0.001, 20)
+    assert _run(default_spec(), steps, risen, 40)[0] is None
+    assert _run(PER_LOOK, steps, risen, 40)[0] is not None

@@ -213,6 +213,15 @@ class PlannedSlope(ProgressSlope):
     def look_alpha(self) -> float:
         return self.look_level
 
+    def _material(self, slope: float, x_last: float) -> bool:
+        # A run that has not risen (its best window mean is its first) has no gain to lose: a significant fall is
+        # material whatever its size (a run that gets worse from its first evals, e.g. a fine-tune that overfits at
+        # once, is stopped); otherwise a drop of rel_drop of the rise, as in the anytime test.
+        assert self.best_level is not None and self.start_level is not None
+        if self.best_level <= self.start_level:
+            return True
+        return super()._material(slope, x_last)
+
     def state_dict(self) -> dict[str, Any]:
         return {**super().state_dict(), "planned": [self.planned_steps, self.prev_step]}
 
