@@ -83,12 +83,22 @@ class Run:
     true: np.ndarray  # the noise-free (or smoothed) score at each eval
     gain: float  # the run's rise: the best true score minus the first
     examples: tuple[tuple[float, ...] | None, ...] = ()  # per-example scores (used only in per-example mode)
+    planned_steps: int | None = None  # what the run's reports carry (the trainer's max_steps); None: the last step
+
+
+def per_look_spec() -> dict[str, Any]:
+    """The default's spec with the per-look means-only test whatever the reports carry: the default as it decides
+    without ``planned_steps`` (and as it decided before the planned test)."""
+    spec = default_spec()
+    return {**spec, "params": {**spec["params"], "means_test": "window"}}
 
 
 def shipped() -> dict[str, DetectorFactory]:
-    """The project's default and the paper's rule, built from their specs by the core's factory."""
+    """The project's default (its reports carry the run's planned steps), the default without them (the per-look
+    test) and the paper's rule, built from their specs by the core's factory."""
     return {
         "default": lambda n: detector_from_spec(default_spec()),
+        "default, no planned_steps": lambda n: detector_from_spec(per_look_spec()),
         "paper": lambda n: detector_from_spec(paper_spec()),
     }
 
@@ -162,6 +172,7 @@ def trace_run(t: RealTrace, every: int) -> Run:
         true,
         gain if gain > 0 else float(np.ptp(true_all)),
         ex,
+        t.planned_steps,
     )
 
 
@@ -172,13 +183,20 @@ def dense_traces(split: str) -> list[RealTrace]:
 
 
 # ------------------------------------------------------------------------------------------------------------ replay
-def replay(detector: Detector, run: Run, per_example: bool = False) -> tuple[int | None, int]:
-    """Feed the run's evals to a :class:`JobMonitor`; the index of the stop (None: never) and of the delivered eval."""
+def replay(detector: Detector, run: Run, per_example: bool | str = False) -> tuple[int | None, int]:
+    """Feed the run's evals to a :class:`JobMonitor`; the index of the stop (None: never) and of the delivered eval.
+
+    ``per_example``: True (or ``"per-example"``) hands the detector the run's per-example scores; ``"mean-and-spread"``
+    the mean with the sample standard deviation (``ddof=1``) and count of those scores instead; False: the means."""
     mon = JobMonitor(job_id=run.name, job_type="rlhf", detector=detector)
     stop = None
+    spread = per_example == "mean-and-spread"
     for i, (step, score) in enumerate(zip(run.steps, run.observed)):
         per = run.examples[i] if per_example and run.examples else None
-        if mon.observe(int(step), float(score), None if per is None else list(per)).should_stop:
+        planned = run.planned_steps or int(run.steps[-1])  # a run planned to end at its last eval
+        std, n = (statistics.stdev(per), len(per)) if spread and per is not None and len(per) >= 2 else (None, None)
+        values = None if per is None or spread else list(per)
+        if mon.observe(int(step), float(score), values, std, n, planned).should_stop:
             stop = i
             break
     best = run.steps.index(mon.best_step) if stop is not None and mon.best_step is not None else len(run.steps) - 1
@@ -190,11 +208,16 @@ def cost_of(run: Run, delivered: int) -> float:
     return float((run.true.max() - run.true[delivered]) / run.gain) if run.gain > 0 else 0.0
 
 
-def healthy_cell(make: DetectorFactory, runs: Sequence[Run]) -> dict[str, Any]:
-    """Stops and their costs over healthy runs."""
+def evidence(per_example: bool | str) -> str:
+    """The evidence mode a ``per_example`` argument names."""
+    return per_example if isinstance(per_example, str) else "per-example" if per_example else "means only"
+
+
+def healthy_cell(make: DetectorFactory, runs: Sequence[Run], per_example: bool | str = False) -> dict[str, Any]:
+    """Stops and their costs over healthy runs (``per_example``: with the runs' per-example scores)."""
     costs = []
     for r in runs:
-        stop, best = replay(make(r), r)
+        stop, best = replay(make(r), r, per_example)
         if stop is not None:
             costs.append(cost_of(r, best))
     costly = sum(c > COST_BAR for c in costs)
@@ -242,8 +265,10 @@ def healthy_grid(
     densities: Iterable[int] = DENSITIES,
     noises: Iterable[float] = NOISE_LEVELS,
     traces: Sequence[RealTrace] | None = None,
+    per_example: bool | str = False,
 ) -> list[dict[str, Any]]:
-    """One row per (source, density, noise, detector)."""
+    """One row per (source, density, noise, detector); ``per_example``: the dense traces with their per-example
+    scores (the synthetic runs have none: pass no ``densities`` then)."""
     seed0 = 0 if split == "tune" else TEST_SEED
     rows = []
     for fam in families:
@@ -260,11 +285,11 @@ def healthy_grid(
         for name, make in detectors.items():
             rows.append(
                 {
-                    "source": f"dense traces, every {every}",
+                    "source": f"dense traces, every {every}" + (f", {evidence(per_example)}" if per_example else ""),
                     "evals": n,
                     "noise": None,
                     "detector": name,
-                    **healthy_cell(make, rs),
+                    **healthy_cell(make, rs, per_example),
                 }
             )
     return rows
@@ -342,6 +367,14 @@ def main(argv: Sequence[str] | None = None) -> None:
         "(repeatable; built by the core's detector_from_spec for every run)",
     )
     ap.add_argument("--write", metavar="PATH", help="also write the tables as a markdown page")
+    ap.add_argument(
+        "--evidence",
+        choices=("means only", "per-example", "mean-and-spread"),
+        default="means only",
+        help="with per-example or mean-and-spread: only the dense traces, with their recorded per-example scores or "
+        "the mean with their standard deviation and count (does that mode stop more healthy runs as evals get "
+        "denser?); default: means only, every table",
+    )
     args = ap.parse_args(argv)
     # Means only on purpose: the shipped trend's once-per-detector fallback warning would print once per run.
     logging.getLogger("platform_sim").setLevel(logging.ERROR)
@@ -361,11 +394,16 @@ def main(argv: Sequence[str] | None = None) -> None:
         except (json.JSONDecodeError, ValueError) as exc:
             ap.error(f"--spec {label}: {exc}")
         detectors[label] = spec_factory(parsed)
-    rows = healthy_grid(detectors, args.split, args.runs, densities=args.densities)
-    hrows = hacking_rows(detectors, args.split, args.runs)
+    if args.evidence != "means only":
+        rows = healthy_grid(detectors, args.split, args.runs, densities=(), per_example=args.evidence)
+        hrows = []
+    else:
+        rows = healthy_grid(detectors, args.split, args.runs, densities=args.densities)
+        hrows = hacking_rows(detectors, args.split, args.runs)
     text = "\n".join(
         [
-            f"## Healthy runs, means only ({args.split} data; stopped/runs, costly = the stop gave up > 10% of the gain)\n",
+            f"## Healthy runs, {args.evidence} ({args.split} data; stopped/runs, "
+            "costly = the stop gave up > 10% of the gain)\n",
             healthy_table(rows),
             "\n## Hacking runs, normal cadence\n",
             hacking_table(hrows),

@@ -224,7 +224,7 @@ class EvalStopCallback(CallbackAttributes, TrainerCallback, ExportableState):
         """Main process: send the report, return the payload every rank applies (or the error every rank raises)."""
         t0 = time.perf_counter()
         try:
-            if (reported := self.job.report(step, result, self.evaluator)) is None:
+            if (reported := self.job.report(step, result, self.evaluator, max_steps(state) or None)) is None:
                 return self.job.skipped(step)  # NaN or inf: recorded on every rank, not decided on (nonfinite.py)
             checked, decision = reported
             extras = dict(self.trace_extras(args, state) or {}) if self.trace_extras is not None else {}

@@ -40,6 +40,7 @@ def make_report(
     error: type[Exception] | None = None,
     std: float | None = None,
     n: int | None = None,
+    planned_steps: int | None = None,
 ) -> Report:
     """The :class:`Report` of one evaluation, built the one way every entry point builds it: a NaN or inf score is
     refused first by :func:`refuse_non_finite`, with the job and step named.
@@ -51,6 +52,8 @@ def make_report(
         error: The exception class for a non-finite score or spread (default :class:`NonFiniteScoreError`).
         std: The sample standard deviation of the evaluation's example scores (the report's ``eval_std``), or None.
         n: Their count (``eval_n``), given together with ``std``.
+        planned_steps: The run's planned training steps (the trainer's ``max_steps``; the report's
+            ``planned_steps``), an integer >= 1, or None (unknown: 0 is read as unknown too).
 
     Raises:
         ``error``: A non-finite score, per-example score or ``std``.
@@ -64,7 +67,8 @@ def make_report(
             "(leave the spread out, or fix the metric that logs it)"
         )
     try:
-        return Report(job_id, job_type, step, score, None if scores is None else tuple(scores), std, n)
+        values = None if scores is None else tuple(scores)
+        return Report(job_id, job_type, step, score, values, std, n, planned_steps or None)
     except InvalidReportError as exc:
         if std is None and n is None:
             raise

@@ -49,11 +49,15 @@ class JobReporter:
             raise RuntimeError("EvalStop: the client returned no job id at registration")
         return self.job_id
 
-    def report(self, step: int, result: object, evaluator: object) -> tuple[EvalResult, Decision] | None:
+    def report(
+        self, step: int, result: object, evaluator: object, planned_steps: int | None = None
+    ) -> tuple[EvalResult, Decision] | None:
         """Report the evaluation of ``step`` and return the checked result with the scheduler's decision; None for a
         NaN or inf evaluation, which is not reported (:meth:`skipped` says what every rank records).
 
-        The report carries the result's spread (``EvalResult.std``/``n``: ``eval_std``/``eval_n``) when it has one.
+        The report carries the result's spread (``EvalResult.std``/``n``: ``eval_std``/``eval_n``) when it has one,
+        and the run's ``planned_steps`` (the trainer's ``max_steps``; None or 0: unknown), with which the default
+        detector bounds its false stops per run rather than per eval.
 
         Raises:
             EvaluatorError: ``result`` is not a finite :class:`EvalResult`, or its spread is not finite (named with
@@ -68,7 +72,9 @@ class JobReporter:
         checked = checked_result(result, evaluator, step)
         scores = tuple(checked.scores) if checked.scores else None
         job_type = self.settings.job_type
-        report = make_report(job_id, job_type, step, checked.score, scores, EvaluatorError, checked.std, checked.n)
+        report = make_report(
+            job_id, job_type, step, checked.score, scores, EvaluatorError, checked.std, checked.n, planned_steps
+        )
         self.last_mode = report.mode
         return checked, self.client.report(report)
 

@@ -22,7 +22,7 @@ import threading
 import time
 import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import httpx
@@ -270,7 +270,9 @@ class PlatformClient:
         while link.backlog:
             report = link.backlog[0]
             try:
-                reply = self._request("POST", f"/v1/jobs/{job_id}/evals", report.to_dict())
+                body = report.to_dict()
+                body.pop("planned_steps", None)  # registered with the job, not sent per report (see report())
+                reply = self._request("POST", f"/v1/jobs/{job_id}/evals", body)
             except PlatformError as exc:
                 if exc.status in (409, 422):
                     # The local core accepted this report but the service's history contradicts it: typically a run
@@ -362,6 +364,10 @@ class PlatformClient:
             link = self._links.get(report.job_id)
             if link is None:
                 raise KeyError(f"job {report.job_id!r} is not registered; call register() first")
+            # The plan the service decides with is the one the job registered (a report's planned_steps is not a
+            # wire field: the service refuses unknown fields); the local core decides with the same one, so that
+            # both apply the same rule.
+            report = replace(report, planned_steps=link.planned_steps)
             local = self._shadow.report(report)  # same validation and rule as embedded mode
             if not any(r.step == report.step for r in link.backlog):
                 link.backlog.append(report)

@@ -193,11 +193,16 @@ class EvalStopMonitor:
         return [sign * sum(v) / len(v) for v in (by_prompt[k] for k in keys)]
 
     def observe(
-        self, step: int, metrics: Mapping[str, Any], samples: Sequence[tuple[str, float]] | None = None
+        self,
+        step: int,
+        metrics: Mapping[str, Any],
+        samples: Sequence[tuple[str, float]] | None = None,
+        planned_steps: int | None = None,
     ) -> Decision | None:
         """Report one validation (verl's ``_validate`` result at ``step``) and return the core's decision; None for
         a NaN or inf validation, which is recorded in :attr:`non_finite` and not reported (the one non-finite
-        policy, :class:`~evalstop_callbacks.nonfinite.NonFinitePolicy`: a few in a row make :attr:`stopping`)."""
+        policy, :class:`~evalstop_callbacks.nonfinite.NonFinitePolicy`: a few in a row make :attr:`stopping`).
+        ``planned_steps`` (verl's ``total_training_steps``; None or 0: unknown) goes with the report."""
         name, value = self.select(metrics)
         self.metric_name = name
         scores = self.paired_scores(metrics, name, samples)
@@ -209,7 +214,10 @@ class EvalStopMonitor:
         if scores is None and not self._warned_means_only:
             logger.info("evalstop: no per-example scores for %s; the detector decides on means alone", name)
             self._warned_means_only = True
-        report = make_report(self.job_id, self.config.job_type, step, self.core_score(value), scores or None)
+        score = self.core_score(value)
+        report = make_report(
+            self.job_id, self.config.job_type, step, score, scores or None, planned_steps=planned_steps
+        )
         self.decision = self.client.report(report)
         self.evals.append([step, value])
         if self.decision.should_stop and self.would_stop_at is None:

@@ -100,7 +100,8 @@ class EvalStopTrainerMixin:
             return metrics
         if monitor.stopping:
             return metrics  # the loop is ending; verl's own last-step validation may still come
-        decision = monitor.observe(step, metrics, self._evalstop_samples)
+        planned = getattr(self, "total_training_steps", None)  # verl's planned steps, set before fit() trains
+        decision = monitor.observe(step, metrics, self._evalstop_samples, planned if isinstance(planned, int) else None)
         if decision is None:  # a NaN or inf validation: recorded, not decided on (evalstop_callbacks.nonfinite)
             self._evalstop_write_state()
             if monitor.stopping:

@@ -55,3 +55,19 @@ def test_a_recorded_trace_is_read_every_nth_step() -> None:
     run = trace_run(t, 5)
     assert run.steps == (5, 10, 15, 20)
     assert run.gain > 0
+
+
+@pytest.mark.parametrize("evidence", ["per-example", "mean-and-spread", False])
+def test_replay_hands_the_detector_the_evidence_asked_for_and_the_runs_plan(evidence) -> None:
+    from platform_sim.core import EvidenceMode, default_spec, detector_from_spec
+
+    rng = np.random.default_rng(1)
+    steps = tuple(range(1, 13))
+    examples = tuple(tuple(float(v) for v in 0.5 + rng.normal(0, 0.1, 8)) for _ in steps)
+    observed = np.asarray([np.mean(e) for e in examples])
+    run = Run("r", steps, observed, observed, 0.1, examples, planned_steps=40)
+    det = detector_from_spec(default_spec())
+    replay(det, run, evidence)
+    want = {"per-example": EvidenceMode.PER_EXAMPLE, "mean-and-spread": EvidenceMode.MEAN_AND_SPREAD}
+    assert det.mode() is want.get(evidence, EvidenceMode.MEANS_ONLY)
+    assert det.state_dict()["planned"]["planned"][0] == 40

@@ -170,6 +170,13 @@ def _add_evidence_flags(parser: argparse.ArgumentParser) -> None:
         metavar="N",
         help="how many example scores each evaluation averages (>= 2), which the spread needs",
     )
+    add(
+        "--planned-steps",
+        type=int,
+        metavar="N",
+        help="the run's planned training steps (its max_steps, >= 1): the default detector then bounds its false "
+        "stops per run, however often the run is evaluated; without it, per evaluation",
+    )
 
 
 def _add_stop_flags(parser: argparse.ArgumentParser) -> None:
@@ -374,6 +381,7 @@ def run_args(args: argparse.Namespace) -> int:
             std_metric=args.std_metric,
             n=args.n,
             max_non_finite=args.max_non_finite,
+            planned_steps=args.planned_steps,
         )
         plan = StopPlan(
             pid=args.pid,

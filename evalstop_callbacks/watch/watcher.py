@@ -27,7 +27,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from platform_sim.core import Decision, EvidenceMode, Report, default_spec, detector_from_spec
+from platform_sim.core import Decision, EvidenceMode, InvalidReportError, Report, default_spec, detector_from_spec
+from platform_sim.core.boundary import check_planned_steps
 
 from ..client import BoundaryClient, EmbeddedClient, make_report
 from ..keeper import BestCheckpoints, checkpoint_steps
@@ -184,6 +185,8 @@ class Watcher:
         n: The count of each evaluation's example scores, which the spread needs (None: means only).
         max_non_finite: How many NaN or inf evaluations of the metric in a row stop the run (the one non-finite
             policy, :class:`~evalstop_callbacks.nonfinite.NonFinitePolicy`; fewer are recorded and skipped).
+        planned_steps: The run's planned training steps (``--planned-steps``), carried by every report so that the
+            default detector bounds its false stops per run rather than per eval; None: unknown (per look).
 
     Raises:
         WatchError: A bad format name, detector spec or job type.
@@ -210,6 +213,7 @@ class Watcher:
         std_metric: str | None = None,
         n: int | None = None,
         max_non_finite: int = DEFAULT_MAX_CONSECUTIVE,
+        planned_steps: int | None = None,
     ) -> None:
         if format not in FORMATS:
             raise WatchError(f"--format must be one of {', '.join(FORMATS)}, got {format!r}")
@@ -224,6 +228,10 @@ class Watcher:
         if (prune_others or keep_best != 1) and checkpoints is None:
             raise WatchError(f"{'--prune-others' if prune_others else '--keep-best'} needs --checkpoints")
         self.mode = mode
+        try:
+            self.planned_steps = check_planned_steps(planned_steps)
+        except InvalidReportError as exc:
+            raise WatchError(f"--planned-steps: {exc}") from None
         try:
             self.non_finite = NonFinitePolicy(max_non_finite, where="evalstop watch")
         except ValueError as exc:
@@ -327,7 +335,9 @@ class Watcher:
                 self._skip_non_finite(step, value)
                 continue
             std, n = (None, None) if scores is not None else self.spread.at(step, self.selector.chosen or "")
-            report = make_report(self.job_id, self.job_type, step, self.sign * value, scores, WatchError, std, n)
+            report = make_report(
+                self.job_id, self.job_type, step, self.sign * value, scores, WatchError, std, n, self.planned_steps
+            )
             try:
                 self.decision = self.client.report(report)
             except ValueError as exc:  # the core refused it (e.g. per-example scores of another length)

@@ -1,6 +1,6 @@
 """The information boundary: what may cross from a training job to the scheduler, and what comes back.
 
-A :class:`Report` is a whitelist of the seven fields below. Unknown fields are rejected, never ignored, so a client that
+A :class:`Report` is a whitelist of the eight fields below. Unknown fields are rejected, never ignored, so a client that
 tries to send a training loss, a proxy reward or a path fails loudly instead of leaking it. A :class:`Decision` is
 the scheduler's only answer. Both are plain frozen dataclasses with ``to_dict``/``from_dict`` so that the embedded
 client, the HTTP service and the simulator all speak the same objects.
@@ -18,7 +18,7 @@ JOB_TYPES: tuple[str, ...] = ("rlhf", "dpo", "lora", "sft", "other")
 """Job types a report may name. Schedulers may treat them differently (StopAt-p only stops ``rlhf``)."""
 
 REPORT_FIELDS: frozenset[str] = frozenset(
-    {"job_id", "job_type", "step", "eval_score", "eval_scores", "eval_std", "eval_n"}
+    {"job_id", "job_type", "step", "eval_score", "eval_scores", "eval_std", "eval_n", "planned_steps"}
 )
 DECISION_FIELDS: frozenset[str] = frozenset(
     {"action", "reason", "declines", "best_step", "best_score", "next_eval_step"}
@@ -143,6 +143,18 @@ def check_step(value: Any) -> int:
     return step
 
 
+def check_planned_steps(value: Any) -> int | None:
+    """Return ``value`` as the run's planned number of steps (None stays None), or raise :class:`InvalidReportError`
+    if it is not an integer >= 1 (an integral float, as some JSON encoders write one, is accepted as ``step`` is)."""
+    if value is None:
+        return None
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise InvalidReportError(f"planned_steps must be an integer >= 1 (the run's planned steps), got {value!r}")
+    return value
+
+
 def check_job_type(value: Any) -> str:
     if not isinstance(value, str) or value not in JOB_TYPES:
         raise InvalidReportError(f"job_type must be one of {', '.join(JOB_TYPES)}; got {value!r}")
@@ -165,6 +177,10 @@ class Report:
             ``eval_n`` or not at all; with ``eval_scores`` it must agree with them.
         eval_n: Optional count of the evaluation's example scores, an integer >= 2, together with ``eval_std``; with
             ``eval_scores`` it must equal their length.
+        planned_steps: Optional number of training steps the run is planned to take (a trainer's ``max_steps``), an
+            integer >= 1: a fact about the run's schedule, like ``step``, that lets a detector measure its window and
+            spend its false-stop level in training progress (``step / planned_steps``) instead of in evals. A
+            ``step`` beyond it is valid (runs get extended); what a detector then does is its own documented rule.
     """
 
     job_id: str
@@ -174,6 +190,7 @@ class Report:
     eval_scores: tuple[float, ...] | None = None
     eval_std: float | None = None
     eval_n: int | None = None
+    planned_steps: int | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.job_id, str) or not self.job_id:
@@ -189,6 +206,7 @@ class Report:
             scores = check_finite_scores(self.eval_scores)
             object.__setattr__(self, "eval_scores", scores)
         self._check_spread()
+        object.__setattr__(self, "planned_steps", check_planned_steps(self.planned_steps))
 
     def _check_spread(self) -> None:
         """``eval_std`` and ``eval_n`` come together, are valid, and agree with ``eval_scores`` when both are given."""
@@ -251,6 +269,8 @@ class Report:
         if self.eval_std is not None:
             out["eval_std"] = self.eval_std
             out["eval_n"] = self.eval_n
+        if self.planned_steps is not None:
+            out["planned_steps"] = self.planned_steps
         return out
 
 

@@ -37,6 +37,7 @@ from .boundary import (
     check_finite_score,
     check_finite_scores,
     check_job_type,
+    check_planned_steps,
     check_step,
 )
 from .cadence import CadencePolicy, cadence_from_spec
@@ -118,7 +119,9 @@ class JobMonitor:
             raise InvalidReportError(f"report for job {report.job_id!r} sent to job {self.job_id!r}")
         if report.job_type != self.job_type:
             raise ConflictError(f"job {self.job_id!r} is of type {self.job_type!r}, report says {report.job_type!r}")
-        return self.observe(report.step, report.eval_score, report.eval_scores, report.eval_std, report.eval_n)
+        return self.observe(
+            report.step, report.eval_score, report.eval_scores, report.eval_std, report.eval_n, report.planned_steps
+        )
 
     def observe(
         self,
@@ -127,13 +130,16 @@ class JobMonitor:
         scores: Sequence[float] | None = None,
         eval_std: float | None = None,
         eval_n: int | None = None,
+        planned_steps: int | None = None,
     ) -> Decision:
         """Take the eval of ``step`` and return the decision.
 
         ``eval_std`` and ``eval_n`` (together, as a :class:`~platform_sim.core.boundary.Report` carries them, and
         checked by its rules) are the spread of the eval's example scores; the detector decides on the richest
         evidence it can use, and the decision's reason begins with that mode
-        (:meth:`~platform_sim.core.boundary.EvidenceMode.label`).
+        (:meth:`~platform_sim.core.boundary.EvidenceMode.label`). ``planned_steps`` (a report's, checked by its
+        rule: an integer >= 1) is handed to the detector (:meth:`~platform_sim.core.detectors.Detector.plan`) before
+        the eval.
 
         Raises:
             InvalidReportError: ``score`` or one of ``scores`` is not a finite number of magnitude at most
@@ -166,8 +172,11 @@ class JobMonitor:
             checked = Report(self.job_id, self.job_type, step, score, scores, eval_std, eval_n)
             assert checked.eval_std is not None and checked.eval_n is not None
             spread = Spread(checked.eval_std, checked.eval_n)
+        if planned_steps is not None:
+            planned_steps = check_planned_steps(planned_steps)
         forget = not self.detector.keeps_extra_evals and self._next_is_extra(step)
         snapshot = self.detector.state_dict() if forget else None
+        self.detector.plan(planned_steps)
         verdict = self.detector.judge(step, score, scores, spread)
         mode = self.detector.mode()
         self.steps.append(step)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from platform_sim.core import Decision, JobMonitor, Report
@@ -317,6 +317,10 @@ def apply_report(key: tuple[Any, ...], job: JobState, report: Report, writes: Wr
     monitor = job.monitor
     n_before = len(monitor.steps)
     was_stopped = monitor.stopped
+    if report.planned_steps is None and job.planned_steps:
+        # The planned steps the job declared at registration: the default detector bounds its false stops per run
+        # with them (the wire's report has no such field; the job's row has it).
+        report = replace(report, planned_steps=job.planned_steps)
     decision = monitor.observe_report(report)  # the core's one implementation
     if len(monitor.steps) == n_before:
         return ReportOutcome(decision, resend=True)

@@ -309,6 +309,14 @@ class RealTrace:
         return int(planned) if isinstance(planned, int) and planned >= self.steps[-1] > 0 else max(self.steps[-1], 1)
 
     @property
+    def reported_planned_steps(self) -> int | None:
+        """The header's ``planned_steps`` as the run's reports would have carried it (the trainer's ``max_steps``):
+        an integer >= 1, else None (absent, or 0 as a recorder writes an unknown one). Unlike :attr:`planned_steps`
+        it is never made up from the last eval: a replay reports only what the run knew."""
+        planned = self.header.get("planned_steps")
+        return planned if isinstance(planned, int) and not isinstance(planned, bool) and planned >= 1 else None
+
+    @property
     def algo(self) -> str:
         """``grpo``/``ppo``/... from the recording config or the trainer name, else ``"unknown"``."""
         run = (self.header.get("config") or {}).get("run") or {}

@@ -102,7 +102,8 @@ def dense_trace_run(
     step: int | None = regular[0]
     while step is not None:
         per = examples_at.get(step)
-        decision = monitor.observe(step, score_at[step], None if per is None else list(per))
+        values = None if per is None else list(per)
+        decision = monitor.observe(step, score_at[step], values, planned_steps=trace.reported_planned_steps)
         if decision.should_stop:
             stop_step = step
             break

@@ -152,12 +152,14 @@ def spread_study(
         progress(f"replaying {len(test_files)} test traces in every mode")
     test = [reader(f) for f in test_files]  # only now is a test trace read
     chosen = cal["chosen"]
-    # The other means-only test beside (per look on the last evals, or per run: means_test), for comparison.
-    other = "window" if chosen["params"].get("means_test") == "progress" else "progress"
+    # The other means-only tests beside, for comparison: per look on the last evals (``window``: the default without
+    # planned steps), per run by planned progress (``auto`` with the header's planned steps) or anytime (``progress``).
+    own = chosen["params"].get("means_test", "auto")
+    others = [m for m in ("window", "progress", "auto") if m != own]
     candidates = [
         ("chosen", chosen),
         ("unconstrained tune choice", free["chosen"]),
-        (f"chosen, means_test={other}", {**chosen, "params": {**chosen["params"], "means_test": other}}),
+        *((f"chosen, means_test={m}", {**chosen, "params": {**chosen["params"], "means_test": m}}) for m in others),
         ("paper k=2", paper_spec()),
     ]
     modes: list[dict[str, Any]] = []

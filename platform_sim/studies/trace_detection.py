@@ -92,6 +92,7 @@ def trace_detection(
     skip_evals: int = 0,
     examples: Sequence[Sequence[float] | None] | None = None,
     spreads: Sequence[tuple[float, int] | None] | None = None,
+    report_plan: bool = True,
 ) -> dict[str, Any]:
     """Run the detector over one trace's real eval sequence and report what it did.
 
@@ -104,6 +105,8 @@ def trace_detection(
             the scheduler after a warm-up); its best checkpoint is then the best of the reported evals.
         examples: Per-example scores per eval (trace units) to use instead of the trace's recorded ones.
         spreads: ``(std, n)`` per eval (trace units), reported as ``eval_std``/``eval_n``; None: none.
+        report_plan: Whether the reports carry the header's ``planned_steps`` (as a trainer callback's do); False:
+            none, as a client that does not know the run's length (an Optuna pruner) reports.
 
     Returns:
         ``{"trace", "environment", "split", "label", "algo", "stopped", "stop_step", "stop_index", "best_step",
@@ -119,13 +122,15 @@ def trace_detection(
         examples = trace.examples
     f: Callable[[float], float] = scale if scale is not None else float
     stop_index = None
+    planned = trace.reported_planned_steps if report_plan else None
     for i, (step, score) in enumerate(zip(trace.steps, trace.scores)):
         if i < skip_evals:
             continue
         per = examples[i] if i < len(examples) else None
         spread = spreads[i] if spreads is not None and i < len(spreads) else None
         std, n = (None, None) if spread is None else (spread[0] * (f(1.0) - f(0.0)), spread[1])
-        decision = monitor.observe(step, f(score), None if per is None else [f(v) for v in per], std, n)
+        values = None if per is None else [f(v) for v in per]
+        decision = monitor.observe(step, f(score), values, std, n, planned)
         if decision.should_stop:
             stop_index = i
             break

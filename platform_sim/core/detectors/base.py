@@ -113,6 +113,11 @@ class Detector(ABC):
             stop = self.update(step, score, scores)
         return Verdict(True, self.reason()) if stop else _CONTINUE
 
+    def plan(self, planned_steps: int | None) -> None:
+        """Take the run's planned number of training steps (a report's ``planned_steps``: the trainer's
+        ``max_steps``), for the next :meth:`update`; None: that report carried none. Called by the monitor before
+        every eval. A detector that measures nothing in training progress ignores it (this base does)."""
+
     def mode(self) -> EvidenceMode:
         """The evidence the last evaluation was judged on (:class:`~platform_sim.core.boundary.EvidenceMode`); read
         right after :meth:`update`. This base answers means only: a detector that reads more says so."""

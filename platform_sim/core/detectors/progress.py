@@ -23,6 +23,23 @@ on the branch that explored it; ``docs/results/mean-and-spread.md``):
 A stop also needs **materiality**: the window's fitted level at its last eval must be below the best window mean so
 far by at least ``rel_drop`` of the run's rise so far (best window mean minus the first window's mean). Scale-free
 and the same at every density: a drift of a few per cent of the gain is never a stop.
+
+:class:`PlannedSlope` is the same test when the run's planned number of steps ``P`` is known (a report's
+``planned_steps``): progress is ``p = step / P`` and
+
+- **the window is the last** ``frac`` **of planned progress**: the evals whose step is above ``step - frac * P`` (at
+  least ``min_evals``), a fixed stretch of training from the first look on (the anytime window is only
+  ``min_evals`` evals early in a dense run, which is where its costly false stops came from);
+- **the level is spent by progress**: the look at progress ``p`` after a previous eval at ``p'`` may spend
+  ``run_alpha * (F(p) - F(p'))`` with ``F(p) = p**2`` (little early, where a false stop costs most of a run's gain;
+  the sum over a run that ends at its plan is ``run_alpha``). A run extended past its plan keeps being watched:
+  beyond ``p = 1``, ``F(p) = 2 - 1/p`` (continuous at 1, rising, bounded by 2), so an extension spends at most one
+  more ``run_alpha`` however long it runs (half of it by twice the planned length). A plan that changes mid-run is
+  used from the eval that carries it, for both ``p`` and ``p'``.
+
+It needs no count of evals, so it holds at any eval density. Chosen on tuning data by the issue-47 error-control
+study (``benchmarks/design_choice.py``: the ``planned`` design, window a fifth of the planned evals, ``F(p) = p**2``,
+``run_alpha`` 0.05, ``rel_drop`` 0.2), here measured in steps rather than in evals (the same on a regular cadence).
 """
 
 from __future__ import annotations
@@ -73,8 +90,7 @@ class ProgressSlope:
             self.first_step = step
         if self.count == self.min_evals:
             self.s0 = step
-        lo = step * (1.0 - self.frac)
-        while len(self.steps) > self.min_evals and self.steps[0] < lo:  # left the window for good (steps grow)
+        while len(self.steps) > self.min_evals and self._stale(self.steps[0], step):  # left for good (steps grow)
             del self.steps[0], self.means[0]
         if self.count >= self.min_evals:
             level = math.fsum(self.means) / len(self.means)
@@ -82,6 +98,11 @@ class ProgressSlope:
                 self.start_level = level
             if self.best_level is None or level > self.best_level:
                 self.best_level = level
+
+    def _stale(self, first: int, step: int) -> bool:
+        """Whether the eval at step ``first`` has left the window of the eval at ``step``: the last ``frac`` of the
+        steps seen so far."""
+        return first < step * (1.0 - self.frac)
 
     def look_alpha(self) -> float:
         """The share of ``run_alpha`` that the current look may spend (epochs, module docstring)."""
@@ -144,3 +165,67 @@ class ProgressSlope:
         self.d2_sum, self.d2_n = float(state["d2"][0]), int(state["d2"][1])
         self.start_level, self.best_level = state["levels"]
         self.last_p = None
+
+
+def spent(progress: float) -> float:
+    """The share of the run's level spent by ``progress`` (:class:`PlannedSlope`): ``p**2`` up to the planned end,
+    ``2 - 1/p`` beyond it (an extended run spends at most one more level, however long it runs)."""
+    return progress * progress if progress <= 1.0 else 2.0 - 1.0 / progress
+
+
+class PlannedSlope(ProgressSlope):
+    """The progress-window slope test with the run's planned steps known (module docstring): a window of the last
+    ``frac`` of planned progress, the level spent by :func:`spent` between looks.
+
+    Args:
+        run_alpha, frac, min_evals, rel_drop: As :class:`ProgressSlope`; ``frac`` is a share of the planned steps.
+        planned_steps: The run's planned number of steps, >= 1 (:meth:`add` takes the latest one).
+        start_step: The progress already behind the first eval this test sees (0: it sees the run from its start;
+            a test created mid-run, when a plan first arrives, starts spending at that eval instead of spending the
+            whole run so far on one look).
+    """
+
+    def __init__(
+        self, run_alpha: float, frac: float, min_evals: int, rel_drop: float, planned_steps: int, start_step: int = 0
+    ) -> None:
+        super().__init__(run_alpha, frac, min_evals, rel_drop)
+        self.planned_steps = planned_steps
+        self.prev_step = start_step  # the step of the eval before the current one (spending runs from it)
+        self.look_level = 0.0  # what the current look may spend
+
+    def add_planned(self, step: int, mean: float, planned_steps: int | None) -> None:
+        """Take one eval with the run's latest plan (None: the last one given)."""
+        if planned_steps is not None:
+            self.planned_steps = planned_steps
+        prev = self.steps[-1] if self.steps else self.prev_step
+        self.prev_step = prev
+        self.add(step, mean)
+        p, q = step / self.planned_steps, min(prev, step) / self.planned_steps
+        self.look_level = self.run_alpha * max(0.0, spent(p) - spent(q))
+
+    def progress(self) -> float:
+        """The progress of the last eval, ``step / planned_steps``."""
+        return self.steps[-1] / self.planned_steps if self.steps else 0.0
+
+    def _stale(self, first: int, step: int) -> bool:
+        return first <= step - self.frac * self.planned_steps
+
+    def look_alpha(self) -> float:
+        return self.look_level
+
+    def _material(self, slope: float, x_last: float) -> bool:
+        # A run that has not risen (its best window mean is its first) has no gain to lose: a significant fall is
+        # material whatever its size (a run that gets worse from its first evals, e.g. a fine-tune that overfits at
+        # once, is stopped); otherwise a drop of rel_drop of the rise, as in the anytime test.
+        assert self.best_level is not None and self.start_level is not None
+        if self.best_level <= self.start_level:
+            return True
+        return super()._material(slope, x_last)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {**super().state_dict(), "planned": [self.planned_steps, self.prev_step]}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        super().load_state_dict(state)
+        self.planned_steps, self.prev_step = int(state["planned"][0]), int(state["planned"][1])
+        self.look_level = 0.0  # derived per eval; a loaded test answers its next eval

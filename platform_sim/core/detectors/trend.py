@@ -11,12 +11,14 @@ import numpy as np
 from ..boundary import EvidenceMode, sample_std
 from ..checks import check_int, check_nonneg, check_optional_nonneg, check_prob
 from .base import EvidenceDetector, Spread
-from .progress import ProgressSlope
+from .progress import PlannedSlope, ProgressSlope
 from .pvalues import one_sided_t_p, scipy_module, slope_less_p
 from .registry import register_detector
 
 TREND_TESTS: tuple[str, ...] = ("t", "wilcoxon")
-MEANS_TESTS: tuple[str, ...] = ("window", "progress")
+MEANS_TESTS: tuple[str, ...] = ("auto", "window", "progress")
+#: The per-run tests' parameters by default (the planned design chosen on tuning data, docs/reference/detectors.md).
+PROGRESS_DEFAULTS: dict[str, float] = {"run_alpha": 0.05, "frac": 0.2, "rel_drop": 0.2}
 
 
 @register_detector
@@ -52,10 +54,16 @@ class TrendDetector(EvidenceDetector):
       from the residuals of the fit (computed as scipy computes it, by
       :func:`~platform_sim.core.detectors.pvalues.slope_less_p`).
 
-    With ``means_test="progress"`` the means-only mode is instead :class:`~.progress.ProgressSlope`'s test, whose
+    **Per-run error control in the means-only mode.** A per-look test at every eval stops a healthy run more often the
+    more densely it is evaluated. With ``means_test="auto"`` (the default), once the reports carry the run's
+    ``planned_steps`` (:meth:`plan`), the means-only mode is :class:`~.progress.PlannedSlope`'s test instead, whose
     false-stop rate is bounded per run at ``run_alpha`` however densely the run is evaluated: a window of the last
-    ``frac`` of training progress (at least ``window`` evals), the noise pooled from the run's second differences,
-    the level spent over geometric epochs of steps, and a stop only on a drop of at least ``rel_drop`` of the rise.
+    ``frac`` of the planned steps (at least ``window`` evals), the noise pooled from the run's second differences,
+    the level spent by progress (``run_alpha * (p**2 - p'**2)`` between looks at progress ``p'`` and ``p``), and a
+    stop only on a drop of at least ``rel_drop`` of the rise. Without a plan it is the per-look window test above,
+    and the reason says so. ``means_test="window"`` keeps the per-look test whatever the reports carry;
+    ``means_test="progress"`` is :class:`~.progress.ProgressSlope`'s anytime variant (no plan needed: the window a
+    ``frac`` of the steps seen so far, the level spent over geometric epochs of steps).
 
     The mode is read from the evals of its window (those there are, before it fills), so a job whose reports carry
     spreads on some evals and not others decides on the means alone until the last ``spread_window`` evals all carry
@@ -80,12 +88,14 @@ class TrendDetector(EvidenceDetector):
             of :meth:`params` when None, so earlier specs are unchanged.
         spread_alpha: Significance level of the mean-and-spread mode, strictly between 0 and 1; None: ``alpha``.
             Left out of :meth:`params` when None.
-        means_test: The means-only test: ``"window"`` (the last ``window`` evals, at ``alpha`` per look) or
-            ``"progress"`` (per run, above). The next three are used (and listed by :meth:`params`) only with
-            ``"progress"``.
-        run_alpha: The run's false-stop level of the progress test, strictly between 0 and 1.
-        frac: Share of the steps so far that the progress window covers, strictly between 0 and 1.
-        rel_drop: Materiality of the progress test: a share of the run's rise so far, >= 0.
+        means_test: The means-only test: ``"auto"`` (per run by planned progress when the reports carry
+            ``planned_steps``, else the per-look window test; left out of :meth:`params`), ``"window"`` (the last
+            ``window`` evals, at ``alpha`` per look, always) or ``"progress"`` (per run, anytime, above). The next
+            three are listed by :meth:`params` with ``"progress"``, and with ``"auto"`` when they differ from their
+            defaults.
+        run_alpha: The run's false-stop level of the progress tests, strictly between 0 and 1.
+        frac: Share of the steps (planned, or seen so far) that the progress window covers, strictly between 0 and 1.
+        rel_drop: Materiality of the progress tests: a share of the run's rise so far, >= 0.
     """
 
     name: ClassVar[str] = "trend"
@@ -104,7 +114,7 @@ class TrendDetector(EvidenceDetector):
         warmup: int = 0,
         spread_window: int | None = None,
         spread_alpha: float | None = None,
-        means_test: str = "window",
+        means_test: str = "auto",
         run_alpha: float = 0.05,
         frac: float = 0.2,
         rel_drop: float = 0.2,
@@ -134,6 +144,9 @@ class TrendDetector(EvidenceDetector):
         self._progress = (
             ProgressSlope(self.run_alpha, self.frac, self.window, self.rel_drop) if means_test == "progress" else None
         )
+        # The planned-progress test (means_test "auto"), made at the first eval whose report carries planned_steps.
+        self._planned: PlannedSlope | None = None
+        self._plan: int | None = None  # the planned steps handed to plan() for the next eval (derived, not state)
         self.best_score: float | None = None
         self.best_scores: list[float] | None = None
         self.recent_means: list[float] = []
@@ -161,6 +174,11 @@ class TrendDetector(EvidenceDetector):
         self._example_run = 0
         self._example_len = 0
         self._spread_run = 0
+
+    def plan(self, planned_steps: int | None) -> None:
+        """Take the run's planned steps for the next eval (a report's ``planned_steps``; None: not given, the last
+        plan given stays). With ``means_test="auto"`` a plan switches the means-only test to the per-run one."""
+        self._plan = planned_steps
 
     def _window_mode(self) -> EvidenceMode:
         """The richest mode the evals of the windows allow (module docstring): per-example scores of one length >= 2
@@ -244,14 +262,13 @@ class TrendDetector(EvidenceDetector):
         self.last_p = self.last_slope = None
         self._last_slopes = []
         self._mode = mode = self._window_mode()
-        if self._progress is not None:
-            self._progress.add(step, score)  # at every eval, whatever the mode, so it is ready when the means decide
+        progress = self._progress_test(step, score)
         # The cheap check first: a test runs only when the mean really fell below the best.
         if self.best_score is not None and score < self.best_score - self.min_drop:
-            if mode is EvidenceMode.MEANS_ONLY and self._progress is not None:
+            if mode is EvidenceMode.MEANS_ONLY and progress is not None:
                 self._warn_fallback("no per-example eval scores or spread on every eval of the window")
-                significant, self.last_slope = self._progress.significant()
-                self.last_p = self._progress.last_p
+                significant, self.last_slope = progress.significant()
+                self.last_p = progress.last_p
             else:
                 significant = self._window_test(mode)
             if significant and self.level_alpha is not None:
@@ -260,6 +277,23 @@ class TrendDetector(EvidenceDetector):
             self.best_score = score
             self.best_scores = self.recent_scores[-1]
         return significant
+
+    def _progress_test(self, step: int, score: float) -> ProgressSlope | None:
+        """Feed the eval to the per-run test of the means, if there is one (at every eval, whatever the mode, so it is
+        ready when the means decide), and return it: the anytime test, or the planned one once a plan is known."""
+        if self._progress is not None:
+            self._progress.add(step, score)
+            return self._progress
+        plan, self._plan = self._plan, None
+        if self.means_test != "auto" or (plan is None and self._planned is None):
+            return None
+        if self._planned is None:
+            assert plan is not None
+            # From the run's start if this is its first eval; a plan that arrives mid-run spends from here on.
+            start = 0 if self.seen == 0 else step
+            self._planned = PlannedSlope(self.run_alpha, self.frac, self.window, self.rel_drop, plan, start)
+        self._planned.add_planned(step, score, plan)
+        return self._planned
 
     def _window_test(self, mode: EvidenceMode) -> bool:
         """The test on the last evals' window(s) in ``mode``; sets :attr:`last_p` and :attr:`last_slope`."""
@@ -315,15 +349,36 @@ class TrendDetector(EvidenceDetector):
     def reason(self) -> str:
         p = "n/a" if self.last_p is None else f"{self.last_p:.3g}"
         slope = "n/a" if self.last_slope is None else f"{self.last_slope:.4g}"
+        progress = self._progress or self._planned
+        if self._mode is EvidenceMode.MEANS_ONLY and progress is not None:
+            return self._progress_reason(progress, p, slope)
+        note = ""
         if self._mode is EvidenceMode.MEAN_AND_SPREAD:
             windows, test, alpha = str(self._spread_w), "known-variance z", self._spread_a
         else:
             windows = " or ".join(str(w) for w in self._windows)
             test = self.test  # as before modes existed: recorded reasons stay the same
             alpha = self.alpha
+            if self._mode is EvidenceMode.MEANS_ONLY and self.means_test == "auto":
+                note = " per look: planned steps unknown"  # the per-run test needs the reports' planned_steps
         return (
             f"score falling over the last {windows} evals (slope {slope} per eval, {test} test p={p}, "
-            f"alpha={alpha:g}, {self.declines} consecutive, k={self.k})"
+            f"alpha={alpha:g}{note}, {self.declines} consecutive, k={self.k})"
+        )
+
+    def _progress_reason(self, progress: ProgressSlope, p: str, slope: str) -> str:
+        """The reason of a stop by a per-run test of the means (planned progress, or the anytime one)."""
+        if isinstance(progress, PlannedSlope):
+            where = (
+                f"the last {self.frac:.0%} of planned progress ({progress.planned_steps} planned steps, now at "
+                f"{progress.progress():.0%}; level spent by progress^2)"
+            )
+        else:
+            where = f"the last {self.frac:.0%} of the steps so far (level spent over epochs of steps)"
+        return (
+            f"score falling over {where} ({len(progress.steps)} evals, slope {slope} per step, pooled-noise t test "
+            f"p={p}, alpha={progress.look_alpha():.3g} of run_alpha={self.run_alpha:g}, rel_drop={self.rel_drop:g}, "
+            f"{self.declines} consecutive, k={self.k})"
         )
 
     def params(self) -> dict[str, Any]:
@@ -339,17 +394,19 @@ class TrendDetector(EvidenceDetector):
             "warmup": self.warmup,
             **({} if self.spread_window is None else {"spread_window": self.spread_window}),
             **({} if self.spread_alpha is None else {"spread_alpha": self.spread_alpha}),
-            **(
-                {}
-                if self._progress is None
-                else {
-                    "means_test": "progress",
-                    "run_alpha": self.run_alpha,
-                    "frac": self.frac,
-                    "rel_drop": self.rel_drop,
-                }
-            ),
+            **({} if self.means_test == "auto" else {"means_test": self.means_test}),
+            **self._progress_params(),
         }
+
+    def _progress_params(self) -> dict[str, Any]:
+        """The per-run tests' parameters: with ``"progress"`` all three; with ``"auto"`` those off their defaults (so
+        the default's spec, and every spec written before the planned test, is unchanged)."""
+        own = {"run_alpha": self.run_alpha, "frac": self.frac, "rel_drop": self.rel_drop}
+        if self.means_test == "progress":
+            return own
+        if self.means_test == "auto":
+            return {k: v for k, v in own.items() if v != PROGRESS_DEFAULTS[k]}
+        return {}
 
     def _rule_state(self) -> dict[str, Any]:
         state: dict[str, Any] = {
@@ -364,6 +421,8 @@ class TrendDetector(EvidenceDetector):
             state["recent_spreads"] = [None if sp is None else list(sp) for sp in self.recent_spreads]
         if self._progress is not None:
             state["progress"] = self._progress.state_dict()
+        if self._planned is not None:  # only once a plan arrived: states of runs without one are unchanged
+            state["planned"] = self._planned.state_dict()
         return state
 
     def _load_rule_state(self, state: Mapping[str, Any]) -> None:
@@ -382,5 +441,11 @@ class TrendDetector(EvidenceDetector):
         self._mode = self._window_mode() if self.recent_means else EvidenceMode.MEANS_ONLY
         if self._progress is not None:
             self._progress.load_state_dict(state["progress"])
+        planned = state.get("planned")
+        self._planned = None
+        if planned is not None:
+            self._planned = PlannedSlope(self.run_alpha, self.frac, self.window, self.rel_drop, 1)
+            self._planned.load_state_dict(planned)
+        self._plan = None
         self.last_p = state["last_p"]
         self.last_slope = state["last_slope"]

@@ -160,7 +160,7 @@ class EvalStopPolicy(StopPolicy):
         if step is None or score is None:
             return None
         mon = self.monitors.get(job.job_id) or self.monitor(job)
-        decision = mon.observe(step, score, job.last_example_scores)
+        decision = mon.observe(step, score, job.last_example_scores, planned_steps=job.planned_steps)
         if decision.action is not Action.STOP:
             return None
         return StopVerdict(
