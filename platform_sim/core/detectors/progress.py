@@ -45,9 +45,12 @@ study (``benchmarks/design_choice.py``: the ``planned`` design, window a fifth o
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
+import numpy as np
+
+from ..boundary import sample_std
 from .pvalues import scipy_module
 
 MIN_SECOND_DIFFERENCES = 4
@@ -229,3 +232,140 @@ class PlannedSlope(ProgressSlope):
         super().load_state_dict(state)
         self.planned_steps, self.prev_step = int(state["planned"][0]), int(state["planned"][1])
         self.look_level = 0.0  # derived per eval; a loaded test answers its next eval
+
+
+class PlannedEvidence(PlannedSlope):
+    """:class:`PlannedSlope`'s window in planned progress and its spending, with the tests of the two richer modes:
+    the run's level is bounded per run in every mode, since each look runs one test at the look's share of it.
+
+    Each eval's per-example scores (or None) and its mean's variance from a reported spread, ``std**2 / n`` (or
+    None), are kept beside its mean for as long as it is in the window.
+
+    - :meth:`paired` (per-example): the least-squares slope (steps as ``x``) of each example's scores over the
+      window, and a one-sided one-sample t-test of "their mean is below zero" (``n - 1`` degrees of freedom): the
+      examples' fixed difficulty cancels in a slope, as in ``trend``'s per-look per-example test.
+    - :meth:`spread_z` (mean-and-spread): the slope of the means with each mean's variance known,
+      ``var(slope) = sum(x_i**2 v_i) / (sum x_i**2)**2``, as a one-sided z-test, as in ``trend``'s per-look
+      mean-and-spread test.
+
+    Both test the trailing evals of the window that carry the mode's evidence (the mode's selection guarantees at
+    least ``min_evals`` of them once the run has that many), and a stop needs the same materiality as the means'
+    test (:meth:`PlannedSlope._material`, on the fitted level of those evals).
+    """
+
+    def __init__(
+        self, run_alpha: float, frac: float, min_evals: int, rel_drop: float, planned_steps: int, start_step: int = 0
+    ) -> None:
+        super().__init__(run_alpha, frac, min_evals, rel_drop, planned_steps, start_step)
+        self.rows: list[list[float] | None] = []
+        self.vars: list[float | None] = []
+
+    def add_evidence(
+        self, step: int, mean: float, planned_steps: int | None, row: list[float] | None, var: float | None
+    ) -> None:
+        """Take one eval with its per-example scores and its mean's variance (either may be None)."""
+        self.rows.append(row)
+        self.vars.append(var)
+        self.add_planned(step, mean, planned_steps)
+        extra = len(self.rows) - len(self.steps)
+        if extra > 0:  # the evals that left the window in add()
+            del self.rows[:extra], self.vars[:extra]
+
+    @staticmethod
+    def _trailing(has: Sequence[bool]) -> int:
+        """How many of the window's latest evals in a row have the evidence (``has``: one flag per eval)."""
+        k = 0
+        for flag in reversed(has):
+            if not flag:
+                break
+            k += 1
+        return k
+
+    def _fit(self, k: int) -> tuple[list[float], float, float] | None:
+        """The centred steps of the last ``k`` evals, their sum of squares and the slope of their means."""
+        if self.count < self.min_evals or k < 3:
+            return None
+        steps = self.steps[-k:]
+        xbar = math.fsum(steps) / k
+        x = [s - xbar for s in steps]
+        sxx = math.fsum(v * v for v in x)
+        if sxx <= 0.0:
+            return None
+        return x, sxx, math.fsum(v * y for v, y in zip(x, self.means[-k:])) / sxx
+
+    def _material_k(self, k: int, slope: float, x_last: float) -> bool:
+        """:meth:`PlannedSlope._material` on the fitted level at the last of the last ``k`` evals."""
+        assert self.best_level is not None and self.start_level is not None
+        if self.best_level <= self.start_level or self.rel_drop <= 0.0:
+            return True
+        end = math.fsum(self.means[-k:]) / k + slope * x_last
+        return self.best_level - end >= self.rel_drop * (self.best_level - self.start_level)
+
+    def paired(self) -> tuple[bool, float | None]:
+        """The per-example test at this look (class docstring): significant, and the slope of the means."""
+        self.last_p = None
+        last = self.rows[-1] if self.rows else None
+        if last is None or len(last) < 2:
+            return False, None
+        size = len(last)
+        fit = self._fit(self._trailing([r is not None and len(r) == size for r in self.rows]))
+        if fit is None:
+            return False, None
+        x, sxx, slope = fit
+        k = len(x)
+        slopes = np.asarray(x) @ np.asarray(self.rows[-k:], dtype=float) / sxx  # one slope per example
+        mean = float(slopes.mean())
+        if mean >= 0.0 or not self._material_k(k, slope, x[-1]):
+            return False, slope
+        sd = float(slopes.std(ddof=1))
+        if sd <= 1e-12 * max(1.0, abs(mean)):
+            self.last_p = 0.0  # every example falls by the same amount: certain evidence
+        else:
+            t = mean / (sd / math.sqrt(size))
+            self.last_p = float(scipy_module("special").stdtr(size - 1, t))
+        return self.last_p < self.look_level, slope
+
+    def spread_z(self) -> tuple[bool, float | None]:
+        """The mean-and-spread test at this look (class docstring): significant, and the slope of the means. An eval
+        with per-example scores but no reported spread has its variance computed from them."""
+        self.last_p = None
+        fit = self._fit(self._trailing([v is not None or (r is not None and len(r) >= 2) for r, v in self._pairs()]))
+        if fit is None:
+            return False, None
+        x, sxx, slope = fit
+        k = len(x)
+        if slope >= 0.0 or not self._material_k(k, slope, x[-1]):
+            return False, slope
+        variances = [self._var(r, v) for r, v in self._pairs()[-k:]]
+        var = math.fsum(a * a * b for a, b in zip(x, variances)) / (sxx * sxx)
+        if var <= 0.0:
+            self.last_p = 0.0  # every std is 0: noise-free means that fall, certain evidence
+        else:
+            self.last_p = 0.5 * math.erfc(-slope / math.sqrt(var) / math.sqrt(2.0))
+        return self.last_p < self.look_level, slope
+
+    def _pairs(self) -> list[tuple[list[float] | None, float | None]]:
+        return list(zip(self.rows, self.vars))
+
+    @staticmethod
+    def _var(row: list[float] | None, var: float | None) -> float:
+        """An eval's mean variance: the reported one, else from its per-example scores (the caller checked one)."""
+        if var is not None:
+            return var
+        assert row is not None
+        return sample_std(row) ** 2 / len(row)  # the rule that checks a report's eval_std
+
+    def state_dict(self) -> dict[str, Any]:
+        state = super().state_dict()
+        if any(r is not None for r in self.rows) or any(v is not None for v in self.vars):  # else: as before
+            state["evidence"] = {"rows": [None if r is None else list(r) for r in self.rows], "vars": list(self.vars)}
+        return state
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        super().load_state_dict(state)
+        ev = state.get("evidence")
+        if ev is None:
+            self.rows, self.vars = [None] * len(self.steps), [None] * len(self.steps)
+        else:
+            self.rows = [None if r is None else [float(v) for v in r] for r in ev["rows"]]
+            self.vars = [None if v is None else float(v) for v in ev["vars"]]

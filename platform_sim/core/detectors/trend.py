@@ -11,7 +11,7 @@ import numpy as np
 from ..boundary import EvidenceMode, sample_std
 from ..checks import check_int, check_nonneg, check_optional_nonneg, check_prob
 from .base import EvidenceDetector, Spread
-from .progress import PlannedSlope, ProgressSlope
+from .progress import PlannedEvidence, PlannedSlope, ProgressSlope
 from .pvalues import one_sided_t_p, scipy_module, slope_less_p
 from .registry import register_detector
 
@@ -145,7 +145,7 @@ class TrendDetector(EvidenceDetector):
             ProgressSlope(self.run_alpha, self.frac, self.window, self.rel_drop) if means_test == "progress" else None
         )
         # The planned-progress test (means_test "auto"), made at the first eval whose report carries planned_steps.
-        self._planned: PlannedSlope | None = None
+        self._planned: PlannedEvidence | None = None
         self._plan: int | None = None  # the planned steps handed to plan() for the next eval (derived, not state)
         self.best_score: float | None = None
         self.best_scores: list[float] | None = None
@@ -269,6 +269,10 @@ class TrendDetector(EvidenceDetector):
                 self._warn_fallback("no per-example eval scores or spread on every eval of the window")
                 significant, self.last_slope = progress.significant()
                 self.last_p = progress.last_p
+            elif isinstance(progress, PlannedEvidence):  # a plan is known: the richer modes' per-run tests too
+                test = progress.paired if mode is EvidenceMode.PER_EXAMPLE else progress.spread_z
+                significant, self.last_slope = test()
+                self.last_p = progress.last_p
             else:
                 significant = self._window_test(mode)
             if significant and self.level_alpha is not None:
@@ -291,8 +295,10 @@ class TrendDetector(EvidenceDetector):
             assert plan is not None
             # From the run's start if this is its first eval; a plan that arrives mid-run spends from here on.
             start = 0 if self.seen == 0 else step
-            self._planned = PlannedSlope(self.run_alpha, self.frac, self.window, self.rel_drop, plan, start)
-        self._planned.add_planned(step, score, plan)
+            self._planned = PlannedEvidence(self.run_alpha, self.frac, self.window, self.rel_drop, plan, start)
+        spread = self.recent_spreads[-1]
+        var = None if spread is None else spread[0] * spread[0] / spread[1]
+        self._planned.add_evidence(step, score, plan, self.recent_scores[-1], var)
         return self._planned
 
     def _window_test(self, mode: EvidenceMode) -> bool:
@@ -350,7 +356,7 @@ class TrendDetector(EvidenceDetector):
         p = "n/a" if self.last_p is None else f"{self.last_p:.3g}"
         slope = "n/a" if self.last_slope is None else f"{self.last_slope:.4g}"
         progress = self._progress or self._planned
-        if self._mode is EvidenceMode.MEANS_ONLY and progress is not None:
+        if progress is not None and (self._mode is EvidenceMode.MEANS_ONLY or progress is self._planned):
             return self._progress_reason(progress, p, slope)
         note = ""
         if self._mode is EvidenceMode.MEAN_AND_SPREAD:
@@ -367,7 +373,7 @@ class TrendDetector(EvidenceDetector):
         )
 
     def _progress_reason(self, progress: ProgressSlope, p: str, slope: str) -> str:
-        """The reason of a stop by a per-run test of the means (planned progress, or the anytime one)."""
+        """The reason of a stop by a per-run test (planned progress in any mode, or the anytime one of the means)."""
         if isinstance(progress, PlannedSlope):
             where = (
                 f"the last {self.frac:.0%} of planned progress ({progress.planned_steps} planned steps, now at "
@@ -375,8 +381,13 @@ class TrendDetector(EvidenceDetector):
             )
         else:
             where = f"the last {self.frac:.0%} of the steps so far (level spent over epochs of steps)"
+        test = "pooled-noise t"
+        if self._mode is EvidenceMode.PER_EXAMPLE:
+            test = "paired t"  # over the examples' slopes
+        elif self._mode is EvidenceMode.MEAN_AND_SPREAD:
+            test = "known-variance z"
         return (
-            f"score falling over {where} ({len(progress.steps)} evals, slope {slope} per step, pooled-noise t test "
+            f"score falling over {where} ({len(progress.steps)} evals, slope {slope} per step, {test} test "
             f"p={p}, alpha={progress.look_alpha():.3g} of run_alpha={self.run_alpha:g}, rel_drop={self.rel_drop:g}, "
             f"{self.declines} consecutive, k={self.k})"
         )
@@ -444,7 +455,7 @@ class TrendDetector(EvidenceDetector):
         planned = state.get("planned")
         self._planned = None
         if planned is not None:
-            self._planned = PlannedSlope(self.run_alpha, self.frac, self.window, self.rel_drop, 1)
+            self._planned = PlannedEvidence(self.run_alpha, self.frac, self.window, self.rel_drop, 1)
             self._planned.load_state_dict(planned)
         self._plan = None
         self.last_p = state["last_p"]
