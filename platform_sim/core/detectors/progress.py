@@ -249,16 +249,39 @@ class PlannedEvidence(PlannedSlope):
       mean-and-spread test.
 
     Both test the trailing evals of the window that carry the mode's evidence (the mode's selection guarantees at
-    least ``min_evals`` of them once the run has that many), and a stop needs the same materiality as the means'
-    test (:meth:`PlannedSlope._material`, on the fitted level of those evals).
+    least ``min_evals`` of them once the run has that many), at the look's share of their own run level
+    ``evidence_alpha`` (spent by progress as the means' ``run_alpha``), and a stop needs a materiality of
+    ``evidence_drop`` (as :meth:`PlannedSlope._material`, on the fitted level of those evals; 0: none). Each look
+    runs one test, so a run is stopped falsely with a chance of at most the larger of the two run levels, in
+    whichever modes its evals come.
+
+    Args:
+        run_alpha, frac, min_evals, rel_drop, planned_steps, start_step: As :class:`PlannedSlope` (the means' test).
+        evidence_alpha: The run level of the per-example and mean-and-spread tests, strictly between 0 and 1 (None:
+            ``run_alpha``).
+        evidence_drop: Their materiality, a share of the run's rise so far, >= 0 (None: ``rel_drop``).
     """
 
     def __init__(
-        self, run_alpha: float, frac: float, min_evals: int, rel_drop: float, planned_steps: int, start_step: int = 0
+        self,
+        run_alpha: float,
+        frac: float,
+        min_evals: int,
+        rel_drop: float,
+        planned_steps: int,
+        start_step: int = 0,
+        evidence_alpha: float | None = None,
+        evidence_drop: float | None = None,
     ) -> None:
         super().__init__(run_alpha, frac, min_evals, rel_drop, planned_steps, start_step)
+        self.evidence_alpha = run_alpha if evidence_alpha is None else evidence_alpha
+        self.evidence_drop = rel_drop if evidence_drop is None else evidence_drop
         self.rows: list[list[float] | None] = []
         self.vars: list[float | None] = []
+
+    def evidence_level(self) -> float:
+        """What the current look's per-example or mean-and-spread test may spend: its share of ``evidence_alpha``."""
+        return self.look_level * self.evidence_alpha / self.run_alpha
 
     def add_evidence(
         self, step: int, mean: float, planned_steps: int | None, row: list[float] | None, var: float | None
@@ -294,12 +317,13 @@ class PlannedEvidence(PlannedSlope):
         return x, sxx, math.fsum(v * y for v, y in zip(x, self.means[-k:])) / sxx
 
     def _material_k(self, k: int, slope: float, x_last: float) -> bool:
-        """:meth:`PlannedSlope._material` on the fitted level at the last of the last ``k`` evals."""
+        """:meth:`PlannedSlope._material` with ``evidence_drop``, on the fitted level at the last of the last ``k``
+        evals."""
         assert self.best_level is not None and self.start_level is not None
-        if self.best_level <= self.start_level or self.rel_drop <= 0.0:
+        if self.best_level <= self.start_level or self.evidence_drop <= 0.0:
             return True
         end = math.fsum(self.means[-k:]) / k + slope * x_last
-        return self.best_level - end >= self.rel_drop * (self.best_level - self.start_level)
+        return self.best_level - end >= self.evidence_drop * (self.best_level - self.start_level)
 
     def paired(self) -> tuple[bool, float | None]:
         """The per-example test at this look (class docstring): significant, and the slope of the means."""
@@ -323,7 +347,7 @@ class PlannedEvidence(PlannedSlope):
         else:
             t = mean / (sd / math.sqrt(size))
             self.last_p = float(scipy_module("special").stdtr(size - 1, t))
-        return self.last_p < self.look_level, slope
+        return self.last_p < self.evidence_level(), slope
 
     def spread_z(self) -> tuple[bool, float | None]:
         """The mean-and-spread test at this look (class docstring): significant, and the slope of the means. An eval
@@ -342,7 +366,7 @@ class PlannedEvidence(PlannedSlope):
             self.last_p = 0.0  # every std is 0: noise-free means that fall, certain evidence
         else:
             self.last_p = 0.5 * math.erfc(-slope / math.sqrt(var) / math.sqrt(2.0))
-        return self.last_p < self.look_level, slope
+        return self.last_p < self.evidence_level(), slope
 
     def _pairs(self) -> list[tuple[list[float] | None, float | None]]:
         return list(zip(self.rows, self.vars))

@@ -18,7 +18,14 @@ from .registry import register_detector
 TREND_TESTS: tuple[str, ...] = ("t", "wilcoxon")
 MEANS_TESTS: tuple[str, ...] = ("auto", "window", "progress")
 #: The per-run tests' parameters by default (the planned design chosen on tuning data, docs/reference/detectors.md).
-PROGRESS_DEFAULTS: dict[str, float] = {"run_alpha": 0.05, "frac": 0.2, "rel_drop": 0.2}
+PROGRESS_DEFAULTS: dict[str, float] = {
+    "run_alpha": 0.05,
+    "frac": 0.2,
+    "rel_drop": 0.2,
+    # The per-example and mean-and-spread tests' own (chosen on tuning data by benchmarks/dense_modes.py).
+    "evidence_run_alpha": 0.1,
+    "evidence_rel_drop": 0.0,
+}
 
 
 @register_detector
@@ -118,6 +125,8 @@ class TrendDetector(EvidenceDetector):
         run_alpha: float = 0.05,
         frac: float = 0.2,
         rel_drop: float = 0.2,
+        evidence_run_alpha: float = 0.1,
+        evidence_rel_drop: float = 0.0,
     ) -> None:
         self.window = check_int("window", window, 3)
         super().__init__(k, warmup)
@@ -141,6 +150,8 @@ class TrendDetector(EvidenceDetector):
         self.run_alpha = check_prob("run_alpha", run_alpha)
         self.frac = check_prob("frac", frac)
         self.rel_drop = check_nonneg("rel_drop", rel_drop)
+        self.evidence_run_alpha = check_prob("evidence_run_alpha", evidence_run_alpha)
+        self.evidence_rel_drop = check_nonneg("evidence_rel_drop", evidence_rel_drop)
         self._progress = (
             ProgressSlope(self.run_alpha, self.frac, self.window, self.rel_drop) if means_test == "progress" else None
         )
@@ -295,11 +306,24 @@ class TrendDetector(EvidenceDetector):
             assert plan is not None
             # From the run's start if this is its first eval; a plan that arrives mid-run spends from here on.
             start = 0 if self.seen == 0 else step
-            self._planned = PlannedEvidence(self.run_alpha, self.frac, self.window, self.rel_drop, plan, start)
+            self._planned = self._new_planned(plan, start)
         spread = self.recent_spreads[-1]
         var = None if spread is None else spread[0] * spread[0] / spread[1]
         self._planned.add_evidence(step, score, plan, self.recent_scores[-1], var)
         return self._planned
+
+    def _new_planned(self, plan: int, start: int) -> PlannedEvidence:
+        """The per-run tests by planned progress, in every mode, with this detector's parameters."""
+        return PlannedEvidence(
+            self.run_alpha,
+            self.frac,
+            self.window,
+            self.rel_drop,
+            plan,
+            start,
+            evidence_alpha=self.evidence_run_alpha,
+            evidence_drop=self.evidence_rel_drop,
+        )
 
     def _window_test(self, mode: EvidenceMode) -> bool:
         """The test on the last evals' window(s) in ``mode``; sets :attr:`last_p` and :attr:`last_slope`."""
@@ -365,8 +389,8 @@ class TrendDetector(EvidenceDetector):
             windows = " or ".join(str(w) for w in self._windows)
             test = self.test  # as before modes existed: recorded reasons stay the same
             alpha = self.alpha
-            if self._mode is EvidenceMode.MEANS_ONLY and self.means_test == "auto":
-                note = " per look: planned steps unknown"  # the per-run test needs the reports' planned_steps
+        if self.means_test == "auto":
+            note = " per look: planned steps unknown"  # the per-run tests need the reports' planned_steps
         return (
             f"score falling over the last {windows} evals (slope {slope} per eval, {test} test p={p}, "
             f"alpha={alpha:g}{note}, {self.declines} consecutive, k={self.k})"
@@ -381,14 +405,13 @@ class TrendDetector(EvidenceDetector):
             )
         else:
             where = f"the last {self.frac:.0%} of the steps so far (level spent over epochs of steps)"
-        test = "pooled-noise t"
-        if self._mode is EvidenceMode.PER_EXAMPLE:
-            test = "paired t"  # over the examples' slopes
-        elif self._mode is EvidenceMode.MEAN_AND_SPREAD:
-            test = "known-variance z"
+        test, level, run_alpha, rel_drop = "pooled-noise t", progress.look_alpha(), self.run_alpha, self.rel_drop
+        if isinstance(progress, PlannedEvidence) and self._mode is not EvidenceMode.MEANS_ONLY:
+            test = "paired t" if self._mode is EvidenceMode.PER_EXAMPLE else "known-variance z"
+            level, run_alpha, rel_drop = progress.evidence_level(), self.evidence_run_alpha, self.evidence_rel_drop
         return (
             f"score falling over {where} ({len(progress.steps)} evals, slope {slope} per step, {test} test "
-            f"p={p}, alpha={progress.look_alpha():.3g} of run_alpha={self.run_alpha:g}, rel_drop={self.rel_drop:g}, "
+            f"p={p}, alpha={level:.3g} of run_alpha={run_alpha:g}, rel_drop={rel_drop:g}, "
             f"{self.declines} consecutive, k={self.k})"
         )
 
@@ -412,9 +435,15 @@ class TrendDetector(EvidenceDetector):
     def _progress_params(self) -> dict[str, Any]:
         """The per-run tests' parameters: with ``"progress"`` all three; with ``"auto"`` those off their defaults (so
         the default's spec, and every spec written before the planned test, is unchanged)."""
-        own = {"run_alpha": self.run_alpha, "frac": self.frac, "rel_drop": self.rel_drop}
+        own = {
+            "run_alpha": self.run_alpha,
+            "frac": self.frac,
+            "rel_drop": self.rel_drop,
+            "evidence_run_alpha": self.evidence_run_alpha,
+            "evidence_rel_drop": self.evidence_rel_drop,
+        }
         if self.means_test == "progress":
-            return own
+            return {k: own[k] for k in ("run_alpha", "frac", "rel_drop")}
         if self.means_test == "auto":
             return {k: v for k, v in own.items() if v != PROGRESS_DEFAULTS[k]}
         return {}
@@ -455,7 +484,7 @@ class TrendDetector(EvidenceDetector):
         planned = state.get("planned")
         self._planned = None
         if planned is not None:
-            self._planned = PlannedEvidence(self.run_alpha, self.frac, self.window, self.rel_drop, 1)
+            self._planned = self._new_planned(1, 0)
             self._planned.load_state_dict(planned)
         self._plan = None
         self.last_p = state["last_p"]
