@@ -74,6 +74,10 @@ class ObservationModel:
             rng = self._extra_rngs[job.index] = self.job_rng(job, stream=1)
         return float(job.curve.value(progress)) + self._std[job.index] * float(rng.standard_normal()), None
 
+    def forget(self, job: JobSpec) -> None:
+        """``job`` ended (the engine calls this once it is stopped or complete): a model may drop what it keeps for
+        it. This one keeps nothing that grows with the jobs."""
+
     def job_rng(self, job: JobSpec, stream: int = 0) -> np.random.Generator:
         """A generator private to ``job`` (and ``stream``), for extensions that draw more randomness per job,
         so that results do not depend on the order in which jobs are evaluated."""

@@ -135,9 +135,10 @@ class TrendDetector(EvidenceDetector):
             ProgressSlope(self.run_alpha, self.frac, self.window, self.rel_drop) if means_test == "progress" else None
         )
         self.best_score: float | None = None
-        self.best_scores: list[float] | None = None
+        self.best_scores: Sequence[float] | None = None
         self.recent_means: list[float] = []
-        self.recent_scores: list[list[float] | None] = []
+        # Each eval's per-example scores as a tuple: the monitor's validated tuple is kept as it is (no copy per eval).
+        self.recent_scores: list[Sequence[float] | None] = []
         # The spread a report carried ([std, n]), per eval of the window; None where it carried none (an eval with
         # per-example scores has its spread computed from them when the mean-and-spread mode needs it).
         self.recent_spreads: list[list[float] | None] = []
@@ -172,7 +173,7 @@ class TrendDetector(EvidenceDetector):
             return EvidenceMode.MEAN_AND_SPREAD
         return EvidenceMode.MEANS_ONLY
 
-    def _count(self, row: list[float] | None, spread: list[float] | None) -> None:
+    def _count(self, row: Sequence[float] | None, spread: list[float] | None) -> None:
         """Update the runs that :meth:`_window_mode` reads with the eval just appended (``row``, ``spread``)."""
         if row is not None and len(row) >= 2:
             self._example_run = self._example_run + 1 if len(row) == self._example_len else 1
@@ -235,7 +236,11 @@ class TrendDetector(EvidenceDetector):
         self, step: int, score: float, scores: Sequence[float] | None, counts: bool, spread: Spread | None = None
     ) -> bool:
         self.recent_means.append(score)
-        self.recent_scores.append(None if scores is None or len(scores) == 0 else list(map(float, scores)))
+        row: Sequence[float] | None = None
+        if scores is not None and len(scores):
+            # A tuple (what the monitor hands on, its floats checked) is immutable: kept as it is, no copy per eval.
+            row = scores if type(scores) is tuple else tuple(map(float, scores))
+        self.recent_scores.append(row)
         self.recent_spreads.append(None if spread is None else [float(spread.std), int(spread.n)])
         self._count(self.recent_scores[-1], self.recent_spreads[-1])
         if len(self.recent_means) > self._keep:
@@ -354,9 +359,9 @@ class TrendDetector(EvidenceDetector):
     def _rule_state(self) -> dict[str, Any]:
         state: dict[str, Any] = {
             "best_score": self.best_score,
-            "best_scores": None if self.best_scores is None else list(self.best_scores),
+            "best_scores": None if self.best_scores is None else list(map(float, self.best_scores)),
             "recent_means": list(self.recent_means),
-            "recent_scores": [None if r is None else list(r) for r in self.recent_scores],
+            "recent_scores": [None if r is None else list(map(float, r)) for r in self.recent_scores],
             "last_p": self.last_p,
             "last_slope": self.last_slope,
         }
