@@ -105,9 +105,11 @@ class PerExampleObservation(ObservationModel):
                 difficulty_sd = noise_sd * math.sqrt(self.config.rho / (1.0 - self.config.rho))
             difficulty = rng.normal(0.0, difficulty_sd, n)
             noise = rng.normal(0.0, noise_sd, (self.workload.n_evals, n))
-            block = (difficulty - difficulty.mean()) + (noise - noise.mean(axis=1, keepdims=True))
+            # Means as numpy's mean computes them (the sum over the count), without its per-call overhead.
+            centred = difficulty - difficulty.sum() / n
+            block = centred + (noise - noise.sum(axis=1, keepdims=True) / n)
             self._blocks[job.index] = block
-            self._difficulty[job.index] = (difficulty - difficulty.mean(), noise_sd)
+            self._difficulty[job.index] = (centred, noise_sd)
         return block
 
     def _example_rows(self, job: JobSpec) -> list[tuple[float, ...]]:
