@@ -6,6 +6,10 @@ after the other in this process, through the command's own Python entry (:func:`
 change in the core's detectors shows up; the ratio of the two is the figure (the machine is shared: the absolute
 times move with its load, the ratio much less). ``--jobs 10000 --gpus 1024`` is the quick check.
 
+A third row runs the paper's rule on the same command with the per-example scores generated as for the default
+(which the paper's rule never reads): the same observations for both, so the ratio of the default to it is the
+detector's own cost, and its difference from the paper's plain row is the cost of simulating per-example evals.
+
 With ``--profile`` the default's run is also profiled (cProfile, the 25 most expensive functions by own time and by
 cumulative time), to show where the detector's time goes.
 
@@ -22,23 +26,41 @@ import os
 import pstats
 import statistics
 import time
+from collections.abc import Iterator
 
 from platform_sim.cli import main as evalstop_sim
+from platform_sim.sim import eval_scores
+
+PAPER_FED = "paper (k-decline k=2), fed per-example scores"
 
 DETECTORS: dict[str, list[str]] = {
     "default (trend)": [],  # `run` with no --detector: the project's default, default_spec()
     "paper (k-decline k=2)": ["--detector", "k-decline"],
+    PAPER_FED: ["--detector", "k-decline"],  # run with the default's observations (per_example_for_every_detector)
 }
+
+
+@contextlib.contextmanager
+def per_example_for_every_detector() -> Iterator[None]:
+    """While open, ``evalstop-sim run`` generates per-example eval scores whatever the detector reads."""
+    original = eval_scores.observation_for
+    eval_scores.observation_for = lambda detector: {"name": "per-example", "params": {}}
+    try:
+        yield
+    finally:
+        eval_scores.observation_for = original
 
 
 def command(gpus: int, jobs: int, extra: list[str]) -> list[str]:
     return ["run", "--gpus", str(gpus), "--jobs", str(jobs), "--json", *extra]
 
 
-def timed_run(argv: list[str]) -> tuple[float, float]:
-    """Wall and CPU seconds of one ``evalstop-sim`` command (its printout discarded)."""
+def timed_run(argv: list[str], per_example: bool = False) -> tuple[float, float]:
+    """Wall and CPU seconds of one ``evalstop-sim`` command (its printout discarded); ``per_example``: with
+    per-example scores generated whatever the detector."""
+    observed = per_example_for_every_detector() if per_example else contextlib.nullcontext()
     w, c = time.perf_counter(), time.process_time()
-    with contextlib.redirect_stdout(io.StringIO()):
+    with contextlib.redirect_stdout(io.StringIO()), observed:
         rc = evalstop_sim(argv)
     if rc not in (0, None):
         raise SystemExit(f"evalstop-sim {' '.join(argv)} exited with {rc}")
@@ -56,7 +78,7 @@ def main() -> None:
     times: dict[str, list[tuple[float, float]]] = {name: [] for name in DETECTORS}
     for _ in range(args.reps):
         for name, extra in DETECTORS.items():
-            times[name].append(timed_run(command(args.gpus, args.jobs, extra)))
+            times[name].append(timed_run(command(args.gpus, args.jobs, extra), per_example=name == PAPER_FED))
     print(
         f"evalstop-sim run --gpus {args.gpus} --jobs {args.jobs} (load average {load0:.1f} -> "
         f"{os.getloadavg()[0]:.1f}; median of {args.reps})"
@@ -67,7 +89,10 @@ def main() -> None:
         med[name] = (statistics.median(t[0] for t in ts), statistics.median(t[1] for t in ts))
         print(f"| {name} | {med[name][0]:.1f} | {med[name][1]:.1f} |")
     (dw, dc), (pw, pc) = med["default (trend)"], med["paper (k-decline k=2)"]
+    fw, fc = med[PAPER_FED]
     print(f"\nratio default / paper: {dw / pw:.2f}x wall, {dc / pc:.2f}x CPU (target <= 1.5x)")
+    print(f"ratio default / paper on the same per-example observations: {dw / fw:.2f}x wall, {dc / fc:.2f}x CPU")
+    print(f"per-example observations alone (paper fed them / paper): {fw / pw:.2f}x wall, {fc / pc:.2f}x CPU")
     if args.profile:
         prof = cProfile.Profile()
         with contextlib.redirect_stdout(io.StringIO()):

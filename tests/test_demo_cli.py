@@ -11,7 +11,6 @@ from pathlib import Path
 import pytest
 
 from evalstop_callbacks.cli import main
-from platform_sim.core import default_spec
 from platform_sim.sim.traces import load_trace
 
 
@@ -61,22 +60,10 @@ def test_demo_bad_flags_exit_2(argv, flag, capsys):
     assert flag in err and len(err.splitlines()) == 1
 
 
-def test_short_demo_writes_plot_trace_and_summary(tmp_path, env_cache):
-    proc = _demo(tmp_path, env_cache, "--steps", "20", "--eval-steps", "10", "--no-sim", "--json")
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    s = json.loads(proc.stdout)
-    assert {"stop_step", "best_step", "best_gold", "restored_gold", "proxy_at_stop"} <= set(s)
-    assert s["restored_gold"] == s["best_gold"] and s["restored_equals_best"]
-    assert [e["step"] for e in s["evals"]] == [10, 20]  # the printed rows; the trace also holds the step-0 baseline
-    out = tmp_path / "out"
-    assert (out / "proxy_vs_gold.png").stat().st_size > 1000
-    trace = load_trace(out / "trace.jsonl")
-    assert trace.steps == (0, 10, 20) and trace.scores[trace.steps.index(s["best_step"])] == s["best_gold"]
-    assert json.loads((out / "summary.json").read_text())["best_step"] == s["best_step"]
-    assert s["detector"] == default_spec()  # no detector flag: the project's default
-
-
-def test_short_demo_with_another_detector(tmp_path, env_cache):
+def test_short_demo_writes_plot_trace_and_summary_with_the_chosen_detector(tmp_path, env_cache):
+    # One short run pins both the demo's outputs and that a --detector flag reaches the run. That a run without the
+    # flag gets the project's default is pinned where the demo's flags are settled, without training:
+    # tests/test_default_everywhere.py::test_the_demo_runs_the_default.
     proc = _demo(
         tmp_path,
         env_cache,
@@ -93,9 +80,18 @@ def test_short_demo_with_another_detector(tmp_path, env_cache):
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     s = json.loads(proc.stdout)
+    assert {"stop_step", "best_step", "best_gold", "restored_gold", "proxy_at_stop"} <= set(s)
+    assert s["restored_gold"] == s["best_gold"] and s["restored_equals_best"]
+    assert [e["step"] for e in s["evals"]] == [10, 20]  # the printed rows; the trace also holds the step-0 baseline
+    out = tmp_path / "out"
+    assert (out / "proxy_vs_gold.png").stat().st_size > 1000
+    trace = load_trace(out / "trace.jsonl")
+    assert trace.steps == (0, 10, 20) and trace.scores[trace.steps.index(s["best_step"])] == s["best_gold"]
+    assert json.loads((out / "summary.json").read_text())["best_step"] == s["best_step"]
+    # The chosen detector, in the summary and in the trace's header.
     assert s["detector"]["name"] == "shape" and s["detector"]["params"]["threshold"] == 0.9
+    assert trace.header["config"]["detector"] == s["detector"]
     assert "falling back" not in proc.stderr  # the demo's evaluator reports per-example scores
-    assert load_trace(tmp_path / "out" / "trace.jsonl").header["config"]["detector"] == s["detector"]
 
 
 @pytest.mark.slow

@@ -58,3 +58,24 @@ def test_restored_detector_decides_as_the_one_that_ran_through() -> None:
             restored = TrendDetector(**params)
             restored.load_state_dict(json.loads(json.dumps(first.state_dict())))
             assert _run(restored, evals[cut:]) == through[cut:], (params, cut)
+
+
+def test_scores_as_a_tuple_a_list_or_ints_decide_the_same() -> None:
+    # The detector keeps a tuple of scores as it is (the monitor's validated tuple, no copy per eval) and converts
+    # anything else: binary per-example scores given as lists of ints, tuples of ints or tuples of floats give the same
+    # decisions, p-values, reasons and state (of floats).
+    rng = random.Random(3)
+    evals = []
+    for i in range(30):
+        p = 0.3 + 0.04 * i if i < 15 else 0.9 - 0.06 * (i - 15)
+        ints = [1 if rng.random() < p else 0 for _ in range(40)]
+        evals.append((10 * (i + 1), sum(ints) / len(ints), ints))
+    runs = []
+    for convert in (list, tuple, lambda s: tuple(map(float, s))):
+        det = TrendDetector(window=5, alpha=0.05)
+        runs.append(_run(det, [(step, mean, convert(s), None) for step, mean, s in evals]))
+    assert any(row[0] for row in runs[0])  # it stops somewhere
+    assert runs[1] == runs[0] and runs[2] == runs[0]
+    state = runs[1][-1][-1]
+    assert all(type(v) is float for row in state["recent_scores"] for v in row)
+    assert json.loads(json.dumps(state)) == state

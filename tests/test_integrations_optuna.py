@@ -1,7 +1,7 @@
 """EvalStopPruner in real Optuna studies on a real SQLite file.
 
-- recorded traces replayed as trials by two worker processes sharing the storage: exactly the traces the embedded core
-  stops are pruned, each at the core's stop step;
+- recorded traces replayed as trials: exactly the traces the embedded core stops are pruned, each at the core's stop
+  step, on the whole corpus (in memory) and on a part of it by two worker processes sharing a SQLite storage;
 - ``Trainer.hyperparameter_search(backend="optuna")`` with the callback: the trial trained toward the wrong words is
   pruned at the eval where the callback's own core would stop it, the healthy one completes.
 """
@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import textwrap
+from pathlib import Path
 
 import pytest
 
 optuna = pytest.importorskip("optuna")
+
+from _optuna_trace_worker import trace_objective  # noqa: E402
 
 from platform_sim.core import default_spec, detector_from_spec, paper_spec  # noqa: E402
 from platform_sim.integrations.optuna import EvalStopPruner  # noqa: E402
@@ -22,48 +24,18 @@ from platform_sim.sim.corpora import corpus_dir  # noqa: E402
 from platform_sim.sim.traces import load_traces  # noqa: E402
 from platform_sim.studies.trace_detection import corpus_scale, trace_detection  # noqa: E402
 
-WORKER = textwrap.dedent("""
-    import sys
-    import optuna
-    from platform_sim.integrations.optuna import EvalStopPruner
-    from platform_sim.studies.trace_detection import corpus_scale
-    from platform_sim.sim.traces import load_traces
-    from platform_sim.sim.corpora import corpus_dir
-
-    traces = {t.name: t for t in load_traces(corpus_dir("real"))}
-    scale = corpus_scale(list(traces.values()))
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-
-    def objective(trial):
-        # trial.number is unique across processes (enqueued trials can be taken by two SQLite workers at once).
-        t = traces[sorted(traces)[trial.number]]
-        trial.set_user_attr("trace", t.name)
-        for step, score in zip(t.steps, t.scores):
-            trial.report(scale(score), step)
-            if trial.should_prune():
-                raise optuna.TrialPruned()
-        return scale(t.scores[-1])
-
-    study = optuna.load_study(study_name="traces", storage=sys.argv[1], pruner=EvalStopPruner())
-    study.optimize(objective, n_trials=int(sys.argv[2]))
-""")
+WORKER = Path(__file__).with_name("_optuna_trace_worker.py")
 
 
-def test_trace_study_across_processes_prunes_what_the_core_stops(tmp_path):
-    traces = load_traces(corpus_dir("real"))
-    scale = corpus_scale(traces)
-    storage = f"sqlite:///{tmp_path / 'study.db'}"
-    optuna.create_study(study_name="traces", storage=storage, direction="maximize")
-    half = len(traces) // 2
-    workers = [subprocess.Popen([sys.executable, "-c", WORKER, storage, str(n)]) for n in (half, len(traces) - half)]
-    assert [w.wait(timeout=300) for w in workers] == [0, 0]
-
-    trials = optuna.load_study(study_name="traces", storage=storage).get_trials()
+def _assert_pruned_where_the_core_stops(trials, traces) -> dict:
+    """Every trace was one trial; those the embedded core stops were pruned at its stop step, the others completed;
+    returns the trials by trace name."""
+    scale = corpus_scale(load_traces(corpus_dir("real")))  # the scale the objective uses
     assert len(trials) == len(traces)
     by_trace = {tr.user_attrs["trace"]: tr for tr in trials}
     assert set(by_trace) == {t.name for t in traces}
-    # The workers' pruners use the default detector and see only the mean scores, without the run's planned steps
-    # (a trial does not say its length): the core runs with the same spec on the same scores (no per-example ones).
+    # The pruners use the default detector and see only the mean scores, without the run's planned steps (a trial
+    # does not say its length): the core runs with the same spec on the same scores (no per-example ones).
     for t in traces:
         stop = trace_detection(t, default_spec(), scale, examples=[None] * len(t.scores), report_plan=False)
         stop = stop["stop_step"]
@@ -74,8 +46,36 @@ def test_trace_study_across_processes_prunes_what_the_core_stops(tmp_path):
         else:
             assert tr.state == optuna.trial.TrialState.PRUNED, t.name
             assert max(tr.intermediate_values) == stop, t.name
+    return by_trace
+
+
+def test_trace_study_prunes_what_the_core_stops_on_every_trace():
+    # The whole corpus in one process, in memory: the pruner decides as the core does on every recorded trace.
+    traces = load_traces(corpus_dir("real"))
+    names = sorted(t.name for t in traces)
+    study = optuna.create_study(direction="maximize", pruner=EvalStopPruner())
+    study.optimize(trace_objective(names), n_trials=len(names))
+    by_trace = _assert_pruned_where_the_core_stops(study.get_trials(), traces)
     hacking = [t for t in traces if t.label == "hacking"]
     assert hacking and all(by_trace[t.name].state == optuna.trial.TrialState.PRUNED for t in hacking)
+
+
+def test_trace_study_across_processes_prunes_what_the_core_stops(tmp_path):
+    # Two worker processes share one SQLite study: each decision is made from the storage, so it is the core's in
+    # whichever process reports. Every 12th trace of the corpus (13, pruned and completed ones; each SQLite write is
+    # a commit, so the whole corpus is left to the in-memory study above).
+    traces = sorted(load_traces(corpus_dir("real")), key=lambda t: t.name)[::12]
+    names = [t.name for t in traces]
+    storage = f"sqlite:///{tmp_path / 'study.db'}"
+    study = optuna.create_study(study_name="traces", storage=storage, direction="maximize")
+    study.set_user_attr("traces", names)
+    half = len(names) // 2
+    workers = [subprocess.Popen([sys.executable, str(WORKER), storage, str(n)]) for n in (half, len(names) - half)]
+    assert [w.wait(timeout=300) for w in workers] == [0, 0]
+
+    trials = optuna.load_study(study_name="traces", storage=storage).get_trials()
+    by_trace = _assert_pruned_where_the_core_stops(trials, traces)
+    assert {tr.state for tr in by_trace.values()} == {optuna.trial.TrialState.PRUNED, optuna.trial.TrialState.COMPLETE}
 
 
 def test_minimize_study_negates_losses(tmp_path):

@@ -52,31 +52,36 @@ def _sweep_json(capsys: pytest.CaptureFixture[str], *argv: str) -> dict:
 
 
 def test_same_sweep_on_pool_and_local_ray_gives_identical_results(grid: Path, capsys) -> None:
-    pytest.importorskip("ray", reason="the ray extra is not installed")
+    ray = pytest.importorskip("ray", reason="the ray extra is not installed")
+    from platform_sim.sim.ray_backend import RayRunner
+
     pool = _sweep_json(capsys, str(grid), "--backend", "pool", "--workers", "2")
-    ray = _sweep_json(capsys, str(grid), "--backend", "ray", "--workers", "2")
     serial = _sweep_json(capsys, str(grid), "--backend", "serial")
-    assert pool["config"]["tasks"] == ray["config"]["tasks"] == 4 * 3
-    assert (pool["config"]["backend"], ray["config"]["backend"]) == ("pool", "ray")
+    # One local Ray instance for both (starting Ray is the slow part): the runner starts its own, returns results in
+    # task order over uneven chunks and shuts it down; the sweep's runner finds it running, uses it, leaves it on.
+    done: list[int] = []
+    with RayRunner(workers=2, chunksize=3) as runner:
+        out = runner.map(abs, [-i for i in range(10)], progress=done.append)
+        assert ray.is_initialized()
+        on_ray = _sweep_json(capsys, str(grid), "--backend", "ray", "--workers", "2")
+        assert ray.is_initialized()
+    assert not ray.is_initialized()
+    assert out == list(range(10))
+    assert sum(done) == 10
+    assert pool["config"]["tasks"] == on_ray["config"]["tasks"] == 4 * 3
+    assert (pool["config"]["backend"], on_ray["config"]["backend"]) == ("pool", "ray")
     assert len(pool["rows"]) == 4 * 2
     # Exactly equal, every metric and confidence interval: a task's result depends only on its seed.
-    assert pool["rows"] == ray["rows"] == serial["rows"]
+    assert pool["rows"] == on_ray["rows"] == serial["rows"]
     # And the sweep did sweep: k=1 stops more healthy jobs than k=2 at sigma 0.08 (the noise the k rule absorbs).
     by = {(r["sigma"], r["k"], r["stop"]): r for r in pool["rows"]}
     assert by[(0.08, 1, "evalstop")]["fpr"] > by[(0.08, 2, "evalstop")]["fpr"]
 
 
-def test_ray_runner_returns_results_in_task_order_and_shuts_its_instance_down() -> None:
-    ray = pytest.importorskip("ray", reason="the ray extra is not installed")
+def test_ray_runner_refuses_bad_sizes() -> None:
+    pytest.importorskip("ray", reason="the ray extra is not installed")
     from platform_sim.sim.ray_backend import RayRunner
 
-    done = []
-    with RayRunner(workers=2, chunksize=3) as runner:
-        out = runner.map(abs, [-i for i in range(10)], progress=done.append)
-        assert ray.is_initialized()
-    assert out == list(range(10))
-    assert sum(done) == 10
-    assert not ray.is_initialized()
     with pytest.raises(ValueError, match="workers"):
         RayRunner(workers=0)
     with pytest.raises(ValueError, match="chunksize"):

@@ -225,22 +225,39 @@ def test_the_registry_names_what_is_wrong() -> None:
             PlatformClient("http://127.0.0.1:1", "t", scheduler_handle=bad)  # type: ignore[arg-type]
 
 
-def test_the_scope_cli_and_the_handle_refusals_of_a_real_server(tmp_path: Path, caplog: Any) -> None:
+def _server_cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    """``evalstop-server ARGS`` in this process (its exit code, stdout, stderr): the same command line as the
+    installed script, without an interpreter start per call (the servers of these tests run as processes)."""
+    from platform_sim.service.cli import main
+
+    try:
+        code = main(list(args))
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else 2
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_the_scope_cli_and_the_handle_refusals_of_a_real_server(tmp_path: Path, caplog: Any, capsys: Any) -> None:
     db = tmp_path / "service.db"
     token = add_tenant(db, "acme")
     add_tenant(db, "other")
-    out = cli("tenant", "scope", "acme", "--ray-prefix", "acme-", "--slurm-account", "ml", "--db", str(db), "--json")
-    assert json.loads(out.stdout) == {"tenant": "acme", "allowed": {"ray": ["acme-"], "slurm": ["account:ml"]}}
-    shown = cli("tenant", "scope", "acme", "--db", str(db)).stdout
-    assert "ray          acme-" in shown and "slurm        account:ml" in shown
-    removed = cli("tenant", "scope", "acme", "--slurm-account", "ml", "--remove", "--db", str(db), "--json")
-    assert json.loads(removed.stdout)["allowed"] == {"ray": ["acme-"]}
-    missing = cli("tenant", "scope", "nobody", "--db", str(db), check=False)
-    assert missing.returncode == 2 and "no tenant named 'nobody'" in missing.stderr
-    bad = cli("serve", "--db", str(db), "--actuator", "ray", check=False)
-    assert bad.returncode == 2 and "--actuator ray: the ray actuator refused its options: give address=" in bad.stderr
-    bad = cli("serve", "--db", str(db), "--actuate", check=False)
-    assert bad.returncode == 2 and "--actuate needs at least one --actuator" in bad.stderr
+    code, out, _ = _server_cli(
+        capsys, "tenant", "scope", "acme", "--ray-prefix", "acme-", "--slurm-account", "ml", "--db", str(db), "--json"
+    )
+    assert code == 0 and json.loads(out) == {"tenant": "acme", "allowed": {"ray": ["acme-"], "slurm": ["account:ml"]}}
+    code, shown, _ = _server_cli(capsys, "tenant", "scope", "acme", "--db", str(db))
+    assert code == 0 and "ray          acme-" in shown and "slurm        account:ml" in shown
+    code, removed, _ = _server_cli(
+        capsys, "tenant", "scope", "acme", "--slurm-account", "ml", "--remove", "--db", str(db), "--json"
+    )
+    assert code == 0 and json.loads(removed)["allowed"] == {"ray": ["acme-"]}
+    code, _, err = _server_cli(capsys, "tenant", "scope", "nobody", "--db", str(db))
+    assert code == 2 and "no tenant named 'nobody'" in err
+    code, _, err = _server_cli(capsys, "serve", "--db", str(db), "--actuator", "ray")
+    assert code == 2 and "--actuator ray: the ray actuator refused its options: give address=" in err
+    code, _, err = _server_cli(capsys, "serve", "--db", str(db), "--actuate")
+    assert code == 2 and "--actuate needs at least one --actuator" in err
 
     dead = _dead_address()
     srv = Server(db, free_port(), extra_args=("--actuator", "ray", "--actuator-option", f"address={dead}")).start()

@@ -9,6 +9,7 @@ existed (schema version 1, ``tests/data/service_db_v1.sql``) opens with its jobs
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +31,13 @@ HISTORY = [(0, 0.30), (10, 0.50), (20, 0.60), (30, 0.55), (35, 0.58), (40, 0.62)
 DETECTOR = {"name": "k-decline", "params": {"k": 2}}
 
 
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Server, str]]:
+    """One server for the tests that neither restart it nor open a file of their own (each uses its own job ids)."""
+    with tenant_server(tmp_path_factory.mktemp("cadence")) as (srv, token):
+        yield srv, token
+
+
 def _register(http: httpx.Client, job_id: str, **extra: Any) -> httpx.Response:
     return http.post("/v1/jobs", json={"job_type": "rlhf", "job_id": job_id, "detector": DETECTOR, **extra})
 
@@ -49,43 +57,52 @@ def _embedded(cadence: Any, history: list[tuple[int, float]]) -> list[dict[str, 
     return [client.report(Report(job, "rlhf", step, score)).to_dict() for step, score in history]
 
 
-@pytest.mark.parametrize(
-    "cadence",
-    ["adaptive", {"name": "adaptive", "params": {"fraction": 0.5}}, {"name": "adaptive", "params": {"min_drop": 0.5}}],
-)
-def test_adaptive_cadence_over_http_gives_the_embedded_clients_decisions(tmp_path: Path, cadence: Any) -> None:
+# One job per cadence, all in one server's life and its restart.
+ADAPTIVE = [
+    "adaptive",
+    {"name": "adaptive", "params": {"fraction": 0.5}},
+    {"name": "adaptive", "params": {"min_drop": 0.5}},
+]
+
+
+def test_adaptive_cadence_over_http_gives_the_embedded_clients_decisions(tmp_path: Path) -> None:
     # min_drop reads the noise of the whole history of scores: its hint (at step 50, after the restart) holds only
     # if the server rebuilt the job from all of its stored reports. Step 35 comes after the restart: whether it is
     # an extra eval (which the detector forgets) must be read from the stored rows too.
-    expected = _embedded(cadence, HISTORY)
-    assert expected[6].get("next_eval_step") is not None  # the history is one where this cadence hints
+    expected = {f"job-{i}": _embedded(cadence, HISTORY) for i, cadence in enumerate(ADAPTIVE)}
+    for job_id, decisions in expected.items():
+        assert decisions[6].get("next_eval_step") is not None, job_id  # a history where this cadence hints
     with tenant_server(tmp_path) as (srv, token):
         with httpx.Client(base_url=srv.url, headers=auth(token), timeout=10) as http:
-            created = _register(http, "job-a", cadence=cadence)
-            assert created.status_code == 201, created.text
-            got = [_post(http, "job-a", step, score) for step, score in HISTORY[:4]]
-            assert got == expected[:4]
-            assert http.get("/v1/jobs/job-a").json()["last_decision"] == expected[3]
-            # A re-send of the declining step is answered the same decision, its hint included.
-            assert _post(http, "job-a", *HISTORY[3]) == expected[3]
-        srv.stop()  # a new process rebuilds the job (and its cadence) from the file
+            for i, cadence in enumerate(ADAPTIVE):
+                created = _register(http, f"job-{i}", cadence=cadence)
+                assert created.status_code == 201, created.text
+            for job_id, want in expected.items():
+                got = [_post(http, job_id, step, score) for step, score in HISTORY[:4]]
+                assert got == want[:4], job_id
+                assert http.get(f"/v1/jobs/{job_id}").json()["last_decision"] == want[3], job_id
+                # A re-send of the declining step is answered the same decision, its hint included.
+                assert _post(http, job_id, *HISTORY[3]) == want[3], job_id
+        srv.stop()  # a new process rebuilds the jobs (and their cadences) from the file
         srv.port = free_port()
         srv.start()
         with httpx.Client(base_url=srv.url, headers=auth(token), timeout=10) as http:
-            assert [_post(http, "job-a", step, score) for step, score in HISTORY[4:]] == expected[4:]
-            view = http.get("/v1/jobs/job-a").json()
-    assert view["cadence"] == {"name": "adaptive", "params": {"fraction": 0.25, **_params(cadence)}}
-    if cadence == "adaptive":
-        # The one-decline evaluations carry the hint: a quarter of the regular interval of 10 later.
-        assert [d.get("next_eval_step") for d in expected] == [None, None, None, 32, None, None, 52]
+            for job_id, want in expected.items():
+                assert [_post(http, job_id, step, score) for step, score in HISTORY[4:]] == want[4:], job_id
+            views = {job_id: http.get(f"/v1/jobs/{job_id}").json() for job_id in expected}
+    for i, cadence in enumerate(ADAPTIVE):
+        assert views[f"job-{i}"]["cadence"] == {"name": "adaptive", "params": {"fraction": 0.25, **_params(cadence)}}
+    # The one-decline evaluations carry the hint: a quarter of the regular interval of 10 later.
+    assert [d.get("next_eval_step") for d in expected["job-0"]] == [None, None, None, 32, None, None, 52]
 
 
 def _params(cadence: Any) -> dict[str, Any]:
     return cadence["params"] if isinstance(cadence, dict) else {}
 
 
-def test_the_fixed_cadence_gives_no_hint_and_reads_as_fixed(tmp_path: Path) -> None:
-    with tenant_server(tmp_path) as (srv, token), httpx.Client(base_url=srv.url, headers=auth(token)) as http:
+def test_the_fixed_cadence_gives_no_hint_and_reads_as_fixed(server: tuple[Server, str]) -> None:
+    srv, token = server
+    with httpx.Client(base_url=srv.url, headers=auth(token)) as http:
         for job_id, extra in (("no-cadence", {}), ("fixed", {"cadence": "fixed"}), ("null", {"cadence": None})):
             view = _register(http, job_id, **extra).json()
             assert view["cadence"] == {"name": "fixed", "params": {}}
@@ -105,8 +122,9 @@ def test_the_fixed_cadence_gives_no_hint_and_reads_as_fixed(tmp_path: Path) -> N
         (3, "cadence.spec: Input should be a valid dictionary"),
     ],
 )
-def test_a_bad_cadence_is_a_422_naming_the_problem(tmp_path: Path, cadence: Any, message: str) -> None:
-    with tenant_server(tmp_path) as (srv, token), httpx.Client(base_url=srv.url, headers=auth(token)) as http:
+def test_a_bad_cadence_is_a_422_naming_the_problem(server: tuple[Server, str], cadence: Any, message: str) -> None:
+    srv, token = server
+    with httpx.Client(base_url=srv.url, headers=auth(token)) as http:
         resp = _register(http, "bad", cadence=cadence)
         assert resp.status_code == 422, resp.text
         assert resp.json()["error"] == "invalid_request"
@@ -114,8 +132,9 @@ def test_a_bad_cadence_is_a_422_naming_the_problem(tmp_path: Path, cadence: Any,
         assert http.get("/v1/jobs/bad").status_code == 404  # nothing was registered
 
 
-def test_another_cadence_for_a_registered_job_is_a_conflict(tmp_path: Path) -> None:
-    with tenant_server(tmp_path) as (srv, token), httpx.Client(base_url=srv.url, headers=auth(token)) as http:
+def test_another_cadence_for_a_registered_job_is_a_conflict(server: tuple[Server, str]) -> None:
+    srv, token = server
+    with httpx.Client(base_url=srv.url, headers=auth(token)) as http:
         assert _register(http, "a", cadence="adaptive").status_code == 201
         # The same cadence, however it is spelled (a name, or the normalized spec): idempotent.
         assert _register(http, "a", cadence="adaptive").status_code == 200
@@ -132,10 +151,11 @@ def test_another_cadence_for_a_registered_job_is_a_conflict(tmp_path: Path) -> N
         assert resp.status_code == 409 and 'cadence="fixed"' in resp.json()["message"]
 
 
-def test_the_http_client_registers_the_cadence_and_returns_the_services_hints(tmp_path: Path) -> None:
+def test_the_http_client_registers_the_cadence_and_returns_the_services_hints(server: tuple[Server, str]) -> None:
     cadence = {"name": "adaptive", "params": {"fraction": 0.5}}
     expected = _embedded(cadence, HISTORY)
-    with tenant_server(tmp_path) as (srv, token), PlatformClient(srv.url, token, max_retries=0) as client:
+    srv, token = server
+    with PlatformClient(srv.url, token, max_retries=0) as client:
         job = client.register("rlhf", DETECTOR, job_id="via-client", cadence=cadence)
         got = []
         for step, score in HISTORY:

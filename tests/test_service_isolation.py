@@ -1,7 +1,7 @@
 """Isolation: an error in one operation fails that operation alone, and every queued operation is answered.
 
 A real server process on loopback with a real SQLite file; one job's detector (``faulty``, registered by
-``tests/_service_faulty_server.py`` through the core's public registry) raises arbitrary exceptions while 64 other
+``tests/_service_faulty_server.py`` through the core's public registry) raises arbitrary exceptions while 32 other
 jobs of two tenants report concurrently, so that their reports share group commits with the faulty ones.
 """
 
@@ -21,7 +21,9 @@ from platform_sim.service.store_sqlite import SQLiteStore
 from platform_sim.service.writer import OperationFailed
 
 FAULTY_SERVER = (sys.executable, str(Path(__file__).with_name("_service_faulty_server.py")))
+N_GOOD = 32  # jobs reporting beside the faulty one
 N_EVALS = 12
+BAD_STEPS = 192  # the faulty job reports steps 0..191: each entry of FAULTS (a cycle of 16) twelve times
 TIMEOUT_S = 30.0
 
 
@@ -35,7 +37,7 @@ async def _drive(
 ) -> tuple[dict[str, list[httpx.Response]], list[tuple[int, httpx.Response]]]:
     limits = httpx.Limits(max_connections=200, max_keepalive_connections=200)
     async with httpx.AsyncClient(base_url=srv.url, timeout=TIMEOUT_S, limits=limits) as client:
-        jobs = {f"good-{j:02d}": tokens[j % 2] for j in range(64)}
+        jobs = {f"good-{j:02d}": tokens[j % 2] for j in range(N_GOOD)}
         for j, (job_id, token) in enumerate(jobs.items()):
             spec = {"name": "k-decline", "params": {"k": 2}} if j % 2 else {"name": "shape"}
             r = await client.post(
@@ -60,7 +62,7 @@ async def _drive(
             # Several lanes at once so that faulty reports land in the same batches as the good ones; each step
             # once per lane (a step answered 200 in one lane is a re-send or conflict in the others).
             out = []
-            for step in range(lane, 400, 4):
+            for step in range(lane, BAD_STEPS, 4):
                 body = {"job_id": "bad", "job_type": "rlhf", "step": step, "eval_score": 0.5 - 0.001 * step}
                 out.append((step, await client.post("/v1/jobs/bad/evals", json=body, headers=auth(tokens[0]))))
             return out
@@ -68,7 +70,7 @@ async def _drive(
         answers = await asyncio.gather(
             *(good(j, job_id, tok) for j, (job_id, tok) in enumerate(jobs.items())), *(bad(lane) for lane in range(4))
         )
-        return dict(zip(jobs, answers[:64])), [r for lane in answers[64:] for r in lane]
+        return dict(zip(jobs, answers[:N_GOOD])), [r for lane in answers[N_GOOD:] for r in lane]
 
 
 def test_one_jobs_faulty_detector_fails_its_reports_alone(tmp_path: Path) -> None:

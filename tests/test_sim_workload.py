@@ -164,3 +164,29 @@ def test_observation_model_default_and_registry():
         OBSERVATION_MODELS.pop("test-shifted")
     with pytest.raises(ValueError, match="unknown observation model"):
         make_observation_model(wl, "nope")
+
+
+def test_per_example_scores_are_dropped_when_a_job_ends_and_drawn_the_same_again():
+    from platform_sim.core import default_spec
+    from platform_sim.sim.engine import simulate
+    from platform_sim.sim.eval_scores import DEFAULT_EXAMPLES, PerExampleObservation
+    from platform_sim.sim.experiments import PolicySpec
+
+    wl = generate_workload(WorkloadConfig(n_jobs=40, sigma=0.05), 4)
+    obs = PerExampleObservation(wl)
+    job = wl.jobs[5]
+    first = [obs.observe_eval(job, k, k / wl.n_evals) for k in range(1, wl.n_evals + 1)]
+    for score, scores in first:
+        assert scores is not None and len(scores) == DEFAULT_EXAMPLES
+        assert math.fsum(scores) / len(scores) == pytest.approx(score, abs=1e-12)  # the mean is the observation
+    obs.forget(job)
+    assert not obs._rows and not obs._blocks and not obs._difficulty  # nothing kept for an ended job
+    assert [obs.observe_eval(job, k, k / wl.n_evals) for k in range(1, wl.n_evals + 1)] == first
+
+    # The engine tells the model when each job ends: after a run it holds no job's draws (memory grows with the jobs
+    # alive, not with all the jobs of a 100,000-job run), and some jobs were observed with per-example scores.
+    spec = PolicySpec(stop="evalstop", detector=default_spec())
+    sim_obs = PerExampleObservation(wl)
+    result = simulate(wl, spec.build(wl), observation=sim_obs)
+    assert any(o.stopped for o in result.outcomes)
+    assert not sim_obs._rows and not sim_obs._blocks and not sim_obs._difficulty

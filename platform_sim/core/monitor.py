@@ -161,7 +161,10 @@ class JobMonitor:
             return self._resend(step, score)
         if scores is not None:
             # Same checks as Report: a non-number must be a clear InvalidReportError, not a TypeError from isfinite.
-            if isinstance(scores, (str, bytes, Mapping)) or not hasattr(scores, "__iter__"):
+            # (A tuple, what the simulator and a Report hand on, is none of those: no ABC check per eval.)
+            if type(scores) is not tuple and (
+                isinstance(scores, (str, bytes, Mapping)) or not hasattr(scores, "__iter__")
+            ):
                 raise InvalidReportError("eval_scores must be a list of numbers")
             scores = check_finite_scores(scores)
             if not scores:

@@ -545,5 +545,6 @@ class _Run:
         )
         ViewWriter.set_state(self.views[i], "stopped" if stopped else "completed")
         self.stop.forget(job.job_id)
+        self.obs.forget(job)
         if t > self.last_end:
             self.last_end = t

@@ -87,6 +87,9 @@ class PerExampleObservation(ObservationModel):
         self._noise_sd = float(workload.sigma) * math.sqrt(self.config.examples)
         self._difficulty_sd = self._noise_sd * math.sqrt(self.config.rho / (1.0 - self.config.rho))
         self._blocks: dict[int, np.ndarray] = {}
+        # Each regular eval's per-example scores, per job, as the tuples a report carries: made in one vectorized pass
+        # per job (the simulator's hot path reads one row per eval), dropped when the job ends (:meth:`forget`).
+        self._rows: dict[int, list[tuple[float, ...]]] = {}
         self._difficulty: dict[int, tuple[np.ndarray, float]] = {}  # centred difficulty and noise std, per job
         self._extra_rngs_examples: dict[int, np.random.Generator] = {}
 
@@ -102,14 +105,34 @@ class PerExampleObservation(ObservationModel):
                 difficulty_sd = noise_sd * math.sqrt(self.config.rho / (1.0 - self.config.rho))
             difficulty = rng.normal(0.0, difficulty_sd, n)
             noise = rng.normal(0.0, noise_sd, (self.workload.n_evals, n))
-            block = (difficulty - difficulty.mean()) + (noise - noise.mean(axis=1, keepdims=True))
+            # Means as numpy's mean computes them (the sum over the count), without its per-call overhead.
+            centred = difficulty - difficulty.sum() / n
+            block = centred + (noise - noise.sum(axis=1, keepdims=True) / n)
             self._blocks[job.index] = block
-            self._difficulty[job.index] = (difficulty - difficulty.mean(), noise_sd)
+            self._difficulty[job.index] = (centred, noise_sd)
         return block
+
+    def _example_rows(self, job: JobSpec) -> list[tuple[float, ...]]:
+        """Every regular eval's per-example scores of ``job``: its observed mean plus the eval's deviations
+        (:meth:`_block`). One broadcast add over the job's block: elementwise the same float additions as adding the
+        mean to one row at a time, so the same scores."""
+        rows = self._rows.get(job.index)
+        if rows is None:
+            means = np.asarray(self._observed[job.index], dtype=float)
+            rows = self._rows[job.index] = list(map(tuple, (means[:, None] + self._block(job)).tolist()))
+        return rows
 
     def observe_eval(self, job: JobSpec, k: int, progress: float) -> tuple[float, tuple[float, ...] | None]:
         score, _ = super().observe_eval(job, k, progress)
-        return score, tuple((score + self._block(job)[k - 1]).tolist())
+        return score, self._example_rows(job)[k - 1]
+
+    def forget(self, job: JobSpec) -> None:
+        """``job`` ended: drop its per-example draws (memory grows with the jobs alive, not with every job of the
+        run). Drawn again from the job's own generator, they would be the same."""
+        self._rows.pop(job.index, None)
+        self._blocks.pop(job.index, None)
+        self._difficulty.pop(job.index, None)
+        self._extra_rngs_examples.pop(job.index, None)
 
     def observe_at(self, job: JobSpec, progress: float, step: int) -> tuple[float, tuple[float, ...] | None]:
         """An extra eval (a cadence hint) with per-example scores: the job's own example difficulties, fresh

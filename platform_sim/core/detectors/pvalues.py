@@ -46,11 +46,16 @@ def one_sided_t_p(values: np.ndarray, alpha: float, crit_cache: dict[int, float]
     crit = crit_cache.get(n)
     if crit is None:
         crit = crit_cache[n] = float(special.stdtrit(n - 1, alpha))
-    mean = np.mean(values)
+    # np.mean's own arithmetic (the sum over the count) without its per-call overhead: the same numbers.
+    mean = values.sum() / n
     dev = values - mean
-    var = np.mean(dev * dev) * (float(n) / (n - 1))
-    with np.errstate(divide="ignore", invalid="ignore"):
-        t = np.divide(mean, np.sqrt(var / n))
+    var = (dev * dev).sum() / n * (float(n) / (n - 1))
+    scale = np.sqrt(var / n)
+    if scale > 0.0:
+        t = mean / scale  # the same division as np.divide, without the error-state context it needs at 0
+    else:
+        with np.errstate(divide="ignore", invalid="ignore"):
+            t = np.divide(mean, scale)
     if t > crit + _T_SKIP_MARGIN:
         return 1.0
     return float(special.stdtr(n - 1, t))

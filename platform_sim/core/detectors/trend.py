@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Mapping, Sequence
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 import numpy as np
 
@@ -159,9 +160,10 @@ class TrendDetector(EvidenceDetector):
         self._planned: PlannedEvidence | None = None
         self._plan: int | None = None  # the planned steps handed to plan() for the next eval (derived, not state)
         self.best_score: float | None = None
-        self.best_scores: list[float] | None = None
+        self.best_scores: Sequence[float] | None = None
         self.recent_means: list[float] = []
-        self.recent_scores: list[list[float] | None] = []
+        # Each eval's per-example scores as a tuple: the monitor's validated tuple is kept as it is (no copy per eval).
+        self.recent_scores: list[Sequence[float] | None] = []
         # The spread a report carried ([std, n]), per eval of the window; None where it carried none (an eval with
         # per-example scores has its spread computed from them when the mean-and-spread mode needs it).
         self.recent_spreads: list[list[float] | None] = []
@@ -201,7 +203,7 @@ class TrendDetector(EvidenceDetector):
             return EvidenceMode.MEAN_AND_SPREAD
         return EvidenceMode.MEANS_ONLY
 
-    def _count(self, row: list[float] | None, spread: list[float] | None) -> None:
+    def _count(self, row: Sequence[float] | None, spread: list[float] | None) -> None:
         """Update the runs that :meth:`_window_mode` reads with the eval just appended (``row``, ``spread``)."""
         if row is not None and len(row) >= 2:
             self._example_run = self._example_run + 1 if len(row) == self._example_len else 1
@@ -235,7 +237,12 @@ class TrendDetector(EvidenceDetector):
     def _p_value(self, mode: EvidenceMode, w: int, slope: float, x: np.ndarray, den: float) -> float:
         """One-sided p-value of "the score falls over the last ``w`` evals" (their mean slope is ``slope`` < 0)."""
         if mode is EvidenceMode.PER_EXAMPLE:
-            slopes = x @ np.asarray(self.recent_scores[-w:], dtype=float) / den  # one slope per example
+            rows = cast("list[Sequence[float]]", self.recent_scores[-w:])  # of one length (the mode says so)
+            # The rows' floats read into one (w, examples) array in one pass: np.asarray on a list of tuples spends
+            # more on finding the shape than on the copy (the same array, the same slopes).
+            n = len(rows[-1])
+            scores = np.fromiter(itertools.chain.from_iterable(rows), np.float64, w * n).reshape(w, n)
+            slopes = x @ scores / den  # one slope per example
             # np.ptp and np.max(np.abs(.)) as the array's own reductions: the same values, less dispatch per eval.
             if slopes.max() - slopes.min() <= 1e-12 * max(1.0, float(np.abs(slopes).max())):
                 # Every example falls by the same amount: zero variance, scipy has no statistic; certain evidence.
@@ -264,14 +271,20 @@ class TrendDetector(EvidenceDetector):
         self, step: int, score: float, scores: Sequence[float] | None, counts: bool, spread: Spread | None = None
     ) -> bool:
         self.recent_means.append(score)
-        self.recent_scores.append(None if scores is None or len(scores) == 0 else list(map(float, scores)))
-        self.recent_spreads.append(None if spread is None else [float(spread.std), int(spread.n)])
-        self._count(self.recent_scores[-1], self.recent_spreads[-1])
+        row: Sequence[float] | None = None
+        if scores is not None and len(scores):
+            # A tuple (what the monitor hands on, its floats checked) is immutable: kept as it is, no copy per eval.
+            row = scores if type(scores) is tuple else tuple(map(float, scores))
+        spread_row = None if spread is None else [float(spread.std), int(spread.n)]
+        self.recent_scores.append(row)
+        self.recent_spreads.append(spread_row)
+        self._count(row, spread_row)
         if len(self.recent_means) > self._keep:
             del self.recent_means[0], self.recent_scores[0], self.recent_spreads[0]
         significant = False
         self.last_p = self.last_slope = None
-        self._last_slopes = []
+        if self._last_slopes:  # most evals run no t-test: no new empty list for them
+            self._last_slopes = []
         self._mode = mode = self._window_mode()
         progress = self._progress_test(step, score)
         # The cheap check first: a test runs only when the mean really fell below the best.
@@ -451,9 +464,9 @@ class TrendDetector(EvidenceDetector):
     def _rule_state(self) -> dict[str, Any]:
         state: dict[str, Any] = {
             "best_score": self.best_score,
-            "best_scores": None if self.best_scores is None else list(self.best_scores),
+            "best_scores": None if self.best_scores is None else list(map(float, self.best_scores)),
             "recent_means": list(self.recent_means),
-            "recent_scores": [None if r is None else list(r) for r in self.recent_scores],
+            "recent_scores": [None if r is None else list(map(float, r)) for r in self.recent_scores],
             "last_p": self.last_p,
             "last_slope": self.last_slope,
         }
