@@ -44,6 +44,7 @@ study (``benchmarks/design_choice.py``: the ``planned`` design, window a fifth o
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -276,7 +277,7 @@ class PlannedEvidence(PlannedSlope):
         super().__init__(run_alpha, frac, min_evals, rel_drop, planned_steps, start_step)
         self.evidence_alpha = run_alpha if evidence_alpha is None else evidence_alpha
         self.evidence_drop = rel_drop if evidence_drop is None else evidence_drop
-        self.rows: list[list[float] | None] = []
+        self.rows: list[Sequence[float] | None] = []  # kept as handed in (the detector's tuples: no copy)
         self.vars: list[float | None] = []
 
     def evidence_level(self) -> float:
@@ -284,7 +285,7 @@ class PlannedEvidence(PlannedSlope):
         return self.look_level * self.evidence_alpha / self.run_alpha
 
     def add_evidence(
-        self, step: int, mean: float, planned_steps: int | None, row: list[float] | None, var: float | None
+        self, step: int, mean: float, planned_steps: int | None, row: Sequence[float] | None, var: float | None
     ) -> None:
         """Take one eval with its per-example scores and its mean's variance (either may be None)."""
         self.rows.append(row)
@@ -337,7 +338,9 @@ class PlannedEvidence(PlannedSlope):
             return False, None
         x, sxx, slope = fit
         k = len(x)
-        slopes = np.asarray(x) @ np.asarray(self.rows[-k:], dtype=float) / sxx  # one slope per example
+        # The rows read into one (k, examples) array in one pass (np.asarray on tuples spends more on the shape).
+        scores = np.fromiter(itertools.chain.from_iterable(self.rows[-k:]), np.float64, k * size)  # type: ignore[arg-type]
+        slopes = np.asarray(x) @ scores.reshape(k, size) / sxx  # one slope per example
         mean = float(slopes.mean())
         if mean >= 0.0 or not self._material_k(k, slope, x[-1]):
             return False, slope
@@ -368,11 +371,11 @@ class PlannedEvidence(PlannedSlope):
             self.last_p = 0.5 * math.erfc(-slope / math.sqrt(var) / math.sqrt(2.0))
         return self.last_p < self.evidence_level(), slope
 
-    def _pairs(self) -> list[tuple[list[float] | None, float | None]]:
+    def _pairs(self) -> list[tuple[Sequence[float] | None, float | None]]:
         return list(zip(self.rows, self.vars))
 
     @staticmethod
-    def _var(row: list[float] | None, var: float | None) -> float:
+    def _var(row: Sequence[float] | None, var: float | None) -> float:
         """An eval's mean variance: the reported one, else from its per-example scores (the caller checked one)."""
         if var is not None:
             return var
@@ -391,5 +394,5 @@ class PlannedEvidence(PlannedSlope):
         if ev is None:
             self.rows, self.vars = [None] * len(self.steps), [None] * len(self.steps)
         else:
-            self.rows = [None if r is None else [float(v) for v in r] for r in ev["rows"]]
+            self.rows = [None if r is None else tuple(float(v) for v in r) for r in ev["rows"]]
             self.vars = [None if v is None else float(v) for v in ev["vars"]]
