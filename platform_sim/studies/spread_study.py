@@ -17,7 +17,9 @@ read, and the chosen spec is replayed on both splits in all three modes.
 
 Why the level is not tuned: no healthy tune trace is stopped in mean-and-spread mode at any level up to 0.05, so the
 tune split cannot measure what a looser level costs, and the shortfall would trade error control for speed unseen.
-The level is the default's, the per-look error level the default was chosen at. :func:`choose_spread` with
+The level is the default's, the per-look error level the default was chosen at. Both are chosen, and their
+sensitivity shown, on the per-look test (:func:`per_look`): with planned steps the mean-and-spread mode decides by the
+per-run test, which they do not parameterise. :func:`choose_spread` with
 ``alphas`` set runs the unconstrained rule too, reported beside it. The sensitivity table (every window and level on
 both splits) is computed after the choice and reported, never used to choose.
 """
@@ -92,6 +94,14 @@ def grid_points(base: Mapping[str, Any], grid: Mapping[str, Sequence[Any]]) -> l
     return [detector_from_spec({"name": base["name"], "params": {**base["params"], **p}}).spec() for p in points]
 
 
+def per_look(spec: Mapping[str, Any]) -> dict[str, Any]:
+    """``spec`` deciding per look in every mode (``means_test="window"``): the test that ``spread_window`` and
+    ``spread_alpha`` parameterise. With the reports' planned steps the default's mean-and-spread test is the per-run
+    one, whose window is in planned progress and whose level is ``evidence_run_alpha``, so they are chosen (and their
+    sensitivity shown) on the test they still decide: the one without a plan."""
+    return {**spec, "params": {**spec["params"], "means_test": "window"}}
+
+
 def choose_spread(
     tune: Sequence[RealTrace],
     base: Mapping[str, Any],
@@ -115,7 +125,7 @@ def choose_spread(
     table = []
     best: tuple[tuple[float, ...], dict[str, Any]] | None = None
     for spec in grid_points(base, grid):
-        m = group_metrics(detect_mode(tune, spec, EvidenceMode.MEAN_AND_SPREAD), resamples=0)
+        m = group_metrics(detect_mode(tune, per_look(spec), EvidenceMode.MEAN_AND_SPREAD), resamples=0)
         table.append({"spec": spec, "shortfall": shortfall(m, targets), "metrics": {k: m[k] for k in METRIC_KEYS}})
         key = _rank_key(m, targets)
         if best is None or key < best[0]:
@@ -175,7 +185,7 @@ def spread_study(
         {
             "spec": point["spec"],
             "tune": point["metrics"],
-            "test": _metrics(detect_mode(test, point["spec"], EvidenceMode.MEAN_AND_SPREAD)),
+            "test": _metrics(detect_mode(test, per_look(point["spec"]), EvidenceMode.MEAN_AND_SPREAD)),
         }
         for point in free["grid"]
     ]
