@@ -155,3 +155,31 @@ def test_a_state_written_before_the_richer_modes_held_evidence_loads_and_decides
     assert "evidence" not in json.dumps(state)  # means only: the planned state is as 47ctl wrote it
     again = JobMonitor.from_state_dict(json.loads(json.dumps(state)))
     assert again.observe(9, 0.9, planned_steps=40).to_dict() == mon.observe(9, 0.9, planned_steps=40).to_dict()
+
+
+def test_the_richer_modes_parameters_are_checked_and_listed_only_off_their_defaults():
+    assert "evidence_run_alpha" not in detector_from_spec(default_spec()).params()
+    spec = {"name": "trend", "params": {"evidence_run_alpha": 0.05, "evidence_rel_drop": 0.2}}
+    params = detector_from_spec(spec).params()
+    assert params["evidence_run_alpha"] == 0.05 and params["evidence_rel_drop"] == 0.2
+    assert detector_from_spec({"name": "trend", "params": params}).params() == params
+    for bad, match in [
+        ({"evidence_run_alpha": 0.0}, "evidence_run_alpha"),
+        ({"evidence_run_alpha": 1.5}, "evidence_run_alpha"),
+        ({"evidence_rel_drop": -0.1}, "evidence_rel_drop"),
+        ({"evidence_rel_drop": 1e7}, "evidence_rel_drop"),
+    ]:
+        with pytest.raises(ValueError, match=match):
+            detector_from_spec({"name": "trend", "params": bad})
+
+
+def test_the_richer_modes_spend_their_own_run_level_by_planned_progress():
+    # At every look the per-example test's level is evidence_run_alpha * (F(p) - F(p')), the means' run_alpha share
+    # scaled: over a run that ends at its plan the looks spend exactly evidence_run_alpha.
+    test = PlannedEvidence(0.05, 0.2, 6, 0.2, 300, evidence_alpha=0.1, evidence_drop=0.0)
+    levels = []
+    for step in range(3, 301, 3):
+        test.add_evidence(step, 0.5, 300, [0.4, 0.6], None)
+        levels.append(test.evidence_level())
+        assert test.evidence_level() == pytest.approx(2 * test.look_alpha())
+    assert sum(levels) == pytest.approx(0.1)

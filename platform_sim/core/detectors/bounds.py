@@ -47,6 +47,8 @@ PARAM_BOUNDS: dict[str, dict[str, tuple[float, float]]] = {
         "run_alpha": _PROB,
         "frac": _PROB,
         "rel_drop": (0.0, 1e6),
+        "evidence_run_alpha": _PROB,
+        "evidence_rel_drop": (0.0, 1e6),
     },
     "shape": {
         "threshold": _PROB,
