@@ -40,6 +40,8 @@ from platform_sim.service.postgres_migrations import upgrade_schema  # noqa: E40
 from platform_sim.service.store import JobRecord  # noqa: E402
 from platform_sim.service.store_postgres import PostgresStore  # noqa: E402
 
+PLANNED_STEPS = 1000  # what the replicas test's jobs register (the service's detector sees it with every report)
+
 
 def _db_url(name: str) -> str:
     base, _, _query = PG_URL.partition("?")
@@ -235,15 +237,17 @@ def test_three_replicas_on_one_database_match_the_embedded_core(pg_db: str, tmp_
     try:
         tenant = next(t for t in store.list_tenants() if t.name == "team-a")
         for job_id, sent in results.items():
-            # registered without a detector: the service's default, the project's default detector
+            # registered without a detector: the service's default, the project's default detector; the service
+            # hands it the job's registered planned steps with every report, and so does the reference here
             monitor = JobMonitor(job_id, "rlhf", detector=detector_from_spec(default_spec()))
             for report, status, body in sent:
+                planned = dataclasses.replace(report, planned_steps=PLANNED_STEPS)
                 if status == 409:
                     with pytest.raises(ConflictError):
-                        monitor.observe_report(report)
+                        monitor.observe_report(planned)
                     continue
                 assert status == 200, (job_id, report, status, body)
-                assert body == monitor.observe_report(report).to_dict(), (job_id, report)
+                assert body == monitor.observe_report(planned).to_dict(), (job_id, report)
             # No acknowledged report lost, nothing stored that was not acknowledged.
             stored = store.reports(tenant.tenant_id, job_id)
             assert [(r.step, r.eval_score) for r in stored] == list(zip(monitor.steps, monitor.scores)), job_id
@@ -287,7 +291,7 @@ async def _drive(
             job_id = f"job-{i:03d}"
             r = await client.post(
                 f"{rng.choice(urls)}/v1/jobs",
-                json={"job_type": "rlhf", "job_id": job_id, "gpus": 8, "planned_steps": 1000},
+                json={"job_type": "rlhf", "job_id": job_id, "gpus": 8, "planned_steps": PLANNED_STEPS},
             )
             assert r.status_code == 201, r.text
             sent: list[tuple[Report, int, dict]] = []
