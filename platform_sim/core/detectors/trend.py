@@ -62,16 +62,20 @@ class TrendDetector(EvidenceDetector):
       from the residuals of the fit (computed as scipy computes it, by
       :func:`~platform_sim.core.detectors.pvalues.slope_less_p`).
 
-    **Per-run error control in the means-only mode.** A per-look test at every eval stops a healthy run more often the
+    **Per-run error control.** A per-look test at every eval stops a healthy run more often the
     more densely it is evaluated. With ``means_test="auto"`` (the default), once the reports carry the run's
     ``planned_steps`` (:meth:`plan`), the means-only mode is :class:`~.progress.PlannedSlope`'s test instead, whose
     false-stop rate is bounded per run at ``run_alpha`` however densely the run is evaluated: a window of the last
     ``frac`` of the planned steps (at least ``window`` evals), the noise pooled from the run's second differences,
     the level spent by progress (``run_alpha * (p**2 - p'**2)`` between looks at progress ``p'`` and ``p``), and a
-    stop only on a drop of at least ``rel_drop`` of the rise. Without a plan it is the per-look window test above,
-    and the reason says so. ``means_test="window"`` keeps the per-look test whatever the reports carry;
-    ``means_test="progress"`` is :class:`~.progress.ProgressSlope`'s anytime variant (no plan needed: the window a
-    ``frac`` of the steps seen so far, the level spent over geometric epochs of steps).
+    stop only on a drop of at least ``rel_drop`` of the rise. **The per-example and mean-and-spread modes** then test
+    per run too (:class:`~.progress.PlannedEvidence`): each mode's own statistic (the paired slope t, the
+    known-variance z) over the same window in planned progress, at the look's share of ``evidence_run_alpha`` spent
+    the same way, with a materiality of ``evidence_rel_drop``. Without a plan every mode is its per-look window test
+    above, and the reason says so. ``means_test="window"`` keeps the per-look tests whatever the reports carry;
+    ``means_test="progress"`` is :class:`~.progress.ProgressSlope`'s anytime variant of the means' test (no plan
+    needed: the window a ``frac`` of the steps seen so far, the level spent over geometric epochs of steps; the other
+    two modes per look).
 
     The mode is read from the evals of its window (those there are, before it fills), so a job whose reports carry
     spreads on some evals and not others decides on the means alone until the last ``spread_window`` evals all carry
@@ -104,6 +108,9 @@ class TrendDetector(EvidenceDetector):
         run_alpha: The run's false-stop level of the progress tests, strictly between 0 and 1.
         frac: Share of the steps (planned, or seen so far) that the progress window covers, strictly between 0 and 1.
         rel_drop: Materiality of the progress tests: a share of the run's rise so far, >= 0.
+        evidence_run_alpha: The run's false-stop level of the per-run per-example and mean-and-spread tests, strictly
+            between 0 and 1 (listed by :meth:`params` when not 0.1).
+        evidence_rel_drop: Their materiality, a share of the run's rise so far, >= 0 (listed when not 0).
     """
 
     name: ClassVar[str] = "trend"
