@@ -40,6 +40,12 @@ and the same at every density: a drift of a few per cent of the gain is never a 
 It needs no count of evals, so it holds at any eval density. Chosen on tuning data by the issue-47 error-control
 study (``benchmarks/design_choice.py``: the ``planned`` design, window a fifth of the planned evals, ``F(p) = p**2``,
 ``run_alpha`` 0.05, ``rel_drop`` 0.2), here measured in steps rather than in evals (the same on a regular cadence).
+
+:class:`PlannedEvidence` adds the per-example and mean-and-spread modes to it: the same window and spending, with
+each mode's own statistic (the paired slope t over the examples' slopes; the slope of the means with each mean's
+variance known, a z-test) at its own run level. Their level (0.1) and materiality (none) were chosen on tuning data
+by ``benchmarks/dense_modes.py`` (synthetic healthy and hacking runs with per-example scores;
+``docs/results/dense-noisy.md``).
 """
 
 from __future__ import annotations
