@@ -139,7 +139,7 @@ class EvalStopCallback(CallbackAttributes, TrainerCallback, ExportableState):
         compat.warn_competing_best(args, self.mode, self.evaluator)
         self.schedule.start_clock()
         if self._is_main:
-            self.job.register()
+            self.job.register(max_steps(state) or None)
             self._wandb = WandbLogger(reports_to(args, "wandb"))
             if self.trace_path is not None:
                 header = trace_header(self, args, state, model)

@@ -147,17 +147,22 @@ class CadenceClient(BoundaryClient, Protocol):
         """Register a job with a cadence spec (None: fixed) and return its id."""
 
 
-def takes_cadence(client: BoundaryClient) -> TypeGuard[CadenceClient]:
-    """Whether ``client.register`` takes a ``cadence`` keyword (read from its signature: a Protocol check at run
-    time sees only that the method exists)."""
+def register_takes(client: BoundaryClient, name: str) -> bool:
+    """Whether ``client.register`` takes the keyword ``name`` (read from its signature: a Protocol check at run time
+    sees only that the method exists)."""
     try:
         params = inspect.signature(client.register).parameters
     except (TypeError, ValueError):  # no signature to read (a builtin or C callable): assume not
         return False
-    cadence = params.get("cadence")
-    if cadence is not None:
-        return cadence.kind in (inspect.Parameter.KEYWORD_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    param = params.get(name)
+    if param is not None:
+        return param.kind in (inspect.Parameter.KEYWORD_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
     return any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+
+
+def takes_cadence(client: BoundaryClient) -> TypeGuard[CadenceClient]:
+    """Whether ``client.register`` takes a ``cadence`` keyword."""
+    return register_takes(client, "cadence")
 
 
 class EmbeddedClient:

@@ -41,10 +41,10 @@ class JobReporter:
     def __post_init__(self) -> None:
         self.policy = NonFinitePolicy(self.settings.max_non_finite)
 
-    def register(self) -> str:
-        """Register the job (once) and return its id."""
+    def register(self, planned_steps: int | None = None) -> str:
+        """Register the job (once), with the run's planned steps when known, and return its id."""
         if not self.registered:
-            self.job_id, self.registered = self.settings.register(self.client, self.job_id), True
+            self.job_id, self.registered = self.settings.register(self.client, self.job_id, planned_steps), True
         if self.job_id is None:
             raise RuntimeError("EvalStop: the client returned no job id at registration")
         return self.job_id

@@ -15,7 +15,7 @@ from typing import Any
 from platform_sim.core import JOB_TYPES, EvalBudget, cadence_from_spec, default_spec, detector_from_spec
 from platform_sim.core.checks import check_int
 
-from .client import BoundaryClient, CadenceClient, takes_cadence
+from .client import BoundaryClient, CadenceClient, register_takes, takes_cadence
 from .evaluators import Evaluator
 from .nonfinite import DEFAULT_MAX_CONSECUTIVE, check_max_consecutive
 
@@ -245,10 +245,18 @@ class CallbackSettings:
             max_non_finite=check_max_consecutive(max_non_finite),
         )
 
-    def register(self, client: BoundaryClient, job_id: str | None) -> str:
-        """Register the job with ``client`` (with its cadence when one is set) and return its id."""
+    def register(self, client: BoundaryClient, job_id: str | None, planned_steps: int | None = None) -> str:
+        """Register the job with ``client`` (with its cadence when one is set) and return its id.
+
+        ``planned_steps`` (the trainer's ``max_steps``) goes to a client whose ``register`` takes it
+        (``PlatformClient``): the service decides with the plan a job registered, never with a report's, so without
+        it a service's default would test per look where the embedded core tests per run.
+        """
+        extra: dict[str, Any] = {}
+        if planned_steps and register_takes(client, "planned_steps"):
+            extra["planned_steps"] = planned_steps
         if self.cadence_client is not None:  # only with a cadence: other clients' register() takes none
             return self.cadence_client.register(
-                self.job_type, self.detector_spec, job_id=job_id, cadence=self.cadence_spec
+                self.job_type, self.detector_spec, job_id=job_id, cadence=self.cadence_spec, **extra
             )
-        return client.register(self.job_type, self.detector_spec, job_id=job_id)
+        return client.register(self.job_type, self.detector_spec, job_id=job_id, **extra)

@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import json
 
+import httpx
 import numpy as np
 from _callback_helpers import TRAINER_ARGS, policy, sentences, tokenizer
 from datasets import Dataset
+from service_support import auth, tenant_server
 
 from evalstop_callbacks import EmbeddedClient, EvalStopCallback
+from evalstop_callbacks.platform_client import PlatformClient
 from platform_sim.core import EvidenceMode
 
 HELDOUT = 16
@@ -27,7 +30,9 @@ def _argmax(logits, labels):
     return logits.argmax(dim=-1)
 
 
-def test_the_trainers_max_steps_reach_the_detector_as_planned_steps(tmp_path) -> None:
+def _trainer(tmp_path, cb: EvalStopCallback):
+    """A tiny GPT-2 trained on one kind of sentence for MAX_STEPS steps, evaluated at every step on another: the
+    trainer logs a mean token accuracy, no spread."""
     from transformers import DataCollatorForLanguageModeling, Trainer, TrainingArguments
 
     tok = tokenizer()
@@ -35,8 +40,6 @@ def test_the_trainers_max_steps_reach_the_detector_as_planned_steps(tmp_path) ->
     def encode(lines):
         return Dataset.from_dict({"text": lines}).map(lambda b: tok(b["text"]), batched=True, remove_columns=["text"])
 
-    client = EmbeddedClient()
-    cb = EvalStopCallback(client=client, trace_path=tmp_path / "trace.jsonl", job_type="other")
     args = TrainingArguments(
         output_dir=str(tmp_path),
         per_device_train_batch_size=8,
@@ -49,7 +52,7 @@ def test_the_trainers_max_steps_reach_the_detector_as_planned_steps(tmp_path) ->
         greater_is_better=True,
         **TRAINER_ARGS,
     )
-    trainer = Trainer(
+    return Trainer(
         model=policy(),
         args=args,
         train_dataset=encode(sentences("negative")),
@@ -59,6 +62,12 @@ def test_the_trainers_max_steps_reach_the_detector_as_planned_steps(tmp_path) ->
         preprocess_logits_for_metrics=_argmax,
         callbacks=[cb],
     )
+
+
+def test_the_trainers_max_steps_reach_the_detector_as_planned_steps(tmp_path) -> None:
+    client = EmbeddedClient()
+    cb = EvalStopCallback(client=client, trace_path=tmp_path / "trace.jsonl", job_type="other")
+    trainer = _trainer(tmp_path, cb)
     trainer.train()
     monitor = client.monitor(cb.job.job_id)
     assert len(monitor.steps) >= 6, monitor.steps
@@ -72,3 +81,15 @@ def test_the_trainers_max_steps_reach_the_detector_as_planned_steps(tmp_path) ->
     header = json.loads((tmp_path / "trace.jsonl").read_text().splitlines()[0])
     assert header["planned_steps"] == MAX_STEPS
     assert np.isfinite(monitor.best_score)
+
+
+def test_through_the_service_the_job_registers_the_trainers_max_steps(tmp_path) -> None:
+    # The service decides with the plan a job registered (a report's planned_steps is no wire field), so the callback
+    # registers the trainer's max_steps: a PlatformClient given no planned_steps still gets the per-run test.
+    (tmp_path / "svc").mkdir()
+    with tenant_server(tmp_path / "svc") as (srv, token), PlatformClient(srv.url, token) as client:
+        cb = EvalStopCallback(client=client, job_type="other")
+        _trainer(tmp_path / "run", cb).train()
+        job = httpx.get(f"{srv.url}/v1/jobs/{cb.job.job_id}", headers=auth(token), timeout=10).json()
+        assert job["planned_steps"] == MAX_STEPS
+        assert client.last_source == "service" and len(cb.history) >= 6
