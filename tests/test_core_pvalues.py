@@ -78,3 +78,39 @@ def test_trend_detector_without_per_example_scores_decides_as_with_scipy(monkeyp
     monkeypatch.setattr(trend, "slope_less_p", _scipy)
     assert run() == fast
     assert any("p=" in reason and "n/a" not in reason for _, _, reason in fast)  # tests did run
+
+
+RACE = """
+import threading
+from platform_sim.core.detectors.pvalues import scipy_module
+
+errors, barrier = [], threading.Barrier(8)
+
+
+def first_use():
+    barrier.wait()  # every thread asks at once, while scipy is not imported yet
+    try:
+        scipy_module("special").stdtr(3.0, -1.0)
+        scipy_module("stats").t.cdf(-1.0, 3)
+    except Exception as exc:
+        errors.append(repr(exc))
+
+
+threads = [threading.Thread(target=first_use) for _ in range(8)]
+for t in threads:
+    t.start()
+for t in threads:
+    t.join()
+assert not errors, errors
+"""
+
+
+def test_threads_that_first_use_scipy_at_once_all_get_the_whole_module() -> None:
+    # The service applies reports on several threads: a thread that took scipy.stats from sys.modules while another
+    # was still importing it got a partially initialized module (AttributeError: no attribute 't'). In a fresh
+    # interpreter, so that scipy is not imported yet.
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", RACE], capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]

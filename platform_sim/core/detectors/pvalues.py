@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import importlib
 import math
-import sys
 from types import ModuleType
 
 import numpy as np
@@ -19,11 +18,22 @@ import numpy as np
 _T_SKIP_MARGIN = 0.25
 
 
+_IMPORTED: dict[str, ModuleType] = {}
+"""The scipy modules whose import has finished (an import cache, as ``sys.modules`` is, never cleared)."""
+
+
 def scipy_module(name: str) -> ModuleType:
-    """``scipy.<name>`` (``"stats"``, ``"special"``), imported on first use (then from ``sys.modules``, read
-    directly: ``importlib.import_module`` costs a few microseconds per call even for a loaded module)."""
-    module = sys.modules.get(f"scipy.{name}")
-    return module if module is not None else importlib.import_module(f"scipy.{name}")
+    """``scipy.<name>`` (``"stats"``, ``"special"``), imported on first use, then read from a cache of finished imports
+    (``importlib.import_module`` costs a few microseconds per call even for a loaded module).
+
+    Not ``sys.modules``: a module is there from the start of its import, so a thread that looked there while another
+    was still importing it got a partially initialized module (``AttributeError: ... has no attribute 'stdtr'``: the
+    service's report threads did). ``import_module`` waits for another thread's import of the module to finish.
+    """
+    module = _IMPORTED.get(name)
+    if module is None:
+        module = _IMPORTED[name] = importlib.import_module(f"scipy.{name}")
+    return module
 
 
 def one_sided_t_p(values: np.ndarray, alpha: float, crit_cache: dict[int, float]) -> float:
