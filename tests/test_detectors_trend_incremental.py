@@ -11,6 +11,7 @@ import random
 from platform_sim.core.boundary import EvidenceMode
 from platform_sim.core.detectors import Spread
 from platform_sim.core.detectors.trend import TrendDetector
+from platform_sim.core.detectors.trend_per_run import MAX_PENDING
 
 PE, SP, MO = EvidenceMode.PER_EXAMPLE, EvidenceMode.MEAN_AND_SPREAD, EvidenceMode.MEANS_ONLY
 
@@ -79,3 +80,49 @@ def test_scores_as_a_tuple_a_list_or_ints_decide_the_same() -> None:
     state = runs[1][-1][-1]
     assert all(type(v) is float for row in state["recent_scores"] for v in row)
     assert json.loads(json.dumps(state)) == state
+
+
+def _planned_run(seed: int) -> list[tuple[int, float, list[float]]]:
+    """A run of 150 evals with 8 example scores each: rising for 100 evals (no test runs: the mean never falls below
+    its best), then falling."""
+    rng = random.Random(seed)
+    out = []
+    for i in range(150):
+        level = 0.02 * i if i < 100 else 2.0 - 0.04 * (i - 100)
+        scores = [level + rng.gauss(0.0, 0.01) for _ in range(8)]
+        out.append((10 * (i + 1), sum(scores) / len(scores), scores))
+    return out
+
+
+def _fed(det: TrendDetector, evals: list[tuple[int, float, list[float]]], read: set[int]) -> list[tuple]:
+    """Each eval's decision; the reason and state only at the evals in ``read`` (None elsewhere)."""
+    out = []
+    for j, (step, score, scores) in enumerate(evals):
+        det.plan(1500 if j == 0 else None)
+        stop = det.update(step, score, scores)
+        seen = (det.reason(), json.dumps(det.state_dict())) if j in read else None
+        out.append((stop, det.mode(), det.last_p, det.last_slope, det.doubt(), seen))
+    return out
+
+
+def test_the_planned_test_fed_when_read_decides_and_saves_as_one_read_at_every_eval() -> None:
+    # The planned test is fed lazily (trend_per_run.PerRunTests): a detector whose state is read only at a few evals
+    # holds evals unfed in between (more than MAX_PENDING over the 100 rising evals), and must decide, explain and
+    # save exactly as one whose state is read (so fed) at every eval; a restore from the sparse state goes on alike.
+    evals = _planned_run(2)
+    read = {0, 40, 99, 120, 149}
+    dense = _fed(TrendDetector(), evals, set(range(len(evals))))
+    sparse_det = TrendDetector()
+    sparse = _fed(sparse_det, evals, read)
+    assert any(row[0] for row in dense) and any(row[2] is not None for row in dense)  # tests ran; it stops
+    assert [row[:5] for row in sparse] == [row[:5] for row in dense]
+    assert [row[5] for j, row in enumerate(sparse) if j in read] == [row[5] for j, row in enumerate(dense) if j in read]
+    for cut in (30, 99, 110):
+        first = TrendDetector()
+        _fed(first, evals[:cut], set())
+        assert bool(first._per_run._pending) == (cut < 100)  # evals held unfed while rising: the state feeds them
+        assert len(first._per_run._pending) < MAX_PENDING < 99  # bounded, however long a run rises
+        restored = TrendDetector()
+        restored.load_state_dict(json.loads(json.dumps(first.state_dict())))
+        rest = _fed(restored, evals[cut:], {j - cut for j in read if j >= cut})
+        assert [row[:5] for row in rest] == [row[:5] for row in dense[cut:]], cut

@@ -289,9 +289,10 @@ class TrendDetector(EvidenceDetector):
         if self._last_slopes:  # most evals run no t-test: no new empty list for them
             self._last_slopes = []
         self._mode = mode = self._window_mode()
-        progress = self._per_run.feed(step, score, self.seen == 0, row, spread_row)
+        per_run = self._per_run.feed(step, score, self.seen == 0, row, spread_row)
         # The cheap check first: a test runs only when the mean really fell below the best.
         if self.best_score is not None and score < self.best_score - self.min_drop:
+            progress = self._per_run.test if per_run else None  # read only here: the evals are fed lazily
             if mode is EvidenceMode.MEANS_ONLY and progress is not None:
                 self._warn_fallback("no per-example eval scores or spread on every eval of the window")
                 significant, self.last_slope = progress.significant()
