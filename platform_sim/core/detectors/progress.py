@@ -339,7 +339,12 @@ class PlannedEvidence(PlannedSlope):
         if last is None or len(last) < 2:
             return False, None
         size = len(last)
-        fit = self._fit(self._trailing([r is not None and len(r) == size for r in self.rows]))
+        k = 0  # the trailing evals with scores of this length (_trailing, without a list of flags per look)
+        for r in reversed(self.rows):
+            if r is None or len(r) != size:
+                break
+            k += 1
+        fit = self._fit(k)
         if fit is None:
             return False, None
         x, sxx, slope = fit
@@ -347,10 +352,14 @@ class PlannedEvidence(PlannedSlope):
         # The rows read into one (k, examples) array in one pass (np.asarray on tuples spends more on the shape).
         scores = np.fromiter(itertools.chain.from_iterable(self.rows[-k:]), np.float64, k * size)  # type: ignore[arg-type]
         slopes = np.asarray(x) @ scores.reshape(k, size) / sxx  # one slope per example
-        mean = float(slopes.mean())
+        # np.mean's and np.std's own arithmetic (sums over counts, the squared deviations from the mean), without
+        # their per-call overhead: the same numbers.
+        total = slopes.sum() / size
+        mean = float(total)
         if mean >= 0.0 or not self._material_k(k, slope, x[-1]):
             return False, slope
-        sd = float(slopes.std(ddof=1))
+        dev = slopes - total
+        sd = math.sqrt(float((dev * dev).sum() / (size - 1)))
         if sd <= 1e-12 * max(1.0, abs(mean)):
             self.last_p = 0.0  # every example falls by the same amount: certain evidence
         else:
