@@ -6,9 +6,14 @@ ran through."""
 from __future__ import annotations
 
 import json
+import math
 import random
 
-from platform_sim.core.boundary import EvidenceMode
+import numpy as np
+import pytest
+
+from platform_sim.core import InvalidReportError, JobMonitor, default_spec, detector_from_spec
+from platform_sim.core.boundary import MAX_ABS_SCORE, Action, EvidenceMode
 from platform_sim.core.detectors import Spread
 from platform_sim.core.detectors.trend import TrendDetector
 from platform_sim.core.detectors.trend_per_run import MAX_PENDING
@@ -126,3 +131,75 @@ def test_the_planned_test_fed_when_read_decides_and_saves_as_one_read_at_every_e
         restored.load_state_dict(json.loads(json.dumps(first.state_dict())))
         rest = _fed(restored, evals[cut:], {j - cut for j in read if j >= cut})
         assert [row[:5] for row in rest] == [row[:5] for row in dense[cut:]], cut
+
+
+def _read_only(row: list[float]) -> np.ndarray:
+    arr = np.array(row, dtype=np.float64)
+    arr.flags.writeable = False
+    return arr
+
+
+def _numbers_are_python(value: object) -> bool:
+    """Whether every number in a state is a Python int or float (no numpy scalar from an array row)."""
+    if isinstance(value, dict):
+        return all(_numbers_are_python(v) for v in value.values())
+    if isinstance(value, (list, tuple)):
+        return all(_numbers_are_python(v) for v in value)
+    return value is None or type(value) in (bool, int, float, str)
+
+
+@pytest.mark.parametrize("name", ["trend", "paired-test", "k-decline-se", "shape", "cusum"])
+def test_per_example_scores_as_a_read_only_array_decide_and_save_as_a_tuple(name: str) -> None:
+    # The simulator hands each eval's per-example scores as a read-only float64 array (no Python float per score):
+    # the monitor checks it in two reductions; trend keeps it as it is, every other detector gets a tuple as before.
+    # Decisions, reasons and the saved state (lists of floats) must be those of the same scores as a tuple or a list.
+    spec = default_spec() if name == "trend" else {"name": name, "params": {}}
+    evals = _planned_run(3)
+    outs = []
+    for as_row in (tuple, list, _read_only, lambda r: np.array(r, dtype=np.float64)):
+        mon = JobMonitor("j", "rlhf", detector_from_spec(spec))
+        out = []
+        for j, (step, score, scores) in enumerate(evals):
+            d = mon.observe(step, score, as_row(scores), planned_steps=1500 if j % 3 == 0 else None)
+            out.append(json.dumps(d.to_dict()))
+            if d.action is Action.STOP:
+                break
+        outs.append((out, json.dumps(mon.state_dict())))
+    assert outs[0] == outs[1] == outs[2] == outs[3]
+    assert _numbers_are_python(json.loads(outs[2][1])) and _numbers_are_python(mon.state_dict())
+    if name == "trend":
+        assert any('"action": "stop"' in d for d in outs[0][0]) and "per-example" in outs[0][0][-1]
+
+
+def test_a_kept_array_cannot_be_changed_by_its_caller() -> None:
+    # A writable array is copied by the monitor (read-only), so changing it afterwards changes nothing kept.
+    evals = _planned_run(4)[:12]
+    decided = []
+    for mutate in (False, True):
+        mon = JobMonitor("j", "rlhf", detector_from_spec(default_spec()))
+        for step, score, scores in evals:
+            row = np.array(scores, dtype=np.float64)
+            mon.observe(step, score, row, planned_steps=1500)
+            if mutate:
+                row[:] = 0.0
+        decided.append(json.dumps(mon.state_dict()))
+    assert decided[0] == decided[1]
+
+
+@pytest.mark.parametrize("bad", [[0.1, math.nan], [0.1, math.inf], [-math.inf, 0.1], [0.1, 2 * MAX_ABS_SCORE], []])
+def test_an_array_of_scores_is_refused_as_the_same_list_is(bad: list) -> None:
+    refusals = []
+    for scores in (bad, np.array(bad, dtype=np.float64)):
+        mon = JobMonitor("j", "rlhf", detector_from_spec(default_spec()))
+        with pytest.raises(InvalidReportError) as err:
+            mon.observe(1, 0.5, scores)
+        refusals.append(str(err.value))
+        assert not mon.steps  # a refused report changes nothing
+    assert refusals[0] == refusals[1]
+
+
+def test_an_array_of_another_type_or_shape_is_refused_as_before() -> None:
+    # Not a float64 vector: checked value by value as any sequence (numpy's int64 and rows are not numbers there).
+    for scores, why in ((np.array([1, 2]), "got int64"), (np.array([[0.1, 0.2]]), "got ndarray")):
+        with pytest.raises(InvalidReportError, match=why):
+            JobMonitor("j", "rlhf", detector_from_spec(default_spec())).observe(1, 0.5, scores)

@@ -190,3 +190,25 @@ def test_per_example_scores_are_dropped_when_a_job_ends_and_drawn_the_same_again
     result = simulate(wl, spec.build(wl), observation=sim_obs)
     assert any(o.stopped for o in result.outcomes)
     assert not sim_obs._rows and not sim_obs._blocks and not sim_obs._difficulty
+
+
+def test_the_engine_reads_per_example_rows_as_read_only_arrays_of_the_same_scores():
+    from platform_sim.sim.eval_scores import PerExampleObservation
+
+    wl = generate_workload(WorkloadConfig(n_jobs=20, sigma=0.05), 2)
+    obs = PerExampleObservation(wl)
+    for job in wl.jobs[:5]:
+        for k in range(1, wl.n_evals + 1):
+            score, row = obs.observe_row(job, k, k / wl.n_evals)
+            assert isinstance(row, np.ndarray) and row.dtype == np.float64 and not row.flags.writeable
+            assert (score, tuple(row.tolist())) == obs.observe_eval(job, k, k / wl.n_evals)
+            assert all(type(v) is float for v in obs.observe_eval(job, k, k / wl.n_evals)[1] or ())
+
+    class Shifted(PerExampleObservation):  # a subclass's observe_eval is what the engine reads
+        def observe_eval(self, job, k, progress):
+            score, row = super().observe_eval(job, k, progress)
+            return score + 1.0, row
+
+    shifted = Shifted(wl)
+    assert shifted.observe_row(wl.jobs[0], 3, 0.15) == shifted.observe_eval(wl.jobs[0], 3, 0.15)
+    assert shifted.observe_row(wl.jobs[0], 3, 0.15)[0] == obs.observe_eval(wl.jobs[0], 3, 0.15)[0] + 1.0

@@ -12,7 +12,9 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any
+from typing import Any, TypeGuard, cast
+
+import numpy as np
 
 JOB_TYPES: tuple[str, ...] = ("rlhf", "dpo", "lora", "sft", "other")
 """Job types a report may name. Schedulers may treat them differently (StopAt-p only stops ``rlhf``)."""
@@ -114,6 +116,29 @@ def check_finite_scores(values: Sequence[Any], field: str = "eval_scores[]") -> 
         if -MAX_ABS_SCORE <= min(values) and max(values) <= MAX_ABS_SCORE:
             return tuple(values)
     return tuple(check_finite_score(v, field) for v in values)
+
+
+def is_array(values: object) -> TypeGuard[np.ndarray]:
+    """Whether ``values`` is a ``numpy`` array (exactly: not a subclass such as a masked array)."""
+    return type(values) is np.ndarray
+
+
+def check_finite_score_array(values: np.ndarray, field: str = "eval_scores[]") -> np.ndarray | tuple[float, ...]:
+    """A one-dimensional float64 array of per-example scores, checked as :func:`check_finite_scores` checks a sequence
+    (every value finite, of magnitude at most :data:`MAX_ABS_SCORE`) in two reductions, and returned read-only (a
+    copy if it was writable, so that a caller cannot change what a detector keeps): the simulator's rows.
+
+    Anything else (another dtype or shape, an empty array, a bad value) goes through :func:`check_finite_scores`,
+    whose tuple of floats or error it gives: the same refusals as for a list.
+    """
+    # min and max are NaN if any value is (and the comparisons then false); an infinity is beyond the bound.
+    if values.dtype == np.float64 and values.ndim == 1 and values.size:
+        if -MAX_ABS_SCORE <= values.min() and values.max() <= MAX_ABS_SCORE:
+            if values.flags.writeable:
+                values = values.copy()
+                values.flags.writeable = False
+            return values
+    return check_finite_scores(cast("Sequence[Any]", values), field)
 
 
 def sample_std(values: Sequence[float]) -> float:

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from .boundary import (
     MAX_ABS_SCORE,
@@ -35,10 +35,12 @@ from .boundary import (
     InvalidReportError,
     Report,
     check_finite_score,
+    check_finite_score_array,
     check_finite_scores,
     check_job_type,
     check_planned_steps,
     check_step,
+    is_array,
 )
 from .cadence import CadencePolicy, cadence_from_spec
 from .detectors import Detector, Spread, detector_from_spec, paper_spec
@@ -160,19 +162,29 @@ class JobMonitor:
         if self.steps and step <= self.steps[-1]:
             return self._resend(step, score)
         if scores is not None:
-            # Same checks as Report: a non-number must be a clear InvalidReportError, not a TypeError from isfinite.
-            # (A tuple, what the simulator and a Report hand on, is none of those: no ABC check per eval.)
-            if type(scores) is not tuple and (
-                isinstance(scores, (str, bytes, Mapping)) or not hasattr(scores, "__iter__")
-            ):
-                raise InvalidReportError("eval_scores must be a list of numbers")
-            scores = check_finite_scores(scores)
-            if not scores:
+            if is_array(scores):
+                # The simulator's rows: a float64 vector checked in two reductions, kept as a read-only array for a
+                # detector that takes one (no conversion to Python floats per eval), else a tuple as before.
+                row = check_finite_score_array(scores)
+                scores = cast("Sequence[float]", row)
+                if is_array(row) and not self.detector.takes_score_arrays:
+                    scores = tuple(row.tolist())
+            else:
+                # Same checks as Report: a non-number must be a clear InvalidReportError, not a TypeError from
+                # isfinite. (A tuple, what a Report hands on, is none of those: no ABC check per eval.)
+                if type(scores) is not tuple and (
+                    isinstance(scores, (str, bytes, Mapping)) or not hasattr(scores, "__iter__")
+                ):
+                    raise InvalidReportError("eval_scores must be a list of numbers")
+                scores = check_finite_scores(scores)
+            if not len(scores):
                 raise InvalidReportError("eval_scores must not be empty when given")
         spread = None
         if eval_std is not None or eval_n is not None:
             # The report's own checks (together, finite, >= 0, n >= 2, agreeing with the scores): one set of rules.
-            checked = Report(self.job_id, self.job_type, step, score, scores, eval_std, eval_n)
+            # (A float64 array of scores is read by Report's check as any sequence is.)
+            example_scores = cast("tuple[float, ...] | None", scores)
+            checked = Report(self.job_id, self.job_type, step, score, example_scores, eval_std, eval_n)
             assert checked.eval_std is not None and checked.eval_n is not None
             spread = Spread(checked.eval_std, checked.eval_n)
         if planned_steps is not None:

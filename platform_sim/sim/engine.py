@@ -40,8 +40,11 @@ import heapq
 import logging
 import math
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, cast
+
+import numpy as np
 
 from platform_sim.core.cadence import EvalBudget
 from platform_sim.sim.policies.policies import PREEMPTION_COST_H
@@ -54,6 +57,15 @@ from .workload import Workload
 logger = logging.getLogger(__name__)
 
 _PENDING, _WAITING, _RUNNING, _DONE = 0, 1, 2, 3
+
+
+def _example_row(examples: Any) -> Sequence[float] | None:
+    """An eval's per-example scores as a job's view holds them: a tuple, or the observation model's read-only float64
+    array as it is (the monitor checks it in two reductions and the default detector reads it without converting
+    each score to a Python float); any other sequence as a tuple, as before."""
+    if examples is None or type(examples) is tuple or type(examples) is np.ndarray:
+        return cast("Sequence[float] | None", examples)
+    return tuple(examples)
 
 
 @dataclass(slots=True)
@@ -415,11 +427,11 @@ class _Run:
         view = self.views[i]
         view._progress = p  # the engine owns its views: direct slot writes on the hot path (ViewWriter elsewhere)
         if self.record[i]:
-            score, examples = self.obs.observe_eval(self.jobs[i], k, p)
+            score, examples = self.obs.observe_row(self.jobs[i], k, p)
             view._eval_steps.append((k * self.planned[i]) // self.n_evals)
             view._eval_scores.append(score)
             view._losses.append(self.losses[i][k - 1])
-            view._last_example_scores = tuple(examples) if examples is not None else None
+            view._last_example_scores = _example_row(examples)
             if self.consult_stop[i]:
                 verdict = self.stop.on_eval(view)
                 if verdict is not None:
@@ -464,7 +476,7 @@ class _Run:
         view._eval_steps.append(step)
         view._eval_scores.append(score)
         view._losses.append(float(self.jobs[i].loss_curve.value(p)))
-        view._last_example_scores = tuple(examples) if examples is not None else None
+        view._last_example_scores = _example_row(examples)
         verdict = self.stop.on_eval(view)
         if verdict is not None:
             k_reg = self.next_k[i] - 1

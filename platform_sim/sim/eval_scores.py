@@ -87,9 +87,12 @@ class PerExampleObservation(ObservationModel):
         self._noise_sd = float(workload.sigma) * math.sqrt(self.config.examples)
         self._difficulty_sd = self._noise_sd * math.sqrt(self.config.rho / (1.0 - self.config.rho))
         self._blocks: dict[int, np.ndarray] = {}
-        # Each regular eval's per-example scores, per job, as the tuples a report carries: made in one vectorized pass
-        # per job (the simulator's hot path reads one row per eval), dropped when the job ends (:meth:`forget`).
-        self._rows: dict[int, list[tuple[float, ...]]] = {}
+        # Each regular eval's per-example scores, per job: one read-only (n_evals, examples) array made in one
+        # vectorized pass per job, whose rows the engine reads as they are (:meth:`observe_row`), dropped when the job
+        # ends (:meth:`forget`).
+        self._rows: dict[int, np.ndarray] = {}
+        # Whether observe_eval is this class's (a subclass that overrides it is honoured by observe_row).
+        self._own_eval = type(self).observe_eval is PerExampleObservation.observe_eval
         self._difficulty: dict[int, tuple[np.ndarray, float]] = {}  # centred difficulty and noise std, per job
         self._extra_rngs_examples: dict[int, np.random.Generator] = {}
 
@@ -112,19 +115,28 @@ class PerExampleObservation(ObservationModel):
             self._difficulty[job.index] = (centred, noise_sd)
         return block
 
-    def _example_rows(self, job: JobSpec) -> list[tuple[float, ...]]:
-        """Every regular eval's per-example scores of ``job``: its observed mean plus the eval's deviations
+    def _example_rows(self, job: JobSpec) -> np.ndarray:
+        """Every regular eval's per-example scores of ``job``, read-only: its observed mean plus the eval's deviations
         (:meth:`_block`). One broadcast add over the job's block: elementwise the same float additions as adding the
         mean to one row at a time, so the same scores."""
         rows = self._rows.get(job.index)
         if rows is None:
             means = np.asarray(self._observed[job.index], dtype=float)
-            rows = self._rows[job.index] = list(map(tuple, (means[:, None] + self._block(job)).tolist()))
+            rows = self._rows[job.index] = means[:, None] + self._block(job)
+            rows.flags.writeable = False  # a detector keeps its rows as they are
         return rows
 
     def observe_eval(self, job: JobSpec, k: int, progress: float) -> tuple[float, tuple[float, ...] | None]:
         score, _ = super().observe_eval(job, k, progress)
-        return score, self._example_rows(job)[k - 1]
+        return score, tuple(self._example_rows(job)[k - 1].tolist())
+
+    def observe_row(self, job: JobSpec, k: int, progress: float) -> tuple[float, Sequence[float] | None]:
+        """:meth:`observe_eval` with the scores as a read-only view of the job's rows (the engine's hot path: the same
+        values, no Python float per score), unless a subclass overrides :meth:`observe_eval` (then its answer)."""
+        if not self._own_eval:
+            return self.observe_eval(job, k, progress)
+        score, _ = ObservationModel.observe_eval(self, job, k, progress)
+        return score, self._example_rows(job)[k - 1]  # type: ignore[return-value]
 
     def forget(self, job: JobSpec) -> None:
         """``job`` ended: drop its per-example draws (memory grows with the jobs alive, not with every job of the

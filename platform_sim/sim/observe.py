@@ -9,7 +9,7 @@ Extensions (per-example scores for paired-test detectors, recorded traces) subcl
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -48,6 +48,12 @@ class ObservationModel:
             ``(score, per_example_scores)``; the second is None unless the model makes per-example scores.
         """
         return self._observed[job.index][k - 1], None
+
+    def observe_row(self, job: JobSpec, k: int, progress: float) -> tuple[float, Sequence[float] | None]:
+        """:meth:`observe_eval` as the engine reads it: the per-example scores may come as a read-only float64 array
+        instead of a tuple (the same values; the monitor checks such a row in two reductions and the default detector
+        keeps it without a Python float per score). This one is :meth:`observe_eval`."""
+        return self.observe_eval(job, k, progress)
 
     def observe_at(self, job: JobSpec, progress: float, step: int) -> tuple[float, tuple[float, ...] | None]:
         """An eval off the regular grid (an extra eval asked for by a cadence hint), taken at ``progress``.

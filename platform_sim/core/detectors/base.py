@@ -83,6 +83,11 @@ class Detector(ABC):
     #: against the step (``shape``), for which an extra eval is one more point of evidence.
     keeps_extra_evals: ClassVar[bool] = False
 
+    #: Whether :meth:`update` takes per-example scores as a read-only one-dimensional float64 ``numpy`` array (the
+    #: simulator's rows, checked by :func:`~platform_sim.core.boundary.check_finite_score_array`) as well as a
+    #: tuple. False: the monitor hands such an array on as a tuple of floats, as every detector got before.
+    takes_score_arrays: ClassVar[bool] = False
+
     #: Current evidence count towards a stop (for the k-decline rule: consecutive declines).
     declines: int = 0
 
@@ -185,7 +190,8 @@ class EvidenceDetector(Detector):
         counts = self.seen >= self.warmup  # this eval is number seen + 1, past the first `warmup`
         # A rule that reads per-example scores decides on them when the eval has them; a rule that reads spreads
         # (trend) sets its own mode in _evidence.
-        self._mode = EvidenceMode.PER_EXAMPLE if self.uses_example_scores and scores else EvidenceMode.MEANS_ONLY
+        has_scores = scores is not None and len(scores) > 0  # (an array has no truth value)
+        self._mode = EvidenceMode.PER_EXAMPLE if self.uses_example_scores and has_scores else EvidenceMode.MEANS_ONLY
         # The rule runs first: it may reject the eval (InvalidReportError), and then nothing here has changed.
         evidence = self._evidence(step, score, scores, counts, spread) and counts
         self.seen += 1

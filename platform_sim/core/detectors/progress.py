@@ -53,11 +53,11 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
-from ..boundary import sample_std
+from ..boundary import is_array, sample_std
 from .pvalues import scipy_module
 
 MIN_SECOND_DIFFERENCES = 4
@@ -283,7 +283,7 @@ class PlannedEvidence(PlannedSlope):
         super().__init__(run_alpha, frac, min_evals, rel_drop, planned_steps, start_step)
         self.evidence_alpha = run_alpha if evidence_alpha is None else evidence_alpha
         self.evidence_drop = rel_drop if evidence_drop is None else evidence_drop
-        self.rows: list[Sequence[float] | None] = []  # kept as handed in (the detector's tuples: no copy)
+        self.rows: list[Sequence[float] | None] = []  # kept as handed in (the detector's tuples or read-only arrays)
         self.vars: list[float | None] = []
 
     def evidence_level(self) -> float:
@@ -349,8 +349,12 @@ class PlannedEvidence(PlannedSlope):
             return False, None
         x, sxx, slope = fit
         k = len(x)
-        # The rows read into one (k, examples) array in one pass (np.asarray on tuples spends more on the shape).
-        scores = np.fromiter(itertools.chain.from_iterable(self.rows[-k:]), np.float64, k * size)  # type: ignore[arg-type]
+        rows = self.rows[-k:]
+        scores: np.ndarray
+        if all(is_array(r) for r in rows):  # read-only float64 rows (the simulator's): one copy
+            scores = np.concatenate(cast("list[np.ndarray]", rows))
+        else:  # tuples: read into one array in one pass (np.asarray on tuples spends more on the shape)
+            scores = np.fromiter(itertools.chain.from_iterable(rows), np.float64, k * size)  # type: ignore[arg-type]
         slopes = np.asarray(x) @ scores.reshape(k, size) / sxx  # one slope per example
         # np.mean's and np.std's own arithmetic (sums over counts, the squared deviations from the mean), without
         # their per-call overhead: the same numbers.
@@ -400,7 +404,9 @@ class PlannedEvidence(PlannedSlope):
     def state_dict(self) -> dict[str, Any]:
         state = super().state_dict()
         if any(r is not None for r in self.rows) or any(v is not None for v in self.vars):  # else: as before
-            state["evidence"] = {"rows": [None if r is None else list(r) for r in self.rows], "vars": list(self.vars)}
+            # Lists of floats, whether a row came as a tuple or as a read-only array (the simulator's).
+            rows = [None if r is None else list(map(float, r)) for r in self.rows]
+            state["evidence"] = {"rows": rows, "vars": list(self.vars)}
         return state
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:

@@ -9,7 +9,7 @@ from typing import Any, ClassVar, cast
 
 import numpy as np
 
-from ..boundary import EvidenceMode, sample_std
+from ..boundary import EvidenceMode, is_array, sample_std
 from ..checks import check_int, check_nonneg, check_optional_nonneg, check_prob
 from .base import EvidenceDetector, Spread
 from .progress import PlannedEvidence
@@ -19,6 +19,11 @@ from .trend_per_run import PerRunTests
 
 TREND_TESTS: tuple[str, ...] = ("t", "wilcoxon")
 MEANS_TESTS: tuple[str, ...] = ("auto", "window", "progress")
+
+
+def _read_only_vector(scores: Sequence[float]) -> bool:
+    """Whether ``scores`` is a read-only one-dimensional float64 array (kept as it is, as a tuple is)."""
+    return is_array(scores) and scores.dtype == np.float64 and scores.ndim == 1 and not scores.flags.writeable
 
 
 @register_detector
@@ -107,6 +112,7 @@ class TrendDetector(EvidenceDetector):
 
     name: ClassVar[str] = "trend"
     uses_example_scores: ClassVar[bool] = True
+    takes_score_arrays: ClassVar[bool] = True
 
     def __init__(
         self,
@@ -244,7 +250,10 @@ class TrendDetector(EvidenceDetector):
             # The rows' floats read into one (w, examples) array in one pass: np.asarray on a list of tuples spends
             # more on finding the shape than on the copy (the same array, the same slopes).
             n = len(rows[-1])
-            scores = np.fromiter(itertools.chain.from_iterable(rows), np.float64, w * n).reshape(w, n)
+            if all(is_array(r) for r in rows):  # read-only float64 rows (the simulator's): one copy
+                scores = np.concatenate(cast("list[np.ndarray]", rows)).reshape(w, n)
+            else:
+                scores = np.fromiter(itertools.chain.from_iterable(rows), np.float64, w * n).reshape(w, n)
             slopes = x @ scores / den  # one slope per example
             # np.ptp and np.max(np.abs(.)) as the array's own reductions: the same values, less dispatch per eval.
             if slopes.max() - slopes.min() <= 1e-12 * max(1.0, float(np.abs(slopes).max())):
@@ -276,8 +285,9 @@ class TrendDetector(EvidenceDetector):
         self.recent_means.append(score)
         row: Sequence[float] | None = None
         if scores is not None and len(scores):
-            # A tuple (what the monitor hands on, its floats checked) is immutable: kept as it is, no copy per eval.
-            row = scores if type(scores) is tuple else tuple(map(float, scores))
+            # A tuple (what the monitor hands on, its floats checked) is immutable: kept as it is, no copy per eval;
+            # so is a read-only float64 vector (the simulator's rows, checked by the monitor).
+            row = scores if type(scores) is tuple or _read_only_vector(scores) else tuple(map(float, scores))
         spread_row = None if spread is None else [float(spread.std), int(spread.n)]
         self.recent_scores.append(row)
         self.recent_spreads.append(spread_row)

@@ -64,7 +64,8 @@ class JobView:
         self._state = "waiting"
         self._eval_steps: list[int] = []
         self._eval_scores: list[float] = []
-        self._last_example_scores: tuple[float, ...] | None = None
+        # A tuple, or the per-example observation model's read-only float64 array (the engine hands it on as it is).
+        self._last_example_scores: Sequence[float] | None = None
         self._losses: list[float] = []
         self._preemptions = 0
 
@@ -122,8 +123,8 @@ class JobView:
         return tuple(self._eval_scores)
 
     @property
-    def last_example_scores(self) -> tuple[float, ...] | None:
-        """Per-example scores of the latest eval, when the job reports them."""
+    def last_example_scores(self) -> Sequence[float] | None:
+        """Per-example scores of the latest eval, when the job reports them: a tuple, or a read-only float64 array."""
         return self._last_example_scores
 
     @property
