@@ -131,9 +131,10 @@ def check_finite_score_array(values: np.ndarray, field: str = "eval_scores[]") -
     Anything else (another dtype or shape, an empty array, a bad value) goes through :func:`check_finite_scores`,
     whose tuple of floats or error it gives: the same refusals as for a list.
     """
-    # min and max are NaN if any value is (and the comparisons then false); an infinity is beyond the bound.
+    # min and max are NaN if any value is (and the comparisons then false); an infinity is beyond the bound. (The
+    # ufuncs' reductions are what ndarray.min and .max call, without their argument handling.)
     if values.dtype == np.float64 and values.ndim == 1 and values.size:
-        if -MAX_ABS_SCORE <= values.min() and values.max() <= MAX_ABS_SCORE:
+        if -MAX_ABS_SCORE <= np.minimum.reduce(values) and np.maximum.reduce(values) <= MAX_ABS_SCORE:
             if values.flags.writeable:
                 values = values.copy()
                 values.flags.writeable = False
