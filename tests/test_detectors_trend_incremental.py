@@ -16,7 +16,7 @@ from platform_sim.core import InvalidReportError, JobMonitor, default_spec, dete
 from platform_sim.core.boundary import MAX_ABS_SCORE, Action, EvidenceMode
 from platform_sim.core.detectors import Spread
 from platform_sim.core.detectors.trend import TrendDetector
-from platform_sim.core.detectors.trend_per_run import MAX_PENDING
+from platform_sim.core.detectors.trend_per_run import PerRunTests
 
 PE, SP, MO = EvidenceMode.PER_EXAMPLE, EvidenceMode.MEAN_AND_SPREAD, EvidenceMode.MEANS_ONLY
 
@@ -126,7 +126,7 @@ def test_the_planned_test_fed_when_read_decides_and_saves_as_one_read_at_every_e
         first = TrendDetector()
         _fed(first, evals[:cut], set())
         assert bool(first._per_run._pending) == (cut < 100)  # evals held unfed while rising: the state feeds them
-        assert len(first._per_run._pending) < MAX_PENDING < 99  # bounded, however long a run rises
+        assert len(first._per_run._pending) < PerRunTests.MAX_PENDING < 99  # bounded, however long a run rises
         restored = TrendDetector()
         restored.load_state_dict(json.loads(json.dumps(first.state_dict())))
         rest = _fed(restored, evals[cut:], {j - cut for j in read if j >= cut})

@@ -10,7 +10,7 @@ window tests and the mode bookkeeping; the tests' statistics themselves live in 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 from ..boundary import EvidenceMode
 from .progress import PlannedEvidence, PlannedSlope, ProgressSlope
@@ -25,9 +25,6 @@ PROGRESS_DEFAULTS: dict[str, float] = {
     "evidence_rel_drop": 0.0,
 }
 
-#: The most evals held unfed (a bound on the memory of a long run that never falls below its best).
-MAX_PENDING = 64
-
 
 class PerRunTests:
     """The per-run test of one ``trend`` detector, fed at every eval (whatever the mode, so it is ready when the
@@ -35,7 +32,7 @@ class PerRunTests:
 
     The planned test is fed lazily: most evals run no test (one runs only when the mean fell below the best), so
     :meth:`feed` keeps each eval's ``add_evidence`` arguments and they are handed on, in order, when the test is
-    read (:attr:`test`, :attr:`planned`, :meth:`reason`, :meth:`state_into`) or when :data:`MAX_PENDING` are held.
+    read (:attr:`test`, :attr:`planned`, :meth:`reason`, :meth:`state_into`) or when :attr:`MAX_PENDING` are held.
     The test then sees the same calls in the same order as if fed at once: the same state and decisions, and an eval
     after a job's last test costs nothing (12% of the evals in ``evalstop-sim run --gpus 1024 --jobs 10000``: most jobs
     end at, or soon after, a test).
@@ -48,6 +45,9 @@ class PerRunTests:
         evidence_run_alpha, evidence_rel_drop: The per-example and mean-and-spread planned tests' level and
             materiality (:class:`~.progress.PlannedEvidence`).
     """
+
+    #: The most evals held unfed (a bound on the memory of a long run that never falls below its best).
+    MAX_PENDING: ClassVar[int] = 64
 
     def __init__(
         self,
@@ -115,7 +115,7 @@ class PerRunTests:
             self._planned = self._new_planned(plan, 0 if first else step)
         var = None if spread is None else spread[0] * spread[0] / spread[1]
         self._pending.append((step, score, plan, row, var))  # handed on when the test is read (class docstring)
-        if len(self._pending) >= MAX_PENDING:
+        if len(self._pending) >= self.MAX_PENDING:
             self._flush()
         return True
 
