@@ -15,6 +15,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 ray = pytest.importorskip("ray")
@@ -270,3 +271,36 @@ def test_state_round_trip_and_bad_results(tmp_path):
         s.observe("u", {"eval_score": 0.5})
     with pytest.raises(ValueError, match="trial u: eval_score must be finite"):
         s.observe("u", {"step": 1, "eval_score": float("nan")})
+
+
+def test_planned_steps_bound_false_stops_per_trial_and_are_part_of_the_state(tmp_path):
+    # Healthy trials reporting at every step with noise of a quarter of the gain: per look the default stops most of
+    # them; told the trials' planned steps, none, and a trial whose score falls is still stopped, per run.
+    rng = np.random.default_rng(11)
+    x = np.arange(1, 301)
+    runs = [0.2 + 0.4 * (1 - np.exp(-x / 60)) + rng.normal(0, 0.1, x.size) for _ in range(6)]
+
+    def stopped(s: EvalStopScheduler) -> int:
+        for i, run in enumerate(runs):
+            for step, value in zip(x, run):
+                if s.observe(f"h{i}", {"step": int(step), "eval_score": float(value)}).should_stop:
+                    break
+        return len(s.stopped_trials)
+
+    assert stopped(EvalStopScheduler(persist=False)) >= 3
+    planned = EvalStopScheduler(persist=False, planned_steps=300)
+    assert stopped(planned) == 0
+    for step in x:
+        value = 0.2 + 0.4 * min(step, 100) / 100 - 0.4 * max(0, step - 100) / 100
+        d = planned.observe("falls", {"step": int(step), "eval_score": float(value)})
+        if d.should_stop:
+            break
+    assert d.should_stop and 100 < step < 200 and "planned progress (300 planned steps" in d.reason
+    planned.save(str(tmp_path / "state.json"))
+    again = EvalStopScheduler(persist=False, planned_steps=300)
+    again.restore(str(tmp_path / "state.json"))
+    assert set(again.stopped_trials) == {"falls"}
+    with pytest.raises(ValueError, match="planned_steps=300.*planned_steps=None"):
+        EvalStopScheduler(persist=False).restore(str(tmp_path / "state.json"))
+    with pytest.raises(ValueError, match="planned_steps must be an integer >= 1"):
+        EvalStopScheduler(persist=False, planned_steps=0)

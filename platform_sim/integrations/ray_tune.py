@@ -11,6 +11,11 @@ What is read from a result: the step (``step_attr``, default ``"step"``), the ev
 fields of the core's :class:`~platform_sim.core.Report`; every other key of the result (losses, proxy rewards, Tune's
 own bookkeeping) is ignored by EvalStop. A result without the eval score is left to the base scheduler alone.
 
+Per-run error control: a result carries no planned length, so the default detector tests each trial per look unless
+``planned_steps`` (the trials' planned number of steps, in ``step_attr``'s units, e.g. ``max_t`` of an ASHA base
+counted in steps) is given; then its false-stop rate is bounded per trial however often the trial reports
+(docs/reference/detectors.md).
+
 State: every eval the scheduler takes is appended, as one JSON line, to a log in the experiment's driver folder
 (a header line names the detector), so Tune's experiment checkpoint carries it; when ``Tuner.restore`` adds the
 restored trials, the scheduler replays the log through fresh monitors, which rebuilds exactly the state it had (the
@@ -32,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 from ray.tune.schedulers import FIFOScheduler, TrialScheduler
 
 from platform_sim.core import ConflictError, Decision, InvalidReportError, JobMonitor, detector_from_spec
-from platform_sim.core.boundary import check_job_type
+from platform_sim.core.boundary import check_job_type, check_planned_steps
 
 if TYPE_CHECKING:  # pragma: no cover
     from ray.tune.experiment import Trial
@@ -61,9 +66,12 @@ class EvalStopScheduler(TrialScheduler):
         job_type: Job type of every trial, one of the core's job types (default ``"rlhf"``).
         persist: Log every eval into the experiment folder, so that ``Tuner.restore`` resumes the state (default
             True).
+        planned_steps: The trials' planned number of steps (in ``step_attr``'s units, an integer >= 1), so the
+            default detector bounds its false stops per trial rather than per result; None: unknown (the per-look
+            test). Part of the saved state: a restore must use the same value.
 
     Raises:
-        ValueError: a bad detector spec, job type or key name.
+        ValueError: a bad detector spec, job type, key name or planned steps.
     """
 
     def __init__(
@@ -76,6 +84,7 @@ class EvalStopScheduler(TrialScheduler):
         detector: str | Mapping[str, Any] | None = None,
         job_type: str = "rlhf",
         persist: bool = True,
+        planned_steps: int | None = None,
     ) -> None:
         super().__init__()
         if base is not None and not isinstance(base, TrialScheduler):
@@ -94,6 +103,7 @@ class EvalStopScheduler(TrialScheduler):
         ).spec()  # None: the default; a bad spec fails here
         self.job_type = check_job_type(job_type)
         self.persist = bool(persist)
+        self.planned_steps = check_planned_steps(planned_steps)  # its refusal is a ValueError
         self._monitors: dict[str, JobMonitor] = {}
         # The evals each trial reported (step, score, per-example scores), to rebuild a monitor when a trial goes back.
         self._history: dict[str, list[tuple[int, float, list[float] | None]]] = {}
@@ -186,10 +196,10 @@ class EvalStopScheduler(TrialScheduler):
             self._history[trial_id] = []
         try:
             try:
-                decision = monitor.observe(step, score, scores)
+                decision = monitor.observe(step, score, scores, planned_steps=self.planned_steps)
             except ConflictError:
                 monitor = self._rewind(trial_id, int(step))
-                decision = monitor.observe(step, score, scores)
+                decision = monitor.observe(step, score, scores, planned_steps=self.planned_steps)
         except InvalidReportError as exc:
             raise ValueError(f"EvalStop: trial {trial_id}: {exc}") from None
         if scores is not None:
@@ -224,7 +234,7 @@ class EvalStopScheduler(TrialScheduler):
         )
         monitor = self._new_monitor(trial_id)
         for s, v, per in kept:
-            monitor.observe(s, v, per)
+            monitor.observe(s, v, per, planned_steps=self.planned_steps)
         self._monitors[trial_id] = monitor
         self._history[trial_id] = list(kept)
         return monitor
@@ -253,6 +263,7 @@ class EvalStopScheduler(TrialScheduler):
             "format": STATE_FORMAT,
             "detector": self.detector_spec,
             "job_type": self.job_type,
+            **self._plan_field(),
             "trials": {
                 tid: {
                     "monitor": m.state_dict(),
@@ -279,6 +290,7 @@ class EvalStopScheduler(TrialScheduler):
                 f"jobs; this scheduler uses {self.detector_spec} for {self.job_type}: resume with the "
                 "same detector"
             )
+        self._check_plan(state, "the saved EvalStop state")
         self._monitors, self._history, self._stops, self._finished = {}, {}, {}, {}
         for tid, t in state["trials"].items():
             m = JobMonitor.from_state_dict(t["monitor"])
@@ -290,6 +302,18 @@ class EvalStopScheduler(TrialScheduler):
                 self._stops[tid] = m.last_decision
             if t.get("finished"):
                 self._finished[tid] = t["finished"]
+
+    def _plan_field(self) -> dict[str, int]:
+        """``planned_steps`` for a state or log header, only when set (states written without one are unchanged)."""
+        return {} if self.planned_steps is None else {"planned_steps": self.planned_steps}
+
+    def _check_plan(self, saved: Mapping[str, Any], what: str) -> None:
+        """Refuse a state or log written with other planned steps: its decisions were taken under another test."""
+        if saved.get("planned_steps") != self.planned_steps:
+            raise ValueError(
+                f"{what} was written with planned_steps={saved.get('planned_steps')!r}; this scheduler has "
+                f"planned_steps={self.planned_steps!r}: resume with the same planned steps"
+            )
 
     def save(self, checkpoint_path: str) -> None:
         """Write the state to ``checkpoint_path`` (JSON), atomically."""
@@ -313,7 +337,15 @@ class EvalStopScheduler(TrialScheduler):
         with open(path, "a", encoding="utf-8") as fh:
             if new:
                 fh.write(
-                    json.dumps({"format": LOG_FORMAT, "detector": self.detector_spec, "job_type": self.job_type}) + "\n"
+                    json.dumps(
+                        {
+                            "format": LOG_FORMAT,
+                            "detector": self.detector_spec,
+                            "job_type": self.job_type,
+                            **self._plan_field(),
+                        }
+                    )
+                    + "\n"
                 )
             fh.write(json.dumps(record) + "\n")
 
@@ -336,6 +368,7 @@ class EvalStopScheduler(TrialScheduler):
                 f"this scheduler uses {self.detector_spec} for {self.job_type}: resume with the same "
                 "detector"
             )
+        self._check_plan(header, path)
         for no, raw in enumerate(lines[1:], 2):
             try:
                 rec = json.loads(raw)
