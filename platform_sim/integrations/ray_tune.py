@@ -11,10 +11,10 @@ What is read from a result: the step (``step_attr``, default ``"step"``), the ev
 fields of the core's :class:`~platform_sim.core.Report`; every other key of the result (losses, proxy rewards, Tune's
 own bookkeeping) is ignored by EvalStop. A result without the eval score is left to the base scheduler alone.
 
-Per-run error control: a result carries no planned length, so the default detector tests each trial per look unless
-``planned_steps`` (the trials' planned number of steps, in ``step_attr``'s units, e.g. ``max_t`` of an ASHA base
-counted in steps) is given; then its false-stop rate is bounded per trial however often the trial reports
-(docs/reference/detectors.md).
+Per-run error control: the default detector bounds its false stops per trial, however often the trial reports, when
+it knows the trial's planned number of steps: a result's ``planned_steps`` key (``TuneClient`` sends the trainer's
+``max_steps``), else the scheduler's ``planned_steps`` (the same for every trial, in ``step_attr``'s units, e.g.
+``max_t`` of an ASHA base counted in steps); without either it tests per look (docs/reference/detectors.md).
 
 State: every eval the scheduler takes is appended, as one JSON line, to a log in the experiment's driver folder
 (a header line names the detector), so Tune's experiment checkpoint carries it; when ``Tuner.restore`` adds the
@@ -46,6 +46,8 @@ logger = logging.getLogger(__name__)
 
 STATE_FORMAT = "evalstop-tune-scheduler/1"
 LOG_FORMAT = "evalstop-tune-scheduler-log/1"
+PLANNED_KEY = "planned_steps"
+"""Result key of a trial's planned number of steps (the boundary field's name; ``TuneClient`` sends it)."""
 LOG_FILE = "evalstop-scheduler-log.jsonl"
 """Name of the scheduler's log in the experiment folder (next to Tune's own ``experiment_state-*.json``)."""
 
@@ -67,8 +69,9 @@ class EvalStopScheduler(TrialScheduler):
         persist: Log every eval into the experiment folder, so that ``Tuner.restore`` resumes the state (default
             True).
         planned_steps: The trials' planned number of steps (in ``step_attr``'s units, an integer >= 1), so the
-            default detector bounds its false stops per trial rather than per result; None: unknown (the per-look
-            test). Part of the saved state: a restore must use the same value.
+            default detector bounds its false stops per trial rather than per result; a result's own
+            ``planned_steps`` key wins. None: unknown (the per-look test) unless the results carry it. Part of the
+            saved state: a restore must use the same value.
 
     Raises:
         ValueError: a bad detector spec, job type, key name or planned steps.
@@ -107,6 +110,7 @@ class EvalStopScheduler(TrialScheduler):
         self._monitors: dict[str, JobMonitor] = {}
         # The evals each trial reported (step, score, per-example scores), to rebuild a monitor when a trial goes back.
         self._history: dict[str, list[tuple[int, float, list[float] | None]]] = {}
+        self._plans: dict[str, int] = {}  # the planned steps a trial's own results carried (PLANNED_KEY)
         self._stops: dict[str, Decision] = {}
         self._finished: dict[str, str] = {}
         self._warned_missing: set[str] = set()
@@ -190,22 +194,27 @@ class EvalStopScheduler(TrialScheduler):
             )
         step, score = result[self.step_attr], result[self.eval_metric]
         scores = result.get(self.scores_attr) if self.scores_attr is not None else None
+        own_plan = result.get(PLANNED_KEY)
+        plan = self._plans.get(trial_id, self.planned_steps) if own_plan is None else own_plan
         monitor = self._monitors.get(trial_id)
         if monitor is None:
             monitor = self._monitors[trial_id] = self._new_monitor(trial_id)
             self._history[trial_id] = []
         try:
             try:
-                decision = monitor.observe(step, score, scores, planned_steps=self.planned_steps)
+                decision = monitor.observe(step, score, scores, planned_steps=plan)
             except ConflictError:
                 monitor = self._rewind(trial_id, int(step))
-                decision = monitor.observe(step, score, scores, planned_steps=self.planned_steps)
+                decision = monitor.observe(step, score, scores, planned_steps=plan)
         except InvalidReportError as exc:
             raise ValueError(f"EvalStop: trial {trial_id}: {exc}") from None
+        if own_plan is not None:
+            self._plans[trial_id] = int(own_plan)  # checked by the monitor
         if scores is not None:
             scores = [float(v) for v in scores]  # validated by the monitor: finite numbers
         if log:
-            self._log({"trial": trial_id, "step": int(step), "score": float(score), "scores": scores})
+            own = {} if own_plan is None else {PLANNED_KEY: int(own_plan)}
+            self._log({"trial": trial_id, "step": int(step), "score": float(score), "scores": scores, **own})
         history = self._history[trial_id]
         if not history or history[-1][0] < monitor.steps[-1]:
             history.append((monitor.steps[-1], monitor.scores[-1], scores))
@@ -233,8 +242,9 @@ class EvalStopScheduler(TrialScheduler):
             "EvalStop: trial %s went back to step %s; its history restarts from %d evals", trial_id, step, len(kept)
         )
         monitor = self._new_monitor(trial_id)
+        plan = self._plans.get(trial_id, self.planned_steps)
         for s, v, per in kept:
-            monitor.observe(s, v, per, planned_steps=self.planned_steps)
+            monitor.observe(s, v, per, planned_steps=plan)
         self._monitors[trial_id] = monitor
         self._history[trial_id] = list(kept)
         return monitor
@@ -269,6 +279,7 @@ class EvalStopScheduler(TrialScheduler):
                     "monitor": m.state_dict(),
                     "history": [list(h) for h in self._history[tid]],
                     "finished": self._finished.get(tid),
+                    **({PLANNED_KEY: self._plans[tid]} if tid in self._plans else {}),
                 }
                 for tid, m in self._monitors.items()
             },
@@ -291,7 +302,7 @@ class EvalStopScheduler(TrialScheduler):
                 "same detector"
             )
         self._check_plan(state, "the saved EvalStop state")
-        self._monitors, self._history, self._stops, self._finished = {}, {}, {}, {}
+        self._monitors, self._history, self._stops, self._finished, self._plans = {}, {}, {}, {}, {}
         for tid, t in state["trials"].items():
             m = JobMonitor.from_state_dict(t["monitor"])
             self._monitors[tid] = m
@@ -302,6 +313,8 @@ class EvalStopScheduler(TrialScheduler):
                 self._stops[tid] = m.last_decision
             if t.get("finished"):
                 self._finished[tid] = t["finished"]
+            if t.get(PLANNED_KEY) is not None:
+                self._plans[tid] = int(t[PLANNED_KEY])
 
     def _plan_field(self) -> dict[str, int]:
         """``planned_steps`` for a state or log header, only when set (states written without one are unchanged)."""
@@ -379,6 +392,8 @@ class EvalStopScheduler(TrialScheduler):
             result = {self.step_attr: rec["step"], self.eval_metric: rec["score"]}
             if rec.get("scores") is not None and self.scores_attr is not None:
                 result[self.scores_attr] = rec["scores"]
+            if rec.get(PLANNED_KEY) is not None:
+                result[PLANNED_KEY] = rec[PLANNED_KEY]
             self.observe(rec["trial"], result, log=False)
 
     def _maybe_restore(self, trial: Trial) -> None:
