@@ -318,11 +318,11 @@ class EvalStopScheduler(TrialScheduler):
 
     def _plan_field(self) -> dict[str, int]:
         """``planned_steps`` for a state or log header, only when set (states written without one are unchanged)."""
-        return {} if self.planned_steps is None else {"planned_steps": self.planned_steps}
+        return {} if self.planned_steps is None else {PLANNED_KEY: self.planned_steps}
 
     def _check_plan(self, saved: Mapping[str, Any], what: str) -> None:
         """Refuse a state or log written with other planned steps: its decisions were taken under another test."""
-        if saved.get("planned_steps") != self.planned_steps:
+        if saved.get(PLANNED_KEY) != self.planned_steps:
             raise ValueError(
                 f"{what} was written with planned_steps={saved.get('planned_steps')!r}; this scheduler has "
                 f"planned_steps={self.planned_steps!r}: resume with the same planned steps"
