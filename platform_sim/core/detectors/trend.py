@@ -12,7 +12,7 @@ import numpy as np
 from ..boundary import EvidenceMode, sample_std
 from ..checks import check_int, check_nonneg, check_optional_nonneg, check_prob
 from .base import EvidenceDetector, Spread
-from .progress import PlannedEvidence, PlannedSlope, ProgressSlope
+from .progress import PlannedEvidence, PlannedSlope, ProgressSlope, check_spend_power
 from .pvalues import one_sided_t_p, scipy_module, slope_less_p
 from .registry import register_detector
 
@@ -26,6 +26,8 @@ PROGRESS_DEFAULTS: dict[str, float] = {
     # The per-example and mean-and-spread tests' own (chosen on tuning data by benchmarks/dense_modes.py).
     "evidence_run_alpha": 0.1,
     "evidence_rel_drop": 0.0,
+    # The spending shape p**spend_power of every mode's per-run test (by planned progress).
+    "spend_power": 2.0,
 }
 
 
@@ -111,6 +113,9 @@ class TrendDetector(EvidenceDetector):
         evidence_run_alpha: The run's false-stop level of the per-run per-example and mean-and-spread tests, strictly
             between 0 and 1 (listed by :meth:`params` when not 0.1).
         evidence_rel_drop: Their materiality, a share of the run's rise so far, >= 0 (listed when not 0).
+        spend_power: The shape of the per-run tests' spending by planned progress, ``F(p) = p**spend_power`` up to
+            the plan (1: evenly, Pocock-like; 2: little early), a finite number > 0 (listed when not 2). A run keeps
+            the shape it started with: it is kept in the detector's state.
     """
 
     name: ClassVar[str] = "trend"
@@ -135,6 +140,7 @@ class TrendDetector(EvidenceDetector):
         rel_drop: float = 0.2,
         evidence_run_alpha: float = 0.1,
         evidence_rel_drop: float = 0.0,
+        spend_power: float = 2.0,
     ) -> None:
         self.window = check_int("window", window, 3)
         super().__init__(k, warmup)
@@ -160,6 +166,7 @@ class TrendDetector(EvidenceDetector):
         self.rel_drop = check_nonneg("rel_drop", rel_drop)
         self.evidence_run_alpha = check_prob("evidence_run_alpha", evidence_run_alpha)
         self.evidence_rel_drop = check_nonneg("evidence_rel_drop", evidence_rel_drop)
+        self.spend_power = check_spend_power(spend_power)
         self._progress = (
             ProgressSlope(self.run_alpha, self.frac, self.window, self.rel_drop) if means_test == "progress" else None
         )
@@ -343,6 +350,7 @@ class TrendDetector(EvidenceDetector):
             start,
             evidence_alpha=self.evidence_run_alpha,
             evidence_drop=self.evidence_rel_drop,
+            power=self.spend_power,
         )
 
     def _window_test(self, mode: EvidenceMode) -> bool:
@@ -421,7 +429,7 @@ class TrendDetector(EvidenceDetector):
         if isinstance(progress, PlannedSlope):
             where = (
                 f"the last {self.frac:.0%} of planned progress ({progress.planned_steps} planned steps, now at "
-                f"{progress.progress():.0%}; level spent by progress^2)"
+                f"{progress.progress():.0%}; level spent by progress^{progress.power:g})"
             )
         else:
             where = f"the last {self.frac:.0%} of the steps so far (level spent over epochs of steps)"
@@ -461,6 +469,7 @@ class TrendDetector(EvidenceDetector):
             "rel_drop": self.rel_drop,
             "evidence_run_alpha": self.evidence_run_alpha,
             "evidence_rel_drop": self.evidence_rel_drop,
+            "spend_power": self.spend_power,
         }
         if self.means_test == "progress":
             return {k: own[k] for k in ("run_alpha", "frac", "rel_drop")}
