@@ -41,12 +41,15 @@ from dense_noisy import (
     DENSITIES,
     EVERY,
     FAMILIES,
+    PEAK_SHARES,
+    PEAKED_EVALS,
     TEST_SEED,
     DetectorFactory,
     Run,
     dense_traces,
     hacking_cell,
     healthy_cell,
+    peaked_hacking,
     real_hacking,
     spec_factory,
     synthetic_hacking,
@@ -102,6 +105,12 @@ def healthy_rows(
                     for name, make in detectors.items():
                         cell = healthy_cell(make, rs, mode)
                         rows.append({"source": fam, "evals": n, "noise": r, "mode": mode, "detector": name, **cell})
+    real = real_hacking(split, "healthy")  # the real corpus's healthy traces at their normal cadence
+    for mode in MODES:
+        for name, make in detectors.items():
+            cell = healthy_cell(make, real, mode)
+            n = round(statistics.median(len(r.steps) for r in real))
+            rows.append({"source": "real corpus", "evals": n, "noise": None, "mode": mode, "detector": name} | cell)
     traces = dense_traces(split)
     for every in EVERY:
         rs = [trace_run(t, every) for t in traces]
@@ -135,6 +144,17 @@ def hacking_rows(
             for name, make in detectors.items():
                 cell = hacking_cell(make, rs, mode)  # type: ignore[arg-type]
                 rows.append({"source": f"synthetic, 20 evals, noise {r:g}", "mode": mode, "detector": name, **cell})
+    for peak in PEAK_SHARES:  # early and late peaks (dense_noisy.PEAK_SHARES says why they were added)
+        for r in (0.05, 0.1):
+            rs = [
+                with_examples(run, r, examples, seed0 + i, rho)
+                for i, run in enumerate(peaked_hacking(peak, r, runs, seed0))
+            ]
+            for mode in MODES:
+                for name, make in detectors.items():
+                    cell = hacking_cell(make, rs, mode)  # type: ignore[arg-type]
+                    source = f"synthetic, peak at {peak:.0%}, {PEAKED_EVALS} evals, noise {r:g}"
+                    rows.append({"source": source, "mode": mode, "detector": name, **cell})
     for mode in MODES:
         for name, make in detectors.items():
             cell = hacking_cell(make, real, mode)  # type: ignore[arg-type]
