@@ -95,7 +95,7 @@ def test_a_plan_that_arrives_mid_run_spends_from_there_not_the_run_so_far():
     for step in range(1, 51):
         mon.observe(step, 0.5)
     mon.observe(51, 0.5, planned_steps=100)
-    planned = mon.detector._planned
+    planned = mon.detector._per_run.planned
     assert planned is not None and planned.look_alpha() == pytest.approx(0.0)
     mon.observe(52, 0.5)
     assert planned.look_alpha() == pytest.approx(0.05 * (0.52**2 - 0.51**2))

@@ -84,7 +84,7 @@ def test_the_detector_uses_its_spend_power_and_names_it_in_the_reason():
                 stop = d
                 break
         assert stop is not None and f"level spent by progress^{power:g})" in stop.reason
-        assert mon.detector._planned.power == power
+        assert mon.detector._per_run.planned.power == power
 
 
 @pytest.mark.parametrize("bad", [0, -1.0, math.nan, math.inf, "2", True, None])
@@ -133,6 +133,6 @@ def test_a_state_keeps_its_own_shape_whatever_the_detector_is_built_with_and_old
     _feed(mon, range(1, 11), [0.5] * 10)
     state = json.loads(json.dumps(mon.state_dict()))
     state["detector"] = _spec(spend_power=1.5)  # a newer default: the run keeps the shape it was started with
-    assert JobMonitor.from_state_dict(state).detector._planned.power == 1.0
+    assert JobMonitor.from_state_dict(state).detector._per_run.planned.power == 1.0
     del state["detector_state"]["planned"]["planned"][2]  # a state written before the shape was a parameter
-    assert JobMonitor.from_state_dict(state).detector._planned.power == 2.0
+    assert JobMonitor.from_state_dict(state).detector._per_run.planned.power == 2.0

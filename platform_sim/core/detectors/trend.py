@@ -12,23 +12,13 @@ import numpy as np
 from ..boundary import EvidenceMode, sample_std
 from ..checks import check_int, check_nonneg, check_optional_nonneg, check_prob
 from .base import EvidenceDetector, Spread
-from .progress import PlannedEvidence, PlannedSlope, ProgressSlope, check_spend_power
+from .progress import PlannedEvidence, check_spend_power
 from .pvalues import one_sided_t_p, scipy_module, slope_less_p
 from .registry import register_detector
+from .trend_per_run import PerRunTests
 
 TREND_TESTS: tuple[str, ...] = ("t", "wilcoxon")
 MEANS_TESTS: tuple[str, ...] = ("auto", "window", "progress")
-#: The per-run tests' parameters by default (the planned design chosen on tuning data, docs/reference/detectors.md).
-PROGRESS_DEFAULTS: dict[str, float] = {
-    "run_alpha": 0.05,
-    "frac": 0.2,
-    "rel_drop": 0.2,
-    # The per-example and mean-and-spread tests' own (chosen on tuning data by benchmarks/dense_modes.py).
-    "evidence_run_alpha": 0.1,
-    "evidence_rel_drop": 0.0,
-    # The spending shape p**spend_power of every mode's per-run test (by planned progress).
-    "spend_power": 2.0,
-}
 
 
 @register_detector
@@ -69,7 +59,8 @@ class TrendDetector(EvidenceDetector):
     ``planned_steps`` (:meth:`plan`), the means-only mode is :class:`~.progress.PlannedSlope`'s test instead, whose
     false-stop rate is bounded per run at ``run_alpha`` however densely the run is evaluated: a window of the last
     ``frac`` of the planned steps (at least ``window`` evals), the noise pooled from the run's second differences,
-    the level spent by progress (``run_alpha * (p**2 - p'**2)`` between looks at progress ``p'`` and ``p``), and a
+    the level spent by progress (``run_alpha * (p**rho - p'**rho)`` between looks at progress ``p'`` and ``p``,
+    ``rho`` = ``spend_power``), and a
     stop only on a drop of at least ``rel_drop`` of the rise. **The per-example and mean-and-spread modes** then test
     per run too (:class:`~.progress.PlannedEvidence`): each mode's own statistic (the paired slope t, the
     known-variance z) over the same window in planned progress, at the look's share of ``evidence_run_alpha`` spent
@@ -167,12 +158,17 @@ class TrendDetector(EvidenceDetector):
         self.evidence_run_alpha = check_prob("evidence_run_alpha", evidence_run_alpha)
         self.evidence_rel_drop = check_nonneg("evidence_rel_drop", evidence_rel_drop)
         self.spend_power = check_spend_power(spend_power)
-        self._progress = (
-            ProgressSlope(self.run_alpha, self.frac, self.window, self.rel_drop) if means_test == "progress" else None
+        # The per-run tests (trend_per_run.py): the anytime one, or the planned ones once a report carries a plan.
+        self._per_run = PerRunTests(
+            means_test,
+            self.run_alpha,
+            self.frac,
+            self.window,
+            self.rel_drop,
+            self.evidence_run_alpha,
+            self.evidence_rel_drop,
+            self.spend_power,
         )
-        # The planned-progress test (means_test "auto"), made at the first eval whose report carries planned_steps.
-        self._planned: PlannedEvidence | None = None
-        self._plan: int | None = None  # the planned steps handed to plan() for the next eval (derived, not state)
         self.best_score: float | None = None
         self.best_scores: Sequence[float] | None = None
         self.recent_means: list[float] = []
@@ -205,7 +201,7 @@ class TrendDetector(EvidenceDetector):
     def plan(self, planned_steps: int | None) -> None:
         """Take the run's planned steps for the next eval (a report's ``planned_steps``; None: not given, the last
         plan given stays). With ``means_test="auto"`` a plan switches the means-only test to the per-run one."""
-        self._plan = planned_steps
+        self._per_run.plan(planned_steps)
 
     def _window_mode(self) -> EvidenceMode:
         """The richest mode the evals of the windows allow (module docstring): per-example scores of one length >= 2
@@ -300,7 +296,7 @@ class TrendDetector(EvidenceDetector):
         if self._last_slopes:  # most evals run no t-test: no new empty list for them
             self._last_slopes = []
         self._mode = mode = self._window_mode()
-        progress = self._progress_test(step, score)
+        progress = self._per_run.feed(step, score, self.seen == 0, row, spread_row)
         # The cheap check first: a test runs only when the mean really fell below the best.
         if self.best_score is not None and score < self.best_score - self.min_drop:
             if mode is EvidenceMode.MEANS_ONLY and progress is not None:
@@ -319,39 +315,6 @@ class TrendDetector(EvidenceDetector):
             self.best_score = score
             self.best_scores = self.recent_scores[-1]
         return significant
-
-    def _progress_test(self, step: int, score: float) -> ProgressSlope | None:
-        """Feed the eval to the per-run test of the means, if there is one (at every eval, whatever the mode, so it is
-        ready when the means decide), and return it: the anytime test, or the planned one once a plan is known."""
-        if self._progress is not None:
-            self._progress.add(step, score)
-            return self._progress
-        plan, self._plan = self._plan, None
-        if self.means_test != "auto" or (plan is None and self._planned is None):
-            return None
-        if self._planned is None:
-            assert plan is not None
-            # From the run's start if this is its first eval; a plan that arrives mid-run spends from here on.
-            start = 0 if self.seen == 0 else step
-            self._planned = self._new_planned(plan, start)
-        spread = self.recent_spreads[-1]
-        var = None if spread is None else spread[0] * spread[0] / spread[1]
-        self._planned.add_evidence(step, score, plan, self.recent_scores[-1], var)
-        return self._planned
-
-    def _new_planned(self, plan: int, start: int) -> PlannedEvidence:
-        """The per-run tests by planned progress, in every mode, with this detector's parameters."""
-        return PlannedEvidence(
-            self.run_alpha,
-            self.frac,
-            self.window,
-            self.rel_drop,
-            plan,
-            start,
-            evidence_alpha=self.evidence_run_alpha,
-            evidence_drop=self.evidence_rel_drop,
-            power=self.spend_power,
-        )
 
     def _window_test(self, mode: EvidenceMode) -> bool:
         """The test on the last evals' window(s) in ``mode``; sets :attr:`last_p` and :attr:`last_slope`."""
@@ -407,9 +370,8 @@ class TrendDetector(EvidenceDetector):
     def reason(self) -> str:
         p = "n/a" if self.last_p is None else f"{self.last_p:.3g}"
         slope = "n/a" if self.last_slope is None else f"{self.last_slope:.4g}"
-        progress = self._progress or self._planned
-        if progress is not None and (self._mode is EvidenceMode.MEANS_ONLY or progress is self._planned):
-            return self._progress_reason(progress, p, slope)
+        if self._per_run.decides(self._mode):
+            return self._per_run.reason(self._mode, p, slope, self.declines, self.k)
         note = ""
         if self._mode is EvidenceMode.MEAN_AND_SPREAD:
             windows, test, alpha = str(self._spread_w), "known-variance z", self._spread_a
@@ -422,25 +384,6 @@ class TrendDetector(EvidenceDetector):
         return (
             f"score falling over the last {windows} evals (slope {slope} per eval, {test} test p={p}, "
             f"alpha={alpha:g}{note}, {self.declines} consecutive, k={self.k})"
-        )
-
-    def _progress_reason(self, progress: ProgressSlope, p: str, slope: str) -> str:
-        """The reason of a stop by a per-run test (planned progress in any mode, or the anytime one of the means)."""
-        if isinstance(progress, PlannedSlope):
-            where = (
-                f"the last {self.frac:.0%} of planned progress ({progress.planned_steps} planned steps, now at "
-                f"{progress.progress():.0%}; level spent by progress^{progress.power:g})"
-            )
-        else:
-            where = f"the last {self.frac:.0%} of the steps so far (level spent over epochs of steps)"
-        test, level, run_alpha, rel_drop = "pooled-noise t", progress.look_alpha(), self.run_alpha, self.rel_drop
-        if isinstance(progress, PlannedEvidence) and self._mode is not EvidenceMode.MEANS_ONLY:
-            test = "paired t" if self._mode is EvidenceMode.PER_EXAMPLE else "known-variance z"
-            level, run_alpha, rel_drop = progress.evidence_level(), self.evidence_run_alpha, self.evidence_rel_drop
-        return (
-            f"score falling over {where} ({len(progress.steps)} evals, slope {slope} per step, {test} test "
-            f"p={p}, alpha={level:.3g} of run_alpha={run_alpha:g}, rel_drop={rel_drop:g}, "
-            f"{self.declines} consecutive, k={self.k})"
         )
 
     def params(self) -> dict[str, Any]:
@@ -457,25 +400,8 @@ class TrendDetector(EvidenceDetector):
             **({} if self.spread_window is None else {"spread_window": self.spread_window}),
             **({} if self.spread_alpha is None else {"spread_alpha": self.spread_alpha}),
             **({} if self.means_test == "auto" else {"means_test": self.means_test}),
-            **self._progress_params(),
+            **self._per_run.params(),
         }
-
-    def _progress_params(self) -> dict[str, Any]:
-        """The per-run tests' parameters: with ``"progress"`` all three; with ``"auto"`` those off their defaults (so
-        the default's spec, and every spec written before the planned test, is unchanged)."""
-        own = {
-            "run_alpha": self.run_alpha,
-            "frac": self.frac,
-            "rel_drop": self.rel_drop,
-            "evidence_run_alpha": self.evidence_run_alpha,
-            "evidence_rel_drop": self.evidence_rel_drop,
-            "spend_power": self.spend_power,
-        }
-        if self.means_test == "progress":
-            return {k: own[k] for k in ("run_alpha", "frac", "rel_drop")}
-        if self.means_test == "auto":
-            return {k: v for k, v in own.items() if v != PROGRESS_DEFAULTS[k]}
-        return {}
 
     def _rule_state(self) -> dict[str, Any]:
         state: dict[str, Any] = {
@@ -488,10 +414,7 @@ class TrendDetector(EvidenceDetector):
         }
         if any(sp is not None for sp in self.recent_spreads):  # left out without spreads: earlier states unchanged
             state["recent_spreads"] = [None if sp is None else list(sp) for sp in self.recent_spreads]
-        if self._progress is not None:
-            state["progress"] = self._progress.state_dict()
-        if self._planned is not None:  # only once a plan arrived: states of runs without one are unchanged
-            state["planned"] = self._planned.state_dict()
+        self._per_run.state_into(state)
         return state
 
     def _load_rule_state(self, state: Mapping[str, Any]) -> None:
@@ -508,13 +431,6 @@ class TrendDetector(EvidenceDetector):
         )
         self._recount()
         self._mode = self._window_mode() if self.recent_means else EvidenceMode.MEANS_ONLY
-        if self._progress is not None:
-            self._progress.load_state_dict(state["progress"])
-        planned = state.get("planned")
-        self._planned = None
-        if planned is not None:
-            self._planned = self._new_planned(1, 0)
-            self._planned.load_state_dict(planned)
-        self._plan = None
+        self._per_run.load(state)
         self.last_p = state["last_p"]
         self.last_slope = state["last_slope"]
