@@ -31,8 +31,10 @@ and the same at every density: a drift of a few per cent of the gain is never a 
   least ``min_evals``), a fixed stretch of training from the first look on (the anytime window is only
   ``min_evals`` evals early in a dense run, which is where its costly false stops came from);
 - **the level is spent by progress**: the look at progress ``p`` after a previous eval at ``p'`` may spend
-  ``run_alpha * (F(p) - F(p'))`` with ``F(p) = p**2`` (little early, where a false stop costs most of a run's gain;
-  the sum over a run that ends at its plan is ``run_alpha``). A run extended past its plan keeps being watched:
+  ``run_alpha * (F(p) - F(p'))`` with ``F(p) = p**rho`` (the Kim-DeMets power family; ``rho`` = 2 by default:
+  little early, where a false stop costs most of a run's gain; the sum over a run that ends at its plan is
+  ``run_alpha`` whatever ``rho``; ``trend``'s ``spend_power``, re-examined on tuning data with runs that peak early
+  by ``benchmarks/dense_modes.py`` and ``benchmarks/dense_noisy.py``, which kept 2). A run extended past its plan keeps being watched:
   beyond ``p = 1``, ``F(p) = 2 - 1/p`` (continuous at 1, rising, bounded by 2), so an extension spends at most one
   more ``run_alpha`` however long it runs (half of it by twice the planned length). A plan that changes mid-run is
   used from the eval that carries it, for both ``p`` and ``p'``.
