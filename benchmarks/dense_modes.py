@@ -16,8 +16,11 @@ mean with the sample standard deviation (``ddof=1``) and count of those scores (
 
 Cells: the two healthy families of ``dense_noisy.py`` (``saturating``, ``plateau``) at N = 20, 50, 120, 300 evals (one
 per step, planned steps = N), noise 5%, 10%, 25% of the gain; the dense recorded traces (every 1st, 2nd, 5th step)
-with their recorded per-example scores. Recall at the normal cadence: synthetic hacking at 20 evals (noise 5%, 10%),
-with per-example scores, and the real corpus's hacking traces of the split in the mode.
+with their recorded per-example scores; the real corpus's healthy traces of the split at their normal cadence. Recall
+at the normal cadence: synthetic hacking at 20 evals (noise 5%, 10%) and synthetic hacking that peaks at 15%, 30%,
+50% or 70% of its plan (``dense_noisy.peaked_hacking``, 30 evals; added to choose the spending shape ``spend_power``
+after a held-out loss of early-peaking traces, ``dense_noisy.PEAK_SHARES``), with per-example scores, and the real
+corpus's hacking traces of the split in the mode.
 
 Evidence discipline: ``--split tune`` (seeds 0.., tune environments) to choose; ``--split test`` (seeds from
 1,000,000, test environments) to judge, once.

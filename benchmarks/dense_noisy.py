@@ -21,9 +21,10 @@ eval up to the stop, over the run's gain). The targets: at most 5% stopped in ev
 than 10% of the gain.
 
 Hacking recall on the normal cadence: the simulator's synthetic hacking curves (:class:`GaoHackingCurve`, the
-workload's ranges) at 20 evals per run with noise of 5% and 10% of their rise, and the real corpus
-(``platform_sim/data/corpora/real``, the detector-selection study's split), means only and, for the shipped
-detectors, per-example.
+workload's ranges) at 20 evals per run with noise of 5% and 10% of their rise, hacking runs that peak at 15%, 30%,
+50% or 70% of their plan (:func:`peaked_hacking`, 30 evals; :data:`PEAK_SHARES` says why they were added), and the
+real corpus (``platform_sim/data/corpora/real``, the detector-selection study's split), means only and, for the shipped
+detectors, per-example. The real corpus's healthy traces at their normal cadence are a healthy row too.
 
 Evidence discipline: seeds ``0..`` of the synthetic runs and the ``tune`` environments of the corpora are the tuning
 data; seeds from :data:`TEST_SEED` and the ``test`` environments are held out (``--split``).
