@@ -34,8 +34,8 @@ and the same at every density: a drift of a few per cent of the gain is never a 
   ``run_alpha * (F(p) - F(p'))`` with ``F(p) = p**rho`` (the Kim-DeMets power family; ``rho`` = 2 by default:
   little early, where a false stop costs most of a run's gain; the sum over a run that ends at its plan is
   ``run_alpha`` whatever ``rho``; ``trend``'s ``spend_power``, re-examined on tuning data with runs that peak early
-  by ``benchmarks/dense_modes.py`` and ``benchmarks/dense_noisy.py``, which kept 2). A run extended past its plan keeps being watched:
-  beyond ``p = 1``, ``F(p) = 2 - 1/p`` (continuous at 1, rising, bounded by 2), so an extension spends at most one
+  by ``benchmarks/dense_modes.py`` and ``benchmarks/dense_noisy.py``, which kept 2). A run extended past its plan
+  keeps being watched: beyond ``p = 1``, ``F(p) = 2 - 1/p`` (continuous at 1, rising, bounded by 2), so an extension spends at most one
   more ``run_alpha`` however long it runs (half of it by twice the planned length). A plan that changes mid-run is
   used from the eval that carries it, for both ``p`` and ``p'``.
 

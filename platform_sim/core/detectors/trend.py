@@ -60,8 +60,7 @@ class TrendDetector(EvidenceDetector):
     false-stop rate is bounded per run at ``run_alpha`` however densely the run is evaluated: a window of the last
     ``frac`` of the planned steps (at least ``window`` evals), the noise pooled from the run's second differences,
     the level spent by progress (``run_alpha * (p**rho - p'**rho)`` between looks at progress ``p'`` and ``p``,
-    ``rho`` = ``spend_power``), and a
-    stop only on a drop of at least ``rel_drop`` of the rise. **The per-example and mean-and-spread modes** then test
+    ``rho`` = ``spend_power``), and a stop only on a drop of at least ``rel_drop`` of the rise. **The per-example and mean-and-spread modes** then test
     per run too (:class:`~.progress.PlannedEvidence`): each mode's own statistic (the paired slope t, the
     known-variance z) over the same window in planned progress, at the look's share of ``evidence_run_alpha`` spent
     the same way, with a materiality of ``evidence_rel_drop``. Without a plan every mode is its per-look window test
