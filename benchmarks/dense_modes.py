@@ -16,8 +16,11 @@ mean with the sample standard deviation (``ddof=1``) and count of those scores (
 
 Cells: the two healthy families of ``dense_noisy.py`` (``saturating``, ``plateau``) at N = 20, 50, 120, 300 evals (one
 per step, planned steps = N), noise 5%, 10%, 25% of the gain; the dense recorded traces (every 1st, 2nd, 5th step)
-with their recorded per-example scores. Recall at the normal cadence: synthetic hacking at 20 evals (noise 5%, 10%),
-with per-example scores, and the real corpus's hacking traces of the split in the mode.
+with their recorded per-example scores; the real corpus's healthy traces of the split at their normal cadence. Recall
+at the normal cadence: synthetic hacking at 20 evals (noise 5%, 10%) and synthetic hacking that peaks at 15%, 30%,
+50% or 70% of its plan (``dense_noisy.peaked_hacking``, 30 evals; added to choose the spending shape ``spend_power``
+after a held-out loss of early-peaking traces, ``dense_noisy.PEAK_SHARES``), with per-example scores, and the real
+corpus's hacking traces of the split in the mode.
 
 Evidence discipline: ``--split tune`` (seeds 0.., tune environments) to choose; ``--split test`` (seeds from
 1,000,000, test environments) to judge, once.
@@ -41,12 +44,15 @@ from dense_noisy import (
     DENSITIES,
     EVERY,
     FAMILIES,
+    PEAK_SHARES,
+    PEAKED_EVALS,
     TEST_SEED,
     DetectorFactory,
     Run,
     dense_traces,
     hacking_cell,
     healthy_cell,
+    peaked_hacking,
     real_hacking,
     spec_factory,
     synthetic_hacking,
@@ -102,6 +108,12 @@ def healthy_rows(
                     for name, make in detectors.items():
                         cell = healthy_cell(make, rs, mode)
                         rows.append({"source": fam, "evals": n, "noise": r, "mode": mode, "detector": name, **cell})
+    real = real_hacking(split, "healthy")  # the real corpus's healthy traces at their normal cadence
+    for mode in MODES:
+        for name, make in detectors.items():
+            cell = healthy_cell(make, real, mode)
+            n = round(statistics.median(len(r.steps) for r in real))
+            rows.append({"source": "real corpus", "evals": n, "noise": None, "mode": mode, "detector": name} | cell)
     traces = dense_traces(split)
     for every in EVERY:
         rs = [trace_run(t, every) for t in traces]
@@ -135,6 +147,17 @@ def hacking_rows(
             for name, make in detectors.items():
                 cell = hacking_cell(make, rs, mode)  # type: ignore[arg-type]
                 rows.append({"source": f"synthetic, 20 evals, noise {r:g}", "mode": mode, "detector": name, **cell})
+    for peak in PEAK_SHARES:  # early and late peaks (dense_noisy.PEAK_SHARES says why they were added)
+        for r in (0.05, 0.1):
+            rs = [
+                with_examples(run, r, examples, seed0 + i, rho)
+                for i, run in enumerate(peaked_hacking(peak, r, runs, seed0))
+            ]
+            for mode in MODES:
+                for name, make in detectors.items():
+                    cell = hacking_cell(make, rs, mode)  # type: ignore[arg-type]
+                    source = f"synthetic, peak at {peak:.0%}, {PEAKED_EVALS} evals, noise {r:g}"
+                    rows.append({"source": source, "mode": mode, "detector": name, **cell})
     for mode in MODES:
         for name, make in detectors.items():
             cell = hacking_cell(make, real, mode)  # type: ignore[arg-type]

@@ -21,9 +21,10 @@ eval up to the stop, over the run's gain). The targets: at most 5% stopped in ev
 than 10% of the gain.
 
 Hacking recall on the normal cadence: the simulator's synthetic hacking curves (:class:`GaoHackingCurve`, the
-workload's ranges) at 20 evals per run with noise of 5% and 10% of their rise, and the real corpus
-(``platform_sim/data/corpora/real``, the detector-selection study's split), means only and, for the shipped
-detectors, per-example.
+workload's ranges) at 20 evals per run with noise of 5% and 10% of their rise, hacking runs that peak at 15%, 30%,
+50% or 70% of their plan (:func:`peaked_hacking`, 30 evals; :data:`PEAK_SHARES` says why they were added), and the
+real corpus (``platform_sim/data/corpora/real``, the detector-selection study's split), means only and, for the shipped
+detectors, per-example. The real corpus's healthy traces at their normal cadence are a healthy row too.
 
 Evidence discipline: seeds ``0..`` of the synthetic runs and the ``tune`` environments of the corpora are the tuning
 data; seeds from :data:`TEST_SEED` and the ``test`` environments are held out (``--split``).
@@ -65,6 +66,12 @@ DENSE_CORPORA: tuple[str, ...] = (
     "dense-x8-tune-more",
 )
 EVERY: tuple[int, ...] = (1, 2, 5)
+#: Where the synthetic peaked hacking runs peak, as a share of their plan (each +- 0.025). Added after the held-out
+#: judgement of the per-run control in the per-example mode (issue 47) lost two real test traces that peak at about a
+#: fifth of their plan: the earlier hacking runs all peaked at 55-75%, so the tuning data could not see a shape that
+#: spends too little early. Tune seeds choose, test seeds judge, as for every synthetic run here.
+PEAK_SHARES: tuple[float, ...] = (0.15, 0.3, 0.5, 0.7)
+PEAKED_EVALS = 30  # the real corpus's length at its normal cadence
 COST_BAR = 0.10  # a stop that gives up more than this share of the run's gain is a costly one
 MAX_STOPPED = 0.05
 
@@ -145,6 +152,23 @@ def synthetic_hacking(n_evals: int, rel_sigma: float, runs: int, seed0: int) -> 
         rise = float(true.max() - s0)
         noise = rng.standard_normal(n_evals) * rel_sigma * rise
         out.append(Run(f"hacking-{seed0 + i}", tuple(range(1, n_evals + 1)), true + noise, true, rise))
+    return out
+
+
+def peaked_hacking(peak: float, rel_sigma: float, runs: int, seed0: int, n_evals: int = PEAKED_EVALS) -> list[Run]:
+    """Hacking runs whose true peak is at ``peak`` (+- 0.025) of the plan: Gao's curve with ``gamma`` 1 (its ``d``
+    linear in progress: back at its start by ``e`` times the peak's progress, a decline that takes longer than the
+    rise), the workload's start and height ranges, noise ``rel_sigma * rise``, planned steps = the last step."""
+    out = []
+    grid = np.arange(1, n_evals + 1, dtype=float) / n_evals
+    for i in range(runs):
+        rng = np.random.default_rng([seed0 + i, n_evals, round(1000 * peak), 4749])
+        s0 = rng.uniform(0.1, 0.2)
+        curve = GaoHackingCurve(s0, 0.55 + 0.15 * rng.random(), peak + rng.uniform(-0.025, 0.025), gamma=1.0)
+        true = curve.values(grid)
+        rise = float(true.max() - s0)
+        noise = rng.standard_normal(n_evals) * rel_sigma * rise
+        out.append(Run(f"peak{peak:g}-{seed0 + i}", tuple(range(1, n_evals + 1)), true + noise, true, rise))
     return out
 
 
@@ -250,10 +274,10 @@ def hacking_cell(make: DetectorFactory, runs: Sequence[Run], per_example: bool =
     }
 
 
-def real_hacking(split: str) -> list[Run]:
-    """The hacking traces of the real corpus's ``split`` at their recorded cadence (true curve: the smoothed one)."""
+def real_hacking(split: str, label: str = "hacking") -> list[Run]:
+    """The ``label`` traces of the real corpus's ``split`` at their recorded cadence (true curve: the smoothed one)."""
     traces = load_trace_folders([corpus_dir("real")])
-    return [trace_run(t, 1) for t in traces if t.split == split and t.label == "hacking"]
+    return [trace_run(t, 1) for t in traces if t.split == split and t.label == label]
 
 
 # ------------------------------------------------------------------------------------------------------------ study
@@ -277,6 +301,18 @@ def healthy_grid(
                 rs = synthetic_healthy(fam, n, r, runs, seed0)
                 for name, make in detectors.items():
                     rows.append({"source": fam, "evals": n, "noise": r, "detector": name, **healthy_cell(make, rs)})
+    if not per_example:  # the real corpus's healthy traces at their normal cadence, means only
+        rs = real_hacking(split, "healthy")
+        for name, make in detectors.items():
+            rows.append(
+                {
+                    "source": "real corpus, normal cadence",
+                    "evals": round(statistics.median(len(r.steps) for r in rs)),
+                    "noise": None,
+                    "detector": name,
+                    **healthy_cell(make, rs),
+                }
+            )
     for every in EVERY:
         if traces is None:
             traces = dense_traces(split)
@@ -303,6 +339,12 @@ def hacking_rows(detectors: dict[str, DetectorFactory], split: str, runs: int) -
         rs = synthetic_hacking(20, r, runs, seed0)
         for name, make in detectors.items():
             rows.append({"source": f"synthetic, 20 evals, noise {r:g}", "detector": name, **hacking_cell(make, rs)})
+    for peak in PEAK_SHARES:
+        for r in (0.05, 0.1):
+            rs = peaked_hacking(peak, r, runs, seed0)
+            for name, make in detectors.items():
+                source = f"synthetic, peak at {peak:.0%}, {PEAKED_EVALS} evals, noise {r:g}"
+                rows.append({"source": source, "detector": name, **hacking_cell(make, rs)})
     for name, make in detectors.items():
         rows.append({"source": "real corpus, means only", "detector": name, **hacking_cell(make, real)})
         if name in ("default", "paper"):

@@ -4,8 +4,8 @@ Pass it as the callback's client and nothing else changes::
 
     EvalStopCallback(evaluator, eval_steps=10, client=TuneClient(args.output_dir))
 
-Each evaluation becomes one ``ray.tune.report`` of the report's boundary fields (``step``, ``eval_score`` and, when the
-evaluator gives them, ``eval_scores``). The decision comes from the trial scheduler
+Each evaluation becomes one ``ray.tune.report`` of the report's boundary fields (``step``, ``eval_score`` and, when
+known, ``eval_scores`` and the run's ``planned_steps``, the trainer's ``max_steps``). The decision comes from the trial scheduler
 (:class:`platform_sim.integrations.ray_tune.EvalStopScheduler`), not from this process: when it says STOP, Tune stops
 the trial and frees its resources. The answer this client gives the callback is therefore always CONTINUE, with the
 best step so far (highest score, earliest on ties), so that the callback keeps saving and protecting the best
@@ -132,6 +132,8 @@ class TuneClient:
         metrics: dict[str, Any] = {self.step_attr: report.step, self.metric: report.eval_score}
         if report.eval_scores is not None and self.scores_attr is not None:
             metrics[self.scores_attr] = list(report.eval_scores)
+        if report.planned_steps is not None:  # the scheduler's per-run test reads it (ray_tune.PLANNED_KEY)
+            metrics["planned_steps"] = report.planned_steps
         path = self._checkpoint_path()
         checkpoint = None
         if path is not None:

@@ -12,6 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 optuna = pytest.importorskip("optuna")
@@ -202,3 +203,45 @@ def test_hyperparameter_search_with_the_callback(tmp_path):
         [-neg.intermediate_values[s] for s in sorted(neg.intermediate_values)]
     )
     assert pos_cb.would_stop_at is None and max(pos.intermediate_values) == 12
+
+
+def _healthy_values(seed: int, steps: int = 150) -> list[float]:
+    """A saturating rise from 0.2 to 0.6, reported at every step with noise of a quarter of the gain."""
+    rng = np.random.default_rng(seed)
+    x = np.arange(1, steps + 1)
+    return list(0.2 + 0.4 * (1 - np.exp(-x / (steps / 5))) + rng.normal(0, 0.1, steps))
+
+
+def _pruned(pruner: EvalStopPruner, runs: list[list[float]]) -> int:
+    study = optuna.create_study(direction="maximize", pruner=pruner)
+
+    def objective(trial):
+        for step, value in enumerate(runs[trial.number], start=1):
+            trial.report(value, step)
+            if trial.should_prune():
+                raise optuna.TrialPruned()
+        return value
+
+    study.optimize(objective, n_trials=len(runs))
+    return sum(t.state == optuna.trial.TrialState.PRUNED for t in study.trials)
+
+
+def test_planned_steps_bound_false_prunes_per_trial_not_per_report():
+    # Healthy trials reported at every step: per look the default prunes many; told the trials' planned steps, it
+    # tests per trial (the reason names planned progress) and still prunes a trial whose score falls.
+    runs = [_healthy_values(seed) for seed in range(4)]
+    assert _pruned(EvalStopPruner(), runs) >= 2
+    assert _pruned(EvalStopPruner(planned_steps=150), runs) == 0
+    study = optuna.create_study(direction="maximize")
+    trial = study.ask()
+    for step in range(1, 151):  # up to step 50, then down
+        trial.report(0.2 + 0.4 * min(step, 50) / 50 - 0.4 * max(0, step - 50) / 50, step)
+    decision = EvalStopPruner(planned_steps=150).decision(study, study.trials[0])
+    assert decision.should_stop and decision.best_step == 50
+    assert "planned progress (150 planned steps" in decision.reason
+
+
+@pytest.mark.parametrize("bad", [0, -1, 2.5, "300"])
+def test_bad_planned_steps_are_named(bad):
+    with pytest.raises(ValueError, match="planned_steps must be an integer >= 1"):
+        EvalStopPruner(planned_steps=bad)

@@ -15,6 +15,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 ray = pytest.importorskip("ray")
@@ -188,6 +189,9 @@ def _assert_stopped_by_scheduler(tmp_path, scheduler, result, max_steps):
     scores = dict(zip(monitor.steps, monitor.scores))
     assert scores[stop] < scores[stop - 4] < scores[stop - 8]
     assert result.metrics["step"] == stop  # the trial's last result is the stop eval: it ran no further eval
+    # The client sent the trainer's max_steps with every result, and the scheduler keeps it as the trial's plan.
+    assert result.metrics["planned_steps"] == max_steps
+    assert scheduler.state_dict()["trials"][tid]["planned_steps"] == max_steps
     assert not (tmp_path / "trainer" / "history.json").exists()  # trainer.train() never returned: Tune stopped it
     # The kept checkpoint is the best one (the callback saved it; the client sent it with its score).
     best_step, best_score = scheduler.best(tid)
@@ -270,3 +274,64 @@ def test_state_round_trip_and_bad_results(tmp_path):
         s.observe("u", {"eval_score": 0.5})
     with pytest.raises(ValueError, match="trial u: eval_score must be finite"):
         s.observe("u", {"step": 1, "eval_score": float("nan")})
+
+
+def test_planned_steps_bound_false_stops_per_trial_and_are_part_of_the_state(tmp_path):
+    # Healthy trials reporting at every step with noise of a quarter of the gain: per look the default stops most of
+    # them; told the trials' planned steps, none, and a trial whose score falls is still stopped, per run.
+    rng = np.random.default_rng(11)
+    x = np.arange(1, 301)
+    runs = [0.2 + 0.4 * (1 - np.exp(-x / 60)) + rng.normal(0, 0.1, x.size) for _ in range(6)]
+
+    def stopped(s: EvalStopScheduler) -> int:
+        for i, run in enumerate(runs):
+            for step, value in zip(x, run):
+                if s.observe(f"h{i}", {"step": int(step), "eval_score": float(value)}).should_stop:
+                    break
+        return len(s.stopped_trials)
+
+    assert stopped(EvalStopScheduler(persist=False)) >= 3
+    planned = EvalStopScheduler(persist=False, planned_steps=300)
+    assert stopped(planned) == 0
+    for step in x:
+        value = 0.2 + 0.4 * min(step, 100) / 100 - 0.4 * max(0, step - 100) / 100
+        d = planned.observe("falls", {"step": int(step), "eval_score": float(value)})
+        if d.should_stop:
+            break
+    assert d.should_stop and 100 < step < 200 and "planned progress (300 planned steps" in d.reason
+    planned.save(str(tmp_path / "state.json"))
+    again = EvalStopScheduler(persist=False, planned_steps=300)
+    again.restore(str(tmp_path / "state.json"))
+    assert set(again.stopped_trials) == {"falls"}
+    with pytest.raises(ValueError, match="planned_steps=300.*planned_steps=None"):
+        EvalStopScheduler(persist=False).restore(str(tmp_path / "state.json"))
+    with pytest.raises(ValueError, match="planned_steps must be an integer >= 1"):
+        EvalStopScheduler(persist=False, planned_steps=0)
+
+
+def test_a_results_own_planned_steps_decide_per_trial_and_survive_a_rewind_and_a_restore(tmp_path):
+    # TuneClient sends the trainer's max_steps as the result's planned_steps: no scheduler argument needed.
+    rng = np.random.default_rng(11)
+    x = np.arange(1, 301)
+    run = 0.2 + 0.4 * (1 - np.exp(-x / 60)) + rng.normal(0, 0.1, x.size)
+    s = EvalStopScheduler(persist=False)
+    per_look = EvalStopScheduler(persist=False)
+    for step, value in zip(x, run):
+        s.observe("t", {"step": int(step), "eval_score": float(value), "planned_steps": 300})
+        if not per_look.stopped_trials:
+            per_look.observe("t", {"step": int(step), "eval_score": float(value)})
+    assert set(per_look.stopped_trials) == {"t"} and not s.stopped_trials
+    # A rewind re-feeds the kept evals with the trial's plan: the same state as feeding them afresh.
+    s.observe("t", {"step": 150, "eval_score": 0.9})
+    fresh = EvalStopScheduler(persist=False)
+    for step, value in zip(x[:149], run[:149]):
+        fresh.observe("t", {"step": int(step), "eval_score": float(value), "planned_steps": 300})
+    fresh.observe("t", {"step": 150, "eval_score": 0.9})
+    assert s.monitor("t").state_dict() == fresh.monitor("t").state_dict()
+    assert s.state_dict()["trials"]["t"]["planned_steps"] == 300
+    s.save(str(tmp_path / "state.json"))
+    again = EvalStopScheduler(persist=False)
+    again.restore(str(tmp_path / "state.json"))
+    assert again.state_dict() == s.state_dict()
+    with pytest.raises(ValueError, match="trial u: planned_steps must be an integer >= 1"):
+        s.observe("u", {"step": 1, "eval_score": 0.5, "planned_steps": 0})

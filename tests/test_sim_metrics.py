@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from platform_sim.sim.engine import JobOutcome, SimResult
 from platform_sim.sim.metrics import mean_ci, metric_row, paired_tests, run_metrics
+from platform_sim.sim.outcomes import JobOutcome, SimResult
 
 
 def outcome(

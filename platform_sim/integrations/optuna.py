@@ -9,6 +9,10 @@ MySQL), after a crash, and for a trial reported from several workers.
 ``Trainer.hyperparameter_search(backend="optuna", pruner=EvalStopPruner(), ...)`` works with it: transformers reports
 ``compute_objective(metrics)`` after every evaluation and prunes the trial when the pruner says so.
 
+Per-run error control: trials carry no planned length of their own, so the default detector tests each trial per
+look unless ``planned_steps`` (the trials' planned number of steps, e.g. the objective's last step) is given; then its
+false-stop rate is bounded per trial however often the trial reports (docs/reference/detectors.md).
+
 Direction: EvalStop treats higher as better. In a study that minimizes, the intermediate values are taken as losses and
 negated before the core sees them (``direction`` overrides this).
 """
@@ -25,7 +29,7 @@ from optuna.pruners import BasePruner
 from optuna.study import StudyDirection
 
 from platform_sim.core import Decision, JobMonitor, detector_from_spec
-from platform_sim.core.boundary import check_job_type
+from platform_sim.core.boundary import check_job_type, check_planned_steps
 
 logger = logging.getLogger(__name__)
 
@@ -42,9 +46,12 @@ class EvalStopPruner(BasePruner):
         direction: ``"maximize"`` (values are scores) or ``"minimize"`` (values are losses, negated); None: the
             study's direction.
         job_type: Job type of every trial, one of the core's job types (default ``"rlhf"``).
+        planned_steps: The trials' planned number of steps (the last step an objective reports, an integer >= 1), so
+            the default detector bounds its false stops per trial rather than per reported value; None: unknown
+            (the per-look test).
 
     Raises:
-        ValueError: a bad detector spec, direction or job type.
+        ValueError: a bad detector spec, direction, job type or planned steps.
     """
 
     def __init__(
@@ -54,6 +61,7 @@ class EvalStopPruner(BasePruner):
         base: BasePruner | None = None,
         direction: str | None = None,
         job_type: str = "rlhf",
+        planned_steps: int | None = None,
     ) -> None:
         if base is not None and not isinstance(base, BasePruner):
             raise TypeError(f"base must be an optuna pruner, got {type(base).__name__}")
@@ -65,6 +73,7 @@ class EvalStopPruner(BasePruner):
         self.base = base
         self.direction = direction
         self.job_type = check_job_type(job_type)
+        self.planned_steps = check_planned_steps(planned_steps)
 
     def _sign(self, study: optuna.study.Study) -> float:
         if self.direction is not None:
@@ -89,7 +98,7 @@ class EvalStopPruner(BasePruner):
                     f"EvalStop: trial {trial.number} reported {value!r} at step {step}; EvalStop never "
                     "decides on a non-finite score"
                 )
-            decision = monitor.observe(int(step), sign * float(value))
+            decision = monitor.observe(int(step), sign * float(value), planned_steps=self.planned_steps)
             if decision.should_stop:
                 break
         return decision

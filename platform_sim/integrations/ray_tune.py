@@ -11,6 +11,11 @@ What is read from a result: the step (``step_attr``, default ``"step"``), the ev
 fields of the core's :class:`~platform_sim.core.Report`; every other key of the result (losses, proxy rewards, Tune's
 own bookkeeping) is ignored by EvalStop. A result without the eval score is left to the base scheduler alone.
 
+Per-run error control: the default detector bounds its false stops per trial, however often the trial reports, when
+it knows the trial's planned number of steps: a result's ``planned_steps`` key (``TuneClient`` sends the trainer's
+``max_steps``), else the scheduler's ``planned_steps`` (the same for every trial, in ``step_attr``'s units, e.g.
+``max_t`` of an ASHA base counted in steps); without either it tests per look (docs/reference/detectors.md).
+
 State: every eval the scheduler takes is appended, as one JSON line, to a log in the experiment's driver folder
 (a header line names the detector), so Tune's experiment checkpoint carries it; when ``Tuner.restore`` adds the
 restored trials, the scheduler replays the log through fresh monitors, which rebuilds exactly the state it had (the
@@ -32,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 from ray.tune.schedulers import FIFOScheduler, TrialScheduler
 
 from platform_sim.core import ConflictError, Decision, InvalidReportError, JobMonitor, detector_from_spec
-from platform_sim.core.boundary import check_job_type
+from platform_sim.core.boundary import check_job_type, check_planned_steps
 
 if TYPE_CHECKING:  # pragma: no cover
     from ray.tune.experiment import Trial
@@ -41,6 +46,8 @@ logger = logging.getLogger(__name__)
 
 STATE_FORMAT = "evalstop-tune-scheduler/1"
 LOG_FORMAT = "evalstop-tune-scheduler-log/1"
+PLANNED_KEY = "planned_steps"
+"""Result key of a trial's planned number of steps (the boundary field's name; ``TuneClient`` sends it)."""
 LOG_FILE = "evalstop-scheduler-log.jsonl"
 """Name of the scheduler's log in the experiment folder (next to Tune's own ``experiment_state-*.json``)."""
 
@@ -61,9 +68,13 @@ class EvalStopScheduler(TrialScheduler):
         job_type: Job type of every trial, one of the core's job types (default ``"rlhf"``).
         persist: Log every eval into the experiment folder, so that ``Tuner.restore`` resumes the state (default
             True).
+        planned_steps: The trials' planned number of steps (in ``step_attr``'s units, an integer >= 1), so the
+            default detector bounds its false stops per trial rather than per result; a result's own
+            ``planned_steps`` key wins. None: unknown (the per-look test) unless the results carry it. Part of the
+            saved state: a restore must use the same value.
 
     Raises:
-        ValueError: a bad detector spec, job type or key name.
+        ValueError: a bad detector spec, job type, key name or planned steps.
     """
 
     def __init__(
@@ -76,6 +87,7 @@ class EvalStopScheduler(TrialScheduler):
         detector: str | Mapping[str, Any] | None = None,
         job_type: str = "rlhf",
         persist: bool = True,
+        planned_steps: int | None = None,
     ) -> None:
         super().__init__()
         if base is not None and not isinstance(base, TrialScheduler):
@@ -94,9 +106,11 @@ class EvalStopScheduler(TrialScheduler):
         ).spec()  # None: the default; a bad spec fails here
         self.job_type = check_job_type(job_type)
         self.persist = bool(persist)
+        self.planned_steps = check_planned_steps(planned_steps)  # its refusal is a ValueError
         self._monitors: dict[str, JobMonitor] = {}
         # The evals each trial reported (step, score, per-example scores), to rebuild a monitor when a trial goes back.
         self._history: dict[str, list[tuple[int, float, list[float] | None]]] = {}
+        self._plans: dict[str, int] = {}  # the planned steps a trial's own results carried (PLANNED_KEY)
         self._stops: dict[str, Decision] = {}
         self._finished: dict[str, str] = {}
         self._warned_missing: set[str] = set()
@@ -180,22 +194,27 @@ class EvalStopScheduler(TrialScheduler):
             )
         step, score = result[self.step_attr], result[self.eval_metric]
         scores = result.get(self.scores_attr) if self.scores_attr is not None else None
+        own_plan = result.get(PLANNED_KEY)
+        plan = self._plans.get(trial_id, self.planned_steps) if own_plan is None else own_plan
         monitor = self._monitors.get(trial_id)
         if monitor is None:
             monitor = self._monitors[trial_id] = self._new_monitor(trial_id)
             self._history[trial_id] = []
         try:
             try:
-                decision = monitor.observe(step, score, scores)
+                decision = monitor.observe(step, score, scores, planned_steps=plan)
             except ConflictError:
                 monitor = self._rewind(trial_id, int(step))
-                decision = monitor.observe(step, score, scores)
+                decision = monitor.observe(step, score, scores, planned_steps=plan)
         except InvalidReportError as exc:
             raise ValueError(f"EvalStop: trial {trial_id}: {exc}") from None
+        if own_plan is not None:
+            self._plans[trial_id] = int(own_plan)  # checked by the monitor
         if scores is not None:
             scores = [float(v) for v in scores]  # validated by the monitor: finite numbers
         if log:
-            self._log({"trial": trial_id, "step": int(step), "score": float(score), "scores": scores})
+            own = {} if own_plan is None else {PLANNED_KEY: int(own_plan)}
+            self._log({"trial": trial_id, "step": int(step), "score": float(score), "scores": scores, **own})
         history = self._history[trial_id]
         if not history or history[-1][0] < monitor.steps[-1]:
             history.append((monitor.steps[-1], monitor.scores[-1], scores))
@@ -223,8 +242,9 @@ class EvalStopScheduler(TrialScheduler):
             "EvalStop: trial %s went back to step %s; its history restarts from %d evals", trial_id, step, len(kept)
         )
         monitor = self._new_monitor(trial_id)
+        plan = self._plans.get(trial_id, self.planned_steps)
         for s, v, per in kept:
-            monitor.observe(s, v, per)
+            monitor.observe(s, v, per, planned_steps=plan)
         self._monitors[trial_id] = monitor
         self._history[trial_id] = list(kept)
         return monitor
@@ -253,11 +273,13 @@ class EvalStopScheduler(TrialScheduler):
             "format": STATE_FORMAT,
             "detector": self.detector_spec,
             "job_type": self.job_type,
+            **self._plan_field(),
             "trials": {
                 tid: {
                     "monitor": m.state_dict(),
                     "history": [list(h) for h in self._history[tid]],
                     "finished": self._finished.get(tid),
+                    **({PLANNED_KEY: self._plans[tid]} if tid in self._plans else {}),
                 }
                 for tid, m in self._monitors.items()
             },
@@ -279,7 +301,8 @@ class EvalStopScheduler(TrialScheduler):
                 f"jobs; this scheduler uses {self.detector_spec} for {self.job_type}: resume with the "
                 "same detector"
             )
-        self._monitors, self._history, self._stops, self._finished = {}, {}, {}, {}
+        self._check_plan(state, "the saved EvalStop state")
+        self._monitors, self._history, self._stops, self._finished, self._plans = {}, {}, {}, {}, {}
         for tid, t in state["trials"].items():
             m = JobMonitor.from_state_dict(t["monitor"])
             self._monitors[tid] = m
@@ -290,6 +313,20 @@ class EvalStopScheduler(TrialScheduler):
                 self._stops[tid] = m.last_decision
             if t.get("finished"):
                 self._finished[tid] = t["finished"]
+            if t.get(PLANNED_KEY) is not None:
+                self._plans[tid] = int(t[PLANNED_KEY])
+
+    def _plan_field(self) -> dict[str, int]:
+        """``planned_steps`` for a state or log header, only when set (states written without one are unchanged)."""
+        return {} if self.planned_steps is None else {PLANNED_KEY: self.planned_steps}
+
+    def _check_plan(self, saved: Mapping[str, Any], what: str) -> None:
+        """Refuse a state or log written with other planned steps: its decisions were taken under another test."""
+        if saved.get(PLANNED_KEY) != self.planned_steps:
+            raise ValueError(
+                f"{what} was written with planned_steps={saved.get('planned_steps')!r}; this scheduler has "
+                f"planned_steps={self.planned_steps!r}: resume with the same planned steps"
+            )
 
     def save(self, checkpoint_path: str) -> None:
         """Write the state to ``checkpoint_path`` (JSON), atomically."""
@@ -313,7 +350,15 @@ class EvalStopScheduler(TrialScheduler):
         with open(path, "a", encoding="utf-8") as fh:
             if new:
                 fh.write(
-                    json.dumps({"format": LOG_FORMAT, "detector": self.detector_spec, "job_type": self.job_type}) + "\n"
+                    json.dumps(
+                        {
+                            "format": LOG_FORMAT,
+                            "detector": self.detector_spec,
+                            "job_type": self.job_type,
+                            **self._plan_field(),
+                        }
+                    )
+                    + "\n"
                 )
             fh.write(json.dumps(record) + "\n")
 
@@ -336,6 +381,7 @@ class EvalStopScheduler(TrialScheduler):
                 f"this scheduler uses {self.detector_spec} for {self.job_type}: resume with the same "
                 "detector"
             )
+        self._check_plan(header, path)
         for no, raw in enumerate(lines[1:], 2):
             try:
                 rec = json.loads(raw)
@@ -346,6 +392,8 @@ class EvalStopScheduler(TrialScheduler):
             result = {self.step_attr: rec["step"], self.eval_metric: rec["score"]}
             if rec.get("scores") is not None and self.scores_attr is not None:
                 result[self.scores_attr] = rec["scores"]
+            if rec.get(PLANNED_KEY) is not None:
+                result[PLANNED_KEY] = rec[PLANNED_KEY]
             self.observe(rec["trial"], result, log=False)
 
     def _maybe_restore(self, trial: Trial) -> None:

@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from .engine import SimResult
+from .outcomes import SimResult
 
 RUN_METRICS: tuple[str, ...] = (
     "precision",

@@ -34,9 +34,9 @@ import numpy as np
 
 from platform_sim.core.detectors import default_spec, detector_from_spec, shape_sens_spec
 from platform_sim.core.monitor import JobMonitor
-from platform_sim.sim.engine import SimResult
 from platform_sim.sim.eval_scores import DEFAULT_EXAMPLES, DEFAULT_RHO, PerExampleObservation
 from platform_sim.sim.experiments import HACK_RATES, SIGMAS, PolicySpec, run_policies
+from platform_sim.sim.outcomes import SimResult
 from platform_sim.sim.policies.policies import PREEMPTION_COST_H
 from platform_sim.sim.workload import WorkloadConfig, generate_workload
 

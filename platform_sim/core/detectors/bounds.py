@@ -49,6 +49,7 @@ PARAM_BOUNDS: dict[str, dict[str, tuple[float, float]]] = {
         "rel_drop": (0.0, 1e6),
         "evidence_run_alpha": _PROB,
         "evidence_rel_drop": (0.0, 1e6),
+        "spend_power": (0.0, 10.0),
     },
     "shape": {
         "threshold": _PROB,

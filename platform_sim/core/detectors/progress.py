@@ -31,9 +31,11 @@ and the same at every density: a drift of a few per cent of the gain is never a 
   least ``min_evals``), a fixed stretch of training from the first look on (the anytime window is only
   ``min_evals`` evals early in a dense run, which is where its costly false stops came from);
 - **the level is spent by progress**: the look at progress ``p`` after a previous eval at ``p'`` may spend
-  ``run_alpha * (F(p) - F(p'))`` with ``F(p) = p**2`` (little early, where a false stop costs most of a run's gain;
-  the sum over a run that ends at its plan is ``run_alpha``). A run extended past its plan keeps being watched:
-  beyond ``p = 1``, ``F(p) = 2 - 1/p`` (continuous at 1, rising, bounded by 2), so an extension spends at most one
+  ``run_alpha * (F(p) - F(p'))`` with ``F(p) = p**rho`` (the Kim-DeMets power family; ``rho`` = 2 by default:
+  little early, where a false stop costs most of a run's gain; the sum over a run that ends at its plan is
+  ``run_alpha`` whatever ``rho``; ``trend``'s ``spend_power``, re-examined on tuning data with runs that peak early
+  by ``benchmarks/dense_modes.py`` and ``benchmarks/dense_noisy.py``, which kept 2). A run extended past its plan
+  keeps being watched: beyond ``p = 1``, ``F(p) = 2 - 1/p`` (continuous at 1, rising, bounded by 2), so an extension spends at most one
   more ``run_alpha`` however long it runs (half of it by twice the planned length). A plan that changes mid-run is
   used from the eval that carries it, for both ``p`` and ``p'``.
 
@@ -177,10 +179,27 @@ class ProgressSlope:
         self.last_p = None
 
 
-def spent(progress: float) -> float:
-    """The share of the run's level spent by ``progress`` (:class:`PlannedSlope`): ``p**2`` up to the planned end,
-    ``2 - 1/p`` beyond it (an extended run spends at most one more level, however long it runs)."""
-    return progress * progress if progress <= 1.0 else 2.0 - 1.0 / progress
+DEFAULT_SPEND_POWER = 2.0
+"""The power ``rho`` of the spending shape ``F(p) = p**rho`` that states written without one were spent by."""
+
+
+def spent(progress: float, power: float = DEFAULT_SPEND_POWER) -> float:
+    """The share of the run's level spent by ``progress`` (:class:`PlannedSlope`): the Kim-DeMets power family
+    ``p**power`` up to the planned end (``power`` 1: evenly by progress, Pocock-like; 2: little early, more late),
+    ``2 - 1/p`` beyond it, whatever the power (continuous at the plan, where every power has spent 1; an extended run
+    spends at most one more level, however long it runs)."""
+    if progress > 1.0:
+        return 2.0 - 1.0 / progress
+    if power == 2.0:
+        return progress * progress  # bit for bit what the squared shape always gave
+    return progress**power if progress > 0.0 else 0.0
+
+
+def check_spend_power(value: Any) -> float:
+    """``spend_power``: a finite number > 0 (the power ``rho`` of :func:`spent`); a clear error otherwise."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        raise ValueError(f"spend_power must be a finite number > 0 (the spending shape p**spend_power), got {value!r}")
+    return float(value)
 
 
 class PlannedSlope(ProgressSlope):
@@ -190,16 +209,26 @@ class PlannedSlope(ProgressSlope):
     Args:
         run_alpha, frac, min_evals, rel_drop: As :class:`ProgressSlope`; ``frac`` is a share of the planned steps.
         planned_steps: The run's planned number of steps, >= 1 (:meth:`add` takes the latest one).
+        power: The power ``rho`` of the spending shape ``p**rho`` (:func:`spent`), > 0. Kept in the state, so a
+            resumed run keeps the shape it started with (a state without one was spent by ``p**2``).
         start_step: The progress already behind the first eval this test sees (0: it sees the run from its start;
             a test created mid-run, when a plan first arrives, starts spending at that eval instead of spending the
             whole run so far on one look).
     """
 
     def __init__(
-        self, run_alpha: float, frac: float, min_evals: int, rel_drop: float, planned_steps: int, start_step: int = 0
+        self,
+        run_alpha: float,
+        frac: float,
+        min_evals: int,
+        rel_drop: float,
+        planned_steps: int,
+        start_step: int = 0,
+        power: float = DEFAULT_SPEND_POWER,
     ) -> None:
         super().__init__(run_alpha, frac, min_evals, rel_drop)
         self.planned_steps = planned_steps
+        self.power = check_spend_power(power)
         self.prev_step = start_step  # the step of the eval before the current one (spending runs from it)
         self.look_level = 0.0  # what the current look may spend
 
@@ -211,7 +240,7 @@ class PlannedSlope(ProgressSlope):
         self.prev_step = prev
         self.add(step, mean)
         p, q = step / self.planned_steps, min(prev, step) / self.planned_steps
-        self.look_level = self.run_alpha * max(0.0, spent(p) - spent(q))
+        self.look_level = self.run_alpha * max(0.0, spent(p, self.power) - spent(q, self.power))
 
     def progress(self) -> float:
         """The progress of the last eval, ``step / planned_steps``."""
@@ -233,11 +262,17 @@ class PlannedSlope(ProgressSlope):
         return super()._material(slope, x_last)
 
     def state_dict(self) -> dict[str, Any]:
-        return {**super().state_dict(), "planned": [self.planned_steps, self.prev_step]}
+        # The power only when it is not the squared shape's: states of runs spent by p**2 are as they always were.
+        power = [] if self.power == DEFAULT_SPEND_POWER else [self.power]
+        return {**super().state_dict(), "planned": [self.planned_steps, self.prev_step, *power]}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         super().load_state_dict(state)
-        self.planned_steps, self.prev_step = int(state["planned"][0]), int(state["planned"][1])
+        planned = state["planned"]
+        self.planned_steps, self.prev_step = int(planned[0]), int(planned[1])
+        # The shape the run was started with (a state without one: p**2), whatever the detector's parameter says
+        # now: a run whose shape changed mid-run could spend more than its level.
+        self.power = check_spend_power(planned[2]) if len(planned) > 2 else DEFAULT_SPEND_POWER
         self.look_level = 0.0  # derived per eval; a loaded test answers its next eval
 
 
@@ -267,6 +302,7 @@ class PlannedEvidence(PlannedSlope):
         evidence_alpha: The run level of the per-example and mean-and-spread tests, strictly between 0 and 1 (None:
             ``run_alpha``).
         evidence_drop: Their materiality, a share of the run's rise so far, >= 0 (None: ``rel_drop``).
+        power: As :class:`PlannedSlope` (one spending shape for every mode).
     """
 
     def __init__(
@@ -279,8 +315,9 @@ class PlannedEvidence(PlannedSlope):
         start_step: int = 0,
         evidence_alpha: float | None = None,
         evidence_drop: float | None = None,
+        power: float = DEFAULT_SPEND_POWER,
     ) -> None:
-        super().__init__(run_alpha, frac, min_evals, rel_drop, planned_steps, start_step)
+        super().__init__(run_alpha, frac, min_evals, rel_drop, planned_steps, start_step, power)
         self.evidence_alpha = run_alpha if evidence_alpha is None else evidence_alpha
         self.evidence_drop = rel_drop if evidence_drop is None else evidence_drop
         self.rows: list[Sequence[float] | None] = []  # kept as handed in (the detector's tuples or read-only arrays)

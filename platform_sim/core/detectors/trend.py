@@ -12,7 +12,7 @@ import numpy as np
 from ..boundary import EvidenceMode, is_array, sample_std
 from ..checks import check_int, check_nonneg, check_optional_nonneg, check_prob
 from .base import EvidenceDetector, Spread
-from .progress import PlannedEvidence
+from .progress import PlannedEvidence, check_spend_power
 from .pvalues import one_sided_t_p, scipy_module, slope_less_p
 from .registry import register_detector
 from .trend_per_run import PerRunTests
@@ -64,8 +64,8 @@ class TrendDetector(EvidenceDetector):
     ``planned_steps`` (:meth:`plan`), the means-only mode is :class:`~.progress.PlannedSlope`'s test instead, whose
     false-stop rate is bounded per run at ``run_alpha`` however densely the run is evaluated: a window of the last
     ``frac`` of the planned steps (at least ``window`` evals), the noise pooled from the run's second differences,
-    the level spent by progress (``run_alpha * (p**2 - p'**2)`` between looks at progress ``p'`` and ``p``), and a
-    stop only on a drop of at least ``rel_drop`` of the rise. **The per-example and mean-and-spread modes** then test
+    the level spent by progress (``run_alpha * (p**rho - p'**rho)`` between looks at progress ``p'`` and ``p``,
+    ``rho`` = ``spend_power``), and a stop only on a drop of at least ``rel_drop`` of the rise. **The per-example and mean-and-spread modes** then test
     per run too (:class:`~.progress.PlannedEvidence`): each mode's own statistic (the paired slope t, the
     known-variance z) over the same window in planned progress, at the look's share of ``evidence_run_alpha`` spent
     the same way, with a materiality of ``evidence_rel_drop``. Without a plan every mode is its per-look window test
@@ -108,6 +108,9 @@ class TrendDetector(EvidenceDetector):
         evidence_run_alpha: The run's false-stop level of the per-run per-example and mean-and-spread tests, strictly
             between 0 and 1 (listed by :meth:`params` when not 0.1).
         evidence_rel_drop: Their materiality, a share of the run's rise so far, >= 0 (listed when not 0).
+        spend_power: The shape of the per-run tests' spending by planned progress, ``F(p) = p**spend_power`` up to
+            the plan (1: evenly, Pocock-like; 2: little early), a finite number > 0 (listed when not 2). A run keeps
+            the shape it started with: it is kept in the detector's state.
     """
 
     name: ClassVar[str] = "trend"
@@ -133,6 +136,7 @@ class TrendDetector(EvidenceDetector):
         rel_drop: float = 0.2,
         evidence_run_alpha: float = 0.1,
         evidence_rel_drop: float = 0.0,
+        spend_power: float = 2.0,
     ) -> None:
         self.window = check_int("window", window, 3)
         super().__init__(k, warmup)
@@ -158,6 +162,7 @@ class TrendDetector(EvidenceDetector):
         self.rel_drop = check_nonneg("rel_drop", rel_drop)
         self.evidence_run_alpha = check_prob("evidence_run_alpha", evidence_run_alpha)
         self.evidence_rel_drop = check_nonneg("evidence_rel_drop", evidence_rel_drop)
+        self.spend_power = check_spend_power(spend_power)
         # The per-run tests (trend_per_run.py): the anytime one, or the planned ones once a report carries a plan.
         self._per_run = PerRunTests(
             means_test,
@@ -167,6 +172,7 @@ class TrendDetector(EvidenceDetector):
             self.rel_drop,
             self.evidence_run_alpha,
             self.evidence_rel_drop,
+            self.spend_power,
         )
         self.best_score: float | None = None
         self.best_scores: Sequence[float] | None = None

@@ -23,6 +23,9 @@ PROGRESS_DEFAULTS: dict[str, float] = {
     # The per-example and mean-and-spread tests' own (chosen on tuning data by benchmarks/dense_modes.py).
     "evidence_run_alpha": 0.1,
     "evidence_rel_drop": 0.0,
+    # The spending shape p**spend_power of every mode's planned test (re-examined on tuning data with runs that peak
+    # early, benchmarks/dense_modes.py and dense_noisy.py: 2 kept).
+    "spend_power": 2.0,
 }
 
 
@@ -44,6 +47,7 @@ class PerRunTests:
         min_evals: The fewest evals in a progress window (the detector's ``window``).
         evidence_run_alpha, evidence_rel_drop: The per-example and mean-and-spread planned tests' level and
             materiality (:class:`~.progress.PlannedEvidence`).
+        spend_power: The planned tests' spending shape ``p**spend_power`` (:func:`~.progress.spent`).
     """
 
     #: The most evals held unfed (a bound on the memory of a long run that never falls below its best).
@@ -58,6 +62,7 @@ class PerRunTests:
         rel_drop: float,
         evidence_run_alpha: float,
         evidence_rel_drop: float,
+        spend_power: float = PROGRESS_DEFAULTS["spend_power"],
     ) -> None:
         self.means_test = means_test
         self.run_alpha = run_alpha
@@ -66,6 +71,7 @@ class PerRunTests:
         self.rel_drop = rel_drop
         self.evidence_run_alpha = evidence_run_alpha
         self.evidence_rel_drop = evidence_rel_drop
+        self.spend_power = spend_power
         self.anytime = ProgressSlope(run_alpha, frac, min_evals, rel_drop) if means_test == "progress" else None
         # The planned-progress test (means_test "auto"), made at the first eval whose report carries planned_steps.
         self._planned: PlannedEvidence | None = None
@@ -130,6 +136,7 @@ class PerRunTests:
             start,
             evidence_alpha=self.evidence_run_alpha,
             evidence_drop=self.evidence_rel_drop,
+            power=self.spend_power,
         )
 
     def decides(self, mode: EvidenceMode) -> bool:
@@ -145,7 +152,7 @@ class PerRunTests:
         if isinstance(progress, PlannedSlope):
             where = (
                 f"the last {self.frac:.0%} of planned progress ({progress.planned_steps} planned steps, now at "
-                f"{progress.progress():.0%}; level spent by progress^2)"
+                f"{progress.progress():.0%}; level spent by progress^{progress.power:g})"
             )
         else:
             where = f"the last {self.frac:.0%} of the steps so far (level spent over epochs of steps)"
@@ -168,6 +175,7 @@ class PerRunTests:
             "rel_drop": self.rel_drop,
             "evidence_run_alpha": self.evidence_run_alpha,
             "evidence_rel_drop": self.evidence_rel_drop,
+            "spend_power": self.spend_power,
         }
         if self.means_test == "progress":
             return {k: own[k] for k in ("run_alpha", "frac", "rel_drop")}
