@@ -40,3 +40,21 @@ def test_a_bad_planned_steps_is_refused_in_one_line(tmp_path: Path) -> None:
         Watcher(log, "eval/score", planned_steps=0, warm_up=False)
     done = watch(str(log), "--metric", "eval/score", "--planned-steps", "-5")
     assert done.returncode == 2 and "--planned-steps" in done.stderr.strip().splitlines()[-1]
+
+
+def test_without_planned_steps_the_watcher_says_once_what_the_default_gives_up(tmp_path: Path, caplog) -> None:
+    # The default's per-run control needs the plan: without it the watcher warns at start; with it, or with a
+    # detector that the plan does not change (the paper's rule), it does not.
+    log = tmp_path / "run.jsonl"
+    _log(log)
+    caplog.set_level("WARNING", logger="evalstop_callbacks")
+
+    def warned(**kwargs) -> bool:
+        caplog.clear()
+        Watcher(log, "eval/score", warm_up=False, **kwargs)
+        return any("no --planned-steps" in r.getMessage() for r in caplog.records)
+
+    assert warned()
+    assert not warned(planned_steps=300)
+    assert not warned(detector={"name": "k-decline", "params": {"k": 2}})
+    assert not warned(detector={"name": "trend", "params": {"means_test": "window"}})

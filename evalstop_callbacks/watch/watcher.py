@@ -270,6 +270,12 @@ class Watcher:
         self._repeats: dict[int, float] = {}
         #: time.monotonic() of the last evaluation handed to the core (the command's --timeout counts from it).
         self.last_eval_at: float | None = None
+        if self.planned_steps is None and detector_from_spec(self.spec).plan_matters:
+            logger.warning(
+                "evalstop watch: no --planned-steps: the detector tests at every eval on its own (per look), so a "
+                "log with many evals stops healthy runs more often; give the run's max_steps to bound its false "
+                "stops per run"
+            )
         if self.examples is None:
             logger.warning(
                 "evalstop watch: no --examples: the detector decides on means alone (per-example scores make the "

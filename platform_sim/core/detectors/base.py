@@ -123,6 +123,12 @@ class Detector(ABC):
         ``max_steps``), for the next :meth:`update`; None: that report carried none. Called by the monitor before
         every eval. A detector that measures nothing in training progress ignores it (this base does)."""
 
+    @property
+    def plan_matters(self) -> bool:
+        """Whether :meth:`plan`'s planned steps change how this detector decides (this base: no), so that an entry
+        point that lacks them can say what the user gives up."""
+        return False
+
     def mode(self) -> EvidenceMode:
         """The evidence the last evaluation was judged on (:class:`~platform_sim.core.boundary.EvidenceMode`); read
         right after :meth:`update`. This base answers means only: a detector that reads more says so."""

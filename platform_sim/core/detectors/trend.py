@@ -208,6 +208,11 @@ class TrendDetector(EvidenceDetector):
         plan given stays). With ``means_test="auto"`` a plan switches the means-only test to the per-run one."""
         self._per_run.plan(planned_steps)
 
+    @property
+    def plan_matters(self) -> bool:
+        """With ``means_test="auto"`` a plan turns every mode's per-look test into the per-run one."""
+        return self.means_test == "auto"
+
     def _window_mode(self) -> EvidenceMode:
         """The richest mode the evals of the windows allow (module docstring): per-example scores of one length >= 2
         on the last ``window`` evals, else a spread on each of the last ``spread_window``, else the means."""
