@@ -51,6 +51,7 @@ from dense_noisy import (
     Run,
     dense_traces,
     hacking_cell,
+    hacking_table,
     healthy_cell,
     peaked_hacking,
     real_hacking,
@@ -185,21 +186,6 @@ def healthy_table(rows: Sequence[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def hacking_table(rows: Sequence[dict[str, Any]]) -> str:
-    lines = [
-        "| hacking runs | mode | detector | stopped | median delay (evals) | stopped before the peak | median regret |",
-        "|---|---|---|---:|---:|---:|---:|",
-    ]
-    for r in rows:
-        delay = "-" if r["median_delay"] is None else f"{r['median_delay']:g}"
-        regret = "-" if r["median_regret"] is None else f"{r['median_regret']:.2f}"
-        lines.append(
-            f"| {r['source']} | {r['mode']} | {r['detector']} | {r['stopped']}/{r['runs']} | {delay} | "
-            f"{r['before_peak']} | {regret} |"
-        )
-    return "\n".join(lines)
-
-
 def summary(rows: Sequence[dict[str, Any]], hrows: Sequence[dict[str, Any]]) -> list[str]:
     """Per mode and detector: cells missed, worst share stopped, worst cost; recall (the choice rule's order)."""
     out = []
@@ -251,7 +237,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     )
     print(healthy_table(rows))
     print("\n## Hacking runs, normal cadence\n")
-    print(hacking_table(hrows))
+    print(hacking_table(hrows, modes=True))
     print("\n## Summary (cells that miss a target: > 5% stopped or a costly stop)\n")
     print("\n".join(summary(rows, hrows)))
     print(f"\n({time.perf_counter() - t0:.0f} s)")

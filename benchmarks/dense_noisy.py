@@ -368,16 +368,20 @@ def healthy_table(rows: Sequence[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def hacking_table(rows: Sequence[dict[str, Any]]) -> str:
+def hacking_table(rows: Sequence[dict[str, Any]], modes: bool = False) -> str:
+    """The hacking rows as markdown; ``modes``: with the evidence mode of each row (``dense_modes.py``'s)."""
+    mode_head, mode_rule = ("mode | ", "---|") if modes else ("", "")
     lines = [
-        "| hacking runs | detector | stopped | median delay (evals) | stopped before the peak | median regret |",
-        "|---|---|---:|---:|---:|---:|",
+        f"| hacking runs | {mode_head}detector | stopped | median delay (evals) | stopped before the peak | median "
+        "regret |",
+        f"|---|{mode_rule}---|---:|---:|---:|---:|",
     ]
     for r in rows:
         d = "-" if r["median_delay"] is None else f"{r['median_delay']:g}"
         g = "-" if r["median_regret"] is None else f"{r['median_regret']:.2f}"
+        mode = f"{r['mode']} | " if modes else ""
         lines.append(
-            f"| {r['source']} | {r['detector']} | {r['stopped']}/{r['runs']} | {d} | {r['before_peak']} | {g} |"
+            f"| {r['source']} | {mode}{r['detector']} | {r['stopped']}/{r['runs']} | {d} | {r['before_peak']} | {g} |"
         )
     return "\n".join(lines)
 
