@@ -11,14 +11,17 @@ import dataclasses
 import os
 import random
 import re
+import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import pytest
 
@@ -504,49 +507,79 @@ def test_serve_with_an_unreachable_postgres_url_exits_2_with_one_line() -> None:
     assert err.startswith("evalstop-server: error: --db postgresql://") and "\n" not in err, err
 
 
-@pytest.mark.skipif(not os.environ.get("EVALSTOP_PG_DIR"), reason="needs the server of tests/pg.sh to restart it")
-def test_the_store_survives_a_database_restart(pg_db: str) -> None:
+def _pg_bindir() -> str | None:
+    """The server binaries tests/pg.sh used (``EVALSTOP_PG_BINDIR``), else the newest installed, else None."""
+    found = os.environ.get("EVALSTOP_PG_BINDIR") or ""
+    if not found:
+        dirs = sorted(Path("/usr/lib/postgresql").glob("*/bin"), key=lambda d: int(d.parent.name), reverse=True)
+        found = str(dirs[0]) if dirs and dirs[0].parent.name.isdigit() else ""
+    return found if found and os.access(os.path.join(found, "pg_ctl"), os.X_OK) else None
+
+
+class PrivateServer:
+    """A PostgreSQL server of one test's own (initdb into a temporary folder, loopback, a free port), for a test that
+    restarts its server: restarting the shared one of tests/pg.sh broke the connections of tests running beside it
+    on the other xdist workers ("the database system is shutting down")."""
+
+    def __init__(self, bindir: str) -> None:
+        self.bindir = bindir
+        # As root the server runs as the package's postgres user (PostgreSQL refuses root), who must own the folder.
+        self.owner = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
+        self.dir = tempfile.mkdtemp(prefix="evalstop-pg-restart-")
+        if self.owner:
+            shutil.chown(self.dir, "postgres", "postgres")
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            self.port = s.getsockname()[1]
+        self.url = f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
+
+    def _run(self, *args: str) -> None:
+        # The server must not inherit pipes of ours: its output goes to its log (-l).
+        subprocess.run(
+            [*self.owner, *args], check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=120
+        )
+
+    def pg_ctl(self, action: str) -> None:
+        data, log = os.path.join(self.dir, "data"), os.path.join(self.dir, "server.log")
+        opts = f"-h 127.0.0.1 -p {self.port} -k {self.dir}"
+        self._run(os.path.join(self.bindir, "pg_ctl"), "-D", data, "-l", log, "-o", opts, "-m", "fast", "-w", action)
+
+    def __enter__(self) -> PrivateServer:
+        initdb = os.path.join(self.bindir, "initdb")
+        self._run(initdb, "-D", os.path.join(self.dir, "data"), "-U", "postgres", "--auth=trust", "--no-sync")
+        self.pg_ctl("start")
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        try:
+            self.pg_ctl("stop")
+        finally:
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+
+@pytest.mark.skipif(_pg_bindir() is None, reason="needs PostgreSQL's server binaries (pg_ctl) to restart a server")
+def test_the_store_survives_a_database_restart() -> None:
     # A replica's connections break when PostgreSQL restarts. The store notices at the next use and runs the
     # transaction or read again on a new connection, so nothing fails once the server is back.
-    store = PostgresStore(pg_db, workers=1, readers=1)
-    try:
-        tenant, _ = store.add_tenant("t")
-        store.register_job(tenant.tenant_id, JobRecord("j", "rlhf", {"name": "k-decline", "params": {}}))
-        expected = JobMonitor("j", "rlhf")
-        first = Report("j", "rlhf", 0, 0.5)
-        assert store.submit_report(tenant.tenant_id, first).result(timeout=30).decision == expected.observe_report(
-            first
-        )
-        owner = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
-        pg_dir = os.environ["EVALSTOP_PG_DIR"]
-        # The restarted server must not inherit pipes of ours: its output goes to the server log (-l).
-        subprocess.run(
-            [
-                *owner,
-                os.path.join(os.environ["EVALSTOP_PG_BINDIR"], "pg_ctl"),
-                "-D",
-                os.path.join(pg_dir, "data"),
-                "-l",
-                os.path.join(pg_dir, "server.log"),
-                "-m",
-                "fast",
-                "-w",
-                "restart",
-            ],
-            check=True,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            timeout=60,
-        )
-        assert store.ready()  # the pooled reader connection died: read again on a new one
-        for step, score in ((10, 0.4), (20, 0.3)):  # the writer's connection died: reconnect and apply
-            report = Report("j", "rlhf", step, score)
-            outcome = store.submit_report(tenant.tenant_id, report).result(timeout=30)
-            assert outcome.decision == expected.observe_report(report)
-        assert outcome.decision.action is Action.STOP and outcome.stopped_now
-        assert [r.step for r in store.reports(tenant.tenant_id, "j")] == [0, 10, 20]
-    finally:
-        store.close()
+    with PrivateServer(_pg_bindir() or "") as server:
+        store = PostgresStore(server.url, workers=1, readers=1)
+        try:
+            tenant, _ = store.add_tenant("t")
+            store.register_job(tenant.tenant_id, JobRecord("j", "rlhf", {"name": "k-decline", "params": {}}))
+            expected = JobMonitor("j", "rlhf")
+            first = Report("j", "rlhf", 0, 0.5)
+            decision = store.submit_report(tenant.tenant_id, first).result(timeout=30).decision
+            assert decision == expected.observe_report(first)
+            server.pg_ctl("restart")
+            assert store.ready()  # the pooled reader connection died: read again on a new one
+            for step, score in ((10, 0.4), (20, 0.3)):  # the writer's connection died: reconnect and apply
+                report = Report("j", "rlhf", step, score)
+                outcome = store.submit_report(tenant.tenant_id, report).result(timeout=30)
+                assert outcome.decision == expected.observe_report(report)
+            assert outcome.decision.action is Action.STOP and outcome.stopped_now
+            assert [r.step for r in store.reports(tenant.tenant_id, "j")] == [0, 10, 20]
+        finally:
+            store.close()
 
 
 def test_a_row_lock_held_elsewhere_fails_the_report_after_lock_timeout_not_forever(pg_db: str) -> None:
