@@ -15,6 +15,7 @@ import pytest
 from platform_sim.core import InvalidReportError, JobMonitor, default_spec, detector_from_spec
 from platform_sim.core.boundary import MAX_ABS_SCORE, Action, EvidenceMode
 from platform_sim.core.detectors import Spread
+from platform_sim.core.detectors.packed_rows import unpack_row
 from platform_sim.core.detectors.trend import TrendDetector
 from platform_sim.core.detectors.trend_per_run import PerRunTests
 
@@ -83,7 +84,9 @@ def test_scores_as_a_tuple_a_list_or_ints_decide_the_same() -> None:
     assert any(row[0] for row in runs[0])  # it stops somewhere
     assert runs[1] == runs[0] and runs[2] == runs[0]
     state = runs[1][-1][-1]
-    assert all(type(v) is float for row in state["recent_scores"] for v in row)
+    rows = [unpack_row(row, "row") for row in state["recent_scores"]]
+    assert rows == [[float(v) for v in s] for _, _, s in evals[-len(rows) :]]
+    assert all(type(v) is float for row in rows for v in row)
     assert json.loads(json.dumps(state)) == state
 
 

@@ -181,7 +181,8 @@ class JobState:
 
 def monitor_size(detector_state_json: str, n_steps: int) -> int:
     """Approximate memory of a monitor: its detector state (about three times its JSON text as Python objects; the
-    paired detectors keep a checkpoint's per-example scores there) and about 200 bytes per step held."""
+    paired detectors keep a checkpoint's per-example scores there, and a packed score, 10.7 characters of base64,
+    is a float of 24 bytes and its 8-byte slot once loaded) and about 200 bytes per step held."""
     return 3 * len(detector_state_json) + 200 * n_steps
 
 

@@ -60,6 +60,7 @@ from typing import Any, cast
 import numpy as np
 
 from ..boundary import is_array, sample_std
+from .packed_rows import pack_row, unpack_row
 from .pvalues import scipy_module
 
 MIN_SECOND_DIFFERENCES = 4
@@ -441,8 +442,8 @@ class PlannedEvidence(PlannedSlope):
     def state_dict(self) -> dict[str, Any]:
         state = super().state_dict()
         if any(r is not None for r in self.rows) or any(v is not None for v in self.vars):  # else: as before
-            # Lists of floats, whether a row came as a tuple or as a read-only array (the simulator's).
-            rows = [None if r is None else list(map(float, r)) for r in self.rows]
+            # Packed (packed_rows), whether a row came as a tuple or as a read-only array (the simulator's).
+            rows = [None if r is None else pack_row(r) for r in self.rows]
             state["evidence"] = {"rows": rows, "vars": list(self.vars)}
         return state
 
@@ -452,5 +453,7 @@ class PlannedEvidence(PlannedSlope):
         if ev is None:
             self.rows, self.vars = [None] * len(self.steps), [None] * len(self.steps)
         else:
-            self.rows = [None if r is None else tuple(float(v) for v in r) for r in ev["rows"]]
+            self.rows = [
+                None if r is None else tuple(unpack_row(r, f"evidence.rows[{i}]")) for i, r in enumerate(ev["rows"])
+            ]
             self.vars = [None if v is None else float(v) for v in ev["vars"]]

@@ -12,6 +12,7 @@ import numpy as np
 from ..boundary import EvidenceMode, is_array, sample_std
 from ..checks import check_int, check_nonneg, check_optional_nonneg, check_prob
 from .base import EvidenceDetector, Spread
+from .packed_rows import pack_row, unpack_row
 from .progress import PlannedEvidence, check_spend_power
 from .pvalues import one_sided_t_p, scipy_module, slope_less_p
 from .registry import register_detector
@@ -421,9 +422,10 @@ class TrendDetector(EvidenceDetector):
     def _rule_state(self) -> dict[str, Any]:
         state: dict[str, Any] = {
             "best_score": self.best_score,
-            "best_scores": None if self.best_scores is None else list(map(float, self.best_scores)),
+            # Rows packed (packed_rows): the state of a run with many examples is mostly these.
+            "best_scores": None if self.best_scores is None else pack_row(self.best_scores),
             "recent_means": list(self.recent_means),
-            "recent_scores": [None if r is None else list(map(float, r)) for r in self.recent_scores],
+            "recent_scores": [None if r is None else pack_row(r) for r in self.recent_scores],
             "last_p": self.last_p,
             "last_slope": self.last_slope,
         }
@@ -435,9 +437,11 @@ class TrendDetector(EvidenceDetector):
     def _load_rule_state(self, state: Mapping[str, Any]) -> None:
         self.best_score = state["best_score"]
         best_scores = state.get("best_scores")
-        self.best_scores = None if best_scores is None else [float(v) for v in best_scores]
+        self.best_scores = None if best_scores is None else unpack_row(best_scores, "best_scores")
         self.recent_means = [float(m) for m in state["recent_means"]]
-        self.recent_scores = [None if r is None else [float(v) for v in r] for r in state["recent_scores"]]
+        self.recent_scores = [
+            None if r is None else unpack_row(r, f"recent_scores[{i}]") for i, r in enumerate(state["recent_scores"])
+        ]
         spreads = state.get("recent_spreads")  # absent in states written before spreads were reported
         self.recent_spreads = (
             [None] * len(self.recent_means)
