@@ -153,7 +153,10 @@ class JobCreate(_Strict):
         None,
         ge=1,
         le=MAX_PLANNED_STEPS,
-        description=f"Planned training steps (for the GPU-hours-reclaimed estimate), at most {MAX_PLANNED_STEPS}.",
+        description="Planned training steps (the trainer's max_steps), at most "
+        f"{MAX_PLANNED_STEPS}. The default detector bounds its false stops per run with it; without it, it tests "
+        "every report on its own (per look), so a job reported more often is stopped more often. Also the "
+        "GPU-hours-reclaimed estimate's.",
     )
     detector: DetectorSpec | None = Field(
         None, description="Stop detector; default: the project's default detector (platform_sim.core.default_spec())."
