@@ -180,7 +180,9 @@ phase "services (PostgreSQL, Slurm)" services
 main_mark="($mark)"
 for name in "${side_all[@]}"; do main_mark+=" and not $name"; done
 status=0
-phase "main run ($workers xdist workers)" .venv/bin/python -m pytest -m "$main_mark" -n "$workers" "${args[@]}" || status=$?
+# The 15 slowest tests are listed at its end: where the main run's time goes, in every CI log.
+phase "main run ($workers xdist workers)" .venv/bin/python -m pytest -m "$main_mark" -n "$workers" --durations=15 \
+    "${args[@]}" || status=$?
 [ "$status" -eq 5 ] && status=0  # none selected (e.g. by -k) is no failure
 
 lane_pids=()
