@@ -84,8 +84,9 @@ class PlatformClient:
             history, so the job is still protected. If False the decision is CONTINUE (fail-open, unprotected).
         gpus: GPUs the job holds, declared at registration when ``register`` is not given them (the trainer
             callback does not know them); the service then counts the GPUs its stops free.
-        planned_steps: Planned training steps, declared likewise; with ``gpus`` the service estimates the GPU-hours
-            a stop gives back.
+        planned_steps: Planned training steps, declared likewise: the service's default detector bounds its false
+            stops per run with them (the job view's ``per_run_bound``); with ``gpus`` the service estimates the
+            GPU-hours a stop gives back.
         transport: An ``httpx`` transport, for tests (default: a real HTTP connection pool).
         scheduler_handle: The cluster scheduler's job this process runs as, registered once with each job right
             after the job's registration (``PUT /v1/jobs/{id}/scheduler-handle``), so that the service can end it
@@ -324,7 +325,9 @@ class PlatformClient:
             job_id: The job's id; made up if not given (always chosen here, so a retried registration is
                 idempotent on the service).
             gpus: GPUs the job holds (the service counts GPU-hours reclaimed by stops).
-            planned_steps: Planned training steps (for the service's GPU-hours-reclaimed estimate).
+            planned_steps: Planned training steps (the trainer's ``max_steps``): the service's default detector
+                bounds its false stops per run with them (without them, per report), and the GPU-hours-reclaimed
+                estimate uses them.
             cadence: Cadence spec (``"fixed"``, ``"adaptive"`` or ``{"name": "adaptive", "params": {...}}``; None:
                 fixed). With ``"adaptive"`` the service's decisions carry ``next_eval_step`` hints, and so do the
                 local fallback core's, from the same history.

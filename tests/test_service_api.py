@@ -265,3 +265,26 @@ def test_noise_robust_detectors_by_name_with_per_example_scores(http, name):
             break
     assert decisions[-1] == "stop", name
     assert http.get(f"/v1/jobs/{job}").json()["detector"] == embedded.monitor(job).detector.spec()
+
+
+def test_the_job_view_says_whether_its_false_stops_are_bounded_per_run(http):
+    # The default detector bounds its false stops over the run with the job's planned_steps; without them it tests
+    # every report on its own. The registration's answer, the job view and the listing say which; a detector whose
+    # decisions do not depend on a plan (the paper's rule, the per-look trend) gets null.
+    cases = {
+        "bound-plan": ({"planned_steps": 300}, True),
+        "bound-none": ({}, False),
+        "bound-paper": ({"planned_steps": 300, "detector": PAPER}, None),
+        "bound-window": ({"detector": {"name": "trend", "params": {"means_test": "window"}}}, None),
+    }
+    for job, (extra, want) in cases.items():
+        created = _register(http, job, **extra)
+        assert created.status_code == 201, created.text
+        assert created.json()["per_run_bound"] is want, job
+        assert http.get(f"/v1/jobs/{job}").json()["per_run_bound"] is want, job
+    listed = {j["job_id"]: j["per_run_bound"] for j in http.get("/v1/jobs", params={"limit": 1000}).json()["jobs"]}
+    assert {job: listed[job] for job in cases} == {job: want for job, (_, want) in cases.items()}
+    # A decision of the job without a plan names the per-look test, as the view said.
+    for step, score in enumerate([0.5, 0.6, 0.7, 0.8, 0.9, 1.0, 0.95, 0.9, 0.85, 0.8, 0.7, 0.6]):
+        decision = _report(http, "bound-none", 10 * step, score).json()
+    assert "per look: planned steps unknown" in decision["reason"]

@@ -182,6 +182,8 @@ def test_the_dashboard_job_page_shows_each_report_s_spread_and_the_mode(server) 
         assert signed.status_code == 303
         page = browser.get(f"/jobs/{job}").text
     assert '<th class="num">Std (n)</th>' in page and "<dt>Decided on</dt>" in page
+    # Registered without planned_steps: the default tests per look, and the page says so.
+    assert "<dt>False stops bounded</dt><dd>per look: no planned steps declared</dd>" in page
     rows = re.findall(r'<tr><td class="num">(\d+)</td><td class="num">[^<]*</td><td class="num">([^<]*)</td>', page)
     assert dict(rows)["10"].endswith("(128)") and dict(rows)["20"] == "\u2014"
     assert math.isclose(float(dict(rows)["10"].split(" ")[0]), 0.25, rel_tol=1e-3)

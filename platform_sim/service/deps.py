@@ -187,4 +187,5 @@ def job_out(job: JobRecord) -> dict[str, Any]:
         "stop_reason": job.stop_reason,
         "gpu_hours_freed": job.gpu_hours_freed,
         "mode": None if job.mode is None else job.mode.value,
+        "per_run_bound": job.per_run_bound,
     }

@@ -247,6 +247,13 @@ class JobOut(BaseModel):
         "it (per-example scores, each eval's mean with its spread, or the means alone); null before the first "
         "report or when the reason names none.",
     )
+    per_run_bound: bool | None = Field(
+        None,
+        description="Whether the job's detector bounds its false stops over the whole run: true when it does so with "
+        "the job's planned_steps (the default detector); false when it would but the job declared no planned_steps, "
+        "so that it tests every report on its own (per look) and a job that reports more often is stopped more "
+        "often; null for a detector whose decisions do not depend on a plan (the paper's k-decline, the baselines).",
+    )
     gpu_hours_freed: float | None = Field(
         None,
         description="GPU-hours the stop gave back: gpus x the remaining planned steps at the job's measured step "

@@ -281,6 +281,13 @@ def _spec(spec: object) -> str:
     return str(spec)
 
 
+def _bound(per_run: bool | None) -> str:
+    """How the job's false stops are bounded (:attr:`JobRecord.per_run_bound`), said for a person."""
+    if per_run is None:
+        return DASH
+    return "per run" if per_run else "per look: no planned steps declared"
+
+
 def _spread(point: EvalPoint) -> str:
     """A report's spread as the job page shows it: ``std (n)``, or a dash for a report without one."""
     return DASH if point.std is None else f"{score(point.std)} ({point.n})"
@@ -306,6 +313,7 @@ def job_page(
         ("Cadence", f"<code>{escape(_spec(job.cadence or 'fixed'))}</code>"),
         ("GPUs", number(job.gpus)),
         ("Planned steps", number(job.planned_steps)),
+        ("False stops bounded", _bound(job.per_run_bound)),
         ("Registered", when(job.created_at)),
         ("Reports", str(job.n_reports)),
         ("Last step", number(job.last_step)),
