@@ -175,6 +175,7 @@ class EmbeddedClient:
     def __init__(self) -> None:
         self._jobs: dict[str, JobMonitor] = {}
         self._finished: dict[str, str] = {}
+        self._told_no_plan: set[str] = set()  # jobs already warned that their reports carry no planned_steps
 
     def register(
         self,
@@ -222,7 +223,19 @@ class EmbeddedClient:
             monitor = self._jobs[report.job_id]
         except KeyError:
             raise KeyError(f"job {report.job_id!r} is not registered; call register() first") from None
-        return monitor.observe_report(report)
+        decision = monitor.observe_report(report)
+        if report.planned_steps is None and report.job_id not in self._told_no_plan and monitor.detector.plan_matters:
+            # Said once per job, as `evalstop watch` says it without --planned-steps: the reason of a decision
+            # names it too, but only once a test has run.
+            self._told_no_plan.add(report.job_id)
+            logger.warning(
+                "evalstop: job %r reports no planned_steps: its detector then tests every evaluation on its own (per "
+                "look), so a run evaluated more often is stopped more often; declare the run's planned steps (the "
+                "trainer's max_steps: Report.planned_steps, or PlatformClient.register(planned_steps=N)) to bound "
+                "its false stops per run",
+                report.job_id,
+            )
+        return decision
 
     def finish(self, job_id: str, reason: str = "completed") -> None:
         if job_id not in self._jobs:
