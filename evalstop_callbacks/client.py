@@ -170,11 +170,17 @@ class EmbeddedClient:
 
     Its state (one :class:`JobMonitor` per job) is a plain dict, so the trainer callback can save it with the
     checkpoint and a resumed run continues with the same declines and best step.
+
+    Args:
+        warn_without_plan: Log a warning once for a job whose reports carry no ``planned_steps`` when its detector
+            would use them (it then decides per look). Off for a caller that says so in its own terms (``evalstop
+            watch`` without ``--planned-steps``).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, warn_without_plan: bool = True) -> None:
         self._jobs: dict[str, JobMonitor] = {}
         self._finished: dict[str, str] = {}
+        self._warn_without_plan = warn_without_plan
         self._told_no_plan: set[str] = set()  # jobs already warned that their reports carry no planned_steps
 
     def register(
@@ -224,7 +230,12 @@ class EmbeddedClient:
         except KeyError:
             raise KeyError(f"job {report.job_id!r} is not registered; call register() first") from None
         decision = monitor.observe_report(report)
-        if report.planned_steps is None and report.job_id not in self._told_no_plan and monitor.detector.plan_matters:
+        if (
+            self._warn_without_plan
+            and report.planned_steps is None
+            and report.job_id not in self._told_no_plan
+            and monitor.detector.plan_matters
+        ):
             # Said once per job, as `evalstop watch` says it without --planned-steps: the reason of a decision
             # names it too, but only once a test has run.
             self._told_no_plan.add(report.job_id)

@@ -95,6 +95,8 @@ class PlatformClient:
             :func:`evalstop_callbacks.scheduler_handle.detect_handle`); None (default) to register none. Opt-in,
             and never part of a report. A refused handle (400/403/404/422) is logged and not sent again; the job
             still reports.
+        warn_without_plan: Log a warning once for a job registered without ``planned_steps`` when its detector
+            would use them (the service then decides it per look); off for a caller that says so itself.
     """
 
     def __init__(
@@ -112,6 +114,7 @@ class PlatformClient:
         planned_steps: int | None = None,
         transport: httpx.BaseTransport | None = None,
         scheduler_handle: str | tuple[str, str] | None = None,
+        warn_without_plan: bool = True,
     ) -> None:
         if not url.startswith(("http://", "https://")):
             raise ValueError(f"url must start with http:// or https://, got {url!r}")
@@ -138,7 +141,7 @@ class PlatformClient:
             timeout=httpx.Timeout(timeout, connect=connect_timeout),
             transport=transport,
         )
-        self._shadow = EmbeddedClient()
+        self._shadow = EmbeddedClient(warn_without_plan=warn_without_plan)  # it warns for a job without a plan
         self._links: dict[str, _Link] = {}
         self._degraded = False  # the last attempt failed: single attempts until the service answers again
         self._rng = random.Random()

@@ -256,6 +256,9 @@ def test_through_a_real_server_only_the_report_crosses(tmp_path: Path) -> None:
     result = last_json(done.stdout)
     assert result["stop_step"] == embedded_stop(HACKING)[0]
     assert job["status"] == "stopped" and job["detector"] == result["detector"], job
+    # Without --planned-steps: the watch says so once; the client's local core does not say it again.
+    assert done.stderr.count("no --planned-steps") == 1 and "reports no planned_steps" not in done.stderr
+    assert job["per_run_bound"] is False
 
 
 def test_the_subcommand_plugs_into_another_parser(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -58,3 +58,14 @@ def test_without_planned_steps_the_watcher_says_once_what_the_default_gives_up(t
     assert not warned(planned_steps=300)
     assert not warned(detector={"name": "k-decline", "params": {"k": 2}})
     assert not warned(detector={"name": "trend", "params": {"means_test": "window"}})
+
+
+def test_the_command_says_it_once_not_again_for_its_warm_up_or_its_job(tmp_path: Path) -> None:
+    # The watcher's own core (and the warm-up's) would warn as any embedded client does without a plan; the watch
+    # says it once, in its own terms.
+    log = tmp_path / "run.jsonl"
+    _log(log)
+    done = watch(str(log), "--metric", "eval/score", "--timeout", "1")
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.count("no --planned-steps") == 1
+    assert "reports no planned_steps" not in done.stderr

@@ -322,7 +322,8 @@ def _client(args: argparse.Namespace) -> Any:
     from ..platform_client import PlatformClient  # httpx is only needed with a server
 
     try:
-        return PlatformClient(args.server, args.token)
+        # The watch says in its own terms (--planned-steps) what a job without a plan gives up.
+        return PlatformClient(args.server, args.token, warn_without_plan=False)
     except ValueError as exc:
         raise WatchError(f"--server: {exc}") from None
 

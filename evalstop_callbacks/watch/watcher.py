@@ -65,7 +65,7 @@ def _warm(spec: dict[str, Any]) -> None:
         core_logger.addFilter(_quiet)
     try:
         for per_example in (False, True):
-            client = EmbeddedClient()
+            client = EmbeddedClient(warn_without_plan=False)  # a warm-up: no run of the user's to warn about
             job = client.register("other", detector=spec, job_id="warm-up")
             for i in range(24):
                 score = 1.0 - 0.05 * i + 0.03 * (i % 2)  # falling, with noise: a real test, not a zero variance
@@ -253,7 +253,8 @@ class Watcher:
             root = self.checkpoints if best_dir is None else Path(best_dir)
             self.keeper = BestCheckpoints(root, keep_best, prune_others=prune_others, checkpoints=self.checkpoints)
             self.keeper.adopt()  # a restarted watcher takes over the mirrors it made before
-        self.client: BoundaryClient = client if client is not None else EmbeddedClient()
+        # The watcher warns without a plan in its own terms (--planned-steps), once, at start.
+        self.client: BoundaryClient = client if client is not None else EmbeddedClient(warn_without_plan=False)
         self.job_type = job_type
         try:
             self.job_id = self.client.register(job_type, detector=self.spec, job_id=job_id or default_job_id(self.log))
