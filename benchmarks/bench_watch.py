@@ -52,7 +52,7 @@ def stopping_curves(count: int) -> list[tuple[str, list[tuple[int, float]], int]
     for path in sorted(folder.glob("*.jsonl")):
         lines = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
         curve = [(e["step"], float(e["eval_score"])) for e in lines if e.get("kind") == "eval"]
-        client = EmbeddedClient()
+        client = EmbeddedClient(warn_without_plan=False)  # per look, as the watch without --planned-steps
         job = client.register("rlhf", detector=default_spec(), job_id="ref")
         for step, score in curve:
             if client.report(Report(job, "rlhf", step, score)).should_stop:
