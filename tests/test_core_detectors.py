@@ -16,6 +16,7 @@ from platform_sim.core import (
     make_detector,
     paper_spec,
     register_detector,
+    spec_plan_matters,
 )
 
 
@@ -204,3 +205,22 @@ def test_judge_returns_the_verdict_with_its_reason_and_a_plain_detector_gets_it_
 def test_update_is_the_one_method_that_takes_an_eval():
     # One name per concept: a detector's eval is update(); observe() is the monitor's (it answers a Decision).
     assert not hasattr(KDeclineDetector(k=2), "observe")
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [*sorted(DETECTORS)]
+    + [{"name": "trend", "params": {"means_test": m}} for m in ("auto", "window", "progress")]
+    + [default_spec(), paper_spec()],
+)
+def test_a_specs_plan_matters_without_building_it_is_the_built_detectors(spec) -> None:
+    # The service reads it from every stored spec it lists; it must agree with the detector the spec builds.
+    built = detector_from_spec(spec)
+    assert spec_plan_matters(built.spec()) is built.plan_matters
+
+
+def test_only_the_default_family_decides_differently_with_a_plan() -> None:
+    assert spec_plan_matters(default_spec()) is True
+    assert spec_plan_matters(paper_spec()) is False
+    with pytest.raises(ValueError, match="unknown detector 'nope'"):
+        spec_plan_matters({"name": "nope", "params": {}})

@@ -32,6 +32,7 @@ from .detectors import (  # importing the package registers every detector by na
     paper_spec,
     register_detector,
     shape_sens_spec,
+    spec_plan_matters,
 )
 from .monitor import JobMonitor
 
@@ -66,4 +67,5 @@ __all__ = [
     "make_detector",
     "register_detector",
     "shape_sens_spec",
+    "spec_plan_matters",
 ]

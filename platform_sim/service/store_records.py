@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from platform_sim.core import Decision, EvidenceMode, detector_from_spec
+from platform_sim.core import Decision, EvidenceMode, spec_plan_matters
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,9 +98,9 @@ class JobRecord:
     def per_run_bound(self) -> bool | None:
         """Whether the job's detector bounds its false stops over the whole run: True with the job's planned steps,
         False without them (it then tests every report on its own, per look), None for a detector whose decisions do
-        not depend on a plan (:attr:`Detector.plan_matters <platform_sim.core.Detector.plan_matters>`; a stored spec
-        is one the registry built, so it builds again)."""
-        if not detector_from_spec(self.detector).plan_matters:
+        not depend on a plan (:attr:`Detector.plan_matters <platform_sim.core.Detector.plan_matters>`, read from the
+        stored spec without building the detector: a listing asks it of every job)."""
+        if not spec_plan_matters(self.detector):
             return None
         return self.planned_steps is not None
 

@@ -35,6 +35,7 @@ from .registry import (
     paper_spec,
     parse_detector_param,
     register_detector,
+    spec_plan_matters,
 )
 from .shape import GAMMAS, PEAKS_PER_DECADE, SHAPE_SENS_PARAMS, TAUS, ShapeDetector, shape_sens_spec
 from .trend import TREND_TESTS, TrendDetector
@@ -73,6 +74,7 @@ __all__ = [
     "paired_difference_var",
     "parse_detector_param",
     "register_detector",
+    "spec_plan_matters",
     "se_from_history",
     "shape_sens_spec",
     "standard_error",

@@ -125,8 +125,15 @@ class Detector(ABC):
 
     @property
     def plan_matters(self) -> bool:
-        """Whether :meth:`plan`'s planned steps change how this detector decides (this base: no), so that an entry
-        point that lacks them can say what the user gives up."""
+        """Whether :meth:`plan`'s planned steps change how this detector decides, so that an entry point that lacks
+        them can say what the user gives up (:meth:`plan_matters_for` of its parameters)."""
+        return self.plan_matters_for(self.params())
+
+    @classmethod
+    def plan_matters_for(cls, params: Mapping[str, Any]) -> bool:
+        """:attr:`plan_matters` of a detector of this class built with ``params`` (a spec's, valid), without building
+        it: the service asks it of every job it lists. This base: never."""
+        del params
         return False
 
     def mode(self) -> EvidenceMode:

@@ -92,6 +92,22 @@ def detector_from_spec(spec: str | Mapping[str, Any] | None) -> Detector:
     return make_detector(spec["name"], **dict(spec.get("params") or {}))
 
 
+def spec_plan_matters(spec: Mapping[str, Any]) -> bool:
+    """:attr:`Detector.plan_matters` of the detector ``spec`` builds (a normalized ``{"name", "params"}``, as a job
+    stores it), without building it.
+
+    Raises:
+        ValueError: An unknown detector name.
+    """
+    try:
+        cls = DETECTORS[spec["name"]]
+    except KeyError:
+        raise ValueError(
+            f"unknown detector {spec.get('name')!r}; choose one of {', '.join(sorted(DETECTORS))}"
+        ) from None
+    return cls.plan_matters_for(spec.get("params") or {})
+
+
 def parse_detector_param(text: str) -> tuple[str, Any]:
     """``"key=value"`` as given on a command line (``--detector-param``): the value parsed as JSON, else kept as text.
 

@@ -209,10 +209,11 @@ class TrendDetector(EvidenceDetector):
         plan given stays). With ``means_test="auto"`` a plan switches the means-only test to the per-run one."""
         self._per_run.plan(planned_steps)
 
-    @property
-    def plan_matters(self) -> bool:
-        """With ``means_test="auto"`` a plan turns every mode's per-look test into the per-run one."""
-        return self.means_test == "auto"
+    @classmethod
+    def plan_matters_for(cls, params: Mapping[str, Any]) -> bool:
+        """With ``means_test="auto"`` (listed in a spec only when it is not) a plan turns every mode's per-look test
+        into the per-run one."""
+        return bool(params.get("means_test", "auto") == "auto")
 
     def _window_mode(self) -> EvidenceMode:
         """The richest mode the evals of the windows allow (module docstring): per-example scores of one length >= 2
