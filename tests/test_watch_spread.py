@@ -58,6 +58,9 @@ def test_the_sibling_std_and_n_reach_the_core_with_every_eval(tmp_path: Path, ca
     assert all(r.mode is EvidenceMode.MEAN_AND_SPREAD for r in client.reports)
     told = [r.getMessage() for r in caplog.records if r.name == LOGGER]
     assert len(told) == 1 and "eval/rewards/gold/std, n=64" in told[0] and "mean-and-spread" in told[0]
+    # Nothing the watch says at start contradicts it (it once warned "means alone" before the spread was found).
+    said = [r.getMessage() for r in caplog.records if r.name.startswith("evalstop_callbacks.watch")]
+    assert not any("means alone" in m for m in said)
     mode = EvidenceMode.of_reason(result.reason)
     assert result.evidence == (None if mode is None else mode.value)
 

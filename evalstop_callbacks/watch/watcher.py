@@ -279,8 +279,9 @@ class Watcher:
             )
         if self.examples is None:
             logger.warning(
-                "evalstop watch: no --examples: the detector decides on means alone (per-example scores make the "
-                "default detector far less likely to stop a healthy run)"
+                "evalstop watch: no --examples: the detector decides on each eval's mean, with its spread where "
+                "the log has one and --n is given (per-example scores make the default detector far less likely "
+                "to stop a healthy run)"
             )
 
     @property
