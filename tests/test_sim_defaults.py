@@ -14,6 +14,7 @@ import pytest
 
 from platform_sim.cli import build_parser, default_detector_specs, main
 from platform_sim.core import default_spec, detector_from_spec, paper_spec
+from platform_sim.sim.report import PER_RUN_NOTE
 from platform_sim.sim.sweep import SweepSpec, cell_policies
 from platform_sim.studies.benchmark import DEFAULT_REFERENCE
 from platform_sim.studies.detector_study import CANDIDATES
@@ -34,7 +35,13 @@ def test_run_without_a_detector_runs_the_default_and_names_it(capsys):
     assert main(["run", "--jobs", "20", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["config"]["detector"] == default_detector_specs()["run"]
     assert main(["run", "--jobs", "20"]) == 0
-    assert f"detector: {DEFAULT['name']} " in capsys.readouterr().out
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("detector: "))
+    # Every simulated job's reports carry its planned steps, so the default tests per run, and the line says so
+    # (its spec lists only the per-look parameters); the paper's rule needs no plan and is not said to.
+    assert line.startswith(f"detector: {DEFAULT['name']} ") and line.endswith(PER_RUN_NOTE)
+    assert main(["run", "--jobs", "20", "--detector", PAPER["name"]]) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("detector: "))
+    assert line.startswith(f"detector: {PAPER['name']} ") and PER_RUN_NOTE not in line
 
 
 def test_k_alone_still_means_k_decline(capsys):

@@ -104,7 +104,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         f"sigma {wl.sigma}, hack rate {wl.hack_rate}"
     )
     if args.stop == "evalstop":
-        print(detector_line(det))
+        print(detector_line(det, planned=True))  # every simulated job's reports carry its planned steps
     for key in (
         "jobs",
         "hacking",
@@ -206,7 +206,9 @@ def cmd_paper(args: argparse.Namespace) -> int:
                 "",
                 markdown_table(results["composability"], lead=(("base", "base", "s"),)),
                 "",
-                detector_line(det, "(the paper's rule)" if det == detector_from_spec(paper_spec()).spec() else ""),
+                detector_line(
+                    det, "(the paper's rule)" if det == detector_from_spec(paper_spec()).spec() else "", planned=True
+                ),
                 f"{len(paths)} files in {args.out} (report.md, results.json, plots); "
                 f"{results['config']['tasks']} tasks in {results['config']['wall_s']:.1f} s",
             ]

@@ -12,6 +12,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from platform_sim.core.detectors import spec_plan_matters
+
 logger = logging.getLogger(__name__)
 
 PAPER_REFERENCE: dict[str, Any] = {
@@ -225,14 +227,22 @@ def write_paper_report(
     return paths
 
 
-def detector_line(spec: Mapping[str, Any] | None, note: str = "") -> str:
+PER_RUN_NOTE = "(per run: tested by each job's planned progress)"
+"""What :func:`detector_line` adds for a detector whose per-run tests the jobs' planned steps switch on (every
+simulated job's reports carry them), since its spec lists only the per-look parameters it would use without them."""
+
+
+def detector_line(spec: Mapping[str, Any] | None, note: str = "", planned: bool = False) -> str:
     """``detector: NAME k=v ...`` (plus ``note``), the line every human report prints about the detector it ran.
 
     Args:
         spec: A complete detector spec (None: the command ran no detector).
         note: Why this detector, e.g. ``"(the paper's rule)"``.
+        planned: Whether every job's reports carried its planned steps: :data:`PER_RUN_NOTE` is added when the
+            detector then tests per run.
     """
     if spec is None:
         return "detector: none"
     params = " ".join(f"{k}={v}" for k, v in spec.get("params", {}).items() if v is not None)
-    return f"detector: {spec['name']}{' ' + params if params else ''}{' ' + note if note else ''}"
+    notes = [n for n in (note, PER_RUN_NOTE if planned and spec_plan_matters(spec) else "") if n]
+    return f"detector: {spec['name']}{' ' + params if params else ''}{''.join(' ' + n for n in notes)}"
