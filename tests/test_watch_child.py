@@ -57,7 +57,7 @@ def test_verl_log_stopped_at_the_core_step_with_the_best_checkpoint_protected(tm
     assert result["protection"] == "hard-linked" and result["protected_checkpoint"] == str(protected)
     assert (protected / "model.safetensors").read_text() == f"weights at step {want_best}\n"
     assert [k["step"] for k in result["kept"]] == [want_best] and result["mode"] == "enforce"
-    assert done.stderr.count("decides on means alone") == 1
+    assert done.stderr.count("no --examples: the detector decides on each eval's mean") == 1
 
 
 def test_tensorboard_event_files_from_summarywriter(tmp_path: Path) -> None:

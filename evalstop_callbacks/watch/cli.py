@@ -155,7 +155,7 @@ def _add_evidence_flags(parser: argparse.ArgumentParser) -> None:
         metavar="DIR",
         help="verl's validation dump (trainer.validation_data_dir: one "
         "<step>.jsonl per validation): per-example scores, paired across steps by input, for the detector; without "
-        "it the detector decides on means alone (and says so)",
+        "it the detector decides on each eval's mean, with its spread where the log has one (and says so)",
     )
     add(
         "--std-metric",

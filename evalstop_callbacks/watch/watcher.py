@@ -165,7 +165,8 @@ class Watcher:
         greater_is_better: True (default) if a higher metric is better; False for a loss or error, which the
             detector then sees negated.
         examples: verl's validation dump folder (``trainer.validation_data_dir``) for per-example scores, or None
-            (the detector then decides on means alone, which the watcher says once).
+            (the detector then decides on each eval's mean, with its spread where the log has one; the watcher
+            says so once).
         detector: Detector spec (a name or ``{"name": ..., "params": {...}}``); None: ``default_spec()``.
         client: The boundary client (default: a new :class:`~evalstop_callbacks.client.EmbeddedClient`); a
             ``PlatformClient`` sends the reports to an ``evalstop-server``.
