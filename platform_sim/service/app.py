@@ -51,10 +51,13 @@ __all__ = [
 #: ``default_spec()`` by tests/test_service_api.py) and how the paper's rule is asked for.
 APP_DESCRIPTION = (
     "Stops RLHF and fine-tuning jobs whose held-out eval score has started to decline. A job registered without a "
-    "detector runs the project's default, `trend` (window 6, alpha 0.01, k 1): a one-sided t-test that the score "
-    "has been falling over the last 6 evals (on the slopes of the per-example scores when reports carry them, else "
-    "on the means); the first significant eval below the best score so far stops the job, and every decision names "
-    "the best step. The paper's rule, a stop at the 2nd consecutive decline, is asked for by name: "
+    "detector runs the project's default, `trend`: a one-sided test that the score has been falling (on the slopes "
+    "of the per-example scores when reports carry them, else on the means, with their spread when reported); the "
+    "first significant eval below the best score so far stops the job, and every decision names the best step. With "
+    "the job's registered `planned_steps` it tests the last fifth of the planned steps (at least 6 evals), its level "
+    "spent by progress, so false stops are bounded per run; without them it is `trend` (window 6, alpha 0.01, k 1), "
+    "a test of the last 6 evals at every eval (per look), so a job reported more often is stopped more often. The "
+    "paper's rule, a stop at the 2nd consecutive decline, is asked for by name: "
     '`{"name": "k-decline", "params": {"k": 2}}`. Only whitelisted fields cross the boundary; unknown fields are '
     "rejected."
 )

@@ -18,7 +18,9 @@ PAPER_SPEC: dict[str, Any] = {"name": "k-decline", "params": {"k": 2, "min_delta
 #: The project's default for real jobs: what ``detector_from_spec(None)``, ``EvalStopCallback()``, ``evalstop-server``
 #: (a job registered without a detector) and ``evalstop demo`` use. Chosen by the multi-environment real-trace benchmark: every number tuned on
 #: the tune-split environments only, the candidates judged once on the held-out test-split environments, and this is
-#: the one that did best there (``evalstop-sim benchmark``; results in docs/results/detector-selection.md).
+#: the one that did best there (``evalstop-sim benchmark``; results in docs/results/detector-selection.md). Its window
+#: and alpha are the per-look test's, used when the reports carry no ``planned_steps``; with them every evidence mode
+#: tests per run (``means_test`` "auto", left out of the spec; ``trend_per_run.PROGRESS_DEFAULTS``).
 DEFAULT_SPEC: dict[str, Any] = {
     "name": "trend",
     "params": {"window": 6, "alpha": 0.01, "k": 1, "min_drop": 0.0, "test": "t", "warmup": 0},
