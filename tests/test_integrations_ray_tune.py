@@ -30,9 +30,11 @@ from platform_sim.studies.tune_replay import RESOURCE, TuneReplayConfig, tune_re
 
 TESTS = Path(__file__).resolve().parent
 # Two hacking traces and two healthy ones (the paper's rule stops grpo-gold-kl0-s0, the default detector neither).
+# The default stops grpo-proxy-kl0-s4 at step 130 when its reports carry the header's planned_steps (per run), at 120
+# without them (per look): Tune's trials must report the plan as the core's check reads it.
 FOUR = (
     "bow-proxy-grpo-proxy-kl0-s0",
-    "bow-proxy-ppo-proxy-kl0-s0",
+    "bow-proxy-grpo-proxy-kl0-s4",
     "bow-proxy-grpo-gold-kl0-s0",
     "bow-proxy-grpo-gold-kl0-s2",
 )

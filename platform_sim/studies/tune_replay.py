@@ -2,7 +2,8 @@
 
 Every trace of the folder is one trial. The trial replays the trace's eval curve at a scaled wall-clock pace: it
 sleeps ``--eval-seconds`` for the training between two evals, then reports ``{"step", "eval_score"}`` (plus
-``eval_scores`` for detectors that read per-example scores) through ``ray.tune.report``, while holding
+``eval_scores`` for detectors that read per-example scores, and the header's ``planned_steps`` as
+``TuneClient`` reports the trainer's ``max_steps``) through ``ray.tune.report``, while holding
 ``--gpus-per-trial`` units of a custom ``evalstop_gpu`` resource of which the local Ray instance has ``--gpus``. So at
 most ``gpus / gpus_per_trial`` trials run at once and the others wait in Tune's queue, as jobs wait for GPUs.
 
@@ -98,6 +99,8 @@ def _replay_trial(config: dict[str, Any], curves: Mapping[str, Mapping[str, Any]
     """The trainable: one trace's evals, one ``tune.report`` per eval, ``eval_seconds`` of 'training' before each."""
     from ray import tune
 
+    from platform_sim.integrations.ray_tune import PLANNED_KEY
+
     curve = curves[config["trace"]]
     examples = curve.get("examples")
     for i, (step, score) in enumerate(zip(curve["steps"], curve["scores"])):
@@ -105,6 +108,10 @@ def _replay_trial(config: dict[str, Any], curves: Mapping[str, Mapping[str, Any]
         metrics: dict[str, Any] = {"step": step, "eval_score": score}
         if examples and examples[i]:
             metrics["eval_scores"] = examples[i]
+        if curve.get("planned_steps"):
+            # As TuneClient reports the trainer's max_steps: the scheduler's per-run test reads it, as the embedded
+            # core's check (trace_detection) reads the header's.
+            metrics[PLANNED_KEY] = curve["planned_steps"]
         tune.report(metrics)
 
 
@@ -261,7 +268,12 @@ def tune_replay(traces: Sequence[Any], cfg: TuneReplayConfig, address: str | Non
         examples = None
         if per_example:
             examples = [[scale(v) for v in e] if e else None for e in recorded_examples(t)]
-        curves[t.name] = {"steps": list(t.steps), "scores": [scale(s) for s in t.scores], "examples": examples}
+        curves[t.name] = {
+            "steps": list(t.steps),
+            "scores": [scale(s) for s in t.scores],
+            "examples": examples,
+            "planned_steps": t.reported_planned_steps,
+        }
     labels = {t.name: t.label for t in traces}
     last_steps = {t.name: t.steps[-1] for t in traces}
     core = {t.name: trace_detection(t, spec, scale) for t in traces}
