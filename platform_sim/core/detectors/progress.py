@@ -61,7 +61,7 @@ import numpy as np
 
 from ..boundary import is_array, sample_std
 from .packed_rows import pack_row, unpack_row
-from .pvalues import scipy_module
+from .pvalues import scipy_module, unchanged
 
 MIN_SECOND_DIFFERENCES = 4
 """Second differences needed before the pooled noise is trusted (before: no test)."""
@@ -403,7 +403,10 @@ class PlannedEvidence(PlannedSlope):
         dev = slopes - total
         sd = math.sqrt(float((dev * dev).sum() / (size - 1)))
         if sd <= 1e-12 * max(1.0, abs(mean)):
-            self.last_p = 0.0  # every example falls by the same amount: certain evidence
+            # Every example falls by the same amount: certain evidence. Rows that did not change at all (a run
+            # whose examples score the same at every eval of the window, as discrete scores of a converged policy
+            # do) have slopes of round-off only, at steps whose centring is inexact, and are none.
+            self.last_p = 1.0 if unchanged(scores.reshape(k, size)) else 0.0
         else:
             t = mean / (sd / math.sqrt(size))
             self.last_p = float(scipy_module("special").stdtr(size - 1, t))
@@ -423,7 +426,8 @@ class PlannedEvidence(PlannedSlope):
         variances = [self._var(r, v) for r, v in self._pairs()[-k:]]
         var = math.fsum(a * a * b for a, b in zip(x, variances)) / (sxx * sxx)
         if var <= 0.0:
-            self.last_p = 0.0  # every std is 0: noise-free means that fall, certain evidence
+            # Every std is 0: noise-free means that fall, certain evidence; unchanged means are none (round-off).
+            self.last_p = 1.0 if unchanged(self.means[-k:]) else 0.0
         else:
             self.last_p = 0.5 * math.erfc(-slope / math.sqrt(var) / math.sqrt(2.0))
         return self.last_p < self.evidence_level(), slope

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib
 import math
+from collections.abc import Sequence
 from types import ModuleType
 
 import numpy as np
@@ -69,6 +70,19 @@ def one_sided_t_p(values: np.ndarray, alpha: float, crit_cache: dict[int, float]
     if t > crit + _T_SKIP_MARGIN:
         return 1.0
     return float(special.stdtr(n - 1, t))
+
+
+def unchanged(values: Sequence[float] | np.ndarray) -> bool:
+    """Whether every value is the first (an array of rows: every row is the first row), exactly.
+
+    A slope fitted to values that did not change is zero, but computed at steps whose centring is inexact (steps
+    ``(k * 2000) // 30``, or any whose mean is not a binary fraction) it comes out as round-off of either sign,
+    about 1e-18 a step. The planned per-run tests that treat a zero-variance fall as certain evidence (every example
+    falling by the same amount; noise-free means with every spread 0) ask this first, so that such a slope is never
+    read as a fall. (The per-look tests fit on the evals' positions, symmetric half-integers whose products with
+    unchanged values cancel exactly.)"""
+    a = np.asarray(values, dtype=float)
+    return bool(a.size == 0 or (a == a.flat[0] if a.ndim <= 1 else a == a[0]).all())
 
 
 _TINY = 1.0e-20  # scipy's guard against r = +-1 in the t statistic
