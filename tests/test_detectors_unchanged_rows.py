@@ -56,10 +56,38 @@ def _first_stop(planned: int, per_look: bool = False, zero_std_after: int | None
 @pytest.mark.parametrize("planned", [300, 2000, 2001, 997])
 def test_unchanged_per_example_rows_never_stop_a_run_per_run_or_per_look(planned: int) -> None:
     # 300 steps: exact centring (the case that always worked); the others: inexact centring, the case that failed.
-    # The per-look tests fit on the evals' positions (half-integers, symmetric), whose products with unchanged rows
-    # cancel exactly: they never had the fault, and this pins that.
     assert _first_stop(planned) is None
     assert _first_stop(planned, per_look=True) is None
+
+
+def _per_look_first_stop(seed: int, spread: bool = False, se: float | None = None) -> int | None:
+    """Per look (no plan): noisy rising evals, then from eval 12 the same row of scores that are not short binary
+    fractions, below the best; the per-look positions' products with them round too."""
+    spec = default_spec()
+    params = {**spec["params"], "means_test": "window", **({"se": se} if se is not None else {})}
+    mon = JobMonitor(job_id="j", job_type="rlhf", detector=detector_from_spec({**spec, "params": params}))
+    rng = np.random.default_rng(seed)
+    base = rng.normal(0.5, 0.2, EXAMPLES)
+    for k in range(1, EVALS + 1):
+        row = base + 0.05 * k + rng.normal(0, 0.5, EXAMPLES) if k <= 11 else base + 0.45
+        if spread:  # the spread of the scores while they move, 0 once they stay the same
+            std = 0.0 if k > 11 else float(row.std(ddof=1))
+            decision = mon.observe(k * 10, float(row.mean()), None, std, EXAMPLES)
+        elif se is not None:
+            decision = mon.observe(k * 10, float(row.mean()))
+        else:
+            decision = mon.observe(k * 10, float(row.mean()), list(row))
+        if decision.should_stop:
+            return k
+    return None
+
+
+@pytest.mark.parametrize("seed", [97, 117, 121])
+def test_per_look_unchanged_rows_are_no_evidence(seed: int) -> None:
+    # Seeds whose round-off slopes are negative: before the fix these three stopped at eval 17, the first window of
+    # six unchanged evals, with "slope -3e-18 per eval, p=0". The evals before may stop a run (a real fall), never later.
+    stop = _per_look_first_stop(seed)
+    assert stop is None or stop <= 16
 
 
 @pytest.mark.parametrize("planned", [300, 2000, 2001])
@@ -97,3 +125,11 @@ def test_unchanged_compares_values_and_rows_exactly() -> None:
     assert unchanged([0.5, 0.5, 0.5]) and unchanged([]) and not unchanged([0.5, 0.5 + 1e-16])
     rows = np.array([[1.0, 0.0, 1.0], [1.0, 0.0, 1.0]])
     assert unchanged(rows) and not unchanged(np.array([[1.0, 0.0], [0.0, 1.0]]))
+
+
+@pytest.mark.parametrize(("seed", "spread", "se"), [(4, True, None), (5, True, None), (285, False, 0.0)])
+def test_per_look_unchanged_means_with_no_noise_are_no_evidence(seed: int, spread: bool, se: float | None) -> None:
+    # Every spread 0 (mean-and-spread) or se=0 (means only): noise-free means, where only a real fall is certain.
+    # Before the fix these stopped at eval 17 on a round-off slope.
+    stop = _per_look_first_stop(seed, spread=spread, se=se)
+    assert stop is None or stop <= 16

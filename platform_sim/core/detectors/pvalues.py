@@ -77,10 +77,10 @@ def unchanged(values: Sequence[float] | np.ndarray) -> bool:
 
     A slope fitted to values that did not change is zero, but computed at steps whose centring is inexact (steps
     ``(k * 2000) // 30``, or any whose mean is not a binary fraction) it comes out as round-off of either sign,
-    about 1e-18 a step. The planned per-run tests that treat a zero-variance fall as certain evidence (every example
-    falling by the same amount; noise-free means with every spread 0) ask this first, so that such a slope is never
-    read as a fall. (The per-look tests fit on the evals' positions, symmetric half-integers whose products with
-    unchanged values cancel exactly.)"""
+    about 1e-18 a step (and so, on the per-look tests' centred positions, for most values that are not short binary
+    fractions). The tests that treat a zero-variance fall as certain evidence (every example falling by the same
+    amount; noise-free means, every spread 0 or ``se=0``) ask this first, so that such a slope is never read as a
+    fall."""
     a = np.asarray(values, dtype=float)
     return bool(a.size == 0 or (a == a.flat[0] if a.ndim <= 1 else a == a[0]).all())
 

@@ -14,7 +14,7 @@ from ..checks import check_int, check_nonneg, check_optional_nonneg, check_prob
 from .base import EvidenceDetector, Spread
 from .packed_rows import pack_row, unpack_row
 from .progress import PlannedEvidence, check_spend_power
-from .pvalues import one_sided_t_p, scipy_module, slope_less_p
+from .pvalues import one_sided_t_p, scipy_module, slope_less_p, unchanged
 from .registry import register_detector
 from .trend_per_run import PerRunTests
 
@@ -271,7 +271,8 @@ class TrendDetector(EvidenceDetector):
             # np.ptp and np.max(np.abs(.)) as the array's own reductions: the same values, less dispatch per eval.
             if slopes.max() - slopes.min() <= 1e-12 * max(1.0, float(np.abs(slopes).max())):
                 # Every example falls by the same amount: zero variance, scipy has no statistic; certain evidence.
-                return 0.0 if slopes[0] < 0 else 1.0
+                # Rows that did not change at all have slopes of round-off only, and are none (pvalues.unchanged).
+                return 0.0 if slopes[0] < 0 and not unchanged(scores) else 1.0
             if self.test == "wilcoxon":
                 p = float(scipy_module("stats").wilcoxon(slopes[slopes != 0.0], alternative="less").pvalue)
             else:
@@ -279,14 +280,14 @@ class TrendDetector(EvidenceDetector):
                 self._last_slopes.append(slopes)  # doubt() computes their t statistics only when asked
         elif mode is EvidenceMode.MEAN_AND_SPREAD:
             var = float(x * x @ self._mean_vars(w)) / (den * den)  # the slope's variance with each mean's known
-            if var <= 0.0:
-                return 0.0  # every std is 0: noise-free means that fall, certain evidence
+            if var <= 0.0:  # every std is 0: noise-free means that fall, certain evidence (unchanged: none)
+                return 1.0 if unchanged(self.recent_means[-w:]) else 0.0
             p = 0.5 * math.erfc(-slope / math.sqrt(var) / math.sqrt(2.0))  # the normal cdf of the z statistic
         else:
             self._warn_fallback("no per-example eval scores or spread on every eval of the window")
             if self.se is not None:
-                if self.se == 0.0:
-                    return 0.0  # noise-free means that fall: certain evidence
+                if self.se == 0.0:  # noise-free means that fall: certain evidence (unchanged: none)
+                    return 1.0 if unchanged(self.recent_means[-w:]) else 0.0
                 p = float(scipy_module("stats").norm.cdf(slope / (self.se / math.sqrt(den))))
             else:
                 p = slope_less_p(x, np.asarray(self.recent_means[-w:], dtype=float))
