@@ -66,6 +66,9 @@ def test_replay_without_a_detector_runs_the_default_and_names_it(tmp_path, capsy
     argv = ["replay", "--traces", str(_traces(tmp_path)), "--seeds", "1", "--backend", "serial", "--jobs", "20"]
     assert main([*argv, "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["config"]["detector"] == default_detector_specs()["replay"]
+    assert main(argv) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("detector: "))
+    assert line.startswith(f"detector: {DEFAULT['name']} ") and line.endswith(PER_RUN_NOTE)
 
 
 def test_paper_keeps_the_papers_rule_and_says_so(capsys):

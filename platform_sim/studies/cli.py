@@ -171,7 +171,8 @@ def cmd_replay(args: argparse.Namespace) -> int:
     command = command_line("replay")
     if args.out:
         write_results_dir(args.out, results, replay_markdown(results, command))
-    return print_results(results, args.json, lambda: replay_text(results) + "\n" + detector_line(det))
+    # Every platform job's reports carry its planned steps (the per-trace rows, the trace header's when it has one).
+    return print_results(results, args.json, lambda: replay_text(results) + "\n" + detector_line(det, planned=True))
 
 
 # -- detectors --------------------------------------------------------------------------------------------------------
