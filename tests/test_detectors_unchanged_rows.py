@@ -1,11 +1,12 @@
 """A window whose evals did not change is no evidence of a fall, at any steps.
 
-A slope fitted to unchanged values is zero, but at steps whose mean is not a binary fraction (a plan of 2,000 steps
-evaluated 30 times: steps ``(k * 2000) // 30``) it comes out as round-off, about 1e-18 a step, of either sign. The
-tests that read a zero-variance fall as certain evidence (every example falling by the same amount; noise-free
-means) once took such a slope for a fall and stopped healthy runs that had converged: a policy whose examples score
-the same at every eval, as discrete scores of a converged policy do. On the simulated platform fed by the shipped
-real traces (``evalstop demo``'s table) that was 11.6% of the healthy RLHF jobs.
+A slope fitted to unchanged values is zero, but computed it comes out as round-off of either sign, about 1e-18 a
+step, wherever the products of the centred steps (per run: a plan of 2,000 steps evaluated 30 times, steps
+``(k * 2000) // 30``) or positions (per look) with the scores round. The tests that read a zero-variance fall as
+certain evidence (every example falling by the same amount; noise-free means) once took such a slope for a fall and
+stopped healthy runs that had converged: a policy whose examples score the same at every eval, as discrete scores
+of a converged policy do. On the simulated platform fed by the shipped real traces (``evalstop demo``'s table) that
+was 11.6% of the healthy RLHF jobs.
 """
 
 from __future__ import annotations
