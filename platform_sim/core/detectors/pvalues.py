@@ -82,7 +82,7 @@ def unchanged(values: Sequence[float] | np.ndarray) -> bool:
     amount; noise-free means, every spread 0 or ``se=0``) ask this first, so that such a slope is never read as a
     fall."""
     a = np.asarray(values, dtype=float)
-    return bool(a.size == 0 or (a == a.flat[0] if a.ndim <= 1 else a == a[0]).all())
+    return bool(a.size == 0 or (a == a[0]).all())  # a[0]: the first value, or the first row
 
 
 _TINY = 1.0e-20  # scipy's guard against r = +-1 in the t statistic
