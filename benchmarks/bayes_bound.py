@@ -35,7 +35,9 @@ def main() -> None:
         help="seeds 5000.. whose true RLHF curves are the prior sample (default 80)",
     )
     args = ap.parse_args()
-    cfg = WorkloadConfig(sigma=args.sigma, **({"healthy_tau": PLATEAU_TAU} if args.plateau else {}))
+    cfg = (
+        WorkloadConfig(sigma=args.sigma, healthy_tau=PLATEAU_TAU) if args.plateau else WorkloadConfig(sigma=args.sigma)
+    )
     t0 = time.perf_counter()
     curves, hacking = [], []
     for seed in range(5000, 5000 + args.particle_seeds):

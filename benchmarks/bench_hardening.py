@@ -189,7 +189,8 @@ def main(argv: list[str] | None = None) -> int:
         p.error("--duration must be >= 4")
     codes = [ROOT] + ([args.before.resolve()] if args.before else [])
     workdir = Path(tempfile.mkdtemp(prefix="evalstop-hardening-"))
-    dash, floods = [], []
+    dash: list[dict] = []
+    floods: list[dict] = []
     try:
         for root in codes:
             seed = workdir / f"{root.name}-seed.db"  # made by that code (an older server refuses a newer schema)

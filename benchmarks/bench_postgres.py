@@ -268,8 +268,10 @@ def main(argv: list[str] | None = None) -> int:
         name = f"evalstop_bench_{uuid.uuid4().hex[:10]}"
         with psycopg.connect(admin_url, autocommit=True) as conn:
             conn.execute(f'CREATE DATABASE "{name}"')
-            version = conn.execute("SHOW server_version").fetchone()[0]
-            settings = dict(
+            row = conn.execute("SHOW server_version").fetchone()
+            assert row is not None  # SHOW answers one row
+            version = row[0]
+            settings: dict[str, str] = dict(
                 conn.execute(
                     "SELECT name, setting FROM pg_settings WHERE name IN ('fsync', 'synchronous_commit')"
                 ).fetchall()

@@ -31,7 +31,7 @@ from typing import Any
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 from platform_sim.sim.experiments import PolicySpec, SimTask, run_task  # noqa: E402
-from platform_sim.sim.runner import ProcessRunner, SerialRunner  # noqa: E402
+from platform_sim.sim.runner import ProcessRunner, Runner, SerialRunner  # noqa: E402
 from platform_sim.sim.workload import WorkloadConfig  # noqa: E402
 
 
@@ -53,6 +53,7 @@ def bench_backend(backend: str, workers: int, tasks: list[SimTask], repeat: int,
     """Start the backend once, then ``repeat`` rounds of: the 200 simulations serially in this process, then on the
     backend. The machine is shared and noisy; the per-round ratio to the serial run next to it is the robust figure."""
     t0 = time.perf_counter()
+    runner: Runner
     if backend == "ray":
         from platform_sim.sim.ray_backend import RayRunner
 

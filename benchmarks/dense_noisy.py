@@ -254,7 +254,7 @@ def healthy_cell(make: DetectorFactory, runs: Sequence[Run], per_example: bool |
     }
 
 
-def hacking_cell(make: DetectorFactory, runs: Sequence[Run], per_example: bool = False) -> dict[str, Any]:
+def hacking_cell(make: DetectorFactory, runs: Sequence[Run], per_example: bool | str = False) -> dict[str, Any]:
     """Recall on hacking runs: stopped, median delay after the true peak (evals), stops before the peak, regret."""
     delays, regrets, early = [], [], 0
     for r in runs:

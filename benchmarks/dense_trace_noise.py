@@ -87,7 +87,7 @@ def eval_noise(traces: list[RealTrace], every: int) -> dict[str, Any]:
         n_sub = len(subs[0])
         # The sampling noise of one small eval with the policy held fixed: the spread of the sub-evals of one step.
         spread = [np.var([s.scores[i] for s in ss], ddof=1) for ss in subs for i in range(len(ss[0].scores))]
-        per_example = [np.var(e, ddof=1) / len(e) for ss in subs for s in ss for e in s.examples]
+        per_example = [np.var(e, ddof=1) / len(e) for ss in subs for s in ss for e in s.examples if e is not None]
         se_small = float(np.sqrt(np.mean(spread)))
         small = [
             drawdowns([ss[j] for ss in subs], every, truth={ss[j].name: t for ss, t in zip(subs, full)})

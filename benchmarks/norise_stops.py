@@ -28,6 +28,7 @@ import dense_noisy as dn
 
 from platform_sim.core.detectors import default_spec, detector_from_spec
 from platform_sim.core.detectors.progress import PlannedSlope
+from platform_sim.core.detectors.trend import TrendDetector
 from platform_sim.core.monitor import JobMonitor
 
 
@@ -62,8 +63,14 @@ def replay(run: dn.Run, mode: str) -> tuple[bool, float, float] | None:
             std, n = statistics.stdev(per), len(per)
         values = None if per is None or mode == "mean-and-spread" else list(per)
         if mon.observe(int(step), float(score), values, std, n, planned).should_stop:
+            assert isinstance(det, TrendDetector)  # the default is trend's
             test = det._per_run.planned  # the planned test that decided (read for this study only)
-            no_rise = test is not None and test.best_level is not None and test.best_level <= test.start_level
+            no_rise = (
+                test is not None
+                and test.best_level is not None
+                and test.start_level is not None
+                and test.best_level <= test.start_level
+            )
             best = run.steps.index(mon.best_step) if mon.best_step is not None else i
             return no_rise, step / planned, dn.cost_of(run, best)
     return None

@@ -81,8 +81,8 @@ def main(argv=None) -> int:
     traces = load_traces(folder)
     env = ns.environment
     if env is None and all(t.environment for t in traces):
-        counts = {e: sum(t.environment == e for t in traces) for e in {t.environment for t in traces}}
-        env = max(sorted(counts), key=counts.get)
+        counts = {e: sum(t.environment == e for t in traces) for e in {t.environment for t in traces if t.environment}}
+        env = max(sorted(counts), key=lambda e: counts[e])
     traces = [t for t in traces if t.environment == env]
     if not traces:
         raise SystemExit(f"no trace of environment {env!r} in {folder}")

@@ -87,7 +87,7 @@ def run_job(args: argparse.Namespace) -> int:
     spec = research.runs.RunSpec(**json.loads(args.spec))
     out = Path(args.out)
     started = time.time()
-    term = {"at": None}
+    term: dict[str, float | None] = {"at": None}
 
     def on_term(signum: int, frame: object) -> None:
         # Slurm's phase-0 SIGTERM: end at the next step, as a trainer that checkpoints on TERM would.
@@ -99,7 +99,7 @@ def run_job(args: argparse.Namespace) -> int:
     class Clock(TrainerCallback):  # type: ignore[misc]
         """The wall time of each eval step (for the slot-hours after the peak), and the stop on TERM."""
 
-        def on_step_end(self, targs: Any, state: Any, control: Any, **kwargs: Any) -> Any:
+        def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
             if state.global_step % spec.eval_steps == 0:
                 times.write(json.dumps({"step": state.global_step, "t": time.time()}) + "\n")
             if term["at"] is not None:
