@@ -35,7 +35,6 @@ import numpy as np
 from norise_stops import groups
 
 from platform_sim.core.detectors import default_spec, detector_from_spec
-from platform_sim.core.monitor import JobMonitor
 
 
 @dataclass(frozen=True)
@@ -77,22 +76,16 @@ def smoothed_best(observed: np.ndarray, width: int) -> int:
 def replay(run: dn.Run, mode: str, widths: Sequence[int] = ()) -> Stop | None:
     """The default on ``run`` in ``mode`` (means only, per-example, mean-and-spread); None if never stopped.
     ``widths``: also the cost of delivering the best moving mean of that many evals (what-if, not the core's)."""
-    mon = JobMonitor(job_id=run.name, job_type="rlhf", detector=detector_from_spec(default_spec()))
+    # dense_noisy's replay through the real monitor: the index of the stop and of the delivered (best observed) eval.
+    stop, best = dn.replay(detector_from_spec(default_spec()), run, False if mode == "means only" else mode)
+    if stop is None:
+        return None
     planned = run.planned_steps or int(run.steps[-1])
-    for i, (step, score) in enumerate(zip(run.steps, run.observed)):
-        per = run.examples[i] if mode != "means only" and run.examples else None
-        std, n = (None, None)
-        if mode == "mean-and-spread" and per is not None and len(per) >= 2:
-            std, n = statistics.stdev(per), len(per)
-        values = None if per is None or mode == "mean-and-spread" else list(per)
-        if mon.observe(int(step), float(score), values, std, n, planned).should_stop:
-            best = run.steps.index(mon.best_step) if mon.best_step is not None else i
-            best_up_to_stop = int(np.argmax(run.true[: i + 1]))
-            seen = np.asarray(run.observed[: i + 1], dtype=float)
-            smoothed = {w: dn.cost_of(run, smoothed_best(seen, w)) for w in widths}
-            own = dn.cost_of(run, best_up_to_stop)
-            return Stop(run.name, step / planned, run.steps[best] / planned, dn.cost_of(run, best), own, smoothed)
-    return None
+    seen = np.asarray(run.observed[: stop + 1], dtype=float)
+    smoothed = {w: dn.cost_of(run, smoothed_best(seen, w)) for w in widths}
+    own = dn.cost_of(run, int(np.argmax(run.true[: stop + 1])))
+    at, delivered = run.steps[stop] / planned, run.steps[best] / planned
+    return Stop(run.name, at, delivered, dn.cost_of(run, best), own, smoothed)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
